@@ -1,0 +1,1 @@
+"""The `cogworker` command: `run` (one worker process) and the operations verbs."""

@@ -1,0 +1,58 @@
+"""structlog setup: a console renderer on a terminal, JSON lines otherwise (journald, files)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+import orjson
+import structlog
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def _orjson_dumps(value: Any, default: Any = None) -> str:
+    return orjson.dumps(value, default=default or str).decode()
+
+
+# Process-wide context (pid, identity, slot). Not contextvars: threads start with an empty context,
+# and every job thread's lines must carry these too.
+_process_context: dict[str, Any] = {}
+
+
+def _add_process_context(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+    for key, value in _process_context.items():
+        event.setdefault(key, value)
+    return event
+
+
+def bind_process(**context: Any) -> None:
+    _process_context.update(context)
+
+
+def configure(level: str = "info", fmt: str = "auto", **context: Any) -> None:
+    """(Re)configure logging for this process and bind process-wide context (pid, identity, slot)."""
+    use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    renderer: Any = (
+        structlog.processors.JSONRenderer(serializer=_orjson_dumps)
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    processors: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        _add_process_context,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info if use_json else structlog.dev.set_exc_info,
+        renderer,
+    ]
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    _process_context.clear()
+    _process_context.update(pid=os.getpid(), **context)

@@ -1,0 +1,16 @@
+-- Move one due entry from a sorted set (schedule or retry) to its queue: claimed and pushed in one
+-- step, so any number of pollers can race and the entry is enqueued exactly once.
+--
+-- KEYS[1]  the sorted set
+-- KEYS[2]  the job's queue
+-- KEYS[3]  cogworker:queues
+-- ARGV[1]  the entry as it is in the set
+-- ARGV[2]  the payload to push (the entry with enqueued_at set)
+-- ARGV[3]  the queue name
+-- Returns 1 when moved, 0 when another poller took it first.
+if redis.call("ZREM", KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+redis.call("LPUSH", KEYS[2], ARGV[2])
+redis.call("SADD", KEYS[3], ARGV[3])
+return 1

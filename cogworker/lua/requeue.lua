@@ -1,0 +1,122 @@
+-- Requeue every job on a process's in-progress list, after checking -- in this same atomic step --
+-- that the process really is dead. Checked separately, an owner that beat between the check and
+-- the requeue would keep running jobs that a second process also runs.
+--
+-- KEYS[1]  the owner's in-progress list
+-- KEYS[2]  the owner's presence key (cogworker:process:<identity>)
+-- KEYS[3]  cogworker:last-beat (hash identity -> seconds on Redis's clock)
+-- KEYS[4]  cogworker:dead
+-- KEYS[5]  cogworker:queues
+-- KEYS[6]  cogworker:live-queues
+-- ARGV[1]  queue key prefix
+-- ARGV[2]  queue for a payload whose own queue can't be read (the processor buries it from there)
+-- ARGV[3]  the owner's identity
+-- ARGV[4]  seconds of silence that make the owner dead; "" = known dead, don't check
+-- ARGV[5]  orphan-counter key prefix; "" = don't count (a clean shutdown requeueing its own list)
+-- ARGV[6]  orphan-counter TTL in seconds
+-- ARGV[7]  max orphanings: a job orphaned more often than this is filed in dead instead
+-- ARGV[8]  live-queue window in seconds
+-- ARGV[9]  periodic running-lock key prefix
+-- ARGV[10] periodic running-lock TTL in seconds
+-- ARGV[11] the caller's clock (epoch seconds), used only if TIME is refused
+-- Returns {moved, failed, n, <n queue names no live process reads>..., <raw jobs filed in dead>...},
+-- or {-1, 0, 0} when the owner turned out to be alive.
+if redis.replicate_commands then redis.replicate_commands() end
+
+local now = tonumber(ARGV[11])
+local ok_time, time = pcall(redis.call, "TIME")
+if ok_time then now = tonumber(time[1]) end
+
+if ARGV[4] ~= "" then
+  if redis.call("EXISTS", KEYS[2]) == 1 then
+    return {-1, 0, 0}
+  end
+  -- A stamp that isn't a number counts as none: the presence key alone then decides.
+  local last = tonumber(redis.call("HGET", KEYS[3], ARGV[3]) or "")
+  if last and now - last <= tonumber(ARGV[4]) then
+    return {-1, 0, 0}
+  end
+end
+
+local function retake_running_lock(key, jid, ttl)
+  local holder = redis.call("GET", key)
+  if not holder or holder == jid then
+    redis.call("SET", key, jid, "EX", ttl)
+  end
+end
+
+-- Returns the queue name the job was pushed onto. Raises (inside pcall) on a wrong-type queue key.
+local function requeue_job(job)
+  local queue = ARGV[2]
+  local ok, decoded = pcall(cjson.decode, job)
+  if ok and type(decoded) == "table" then
+    if type(decoded["queue"]) == "string" and decoded["queue"] ~= "" then
+      queue = decoded["queue"]
+    end
+    local pname, jid = decoded["periodic_name"], decoded["jid"]
+    if decoded["periodic_until_executed"] == true and type(pname) == "string" and type(jid) == "string" then
+      retake_running_lock(ARGV[9] .. pname, jid, ARGV[10])
+    end
+  end
+  redis.call("RPUSH", ARGV[1] .. queue, job)
+  return queue
+end
+
+local function jid_of(job)
+  local ok, decoded = pcall(cjson.decode, job)
+  if ok and type(decoded) == "table" and type(decoded["jid"]) == "string" then
+    return decoded["jid"]
+  end
+  return nil
+end
+
+local moved, failed = 0, 0
+local buried, unlisted = {}, {}
+-- One pass over the list as it stands. The newest job is at the head: taking from the head and
+-- pushing onto the popped end leaves the oldest job to be popped first. Each job is written where it
+-- goes and only then taken off, so a script stopped by an error loses nothing (Redis keeps the
+-- writes made before the error).
+local count = redis.call("LLEN", KEYS[1])
+for _ = 1, count do
+  local job = redis.call("LINDEX", KEYS[1], 0)
+  if not job then break end
+  local orphaned = 0
+  local jid = nil
+  if ARGV[5] ~= "" then
+    jid = jid_of(job)
+    if jid then
+      orphaned = redis.call("INCR", ARGV[5] .. jid)
+      redis.call("EXPIRE", ARGV[5] .. jid, ARGV[6])
+    end
+  end
+  if orphaned > tonumber(ARGV[7]) then
+    -- A poison pill: it keeps killing its process. Filed raw; the caller swaps in a proper entry.
+    redis.call("ZADD", KEYS[4], now, job)
+    redis.call("LPOP", KEYS[1])
+    buried[#buried + 1] = job
+  else
+    local written, queue = pcall(requeue_job, job)
+    redis.call("LPOP", KEYS[1])
+    if written then
+      moved = moved + 1
+      local seen = tonumber(redis.pcall("ZSCORE", KEYS[6], queue) or "")
+      if not seen or seen < now - tonumber(ARGV[8]) then
+        redis.pcall("SADD", KEYS[5], queue)
+        unlisted[queue] = true
+      end
+    else
+      -- Its queue key has the wrong type: kept (at the back) for the next pass and the key guard.
+      redis.call("RPUSH", KEYS[1], job)
+      if jid then redis.call("DECR", ARGV[5] .. jid) end
+      failed = failed + 1
+    end
+  end
+end
+
+local reply = {moved, failed, 0}
+for name in pairs(unlisted) do
+  reply[#reply + 1] = name
+  reply[3] = reply[3] + 1
+end
+for _, job in ipairs(buried) do reply[#reply + 1] = job end
+return reply

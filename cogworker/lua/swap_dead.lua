@@ -1,0 +1,16 @@
+-- Replace one dead-set entry with another in one step: two separate commands could leave both in
+-- dead, and a "retry" from two operators at once would then run the job twice.
+--
+-- KEYS[1]  cogworker:dead
+-- ARGV[1]  the entry to replace
+-- ARGV[2]  the new entry's score
+-- ARGV[3]  the new entry ("" to only remove: used when an entry is taken out to be retried)
+-- Returns 1 when swapped, 0 when the entry was no longer there (someone else acted on it first).
+if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
+  return 0
+end
+redis.call("ZREM", KEYS[1], ARGV[1])
+if ARGV[3] ~= "" then
+  redis.call("ZADD", KEYS[1], ARGV[2], ARGV[3])
+end
+return 1

@@ -1,0 +1,69 @@
+"""Client and server middleware chains.
+
+A client middleware is `mw(job, call_next) -> jid | None`: it may change the payload, call
+`call_next(job)` to go on to the push, or return None to stop the push (a duplicate unique job).
+A server middleware is `mw(job, call_next) -> None` around the job's execution; an exception from
+the job passes through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+M = TypeVar("M")
+
+ClientNext = Callable[[dict[str, Any]], Any]
+ClientMiddleware = Callable[[dict[str, Any], ClientNext], Any]
+ServerNext = Callable[[], None]
+ServerMiddleware = Callable[[dict[str, Any], ServerNext], None]
+
+
+class Chain(Generic[M]):
+    """An ordered list of middleware; the first added runs outermost."""
+
+    def __init__(self) -> None:
+        self.entries: list[M] = []
+
+    def add(self, middleware: M) -> None:
+        if middleware not in self.entries:
+            self.entries.append(middleware)
+
+    def remove(self, middleware: M) -> None:
+        if middleware in self.entries:
+            self.entries.remove(middleware)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+client_chain: Chain[ClientMiddleware] = Chain()
+server_chain: Chain[ServerMiddleware] = Chain()
+
+
+def run_client_chain(job: dict[str, Any], push: ClientNext) -> Any:
+    entries = client_chain.entries
+    if not entries:
+        return push(job)
+
+    def step(index: int, current: dict[str, Any]) -> Any:
+        if index == len(entries):
+            return push(current)
+        return entries[index](current, lambda j: step(index + 1, j))
+
+    return step(0, job)
+
+
+def run_server_chain(job: dict[str, Any], perform: ServerNext) -> None:
+    entries = server_chain.entries
+    if not entries:
+        perform()
+        return
+
+    def step(index: int) -> None:
+        if index == len(entries):
+            perform()
+        else:
+            entries[index](job, lambda: step(index + 1))
+
+    step(0)

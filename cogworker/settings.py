@@ -1,0 +1,196 @@
+"""One typed, frozen settings object built from `COGWORKER_*` variables (DESIGN §7).
+
+It is built once per command and passed down explicitly; nothing deeper reads the environment.
+A bad value is reported as one line naming the variable and what it accepts, and the command
+exits with CONFIG_ERROR (78) before it does anything else.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlparse
+
+from pydantic import ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from cogworker import exitcodes
+
+_SCHEMES = ("redis", "rediss", "unix")
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """The queues a process reads: names with weights, or a strict order (all weights None)."""
+
+    names: tuple[str, ...]
+    weights: tuple[int, ...] | None  # None: strict order, first non-empty queue wins
+
+    @property
+    def strict(self) -> bool:
+        return self.weights is None
+
+
+def parse_queues(text: str) -> QueueSpec:
+    """`a:3,b:1` (weighted) or `a,b` (strict). Mixing the two forms is an error."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ValueError("at least one queue name is needed")
+    weighted = [":" in p for p in parts]
+    if any(weighted) and not all(weighted):
+        raise ValueError("give every queue a weight (a:3,b:1) or none (a,b), not a mix")
+    names: list[str] = []
+    weights: list[int] = []
+    for part in parts:
+        name, _, weight = part.partition(":")
+        name = name.strip()
+        if not name or any(c.isspace() for c in name):
+            raise ValueError(f"{part!r} is not a queue name")
+        if name in names:
+            raise ValueError(f"queue {name!r} is listed twice")
+        names.append(name)
+        if weight:
+            if not weight.strip().isdigit() or int(weight) < 1:
+                raise ValueError(f"weight in {part!r} must be a whole number of 1 or more")
+            weights.append(int(weight))
+    return QueueSpec(tuple(names), tuple(weights) if all(weighted) else None)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="COGWORKER_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="ignore",
+    )
+
+    redis_url: str = "redis://localhost:6379/0"
+    require: str = ""
+    queues: str = "default"
+    concurrency: int = 10
+    count: int = max(os.cpu_count() or 1, 1)
+    timeout_s: float = 25.0
+    graceful_stop_timeout_s: float = 35.0
+    maxmem_mb: int | None = None
+    preload: bool = False
+    phased_restart: bool = True
+    orphan_threshold_s: float = 300.0
+    max_orphanings: int = 3
+    log_format: Literal["json", "console", "auto"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Beyond DESIGN §7: intervals the seeds hard-code, here so tests and operators can shorten them.
+    heartbeat_interval_s: float = 5.0
+    presence_ttl_s: float = 60.0
+    poll_interval_s: float = 5.0
+    orphan_check_interval_s: float = 60.0
+    key_guard_interval_s: float = 300.0
+    fetch_idle_max_s: float = 1.0
+    dead_max_jobs: int = 10_000
+    dead_timeout_s: float = 180 * 24 * 3600
+    status_ttl_s: float = 30 * 60
+    unique_ttl_s: float = 3600.0
+    liveness_timeout_s: float = 30.0
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    quarantine_ttl_s: float = 30 * 24 * 3600
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        parsed = urlparse(value)
+        if parsed.scheme not in _SCHEMES:
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        try:
+            port = parsed.port
+        except ValueError as exc:
+            raise ValueError(f"has a bad port ({exc})") from None
+        if parsed.scheme != "unix" and not parsed.hostname:
+            raise ValueError("names no host (e.g. redis://localhost:6379/0)")
+        if parsed.scheme == "unix" and not parsed.path:
+            raise ValueError("names no socket path (e.g. unix:///run/redis/redis.sock)")
+        del port
+        return value
+
+    @field_validator("queues")
+    @classmethod
+    def _check_queues(cls, value: str) -> str:
+        parse_queues(value)
+        return value
+
+    @field_validator("concurrency", "count", "max_orphanings", "dead_max_jobs")
+    @classmethod
+    def _positive_int(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be 1 or more")
+        return value
+
+    @field_validator("maxmem_mb")
+    @classmethod
+    def _positive_mem(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise ValueError("must be 1 or more (MB), or unset")
+        return value
+
+    @field_validator(
+        "timeout_s",
+        "graceful_stop_timeout_s",
+        "orphan_threshold_s",
+        "heartbeat_interval_s",
+        "presence_ttl_s",
+        "poll_interval_s",
+        "orphan_check_interval_s",
+        "key_guard_interval_s",
+        "fetch_idle_max_s",
+        "liveness_timeout_s",
+        "status_ttl_s",
+        "unique_ttl_s",
+        "quarantine_ttl_s",
+        "dead_timeout_s",
+    )
+    @classmethod
+    def _positive_seconds(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be a number of seconds above 0")
+        return value
+
+    @property
+    def queue_spec(self) -> QueueSpec:
+        return parse_queues(self.queues)
+
+    @property
+    def require_modules(self) -> tuple[str, ...]:
+        return tuple(m.strip() for m in self.require.split(",") if m.strip())
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used; the message is the one line shown to the operator."""
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        field = str(item["loc"][0]) if item["loc"] else "?"
+        variable = f"COGWORKER_{field.upper()}"
+        value = item.get("input")
+        msg = item["msg"].removeprefix("Value error, ")
+        lines.append(f"{variable}={value!r}: {msg}")
+    return "; ".join(lines)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from the environment (plus overrides); raises ConfigError with a readable line."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def load_or_exit(**overrides: object) -> Settings:
+    """For commands: a bad setting prints one line and exits 78 before anything starts."""
+    try:
+        return load_settings(**overrides)
+    except ConfigError as exc:
+        print(f"cogworker: configuration error: {exc}", file=sys.stderr)
+        raise SystemExit(exitcodes.CONFIG_ERROR) from None

@@ -1,0 +1,110 @@
+"""In-memory testing modes for users' own tests (no Redis needed).
+
+- fake: every push is recorded per job instead of sent; `my_job.jobs` shows them, `perform_one`,
+  `drain` and `drain_all` run them (and whatever they push in turn), `clear` forgets them.
+- inline: a push runs the job right away, in the calling thread, through the real server middleware
+  chain; its exception propagates to the caller.
+
+    with cogworker.testing.fake():
+        send_email.perform_async(1, "hi")
+        assert len(send_email.jobs) == 1
+        send_email.drain()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from cogworker import codec
+from cogworker.middleware import run_server_chain
+
+Mode = Literal["fake", "inline"]
+
+mode: Mode | None = None
+_recorded: dict[str, list[dict[str, Any]]] = {}
+
+
+class EmptyQueueError(Exception):
+    """perform_one was asked to run a job, but none is recorded for it."""
+
+
+def set_mode(new: Mode | None) -> None:
+    global mode
+    if new not in (None, "fake", "inline"):
+        raise ValueError(f"testing mode must be 'fake', 'inline' or None, not {new!r}")
+    mode = new
+
+
+@contextlib.contextmanager
+def fake() -> Iterator[None]:
+    previous = mode
+    set_mode("fake")
+    try:
+        yield
+    finally:
+        set_mode(previous)
+        clear_all()
+
+
+@contextlib.contextmanager
+def inline() -> Iterator[None]:
+    previous = mode
+    set_mode("inline")
+    try:
+        yield
+    finally:
+        set_mode(previous)
+
+
+def record(job: dict[str, Any]) -> str:
+    """The push step of the client chain in a testing mode."""
+    # A round trip through JSON, as Redis would give it to a worker.
+    job = codec.loads(codec.dumps(job))
+    if mode == "inline":
+        perform(job)
+    else:
+        _recorded.setdefault(job["class"], []).append(job)
+    return str(job["jid"])
+
+
+def jobs_for(name: str) -> list[dict[str, Any]]:
+    return _recorded.setdefault(name, [])
+
+
+def all_jobs() -> dict[str, list[dict[str, Any]]]:
+    return {name: list(jobs) for name, jobs in _recorded.items() if jobs}
+
+
+def clear_all() -> None:
+    _recorded.clear()
+
+
+def perform(job: dict[str, Any]) -> None:
+    from cogworker.jobs import resolve
+
+    fn = resolve(job["class"])
+    args, kwargs = copy.deepcopy(job.get("args", [])), copy.deepcopy(job.get("kwargs", {}))
+    run_server_chain(job, lambda: fn.func(*args, **kwargs))
+
+
+def perform_one(name: str) -> None:
+    jobs = jobs_for(name)
+    if not jobs:
+        raise EmptyQueueError(f"no {name} jobs recorded")
+    perform(jobs.pop(0))
+
+
+def drain(name: str) -> None:
+    while jobs_for(name):
+        perform_one(name)
+
+
+def drain_all() -> None:
+    while True:
+        pending = next((name for name, jobs in _recorded.items() if jobs), None)
+        if pending is None:
+            return
+        drain(pending)
