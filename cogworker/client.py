@@ -133,9 +133,13 @@ def push_bulk(
     jids: list[str | None] = []
     for start in range(0, len(jobs), BULK_BATCH):
         batch: list[dict[str, Any]] = []
+
+        def collect(job: dict[str, Any], batch: list[dict[str, Any]] = batch) -> str:
+            batch.append(job)
+            return str(job["jid"])
+
         for job in jobs[start : start + BULK_BATCH]:
-            kept = run_client_chain(job, lambda j: batch.append(j) or j["jid"])
-            jids.append(kept)
+            jids.append(run_client_chain(job, collect))
         _write_batch(conn, batch)
     return jids
 

@@ -45,8 +45,9 @@ def _check_options(options: dict[str, Any]) -> None:
     if unique not in (None, "until_executed"):
         raise TypeError(f"unique must be 'until_executed' or None, not {unique!r}")
     unique_for = options.get("unique_for")
-    if unique_for is not None and (isinstance(unique_for, bool) or not isinstance(unique_for, int | float)
-                                   or unique_for <= 0):
+    if unique_for is not None and (
+        isinstance(unique_for, bool) or not isinstance(unique_for, int | float) or unique_for <= 0
+    ):
         raise TypeError(f"unique_for must be a number of seconds above 0, not {unique_for!r}")
 
 
@@ -142,7 +143,9 @@ def job(
     def wrap(f: Callable[..., Any]) -> JobFunction:
         job_name = name or f"{f.__module__}.{f.__qualname__}"
         if "<locals>" in job_name and name is None:
-            raise TypeError(f"{job_name}: a job must be importable by name; define it at module level or pass name=")
+            raise TypeError(
+                f"{job_name}: a job must be importable by name; define it at module level or pass name="
+            )
         fn = JobFunction(f, job_name, options)
         _registry[job_name] = fn
         return fn
@@ -161,7 +164,9 @@ def resolve(name: str) -> JobFunction:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise JobNotFound(f"can't import {module_name!r} for job {name!r}: {type(exc).__name__}: {exc}") from exc
+        raise JobNotFound(
+            f"can't import {module_name!r} for job {name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
     target: Any = module
     for part in attr.split("."):
         target = getattr(target, part, None)

@@ -36,7 +36,9 @@ class Outages:
         with self._lock:
             since = self._since.pop(component, None)
         if since is not None:
-            log.warning("redis_outage_ended", component=component, lasted_s=round(time.monotonic() - since, 2))
+            log.warning(
+                "redis_outage_ended", component=component, lasted_s=round(time.monotonic() - since, 2)
+            )
 
     @property
     def down(self) -> bool:

@@ -35,7 +35,5 @@ class Scripts:
     def __init__(self, client: redis.Redis) -> None:
         self._scripts: dict[str, Script] = {n: client.register_script(source(n)) for n in _NAMES}
 
-    def run(
-        self, name: str, keys: list[str], args: list[Any], client: Any = None
-    ) -> Any:
+    def run(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
         return self._scripts[name](keys=keys, args=args, client=client)

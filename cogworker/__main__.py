@@ -1,0 +1,5 @@
+import sys
+
+from cogworker.cli.main import main
+
+sys.exit(main())

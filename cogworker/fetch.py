@@ -1,0 +1,174 @@
+"""Fetching jobs: reliable (the default) and basic (`BRPOP`, for Redis older than 6.2).
+
+Reliable fetch moves each job atomically from its queue onto this process's own in-progress list;
+the job leaves that list only when it is acknowledged (it finished, or was filed in retry/dead).
+A process that dies mid-job leaves the job where orphan recovery (recovery.py) or the supervisor
+finds it. The price is at-least-once delivery: a job whose process died runs again from the start.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from dataclasses import dataclass, field
+
+import redis
+import structlog
+
+from cogworker import keys
+from cogworker.scripts import Scripts
+from cogworker.settings import QueueSpec
+
+log = structlog.get_logger("cogworker.fetch")
+
+MIN_RELIABLE_VERSION = (6, 2)
+
+
+@dataclass(slots=True)
+class Work:
+    """One fetched job: its queue's name and the payload exactly as stored (acks match on it)."""
+
+    queue: str
+    raw: str
+
+
+@dataclass(slots=True)
+class FetchResult:
+    works: list[Work] = field(default_factory=list)
+    acked: int = 0
+    all_paused: bool = False
+
+
+class UnsupportedError(Exception):
+    """Redis refused a command reliable fetch needs (too old, or renamed/disabled)."""
+
+
+def queue_order(spec: QueueSpec, rng: random.Random) -> list[str]:
+    """Queues in the order to try: as given when strict, else a weighted shuffle (like Sidekiq's)."""
+    if spec.weights is None:
+        return list(spec.names)
+    expanded = [name for name, weight in zip(spec.names, spec.weights, strict=True) for _ in range(weight)]
+    rng.shuffle(expanded)
+    return list(dict.fromkeys(expanded))
+
+
+def today() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+
+
+def server_supports_reliable(client: redis.Redis) -> bool:
+    version = str(client.info("server").get("redis_version", "0"))
+    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    return parts >= MIN_RELIABLE_VERSION
+
+
+class ReliableFetch:
+    keeps_in_progress = True
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        blocking_client: redis.Redis,
+        scripts: Scripts,
+        identity: str,
+        spec: QueueSpec,
+    ) -> None:
+        self._client = client
+        self._blocking = blocking_client
+        self._scripts = scripts
+        self._spec = spec
+        self._rng = random.Random()
+        self.in_progress_key = keys.in_progress(identity)
+
+    def fetch(self, limit: int, acks: list[tuple[str, str]]) -> FetchResult:
+        """Acknowledge `acks` ((raw, jid) pairs) and move up to `limit` jobs onto our list."""
+        queue_keys = [keys.queue(name) for name in queue_order(self._spec, self._rng)]
+        day = today()
+        args: list[str | int] = [limit, len(acks)]
+        for raw, jid in acks:
+            args += [raw, jid]
+        args += [keys.ORPHANINGS_PREFIX, keys.QUEUE_PREFIX]
+        try:
+            reply = self._scripts.run(
+                "fetch",
+                [
+                    self.in_progress_key,
+                    keys.PAUSED,
+                    keys.STAT_PROCESSED,
+                    keys.stat_processed_day(day),
+                    *queue_keys,
+                ],
+                args,
+                client=self._client,
+            )
+        except redis.ResponseError as exc:
+            if "unknown command" in str(exc).lower() or "LMOVE" in str(exc):
+                raise UnsupportedError(str(exc)) from exc
+            raise
+        works = [Work(keys.queue_name(str(reply[i])), str(reply[i + 1])) for i in range(2, len(reply), 2)]
+        paused = int(reply[1])
+        return FetchResult(works, int(reply[0]), all_paused=limit > 0 and paused == len(queue_keys))
+
+    def wait(self, timeout_s: float) -> Work | None:
+        """Block for the next job when there is exactly one queue (BLMOVE: atomic and instant)."""
+        if len(self._spec.names) != 1:
+            return None
+        name = self._spec.names[0]
+        raw = self._blocking.blmove(keys.queue(name), self.in_progress_key, timeout_s, "RIGHT", "LEFT")
+        return Work(name, str(raw)) if raw is not None else None
+
+    @property
+    def can_block(self) -> bool:
+        return len(self._spec.names) == 1
+
+    def give_back(self, work: Work) -> bool:
+        """A fetched job that never started goes back to the end of its queue popped next."""
+        moved = self._scripts.run(
+            "give_back", [self.in_progress_key, keys.queue(work.queue)], [work.raw], client=self._client
+        )
+        return bool(moved)
+
+
+class BasicFetch:
+    """`BRPOP`: the job is only in this process's memory until it finishes. Kept for Redis < 6.2;
+    a process killed mid-job loses the job, which is why reliable fetch is the default."""
+
+    keeps_in_progress = False
+
+    def __init__(self, client: redis.Redis, blocking_client: redis.Redis, spec: QueueSpec) -> None:
+        self._client = client
+        self._blocking = blocking_client
+        self._spec = spec
+        self._rng = random.Random()
+        self.in_progress_key = ""
+
+    def fetch(self, limit: int, acks: list[tuple[str, str]]) -> FetchResult:
+        if acks:
+            day = today()
+            pipe = self._client.pipeline(transaction=False)
+            pipe.incrby(keys.STAT_PROCESSED, len(acks))
+            pipe.incrby(keys.stat_processed_day(day), len(acks))
+            pipe.execute()
+        if limit <= 0:
+            return FetchResult(acked=len(acks))
+        paused = set(self._client.smembers(keys.PAUSED))  # type: ignore[arg-type]
+        order = [n for n in queue_order(self._spec, self._rng) if n not in paused]
+        if not order:
+            return FetchResult(acked=len(acks), all_paused=True)
+        popped = self._blocking.brpop([keys.queue(n) for n in order], timeout=1)
+        works = [Work(keys.queue_name(str(popped[0])), str(popped[1]))] if popped else []  # type: ignore[index]
+        return FetchResult(works, len(acks))
+
+    @property
+    def can_block(self) -> bool:
+        return False
+
+    def wait(self, timeout_s: float) -> Work | None:
+        return None
+
+    def give_back(self, work: Work) -> bool:
+        self._client.rpush(keys.queue(work.queue), work.raw)
+        return True
+
+
+Fetcher = ReliableFetch | BasicFetch

@@ -1,0 +1,291 @@
+"""The launcher: everything one worker process runs, started and stopped in the right order.
+
+Start: wait for Redis (unreachable at boot is not a crash), first heartbeat before the first fetch,
+then the manager (fetcher + job threads), heartbeat and poller. Stop: stop fetching, drain running
+jobs until `timeout_s`, requeue whatever is left (it is worse to lose a job than to run it twice),
+and only then stop the heartbeat, so the process looks alive for as long as it holds jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+import redis
+import structlog
+from setproctitle import setproctitle
+
+from cogworker import __version__, client, exitcodes
+from cogworker.connection import connect
+from cogworker.fetch import BasicFetch, Fetcher, ReliableFetch, server_supports_reliable
+from cogworker.heartbeat import Heartbeat
+from cogworker.locks import Locks
+from cogworker.manager import Manager
+from cogworker.outage import Outages
+from cogworker.poller import Poller
+from cogworker.processor import Stats
+from cogworker.recovery import Recovery
+from cogworker.report import Reporter
+from cogworker.scripts import Scripts
+from cogworker.settings import Settings
+from cogworker.settle import Settler
+
+log = structlog.get_logger("cogworker.launcher")
+
+STATUS_INTERVAL_S = 1.0
+_COMMAND_BYTES = {"stop": b"s", "quiet": b"q", "resume": b"r", "dump": b"d"}
+_COMMAND_NAMES = {code[0]: name for name, code in _COMMAND_BYTES.items()}
+
+
+class Launcher:
+    def __init__(
+        self, settings: Settings, identity: str, reporter: Reporter, *, slot: int | None = None
+    ) -> None:
+        self.settings = settings
+        self.identity = identity
+        self.reporter = reporter
+        self.slot = slot
+        self.outages = Outages()
+        self.redis = connect(settings)
+        self.blocking_redis = connect(settings, extra_timeout_s=5.0)
+        self.scripts = Scripts(self.redis)
+        self.locks = Locks(self.redis, self.scripts, self.outages)
+        self.recovery = Recovery(self.redis, self.scripts, settings, self.outages, self.locks, identity)
+        self.stats = Stats()
+        # A self-pipe: signal handlers and the heartbeat thread only write one byte to it. A lock or
+        # an Event in a signal handler can deadlock the main thread it interrupts.
+        self._cmd_read, self._cmd_write = os.pipe()
+        os.set_blocking(self._cmd_read, False)
+        os.set_blocking(self._cmd_write, False)
+        self.manager: Manager | None = None
+        self.heartbeat: Heartbeat | None = None
+        self.poller: Poller | None = None
+        self.settler: Settler | None = None
+
+    # Commands from signals (main thread) and from the heartbeat's remote commands.
+    def command(self, name: str) -> None:
+        # A full pipe already holds unread commands; dropping this one loses nothing new.
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._cmd_write, _COMMAND_BYTES[name])
+
+    def _wait_commands(self, timeout_s: float) -> list[str]:
+        ready, _, _ = select.select([self._cmd_read], [], [], max(0.0, timeout_s))
+        if not ready:
+            return []
+        try:
+            data = os.read(self._cmd_read, 512)
+        except BlockingIOError:
+            return []
+        return [_COMMAND_NAMES[b] for b in data if b in _COMMAND_NAMES]
+
+    def run(self) -> int:
+        self.reporter.send("booted", pid=os.getpid(), identity=self.identity)
+        self._title("booting")
+        if not self._wait_for_redis():
+            self.reporter.send("stopped", code=exitcodes.OK)
+            return exitcodes.OK
+        fetcher = self._choose_fetch()
+        self.settler = Settler(
+            self.redis, self.scripts, self.settings, self.outages, self.locks, fetcher.in_progress_key
+        )
+        self.manager = Manager(
+            self.settings, fetcher, self.settler, self.outages, self.stats, fallback=self._basic_fetch
+        )
+        self.heartbeat = Heartbeat(
+            self.redis,
+            self.scripts,
+            self.settings,
+            self.outages,
+            self.identity,
+            reliable=fetcher.keeps_in_progress,
+            busy=lambda: self.manager.busy if self.manager else 0,
+            running=self._running_jobs,
+            quiet=lambda: self.manager.is_quiet if self.manager else False,
+            on_command=self.command,
+            tag=f"slot {self.slot}" if self.slot is not None else "",
+            version=__version__,
+        )
+        # The first beat comes before the first fetch: a live process's list is never an orphan.
+        while not self.heartbeat.beat_guarded():
+            if self._wait_or_stop(1.0):
+                self.reporter.send("stopped", code=exitcodes.OK)
+                return exitcodes.OK
+        self.poller = Poller(
+            self.redis,
+            self.scripts,
+            self.settings,
+            self.outages,
+            self.recovery,
+            self.locks,
+            quiet=lambda: self.manager.is_quiet if self.manager else False,
+            scan_at_boot=fetcher.keeps_in_progress,
+            extra_tasks=[self.recovery.retry_burials],
+        )
+        self.manager.start()
+        self.heartbeat.start()
+        self.poller.start()
+        log.info(
+            "worker_ready",
+            queues=self.settings.queues,
+            concurrency=self.settings.concurrency,
+            fetch="reliable" if fetcher.keeps_in_progress else "basic",
+        )
+        self.reporter.send("ready", pid=os.getpid(), identity=self.identity)
+        self._main_loop()
+        return self._shutdown()
+
+    def _wait_for_redis(self) -> bool:
+        """Redis unreachable at boot is not a crash: wait, report it, start when it returns."""
+        while True:
+            try:
+                self.redis.ping()
+            except Exception as exc:
+                self.outages.report("Boot", exc)
+                self.reporter.send(
+                    "status",
+                    redis="down",
+                    busy=0,
+                    threads=self.settings.concurrency,
+                    processed=0,
+                    failed=0,
+                    quiet=False,
+                    booting=True,
+                )
+                if self._wait_or_stop(1.0):
+                    return False
+                continue
+            self.outages.recovered("Boot")
+            return True
+
+    def _wait_or_stop(self, seconds: float) -> bool:
+        """Wait up to `seconds`; True when told to stop meanwhile."""
+        commands = self._wait_commands(seconds)
+        if self.reporter.orphaned():
+            return True
+        return "stop" in commands
+
+    def _choose_fetch(self) -> Fetcher:
+        try:
+            supported = server_supports_reliable(self.redis)
+        except redis.ResponseError:
+            supported = True  # INFO refused (ACL, proxy): try, and fall back if LMOVE is refused
+        if not supported:
+            log.warning(
+                "redis_too_old_for_reliable_fetch",
+                note="using basic fetch (BRPOP): a killed "
+                "process loses its running jobs; upgrade Redis to 6.2 or later",
+            )
+            return self._basic_fetch()
+        return ReliableFetch(
+            self.redis, self.blocking_redis, self.scripts, self.identity, self.settings.queue_spec
+        )
+
+    def _basic_fetch(self) -> BasicFetch:
+        return BasicFetch(self.redis, self.blocking_redis, self.settings.queue_spec)
+
+    def _running_jobs(self) -> list[tuple[str, dict[str, Any]]]:
+        if self.manager is None:
+            return []
+        return [
+            (thread, {"queue": r.work.queue, "payload": r.work.raw, "run_at": r.started_at})
+            for thread, r in self.manager.running()
+        ]
+
+    def _main_loop(self) -> None:
+        assert self.manager is not None
+        next_status = 0.0
+        while True:
+            now = time.monotonic()
+            if now >= next_status:
+                self._send_status()
+                next_status = now + STATUS_INTERVAL_S
+            for name in self._wait_commands(next_status - time.monotonic()):
+                if name == "stop":
+                    return
+                if name == "quiet":
+                    log.info("quieting", note="no new jobs; running ones finish")
+                    self.manager.quiet()
+                elif name == "resume":
+                    log.info("resuming")
+                    self.manager.resume()
+                elif name == "dump":
+                    dump_threads()
+            if self.reporter.orphaned():
+                log.error("supervisor_gone", note="stopping: a worker never runs unsupervised")
+                return
+
+    def _send_status(self) -> None:
+        assert self.manager is not None
+        busy = self.manager.busy
+        quiet = self.manager.is_quiet
+        self.reporter.send(
+            "status",
+            busy=busy,
+            threads=self.settings.concurrency,
+            processed=self.stats.processed,
+            failed=self.stats.failed,
+            redis="down" if self.outages.down else "up",
+            quiet=quiet,
+        )
+        self._title(f"{busy}/{self.settings.concurrency} busy{' quiet' if quiet else ''}")
+
+    def _title(self, state: str) -> None:
+        role = f"cogworker worker [slot {self.slot}]" if self.slot is not None else "cogworker worker"
+        setproctitle(f"{role} {state}")
+
+    def _shutdown(self) -> int:
+        assert self.manager and self.heartbeat and self.poller and self.settler
+        self.reporter.send("stopping")
+        self._title("stopping")
+        log.info("stopping", timeout_s=self.settings.timeout_s, busy=self.manager.busy)
+        self.poller.stop()
+        deadline = time.monotonic() + self.settings.timeout_s
+        left = self.manager.stop(deadline)
+        if left:
+            log.warning("hard_shutdown", still_running=len(left), note="requeueing them: they will run again")
+        self.settler.hand_over()
+        list_empty = True
+        try:
+            fetcher = self.manager.fetcher
+            if fetcher.keeps_in_progress:
+                result = self.recovery.requeue(self.identity, if_dead_for=None, count_orphans=False)
+                list_empty = result.failed == 0
+                if result.moved:
+                    log.info("requeued_own_jobs", count=result.moved)
+            else:
+                for work in left:
+                    fetcher.give_back(work)
+        except Exception as exc:
+            list_empty = False
+            self.outages.report("Shutdown", exc)
+            log.error(
+                "requeue_at_shutdown_failed",
+                note="jobs stay on the in-progress list; "
+                "orphan recovery requeues them after the orphan threshold",
+            )
+        self.heartbeat.stop()
+        try:
+            self.heartbeat.clear(list_empty=list_empty)
+        except Exception as exc:
+            self.outages.report("Shutdown", exc)
+        log.info("stopped", processed=self.stats.processed, failed=self.stats.failed)
+        self.reporter.send("stopped", code=exitcodes.OK)
+        return exitcodes.OK
+
+
+def dump_threads() -> None:
+    """TTIN: log every thread's stack, to see what a stuck worker is doing."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        stack = "".join(traceback.format_stack(frame))
+        log.warning("thread_stack", thread=names.get(ident, str(ident)), stack=stack)
+
+
+def reset_after_fork() -> None:
+    client.reset_after_fork()

@@ -1,0 +1,73 @@
+"""Running one fetched job: decode, resolve, run through the server middleware, settle.
+
+Nothing here may kill the job thread: an unreadable payload, a job that can't be imported and a
+job that raises all end filed in retry or dead with their error.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+
+from cogworker import codec, retry
+from cogworker.fetch import Work
+from cogworker.jobs import resolve
+from cogworker.middleware import run_server_chain
+from cogworker.settle import Settler
+
+log = structlog.get_logger("cogworker.job")
+
+
+class Stats:
+    """This process's counters, reported to the supervisor and in the heartbeat."""
+
+    __slots__ = ("failed", "processed")
+
+    def __init__(self) -> None:
+        self.processed = 0
+        self.failed = 0
+
+
+def process(work: Work, settler: Settler, stats: Stats) -> None:
+    job = codec.loads_dict(work.raw)
+    if job is None or not isinstance(job.get("class"), str):
+        reason = "payload is not a JSON object with a job class"
+        settler.file(work.raw, retry.unreadable(work.raw, work.queue, reason))
+        stats.failed += 1
+        log.error("job_unreadable", queue=work.queue, payload=work.raw[:200])
+        return
+    jid = str(job.get("jid") or "")
+    bound = log.bind(jid=jid, job=job["class"], queue=work.queue)
+    structlog.contextvars.bind_contextvars(jid=jid, job=job["class"], queue=work.queue)
+    started = time.perf_counter()
+    bound.info("job_start")
+    try:
+        fn = resolve(job["class"])
+        args = job.get("args", [])
+        kwargs = job.get("kwargs", {})
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise TypeError("payload args must be a list and kwargs an object")
+        run_server_chain(job, lambda: _call(fn.func, args, kwargs))
+    except Exception as exc:
+        filing = retry.on_failure(job, exc)
+        settler.file(work.raw, filing)
+        stats.failed += 1
+        bound.warning(
+            "job_fail",
+            elapsed_ms=round((time.perf_counter() - started) * 1000, 2),
+            error=f"{filing.payload['error_class']}: {filing.payload['error_message'][:200]}",
+            to="dead" if filing.dead else "retry",
+            retry_count=filing.payload.get("retry_count"),
+        )
+    else:
+        settler.ack(work.raw, jid)
+        stats.processed += 1
+        bound.info("job_done", elapsed_ms=round((time.perf_counter() - started) * 1000, 2))
+    finally:
+        structlog.contextvars.unbind_contextvars("jid", "job", "queue")
+
+
+def _call(func: Any, args: list[Any], kwargs: dict[str, Any]) -> None:
+    func(*args, **kwargs)

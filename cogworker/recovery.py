@@ -1,0 +1,210 @@
+"""Orphan recovery: jobs left on a dead process's in-progress list go back to their queues.
+
+Every live process does this every `orphan_check_interval_s` (and once at boot, with a keyspace SCAN
+for lists no registry names); the supervisor does it at once for a child it saw die. The death check
+runs inside the requeue script, atomically with the requeue (requeue.lua says why). A job orphaned
+more than `max_orphanings` times is a poison pill: it goes to dead with a ProcessDied error.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import structlog
+
+from cogworker import codec, keys
+from cogworker.locks import Locks
+from cogworker.outage import Outages
+from cogworker.scripts import Scripts
+from cogworker.settings import Settings
+
+log = structlog.get_logger("cogworker.recovery")
+
+ORPHANINGS_TTL_S = 7 * 24 * 3600
+DEFAULT_QUEUE = "default"
+PERIODIC_RUNNING_TTL_S = 24 * 3600
+
+
+@dataclass
+class RequeueResult:
+    moved: int = 0
+    failed: int = 0
+    alive: bool = False
+    unlisted: list[str] = field(default_factory=list)
+    buried: list[str] = field(default_factory=list)
+
+
+class Recovery:
+    def __init__(
+        self,
+        client: redis.Redis,
+        scripts: Scripts,
+        settings: Settings,
+        outages: Outages,
+        locks: Locks,
+        identity: str = "",
+    ) -> None:
+        self._client = client
+        self._scripts = scripts
+        self._settings = settings
+        self._outages = outages
+        self._locks = locks
+        self._identity = identity
+        self._pending_burials: list[str] = []
+        self._mutex = threading.Lock()
+
+    def requeue(self, identity: str, *, if_dead_for: float | None, count_orphans: bool) -> RequeueResult:
+        """Requeue `identity`'s in-progress list. `if_dead_for=None` skips the death check (the
+        caller knows the owner is dead, or is the owner shutting down)."""
+        s = self._settings
+        reply: list[Any] = self._scripts.run(
+            "requeue",
+            [
+                keys.in_progress(identity),
+                keys.process(identity),
+                keys.LAST_BEAT,
+                keys.DEAD,
+                keys.QUEUES,
+                keys.LIVE_QUEUES,
+            ],
+            [
+                keys.QUEUE_PREFIX,
+                DEFAULT_QUEUE,
+                identity,
+                "" if if_dead_for is None else if_dead_for,
+                keys.ORPHANINGS_PREFIX if count_orphans else "",
+                ORPHANINGS_TTL_S,
+                s.max_orphanings,
+                2 * s.presence_ttl_s,
+                keys.PERIODIC_RUNNING_PREFIX,
+                PERIODIC_RUNNING_TTL_S,
+                int(time.time()),
+            ],
+            client=self._client,
+        )
+        moved, failed, n_unlisted = int(reply[0]), int(reply[1]), int(reply[2])
+        if moved < 0:
+            return RequeueResult(alive=True)
+        result = RequeueResult(
+            moved=moved,
+            failed=failed,
+            unlisted=[str(q) for q in reply[3 : 3 + n_unlisted]],
+            buried=[str(r) for r in reply[3 + n_unlisted :]],
+        )
+        if result.unlisted:
+            log.warning(
+                "requeued_onto_unread_queues",
+                owner=identity,
+                queues=sorted(result.unlisted),
+                note="no live process has read these queues lately: make sure some worker reads them",
+            )
+        if failed:
+            log.error(
+                "requeue_failed_for_some_jobs",
+                owner=identity,
+                count=failed,
+                note="kept on the in-progress list (a queue key of the wrong type?); retried next pass",
+            )
+        self.complete_burials(result.buried)
+        return result
+
+    def requeue_dead(self, identity: str) -> RequeueResult:
+        """For the supervisor: a child it reaped is known dead; requeue now, counting orphanings."""
+        result = self.requeue(identity, if_dead_for=None, count_orphans=True)
+        if result.moved or result.buried:
+            log.warning(
+                "requeued_jobs_of_dead_process", owner=identity, moved=result.moved, dead=len(result.buried)
+            )
+        self.forget_if_empty(identity)
+        return result
+
+    def recover_orphans(self, *, scan: bool = False) -> int:
+        """Requeue the lists of every process that has been silent past the orphan threshold."""
+        moved = 0
+        for identity in self.candidates(scan=scan):
+            if identity == self._identity:
+                continue
+            result = self.requeue(identity, if_dead_for=self._settings.orphan_threshold_s, count_orphans=True)
+            if result.alive:
+                continue
+            self.forget_if_empty(identity)
+            if result.moved or result.buried:
+                log.warning("requeued_orphans", owner=identity, moved=result.moved, dead=len(result.buried))
+            moved += result.moved
+        self.retry_burials()
+        return moved
+
+    def candidates(self, *, scan: bool) -> set[str]:
+        found = {str(m) for m in self._client.smembers(keys.IN_PROGRESS_IDENTITIES)}  # type: ignore[union-attr]
+        if scan:
+            for key in self._client.scan_iter(match=keys.IN_PROGRESS_PREFIX + "*", count=500):
+                found.add(str(key).removeprefix(keys.IN_PROGRESS_PREFIX))
+        return found
+
+    def forget_if_empty(self, identity: str) -> None:
+        if self._client.llen(keys.in_progress(identity)) == 0:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.srem(keys.IN_PROGRESS_IDENTITIES, identity)
+            pipe.hdel(keys.LAST_BEAT, identity)
+            pipe.srem(keys.PROCESSES, identity)
+            pipe.delete(keys.work(identity))
+            pipe.execute()
+
+    # Poison pills: requeue.lua files them raw in dead; here they get a proper dead entry.
+    def complete_burials(self, raws: list[str]) -> None:
+        for raw in raws:
+            try:
+                self._complete_burial(raw)
+            except Exception as exc:
+                with self._mutex:
+                    if raw not in self._pending_burials:
+                        self._pending_burials.append(raw)
+                self._outages.report("Orphan recovery", exc)
+            else:
+                with self._mutex:
+                    if raw in self._pending_burials:
+                        self._pending_burials.remove(raw)
+
+    def _complete_burial(self, raw: str) -> None:
+        job: dict[str, Any] = codec.loads_dict(raw) or {"class": "cogworker.UnreadablePayload", "raw": raw}
+        now = time.time()
+        job.update(
+            {
+                "error_class": "cogworker.ProcessDied",
+                "error_message": (
+                    f"its process died while running it more than {self._settings.max_orphanings} times "
+                    "(killed for memory? SIGKILL? a crash in native code?): not retried again"
+                ),
+                "failed_at": job.get("failed_at", now),
+                "died_at": now,
+            }
+        )
+        swapped = self._scripts.run(
+            "swap_dead", [keys.DEAD], [raw, now, codec.dumps(job)], client=self._client
+        )
+        if swapped:
+            log.error("poison_pill_to_dead", jid=job.get("jid"), job=job.get("class"))
+            self._locks.release_terminal(job)
+            pipe = self._client.pipeline(transaction=False)
+            pipe.delete(keys.orphanings(str(job.get("jid") or "")))
+            pipe.incr(keys.STAT_FAILED)
+            pipe.execute()
+
+    def retry_burials(self) -> None:
+        with self._mutex:
+            pending = list(self._pending_burials)
+        if pending:
+            self.complete_burials(pending)
+
+    @property
+    def pending_burials(self) -> int:
+        with self._mutex:
+            return len(self._pending_burials)
+
+    def reset(self) -> None:
+        with self._mutex:
+            self._pending_burials.clear()

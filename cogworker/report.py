@@ -1,0 +1,39 @@
+"""The child side of the child -> supervisor pipe: newline-delimited JSON events.
+
+Events: booted, ready, status (every second), stopping, stopped, and redis (up/down changes ride in
+status). The supervisor reads them in supervisor/protocol.py.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+from cogworker import codec
+
+
+class Reporter:
+    def __init__(self, fd: int | None) -> None:
+        self._fd = fd
+        self.parent_pid = os.getppid()
+
+    @property
+    def supervised(self) -> bool:
+        return self._fd is not None
+
+    def send(self, event: str, **fields: Any) -> None:
+        if self._fd is None:
+            return
+        line = (codec.dumps({"event": event, **fields}) + "\n").encode()
+        try:
+            os.write(self._fd, line)
+        except OSError as exc:
+            if exc.errno in (errno.EPIPE, errno.EBADF):
+                self._fd = None  # the supervisor is gone; the parent check stops this process
+            elif exc.errno != errno.EAGAIN:
+                raise
+
+    def orphaned(self) -> bool:
+        """True when the supervisor that forked this process is gone."""
+        return self.supervised and os.getppid() != self.parent_pid

@@ -1,0 +1,77 @@
+"""`cogworker run`: one worker process, exactly what each swarm child runs."""
+
+from __future__ import annotations
+
+import importlib
+import signal
+import sys
+import traceback
+from types import FrameType
+
+import structlog
+
+from cogworker import client, exitcodes, logs
+from cogworker.identity import make_identity
+from cogworker.launcher import Launcher
+from cogworker.report import Reporter
+from cogworker.settings import Settings
+
+log = structlog.get_logger("cogworker.worker")
+
+# Signal -> launcher command. TERM/INT stop; USR1/TSTP quiet; TTIN dumps every thread's stack.
+SIGNAL_COMMANDS = {
+    signal.SIGTERM: "stop",
+    signal.SIGINT: "stop",
+    signal.SIGUSR1: "quiet",
+    signal.SIGTSTP: "quiet",
+    signal.SIGTTIN: "dump",
+}
+
+
+class BootError(Exception):
+    """The app could not be loaded; the message says which module and why."""
+
+
+def import_app(modules: tuple[str, ...]) -> None:
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            raise BootError(f"COGWORKER_REQUIRE: can't import {name!r}: {detail}") from exc
+
+
+def run_worker(
+    settings: Settings,
+    *,
+    identity: str | None = None,
+    report_fd: int | None = None,
+    slot: int | None = None,
+    app_loaded: bool = False,
+) -> int:
+    """Run one worker until told to stop; returns the exit code. Logging must be configured."""
+    if not app_loaded:
+        try:
+            import_app(settings.require_modules)
+        except BootError as exc:
+            log.error("boot_failed", error=str(exc))
+            print(f"cogworker: {exc}", file=sys.stderr)
+            if report_fd is not None:
+                Reporter(report_fd).send("boot_error", error=str(exc))
+            return exitcodes.BOOT_ERROR
+    identity = identity or make_identity()
+    logs.bind_process(identity=identity, **({"slot": slot} if slot is not None else {}))
+    client.configure(settings)
+    launcher = Launcher(settings, identity, Reporter(report_fd), slot=slot)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        launcher.command(SIGNAL_COMMANDS[signal.Signals(signum)])
+
+    for signum in SIGNAL_COMMANDS:
+        signal.signal(signum, on_signal)
+    return launcher.run()
+
+
+def main(settings: Settings) -> int:
+    logs.configure(settings.log_level, settings.log_format)
+    return run_worker(settings)

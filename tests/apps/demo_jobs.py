@@ -1,0 +1,57 @@
+"""Jobs used by the tests. Each one records what happened in Redis so tests can assert it."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import redis
+
+from cogworker import job
+
+
+def _redis() -> redis.Redis:
+    url = os.environ.get("COGWORKER_REDIS_URL", "redis://localhost:6379/0")
+    return redis.Redis.from_url(url, decode_responses=True)
+
+
+@job
+def record(tag: str) -> None:
+    """Appends `tag pid` to a list: which jobs ran, and in which process."""
+    _redis().rpush("test:ran", f"{tag} {os.getpid()}")
+
+
+@job(retry=2)
+def boom(message: str) -> None:
+    raise ValueError(message)
+
+
+@job(retry=False)
+def boom_once(message: str) -> None:
+    raise RuntimeError(message)
+
+
+@job
+def sleepy(tag: str, seconds: float) -> None:
+    """Marks its start, sleeps, marks its end."""
+    client = _redis()
+    client.rpush("test:started", f"{tag} {os.getpid()}")
+    time.sleep(seconds)
+    client.rpush("test:ran", f"{tag} {os.getpid()}")
+
+
+@job
+def kill_me(tag: str) -> None:
+    """Kills its own process: a poison pill."""
+    _redis().rpush("test:started", f"{tag} {os.getpid()}")
+    os.kill(os.getpid(), 9)
+
+
+@job(queue="other")
+def on_other(tag: str) -> None:
+    _redis().rpush("test:ran", f"other:{tag}")
+
+
+@job
+def push_more(tag: str) -> None:
+    record.perform_async(f"{tag}-child")

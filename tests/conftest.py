@@ -1,0 +1,81 @@
+"""Fixtures: a real redis-server for the session, throwaway ones for fault tests, clean state."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from cogworker import client as cw_client
+from cogworker import logs, middleware, testing
+from cogworker.settings import Settings, load_settings
+from tests.redis_server import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent
+APP_DIR = Path(__file__).resolve().parent / "apps"
+
+# Test apps (job modules) live in tests/apps; child processes find them through PYTHONPATH.
+sys.path.insert(0, str(APP_DIR))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(APP_DIR), str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of the session's Redis, flushed before each test."""
+    if redis_server.proc is None or redis_server.proc.poll() is not None:
+        redis_server.start()
+    client = redis_server.client()
+    client.flushall()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def private_redis() -> Iterator[RedisServer]:
+    """A throwaway redis-server a test may stop, restart or SIGSTOP."""
+    server = RedisServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def settings(redis_server: RedisServer, r: redis.Redis) -> Settings:
+    return load_settings(redis_url=redis_server.url)
+
+
+@pytest.fixture(autouse=True)
+def _clean_globals() -> Iterator[None]:
+    logs.configure("debug", "json")
+    yield
+    testing.set_mode(None)
+    testing.clear_all()
+    middleware.client_chain.entries.clear()
+    middleware.server_chain.entries.clear()
+    cw_client.reset_after_fork()
+    cw_client._settings = None
+
+
+@pytest.fixture
+def configured(settings: Settings) -> Settings:
+    """The job API pointed at the session's Redis."""
+    cw_client.configure(settings)
+    return settings
