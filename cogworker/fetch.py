@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import re
 from dataclasses import dataclass, field
 
 import redis
@@ -50,6 +51,11 @@ def queue_order(spec: QueueSpec, rng: random.Random) -> list[str]:
     expanded = [name for name, weight in zip(spec.names, spec.weights, strict=True) for _ in range(weight)]
     rng.shuffle(expanded)
     return list(dict.fromkeys(expanded))
+
+
+def _refused(exc: redis.ResponseError) -> bool:
+    """Redis refused a command itself (too old, renamed or disabled), not our use of it."""
+    return bool(re.search(r"unknown (redis )?command|unknown or disabled command", str(exc), re.IGNORECASE))
 
 
 def today() -> str:
@@ -102,7 +108,7 @@ class ReliableFetch:
                 client=self._client,
             )
         except redis.ResponseError as exc:
-            if "unknown command" in str(exc).lower() or "LMOVE" in str(exc):
+            if _refused(exc):
                 raise UnsupportedError(str(exc)) from exc
             raise
         works = [Work(keys.queue_name(str(reply[i])), str(reply[i + 1])) for i in range(2, len(reply), 2)]
@@ -114,7 +120,12 @@ class ReliableFetch:
         if len(self._spec.names) != 1:
             return None
         name = self._spec.names[0]
-        raw = self._blocking.blmove(keys.queue(name), self.in_progress_key, timeout_s, "RIGHT", "LEFT")
+        try:
+            raw = self._blocking.blmove(keys.queue(name), self.in_progress_key, timeout_s, "RIGHT", "LEFT")
+        except redis.ResponseError as exc:
+            if _refused(exc):
+                raise UnsupportedError(str(exc)) from exc
+            raise
         return Work(name, str(raw)) if raw is not None else None
 
     @property

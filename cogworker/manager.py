@@ -189,8 +189,16 @@ class Manager:
                 self._outages.report("Fetch", exc)
                 self._wake.wait(OUTAGE_RETRY_S)
             return True
-        if work is not None:
-            self._enqueue([work])
+        if work is None:
+            return True
+        if self._quiet or self._stopping:
+            # Quiet (or stop) arrived while we were blocked: this job was never ours to start.
+            try:
+                self.fetcher.give_back(work)
+            except Exception as exc:
+                self._outages.report("Fetch", exc)
+            return True
+        self._enqueue([work])
         return True
 
     def _fall_back_if_unsupported(self, exc: Exception) -> bool:

@@ -14,6 +14,7 @@ from cogworker import client as cw_client
 from cogworker import logs, middleware, testing
 from cogworker.settings import Settings, load_settings
 from tests.redis_server import RedisServer
+from tests.workers import WorkerPool
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_DIR = Path(__file__).resolve().parent / "apps"
@@ -79,3 +80,12 @@ def configured(settings: Settings) -> Settings:
     """The job API pointed at the session's Redis."""
     cw_client.configure(settings)
     return settings
+
+
+@pytest.fixture
+def workers(redis_server: RedisServer, r: redis.Redis) -> Iterator[WorkerPool]:
+    pool = WorkerPool(redis_server.url)
+    try:
+        yield pool
+    finally:
+        pool.close()

@@ -1,0 +1,89 @@
+"""Settings: defaults, parsing, and a bad value as one clear line with exit code 78."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cogworker.settings import ConfigError, load_settings, parse_queues
+
+
+def test_defaults_match_the_design() -> None:
+    s = load_settings()
+    assert s.redis_url == "redis://localhost:6379/0"
+    assert s.queues == "default"
+    assert s.concurrency == 10
+    assert s.timeout_s == 25
+    assert s.graceful_stop_timeout_s == 35
+    assert s.maxmem_mb is None
+    assert s.preload is False
+    assert s.phased_restart is True
+    assert s.orphan_threshold_s == 300
+    assert s.max_orphanings == 3
+    assert s.count >= 1
+
+
+def test_settings_are_frozen() -> None:
+    s = load_settings()
+    with pytest.raises(Exception, match="frozen"):
+        s.concurrency = 3  # type: ignore[misc]
+
+
+def test_environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COGWORKER_CONCURRENCY", "4")
+    monkeypatch.setenv("COGWORKER_QUEUES", "critical:3,default:1")
+    monkeypatch.setenv("COGWORKER_PRELOAD", "true")
+    s = load_settings()
+    assert s.concurrency == 4
+    assert s.queue_spec.names == ("critical", "default")
+    assert s.queue_spec.weights == (3, 1)
+    assert s.preload is True
+
+
+@pytest.mark.parametrize(
+    ("text", "names", "weights"),
+    [("a,b,c", ("a", "b", "c"), None), ("a:3,b:1", ("a", "b"), (3, 1)), (" x ", ("x",), None)],
+)
+def test_queue_syntax(text: str, names: tuple[str, ...], weights: tuple[int, ...] | None) -> None:
+    spec = parse_queues(text)
+    assert spec.names == names
+    assert spec.weights == weights
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("COGWORKER_COUNT", "abc", "COGWORKER_COUNT='abc'"),
+        ("COGWORKER_CONCURRENCY", "0", "must be 1 or more"),
+        ("COGWORKER_QUEUES", "a:3,b", "give every queue a weight"),
+        ("COGWORKER_QUEUES", "a:x", "whole number"),
+        ("COGWORKER_QUEUES", "a,a", "listed twice"),
+        ("COGWORKER_REDIS_URL", "http://localhost", "must start with redis://"),
+        ("COGWORKER_REDIS_URL", "redis://localhost:99999/0", "bad port"),
+        ("COGWORKER_TIMEOUT_S", "-1", "above 0"),
+        ("COGWORKER_LOG_FORMAT", "xml", "COGWORKER_LOG_FORMAT"),
+    ],
+)
+def test_bad_values_name_the_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, expected: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert variable in str(err.value)
+    assert expected in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("argv", [["-m", "cogworker", "run"], ["-m", "supervisor.main"]])
+def test_every_command_exits_78_on_bad_settings(argv: list[str]) -> None:
+    env = dict(os.environ, COGWORKER_COUNT="abc", COGWORKER_CONCURRENCY="abc")
+    done = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 78, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert "COGWORKER_" in lines[0]
+    assert "configuration error" in lines[0]

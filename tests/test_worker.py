@@ -1,0 +1,122 @@
+"""`cogworker run` as a user runs it: queues, middleware, counters, stop, quiet, logs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import signal
+import time
+
+import demo_jobs
+import pytest
+import redis
+
+from cogworker.fetch import queue_order
+from cogworker.settings import parse_queues
+from tests.redis_server import wait_until
+from tests.workers import WorkerPool
+
+
+def test_weighted_order_favours_heavier_queues() -> None:
+    spec = parse_queues("a:3,b:1")
+    rng = random.Random(7)
+    firsts = [queue_order(spec, rng)[0] for _ in range(4000)]
+    share = firsts.count("a") / len(firsts)
+    assert 0.70 < share < 0.80  # 3:1 -> a first 75% of the time
+    assert queue_order(parse_queues("x,y,z"), rng) == ["x", "y", "z"]
+
+
+def test_strict_order_drains_the_first_queue_first(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    for i in range(5):
+        demo_jobs.on_other.perform_async(str(i))
+        demo_jobs.record.perform_async(str(i))
+    workers.start(COGWORKER_QUEUES="other,default", COGWORKER_CONCURRENCY="1")
+    wait_until(lambda: r.llen("test:ran") == 10, timeout=15, message="10 jobs")
+    ran = r.lrange("test:ran", 0, -1)
+    assert all(item.startswith("other:") for item in ran[:5]), ran
+
+
+def test_server_middleware_wraps_every_job(r: redis.Redis, configured: object, workers: WorkerPool) -> None:
+    demo_jobs.record.perform_async("x")
+    workers.start(COGWORKER_REQUIRE="mw_app")
+    wait_until(lambda: r.llen("test:mw") == 2, timeout=15, message="middleware to run")
+    assert r.lrange("test:mw", 0, -1) == ["before demo_jobs.record", "after demo_jobs.record"]
+
+
+def test_counters_total_and_per_day(r: redis.Redis, configured: object, workers: WorkerPool) -> None:
+    for i in range(3):
+        demo_jobs.record.perform_async(str(i))
+    demo_jobs.boom_once.perform_async("no")
+    worker = workers.start()
+    wait_until(lambda: r.get("cogworker:stat:failed") == "1" and r.get("cogworker:stat:processed") == "3",
+               timeout=15, message="counters")
+    day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+    assert r.get(f"cogworker:stat:processed:{day}") == "3"
+    assert r.get(f"cogworker:stat:failed:{day}") == "1"
+    assert worker.stop() == 0
+
+
+def test_job_log_lines_carry_context_and_elapsed(r: redis.Redis, configured: object, workers: WorkerPool) -> None:
+    jid = demo_jobs.record.perform_async("logged")
+    worker = workers.start()
+    wait_until(lambda: worker.events_named("job_done"), timeout=15, message="a job_done line")
+    assert worker.stop() == 0
+    [start] = worker.events_named("job_start")
+    [done] = worker.events_named("job_done")
+    for line in (start, done):
+        assert line["jid"] == jid
+        assert line["job"] == "demo_jobs.record"
+        assert line["queue"] == "default"
+        assert line["pid"] == worker.pid
+        assert line["identity"].split(":")[1] == str(worker.pid)
+    assert isinstance(done["elapsed_ms"], float)
+
+
+def test_term_stops_within_timeout_and_requeues_unfinished(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    demo_jobs.sleepy.perform_async("long", 60)
+    worker = workers.start(COGWORKER_TIMEOUT_S="1")
+    wait_until(lambda: r.llen("test:started") == 1, timeout=15, message="the job to start")
+    started = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    assert worker.proc.wait(timeout=10) == 0
+    assert time.monotonic() - started < 4
+    [raw] = r.lrange("cogworker:queue:default", 0, -1)
+    assert '"long"' in raw
+    assert r.keys("cogworker:inprogress:*") == []
+    assert worker.events_named("hard_shutdown")
+
+
+def test_term_lets_short_jobs_finish(r: redis.Redis, configured: object, workers: WorkerPool) -> None:
+    demo_jobs.sleepy.perform_async("short", 0.5)
+    worker = workers.start(COGWORKER_TIMEOUT_S="10")
+    wait_until(lambda: r.llen("test:started") == 1, timeout=15, message="the job to start")
+    worker.signal(signal.SIGTERM)
+    assert worker.proc.wait(timeout=15) == 0
+    assert r.llen("test:ran") == 1
+    assert r.llen("cogworker:queue:default") == 0
+    assert r.get("cogworker:stat:processed") == "1"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTSTP])
+def test_quiet_stops_fetching_but_finishes_running_jobs(
+    r: redis.Redis, configured: object, workers: WorkerPool, signum: int
+) -> None:
+    demo_jobs.sleepy.perform_async("running", 1)
+    worker = workers.start(COGWORKER_HEARTBEAT_INTERVAL_S="0.2")
+    wait_until(lambda: r.llen("test:started") == 1, timeout=15, message="the job to start")
+    worker.signal(signum)
+    wait_until(lambda: worker.events_named("quieting"), timeout=5, message="quiet")
+    demo_jobs.record.perform_async("after-quiet")
+    wait_until(lambda: r.llen("test:ran") == 1, timeout=10, message="the running job to finish")
+    wait_until(lambda: r.hget(f"cogworker:process:{worker.events_named('worker_ready')[0]['identity']}",
+                              "quiet") == "1", timeout=10, message="quiet in the heartbeat")
+    assert r.llen("cogworker:queue:default") == 1  # not fetched while quiet
+    # A remote resume (through the heartbeat) undoes it.
+    identity = worker.events_named("worker_ready")[0]["identity"]
+    r.lpush(f"cogworker:signals:{identity}", "resume")
+    wait_until(lambda: r.llen("test:ran") == 2, timeout=15, message="the job after resume")
+    assert worker.stop() == 0
