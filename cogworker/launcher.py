@@ -21,13 +21,14 @@ import redis
 import structlog
 from setproctitle import setproctitle
 
-from cogworker import __version__, client, exitcodes
+from cogworker import __version__, client, exitcodes, unique
 from cogworker.connection import connect
 from cogworker.fetch import BasicFetch, Fetcher, ReliableFetch, server_supports_reliable
 from cogworker.heartbeat import Heartbeat
 from cogworker.locks import Locks
 from cogworker.manager import Manager
 from cogworker.outage import Outages
+from cogworker.periodic import Ticker
 from cogworker.poller import Poller
 from cogworker.processor import Stats
 from cogworker.recovery import Recovery
@@ -45,12 +46,20 @@ _COMMAND_NAMES = {code[0]: name for name, code in _COMMAND_BYTES.items()}
 
 class Launcher:
     def __init__(
-        self, settings: Settings, identity: str, reporter: Reporter, *, slot: int | None = None
+        self,
+        settings: Settings,
+        identity: str,
+        reporter: Reporter,
+        *,
+        slot: int | None = None,
+        quiet: bool = False,
     ) -> None:
         self.settings = settings
         self.identity = identity
         self.reporter = reporter
         self.slot = slot
+        # Start quiet: a swarm child respawned while the swarm is quiet must not fetch even once.
+        self.start_quiet = quiet
         self.outages = Outages()
         self.redis = connect(settings)
         self.blocking_redis = connect(settings, extra_timeout_s=5.0)
@@ -97,6 +106,8 @@ class Launcher:
         self.manager = Manager(
             self.settings, fetcher, self.settler, self.outages, self.stats, fallback=self._basic_fetch
         )
+        if self.start_quiet:
+            self.manager.quiet()
         self.heartbeat = Heartbeat(
             self.redis,
             self.scripts,
@@ -116,6 +127,12 @@ class Launcher:
             if self._wait_or_stop(1.0):
                 self.reporter.send("stopped", code=exitcodes.OK)
                 return exitcodes.OK
+        ticker = Ticker(
+            self.redis,
+            self.scripts,
+            self.settings,
+            quiet=lambda: self.manager.is_quiet if self.manager else False,
+        )
         self.poller = Poller(
             self.redis,
             self.scripts,
@@ -125,7 +142,7 @@ class Launcher:
             self.locks,
             quiet=lambda: self.manager.is_quiet if self.manager else False,
             scan_at_boot=fetcher.keeps_in_progress,
-            extra_tasks=[self.recovery.retry_burials],
+            extra_tasks=[self.recovery.retry_burials, ticker.poll, unique.retry_deferred_releases],
         )
         self.manager.start()
         self.heartbeat.start()

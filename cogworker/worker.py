@@ -48,6 +48,7 @@ def run_worker(
     report_fd: int | None = None,
     slot: int | None = None,
     app_loaded: bool = False,
+    quiet: bool = False,
 ) -> int:
     """Run one worker until told to stop; returns the exit code. Logging must be configured."""
     if not app_loaded:
@@ -62,7 +63,7 @@ def run_worker(
     identity = identity or make_identity()
     logs.bind_process(identity=identity, **({"slot": slot} if slot is not None else {}))
     client.configure(settings)
-    launcher = Launcher(settings, identity, Reporter(report_fd), slot=slot)
+    launcher = Launcher(settings, identity, Reporter(report_fd), slot=slot, quiet=quiet)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         launcher.command(SIGNAL_COMMANDS[signal.Signals(signum)])
