@@ -76,6 +76,14 @@ class Settings(BaseSettings):
     maxmem_mb: int | None = None
     preload: bool = False
     phased_restart: bool = True
+    # Swarm (supervisor/): respawn backoff for a slot whose child keeps dying young (the seed's
+    # constants as defaults), how long a replacement may take to report ready in a restart, and how
+    # often children's memory is checked against maxmem_mb.
+    respawn_base_delay_s: float = 1.0
+    respawn_max_delay_s: float = 60.0
+    healthy_uptime_s: float = 30.0
+    restart_ready_timeout_s: float = 60.0
+    memory_check_interval_s: float = 5.0
     orphan_threshold_s: float = 300.0
     max_orphanings: int = 3
     log_format: Literal["json", "console", "auto"] = "auto"
@@ -131,6 +139,19 @@ class Settings(BaseSettings):
     def _positive_mem(cls, value: int | None) -> int | None:
         if value is not None and value < 1:
             raise ValueError("must be 1 or more (MB), or unset")
+        return value
+
+    @field_validator(
+        "respawn_base_delay_s",
+        "respawn_max_delay_s",
+        "healthy_uptime_s",
+        "restart_ready_timeout_s",
+        "memory_check_interval_s",
+    )
+    @classmethod
+    def _positive_swarm_seconds(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be a number of seconds above 0")
         return value
 
     @field_validator(
