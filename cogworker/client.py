@@ -140,8 +140,23 @@ def push_bulk(
 
         for job in jobs[start : start + BULK_BATCH]:
             jids.append(run_client_chain(job, collect))
-        _write_batch(conn, batch)
+        try:
+            _write_batch(conn, batch)
+        except Exception:
+            _abandon(batch)
+            raise
     return jids
+
+
+def _abandon(batch: list[dict[str, Any]]) -> None:
+    """A batch that went through the client chain but wasn't written: give back what the chain took
+    for it (unique claims, "queued" statuses), or a retried push_bulk would find every job a
+    duplicate of one that was never pushed."""
+    from cogworker.status import abandon as forget_statuses
+    from cogworker.unique import abandon as free_claims
+
+    free_claims(batch)
+    forget_statuses(batch)
 
 
 def _write_batch(conn: redis.Redis, batch: list[dict[str, Any]]) -> None:

@@ -21,6 +21,7 @@ _NAMES = (
     "owned_delete",
     "file_unsettled",
     "handover",
+    "periodic",
 )
 
 

@@ -103,6 +103,13 @@ class Settings(BaseSettings):
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     quarantine_ttl_s: float = 30 * 24 * 3600
+    # Job status (status.py): record it for every job, not only those with @job(status=True).
+    status_all: bool = False
+    # Periodic jobs (periodic.py): how often the poller looks for due slots (it can't look more
+    # often than it polls: lower poll_interval_s for sub-minute crons), and how late a slot missed
+    # during downtime may still be enqueued.
+    periodic_check_interval_s: float = 1.0
+    periodic_grace_s: float = 3600.0
 
     @field_validator("redis_url")
     @classmethod
@@ -169,6 +176,8 @@ class Settings(BaseSettings):
         "unique_ttl_s",
         "quarantine_ttl_s",
         "dead_timeout_s",
+        "periodic_check_interval_s",
+        "periodic_grace_s",
     )
     @classmethod
     def _positive_seconds(cls, value: float) -> float:

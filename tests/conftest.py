@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
+import cogworker
 from cogworker import client as cw_client
 from cogworker import logs, middleware, testing
 from cogworker.settings import Settings, load_settings
@@ -69,8 +70,10 @@ def _clean_globals() -> Iterator[None]:
     yield
     testing.set_mode(None)
     testing.clear_all()
+    # Back to the chains as `import cogworker` leaves them: the built-in middleware only.
     middleware.client_chain.entries.clear()
     middleware.server_chain.entries.clear()
+    cogworker.install_builtin_middleware()
     cw_client.reset_after_fork()
     cw_client._settings = None
 

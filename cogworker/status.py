@@ -1,0 +1,143 @@
+"""Job status: `cogworker.status(jid)` -> "queued", "working", "retrying", "complete", "failed", or None.
+
+Opt-in, because it costs a write per state change on the hot path: a job records its status when it
+has `@job(status=True)` (or `.set(status=True)`), or for every job when `COGWORKER_STATUS_ALL=true`
+— with `@job(status=False)` still opting one job out. The decision is made at push time and carried
+in the payload (`"status": true`), so workers follow what the pushing side chose.
+
+The status lives in a hash `cogworker:status:<jid>` (status, class, queue, updated_at, and the error
+of the last failure) that expires `status_ttl_s` after its last change — later for a job that is
+scheduled or waiting for a retry, by how long it waits, so a status doesn't vanish while its job is
+simply not due yet. Unknown and expired jids read as None.
+
+- queued: written at push, before the job is written (written after, a fast worker's "working"
+  could be overwritten); removed again if the push doesn't happen.
+- working / complete / retrying / failed: written around the job's run by the server middleware;
+  "failed" when the failure sends it to dead, "retrying" when it goes to the retry set.
+
+Every write is best-effort: a Redis error while writing a status never fails a push or a job, and it
+is logged once per outage. A job filed in dead outside the chain (a poison pill, whose process died
+while running it) keeps its last status, "working", until the status expires.
+
+Testing modes (cogworker.testing): nothing is written and `status()` answers None without Redis.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from cogworker import client, keys, testing
+from cogworker.jobs import DEFAULT_RETRIES
+from cogworker.middleware import ClientNext, ServerNext
+from cogworker.outage import Outages
+from cogworker.payload import terminal_failure
+from cogworker.retry import error_fields
+
+STATES = ("queued", "working", "retrying", "complete", "failed")
+
+_outages = Outages()
+COMPONENT = "Status"
+
+
+def status(jid: str) -> str | None:
+    """The job's status, or None for an unknown or expired jid (and in the testing modes)."""
+    if testing.mode is not None:
+        return None
+    value = client.connection().hget(keys.status(jid), "status")
+    return str(value) if value is not None else None
+
+
+def details(jid: str) -> dict[str, str] | None:
+    """Everything recorded for the jid (status, class, queue, updated_at, error_*), or None."""
+    if testing.mode is not None:
+        return None
+    found: dict[str, str] = client.connection().hgetall(keys.status(jid))  # type: ignore[assignment]
+    return found or None
+
+
+def tracked(job: dict[str, Any]) -> bool:
+    return job.get("status") is True
+
+
+def _write(job: dict[str, Any], state: str, extra_ttl_s: float = 0.0, **fields: str) -> None:
+    try:
+        ttl_ms = int((client.settings().status_ttl_s + max(0.0, extra_ttl_s)) * 1000)
+        key = keys.status(str(job["jid"]))
+        mapping: dict[str | bytes, str] = {
+            "status": state,
+            "class": str(job.get("class")),
+            "queue": str(job.get("queue")),
+            "updated_at": repr(time.time()),
+        }
+        mapping.update(fields)
+        pipe = client.connection().pipeline(transaction=False)
+        pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
+        pipe.pexpire(key, max(1, ttl_ms))
+        pipe.execute()
+    except Exception as exc:
+        _outages.report(COMPONENT, exc)
+    else:
+        _outages.recovered(COMPONENT)
+
+
+def _forget(jobs: Iterable[dict[str, Any]]) -> None:
+    names = [keys.status(str(job["jid"])) for job in jobs]
+    if not names:
+        return
+    try:
+        client.connection().delete(*names)
+    except Exception as exc:
+        _outages.report(COMPONENT, exc)
+
+
+def on_push(job: dict[str, Any], call_next: ClientNext) -> Any:
+    """Client middleware: decide whether the job is tracked; write "queued" before it is pushed."""
+    if testing.mode is not None:
+        return call_next(job)
+    if "status" not in job and client.settings().status_all:
+        job["status"] = True
+    if not tracked(job):
+        return call_next(job)
+    at = job.get("at")
+    _write(job, "queued", float(at) - time.time() if isinstance(at, int | float) else 0.0)
+    try:
+        pushed = call_next(job)
+    except BaseException:
+        _forget([job])
+        raise
+    if pushed is None:
+        _forget([job])
+    return pushed
+
+
+def abandon(jobs: Iterable[dict[str, Any]]) -> None:
+    """Forget "queued" for jobs that went through the chain but were never written (push_bulk)."""
+    if testing.mode is None:
+        _forget(job for job in jobs if tracked(job))
+
+
+def _retry_wait_bound_s(job: dict[str, Any]) -> float:
+    """The longest the job can wait for its next try (retry.backoff_s at its maximum jitter)."""
+    count = int(job["retry_count"]) + 1 if "retry_count" in job else 0
+    return float(count**4 + 15 + 9 * (count + 1))
+
+
+def on_run(job: dict[str, Any], call_next: ServerNext) -> None:
+    """Server middleware: "working" around the run, then "complete", "retrying" or "failed"."""
+    if testing.mode is not None or not tracked(job):
+        call_next()
+        return
+    _write(job, "working")
+    try:
+        call_next()
+    except Exception as exc:
+        error = error_fields(exc)
+        error["error_message"] = error["error_message"][:1000]
+        if terminal_failure(job, DEFAULT_RETRIES):
+            _write(job, "failed", **error)
+        else:
+            _write(job, "retrying", _retry_wait_bound_s(job), **error)
+        raise
+    _write(job, "complete")
