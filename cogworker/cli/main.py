@@ -1,18 +1,34 @@
-"""The `cogworker` command line: `cogworker run` and the operations verbs."""
+"""The `cogworker` command line: `cogworker run` and the operations verbs.
+
+The argparse glue lives here; each verb group formats text or JSON in its own module
+(cogworker/cli/<group>.py) from the plain data the operations (cogworker/ops/) return.
+Exit codes: 0 ok, 1 an operational failure (a doctor FAIL, a job not found, Redis unreachable),
+2 usage, 78 bad settings.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from cogworker import exitcodes
+import redis
+
+from cogworker import exitcodes, logs
+from cogworker.cli import doctor, enqueue, processes, queues, sets, status
+from cogworker.cli.common import Context, Failure, json_flag, safe_url
+from cogworker.connection import is_unavailable
+from cogworker.ops import OpsError
 from cogworker.settings import load_or_exit
+
+VERB_GROUPS = (status, queues, sets, enqueue, processes, doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cogworker",
         description="Redis-backed background jobs. Settings come from COGWORKER_* variables.",
+        epilog="Every verb but run takes --json. Exit codes: 0 ok, 1 failure (a doctor FAIL, a job not "
+        "found, Redis unreachable), 2 usage, 78 bad settings.",
     )
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     sub.add_parser(
@@ -22,21 +38,52 @@ def build_parser() -> argparse.ArgumentParser:
         "what is left). USR1/TSTP: quiet. TTIN: log every thread's stack. Exit codes: 0 stopped, "
         "3 the app (COGWORKER_REQUIRE) failed to import, 78 bad settings.",
     )
+    parents = [json_flag()]
+    for group in VERB_GROUPS:
+        group.register(sub, parents)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: 2 after a usage error, 0 after --help
+        return exc.code if isinstance(exc.code, int) else exitcodes.USAGE
     if args.verb is None:
         parser.print_help()
         return exitcodes.USAGE
-    settings = load_or_exit()
+    try:
+        settings = load_or_exit()
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else exitcodes.CONFIG_ERROR
     if args.verb == "run":
         from cogworker.worker import main as run_main
 
         return run_main(settings)
-    return exitcodes.USAGE
+    # Logs go to stderr: stdout carries the verb's output (--json must stay parseable).
+    logs.configure(settings.log_level, settings.log_format)
+    ctx = Context(settings, args, sys.stdout, sys.stderr)
+    try:
+        code: int = args.handler(ctx)
+        return code
+    except Failure as exc:
+        return _fail(str(exc), exc.code)
+    except OpsError as exc:
+        return _fail(str(exc), exitcodes.FAILURE)
+    except (redis.RedisError, OSError) as exc:
+        if is_unavailable(exc):
+            return _fail(f"can't reach Redis at {safe_url(settings.redis_url)}: {exc}", exitcodes.FAILURE)
+        return _fail(
+            f"Redis refused a command: {exc} (`cogworker doctor` checks key types)", exitcodes.FAILURE
+        )
+    finally:
+        ctx.close()
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"cogworker: {message}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -1,0 +1,160 @@
+"""What every verb shares: the Redis connection, `--json` output, confirmations, number formats."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+from urllib.parse import urlparse
+
+import orjson
+import redis
+
+from cogworker import exitcodes
+from cogworker.connection import connect
+from cogworker.scripts import Scripts
+from cogworker.settings import Settings
+
+
+class Failure(Exception):
+    """Ends the command with one line on stderr and an exit code."""
+
+    def __init__(self, message: str, code: int = exitcodes.FAILURE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Context:
+    """One command's settings, Redis client and output streams."""
+
+    def __init__(self, settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
+        self.settings = settings
+        self.args = args
+        self.json: bool = bool(getattr(args, "json", False))
+        self.out = out
+        self.err = err
+        self._client: redis.Redis | None = None
+        self._scripts: Scripts | None = None
+
+    @property
+    def client(self) -> redis.Redis:
+        if self._client is None:
+            self._client = connect(self.settings)
+        return self._client
+
+    @property
+    def scripts(self) -> Scripts:
+        if self._scripts is None:
+            self._scripts = Scripts(self.client)
+        return self._scripts
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def print(self, line: str = "") -> None:
+        print(line, file=self.out)
+
+    def warn(self, line: str) -> None:
+        print(f"cogworker: warning: {line}", file=self.err)
+
+    def emit(self, data: Any, text: Callable[[Any], Sequence[str]]) -> None:
+        """`data` as JSON with --json, else the lines `text(data)` makes of the same data."""
+        if self.json:
+            self.out.write(orjson.dumps(to_plain(data), option=orjson.OPT_INDENT_2).decode() + "\n")
+        else:
+            for line in text(data):
+                self.print(line)
+
+    def confirm(self, question: str) -> None:
+        """Ask before something that can't be undone. `--yes` skips the question; without a
+        terminal to ask on, and without --yes, the command refuses (a script must say --yes)."""
+        if getattr(self.args, "yes", False):
+            return
+        stdin = sys.stdin
+        if stdin is None or not stdin.isatty():
+            raise Failure(f"{question} Refusing without a terminal to ask on: pass --yes", exitcodes.USAGE)
+        self.err.write(f"{question} [y/N] ")
+        self.err.flush()
+        answer = stdin.readline().strip().lower()
+        if answer not in ("y", "yes"):
+            raise Failure("aborted, nothing changed")
+
+
+def to_plain(data: Any) -> Any:
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        return {f.name: to_plain(getattr(data, f.name)) for f in dataclasses.fields(data)}
+    if isinstance(data, dict):
+        return {str(k): to_plain(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [to_plain(v) for v in data]
+    return data
+
+
+def json_flag() -> argparse.ArgumentParser:
+    """A parent parser giving a verb `--json`."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--json", action="store_true", help="print JSON (the same data as the text)")
+    return parent
+
+
+def yes_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-y", "--yes", action="store_true", help="don't ask for confirmation")
+
+
+def safe_url(url: str) -> str:
+    """The Redis URL without its password."""
+    parsed = urlparse(url)
+    if parsed.password:
+        netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@")
+        return parsed._replace(netloc=netloc).geturl()
+    return url
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def size_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KB", "MB"):
+        value /= 1024
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1024:.1f} GB"
+
+
+def timestamp(epoch: float | None) -> str:
+    if epoch is None:
+        return "-"
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """Left-aligned columns, two spaces apart."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+
+
+def short(value: Any, width: int = 60) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,127 @@
+"""`cogworker enqueue`: push a job by its registered name with JSON arguments.
+
+The job is looked up the way a worker would (COGWORKER_REQUIRE imported first, then
+`jobs.resolve`), so its own options (queue, retry, unique) and the client middleware apply. When its
+module can't be imported here (an ops host without the app) it is pushed by name with a warning:
+the workers that can import it will run it. When its module imports but holds no such job, it is a
+typo, and nothing is pushed.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+
+from cogworker import client, payload
+from cogworker.jobs import JobFunction, JobNotFound, resolve
+from cogworker.ops import OpsError
+from cogworker.settings import Settings
+from cogworker.worker import BootError, import_app
+
+
+class BadArguments(OpsError):
+    """The arguments given can't make a job (bad JSON, not JSON-native, a bad queue or delay)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    jid: str | None  # None: a client middleware stopped the push (a duplicate unique job)
+    job: str
+    queue: str
+    at: float | None  # when it is due, if scheduled
+    resolved: bool  # False: pushed by name, unchecked against the job's code
+    warnings: list[str]
+
+
+def parse_json_args(text: str | None) -> list[Any]:
+    if text is None or not text.strip():
+        return []
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise BadArguments(
+            f"arguments are not valid JSON ({exc}): give a JSON array, e.g. '[42, \"a\"]'"
+        ) from None
+    if not isinstance(value, list):
+        raise BadArguments(
+            f"arguments must be a JSON array, e.g. '[{text.strip()}]', not {type(value).__name__}"
+        )
+    return value
+
+
+def parse_json_kwargs(text: str | None) -> dict[str, Any]:
+    if text is None or not text.strip():
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise BadArguments(f"--kwargs is not valid JSON ({exc}): give a JSON object") from None
+    if not isinstance(value, dict):
+        raise BadArguments(f"--kwargs must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+def _push_by_name(*args: Any, **kwargs: Any) -> None:
+    """Stands in for a job this process can't import; never called here."""
+    raise RuntimeError("a job pushed by name runs only in a worker that can import it")
+
+
+def lookup(name: str, settings: Settings) -> tuple[JobFunction, list[str]]:
+    """The job named `name`, or a stand-in that pushes by name, with warnings to show."""
+    warnings = []
+    try:
+        import_app(settings.require_modules)
+    except BootError as exc:
+        warnings.append(str(exc))
+    try:
+        return resolve(name), warnings
+    except JobNotFound as exc:
+        module_name = name.rpartition(".")[0]
+        # resolve() imported the name's module if it could: then the job is simply not in it.
+        if module_name and module_name in sys.modules:
+            raise OpsError(f"{exc}; nothing pushed") from None
+        warnings.append(
+            f"{exc}: pushed by name, unchecked; a worker that can import it will run it "
+            "(with the default options: queue 'default' unless --queue, 25 retries)"
+        )
+    return JobFunction(_push_by_name, name, {}), warnings
+
+
+def enqueue(
+    settings: Settings,
+    conn: redis.Redis,
+    name: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    *,
+    queue: str | None = None,
+    in_s: float | None = None,
+) -> Enqueued:
+    try:
+        payload.check_arguments(args, kwargs)
+    except TypeError as exc:
+        raise BadArguments(str(exc)) from None
+    if in_s is not None and (not math.isfinite(in_s) or in_s < 0):
+        raise BadArguments(f"--in must be a number of seconds, 0 or more, not {in_s}")
+    fn, warnings = lookup(name, settings)
+    try:
+        options = fn.set(queue=queue).options if queue is not None else dict(fn.options)
+    except TypeError as exc:
+        raise BadArguments(str(exc)) from None
+    client.configure(settings, conn)
+    at = time.time() + in_s if in_s else None
+    jid = client.push(fn, args, kwargs, at=at, options=options)
+    return Enqueued(
+        jid=jid,
+        job=fn.name,
+        queue=str(options.get("queue") or fn.queue),
+        at=at,
+        resolved=fn.func is not _push_by_name,
+        warnings=warnings,
+    )

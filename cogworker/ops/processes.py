@@ -1,0 +1,193 @@
+"""Worker processes: who is alive and what they are running, remote commands, orphan recovery.
+
+A process is live while its presence hash (`cogworker:process:<identity>`, refreshed on every beat
+with the presence TTL) exists. Remote commands go onto `cogworker:signals:<identity>`, which the
+process reads on its next beat (heartbeat.lua).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import redis
+
+from cogworker import codec, keys
+from cogworker.heartbeat import REMOTE_COMMANDS
+from cogworker.locks import Locks
+from cogworker.ops import NotFound, OpsError, redis_time
+from cogworker.outage import Outages
+from cogworker.recovery import Recovery
+from cogworker.scripts import Scripts
+from cogworker.settings import Settings
+
+# A command for a process that died before reading it must not wait for a later process forever.
+SIGNAL_TTL_S = 60
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    thread: str
+    queue: str
+    jid: str | None
+    job: str | None  # the job's registered name; None when its payload is unreadable
+    args: list[Any]
+    run_at: float | None
+    running_for_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    identity: str
+    hostname: str
+    pid: int | None
+    tag: str
+    version: str
+    queues: list[str]
+    concurrency: int
+    started_at: float | None
+    uptime_s: float | None
+    busy: int
+    rss_bytes: int
+    quiet: bool
+    beat_age_s: float | None  # seconds since its last beat, both on Redis's clock
+    in_progress: int  # length of its in-progress list: fetched and not yet acknowledged
+    running: list[RunningJob] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class OrphanedList:
+    """An in-progress list whose owner is not live: recovery requeues it once the owner has been
+    silent for COGWORKER_ORPHAN_THRESHOLD_S."""
+
+    identity: str
+    size: int
+    last_beat_age_s: float | None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _running_job(thread: str, raw: str, now: float) -> RunningJob:
+    item = codec.loads_dict(raw) or {}
+    job = codec.loads_dict(str(item.get("payload") or "")) or {}
+    run_at = _number(item.get("run_at"))
+    args = job.get("args")
+    return RunningJob(
+        thread=thread,
+        queue=str(item.get("queue") or job.get("queue") or ""),
+        jid=str(job["jid"]) if job.get("jid") else None,
+        job=str(job["class"]) if isinstance(job.get("class"), str) else None,
+        args=args if isinstance(args, list) else [],
+        run_at=run_at,
+        running_for_s=max(0.0, now - run_at) if run_at is not None else None,
+    )
+
+
+def _process_info(
+    identity: str, presence: dict[str, str], work: dict[str, str], in_progress: int, now: float, clock: float
+) -> ProcessInfo:
+    info = codec.loads_dict(presence.get("info", "")) or {}
+    started_at = _number(info.get("started_at"))
+    beat = _number(presence.get("beat"))
+    pid = _number(info.get("pid"))
+    return ProcessInfo(
+        identity=identity,
+        hostname=str(info.get("hostname") or ""),
+        pid=int(pid) if pid is not None else None,
+        tag=str(info.get("tag") or ""),
+        version=str(info.get("version") or ""),
+        queues=[str(q) for q in info.get("queues") or []],
+        concurrency=int(_number(info.get("concurrency")) or 0),
+        started_at=started_at,
+        uptime_s=max(0.0, now - started_at) if started_at is not None else None,
+        busy=int(_number(presence.get("busy")) or 0),
+        rss_bytes=int(_number(presence.get("rss")) or 0),
+        quiet=presence.get("quiet") == "1",
+        beat_age_s=max(0.0, clock - beat) if beat is not None else None,
+        in_progress=in_progress,
+        running=sorted(
+            (_running_job(thread, raw, now) for thread, raw in work.items()),
+            key=lambda r: (r.run_at or 0.0, r.thread),
+        ),
+    )
+
+
+def processes(client: redis.Redis, now: float | None = None) -> list[ProcessInfo]:
+    """Every live process, by hostname then pid."""
+    now = time.time() if now is None else now
+    clock = redis_time(client)
+    identities = sorted(str(i) for i in cast(set[str], client.smembers(keys.PROCESSES)))
+    pipe = client.pipeline(transaction=False)
+    for identity in identities:
+        pipe.hgetall(keys.process(identity))
+        pipe.hgetall(keys.work(identity))
+        pipe.llen(keys.in_progress(identity))
+    replies = pipe.execute()
+    found = []
+    for index, identity in enumerate(identities):
+        presence, work, in_progress = replies[3 * index : 3 * index + 3]
+        if presence:  # no presence hash: not live (its TTL ran out, or it stopped)
+            found.append(_process_info(identity, presence, work, int(in_progress), now, clock))
+    return sorted(found, key=lambda p: (p.hostname, p.pid or 0, p.identity))
+
+
+def orphaned_lists(client: redis.Redis, live: set[str] | None = None) -> list[OrphanedList]:
+    """Non-empty in-progress lists of processes that are not live."""
+    if live is None:
+        live = {p.identity for p in processes(client)}
+    clock = redis_time(client)
+    owners = {str(i) for i in cast(set[str], client.smembers(keys.IN_PROGRESS_IDENTITIES))}
+    owners |= {str(i) for i in cast(set[str], client.smembers(keys.PROCESSES))}
+    candidates = sorted(owners - live)
+    pipe = client.pipeline(transaction=False)
+    for identity in candidates:
+        pipe.llen(keys.in_progress(identity))
+        pipe.hget(keys.LAST_BEAT, identity)
+    replies = pipe.execute()
+    found = []
+    for index, identity in enumerate(candidates):
+        size, beat = int(replies[2 * index]), _number(replies[2 * index + 1])
+        if size:
+            found.append(OrphanedList(identity, size, max(0.0, clock - beat) if beat is not None else None))
+    return found
+
+
+def tell(client: redis.Redis, command: str, identities: list[str] | None = None) -> list[ProcessInfo]:
+    """Send a remote command (quiet, stop, resume) to the given live processes, or to every live
+    one when `identities` is None. Returns the processes told; raises NotFound for an identity
+    that is not live (and tells none then)."""
+    if command not in REMOTE_COMMANDS:
+        raise OpsError(f"unknown command {command!r}: use one of {', '.join(REMOTE_COMMANDS)}")
+    live = {p.identity: p for p in processes(client)}
+    if identities is None:
+        targets = list(live.values())
+    else:
+        missing = [i for i in identities if i not in live]
+        if missing:
+            raise NotFound(f"no live process {', '.join(missing)} (see `cogworker status`)")
+        targets = [live[i] for i in dict.fromkeys(identities)]
+    pipe = client.pipeline(transaction=False)
+    for process in targets:
+        pipe.lpush(keys.signals(process.identity), command)
+        pipe.expire(keys.signals(process.identity), SIGNAL_TTL_S)
+    if targets:
+        pipe.execute()
+    return targets
+
+
+def recover_orphans(client: redis.Redis, settings: Settings) -> int:
+    """What every worker's poller does each COGWORKER_ORPHAN_CHECK_INTERVAL_S, now, with the
+    keyspace scan for lists no registry names. Only owners silent past the orphan threshold lose
+    their jobs (the check is atomic with the requeue). Returns how many jobs were requeued."""
+    scripts = Scripts(client)
+    outages = Outages()
+    recovery = Recovery(client, scripts, settings, outages, Locks(client, scripts, outages))
+    return recovery.recover_orphans(scan=True)

@@ -1,0 +1,295 @@
+"""The retry, scheduled and dead sets: listing, finding by jid, retrying now and deleting.
+
+Every change takes an entry out by its exact text (ZREM), in the same atomic step as anything it
+writes: two operators (or an operator and a poller) acting on one entry at once can't both win, so
+a job is never enqueued twice by a "retry now". An entry is named by its payload's `jid`; one with
+no jid (an unreadable payload filed whole) by `raw-` and a digest of its text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+
+from cogworker import codec, keys
+from cogworker.ops import NotFound, OpsError
+from cogworker.scripts import Scripts
+
+SETS = {"retry": keys.RETRY, "scheduled": keys.SCHEDULE, "dead": keys.DEAD}
+UNREADABLE = "cogworker.UnreadablePayload"
+RAW_REF_PREFIX = "raw-"
+BATCH = 500
+# An entry replaced while we act on it (the poison-pill swap in recovery.py) is looked up again.
+ATTEMPTS = 3
+
+
+class NotRetryable(OpsError):
+    """The entry can't be put back on a queue (its payload is unreadable, or names no queue)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    queue: str | None = None  # exact queue name
+    job: str | None = None  # substring of the job's name
+    error: str | None = None  # substring of its error class or message
+
+    def __call__(self, entry: Entry) -> bool:
+        if self.queue is not None and entry.queue != self.queue:
+            return False
+        if self.job is not None and self.job not in (entry.job or ""):
+            return False
+        if self.error is not None:
+            text = f"{entry.error_class or ''}: {entry.error_message or ''}"
+            if self.error not in text:
+                return False
+        return True
+
+    @property
+    def empty(self) -> bool:
+        return self.queue is None and self.job is None and self.error is None
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    ref: str  # what the verbs take: the jid, or raw-<digest> when there is none
+    set: str  # retry, scheduled or dead
+    score: float  # when it is due (retry, scheduled) or when it died (dead)
+    jid: str | None
+    job: str | None
+    queue: str | None
+    args: list[Any]
+    kwargs: dict[str, Any]
+    retry_count: int | None
+    error_class: str | None
+    error_message: str | None
+    failed_at: float | None
+    readable: bool  # False: the payload isn't a job this code can put back on a queue
+    payload: dict[str, Any] | None  # the whole decoded payload (None when it isn't a JSON object)
+    raw: str  # the entry exactly as stored
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The fields a listing shows (everything but the whole payload and raw text)."""
+        return {
+            "ref": self.ref,
+            "set": self.set,
+            "score": self.score,
+            "jid": self.jid,
+            "job": self.job,
+            "queue": self.queue,
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "retry_count": self.retry_count,
+            "error_class": self.error_class,
+            "error_message": self.error_message,
+            "failed_at": self.failed_at,
+            "readable": self.readable,
+        }
+
+
+def set_key(name: str) -> str:
+    try:
+        return SETS[name]
+    except KeyError:
+        raise OpsError(f"unknown set {name!r}: use one of {', '.join(SETS)}") from None
+
+
+def raw_ref(raw: str) -> str:
+    return RAW_REF_PREFIX + hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _float_or_none(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def parse_entry(set_name: str, raw: str, score: float) -> Entry:
+    job = codec.loads_dict(raw)
+    payload = job or {}
+    name = _str_or_none(payload.get("class"))
+    queue = _str_or_none(payload.get("queue"))
+    jid = _str_or_none(payload.get("jid"))
+    args, kwargs = payload.get("args"), payload.get("kwargs")
+    count = payload.get("retry_count")
+    return Entry(
+        ref=jid or raw_ref(raw),
+        set=set_name,
+        score=score,
+        jid=jid,
+        job=name,
+        queue=queue,
+        args=args if isinstance(args, list) else [],
+        kwargs=kwargs if isinstance(kwargs, dict) else {},
+        retry_count=count if isinstance(count, int) and not isinstance(count, bool) else None,
+        error_class=_str_or_none(payload.get("error_class")),
+        error_message=_str_or_none(payload.get("error_message")),
+        failed_at=_float_or_none(payload.get("failed_at")),
+        readable=job is not None and name is not None and name != UNREADABLE and queue is not None,
+        payload=job,
+        raw=raw,
+    )
+
+
+def size(client: redis.Redis, set_name: str) -> int:
+    return client.zcard(set_key(set_name))
+
+
+def _scan(client: redis.Redis, set_name: str) -> Iterator[Entry]:
+    """Every entry in listing order: dead newest first, retry and scheduled soonest due first."""
+    key = set_key(set_name)
+    newest_first = set_name == "dead"
+    start = 0
+    while True:
+        page = cast(
+            list[tuple[str, float]],
+            client.zrange(key, start, start + BATCH - 1, desc=newest_first, withscores=True),
+        )
+        for raw, score in page:
+            yield parse_entry(set_name, raw, score)
+        if len(page) < BATCH:
+            return
+        start += BATCH
+
+
+def entries(
+    client: redis.Redis, set_name: str, match: Filter | None = None, limit: int | None = None
+) -> list[Entry]:
+    match = match or Filter()
+    found = []
+    for entry in _scan(client, set_name):
+        if match(entry):
+            found.append(entry)
+            if limit is not None and len(found) >= limit:
+                break
+    return found
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def find(client: redis.Redis, set_name: str, ref: str) -> Entry | None:
+    """The entry named `ref` (a jid, or raw-<digest>); the soonest-due one if several share it."""
+    key = set_key(set_name)
+    found: list[Entry] = []
+    if ref.startswith(RAW_REF_PREFIX):
+        found = [e for e in _scan(client, set_name) if e.jid is None and raw_ref(e.raw) == ref]
+    else:
+        # ZSCAN's MATCH narrows the search to entries whose text holds the jid; the decoded payload
+        # decides.
+        pattern = f"*{_glob_escape(ref)}*"
+        for raw, score in client.zscan_iter(key, match=pattern, count=BATCH):
+            entry = parse_entry(set_name, str(raw), float(score))
+            if entry.jid == ref:
+                found.append(entry)
+    return min(found, key=lambda e: e.score) if found else None
+
+
+def get(client: redis.Redis, set_name: str, ref: str) -> Entry:
+    entry = find(client, set_name, ref)
+    if entry is None:
+        raise NotFound(f"no job {ref} in the {set_name} set")
+    return entry
+
+
+def requeued_payload(entry: Entry, now: float) -> dict[str, Any]:
+    """The payload to push for a retry now, as Sidekiq's Web UI does it: its error fields and
+    retry_count stay (a failure after this one counts from there), `retried_at` says a human sent
+    it back, and it is stamped enqueued now."""
+    if not entry.readable or entry.payload is None or entry.queue is None:
+        if entry.job == UNREADABLE or entry.payload is None:
+            why = "its payload is unreadable (the raw text is kept under `raw`: see `show`)"
+        else:
+            why = "its payload names no job class or no queue"
+        raise NotRetryable(f"job {entry.ref} in the {entry.set} set can't be retried: {why}")
+    job = dict(entry.payload)
+    job.pop("at", None)
+    if entry.set != "scheduled":
+        job["retried_at"] = now
+    job["enqueued_at"] = now
+    return job
+
+
+def retry_now(client: redis.Redis, scripts: Scripts, set_name: str, ref: str) -> Entry:
+    """Move the entry to the queue its payload names, now, in one script (graduate.lua: ZREM, and
+    only if that removed it, LPUSH). Of two operators retrying one entry at once exactly one
+    succeeds; the other gets NotFound. Returns the entry moved."""
+    for _ in range(ATTEMPTS):
+        entry = get(client, set_name, ref)
+        job = requeued_payload(entry, time.time())
+        assert entry.queue is not None
+        moved = scripts.run(
+            "graduate",
+            [set_key(set_name), keys.queue(entry.queue), keys.QUEUES],
+            [entry.raw, codec.dumps(job), entry.queue],
+            client=client,
+        )
+        if moved:
+            return entry
+    raise NotFound(f"job {ref} in the {set_name} set changed while being retried: try again")
+
+
+def delete(client: redis.Redis, set_name: str, ref: str) -> Entry:
+    """Remove the entry; returns it. NotFound if it is gone (someone else acted on it first)."""
+    for _ in range(ATTEMPTS):
+        entry = get(client, set_name, ref)
+        if client.zrem(set_key(set_name), entry.raw):
+            return entry
+    raise NotFound(f"job {ref} in the {set_name} set changed while being deleted: try again")
+
+
+@dataclass(frozen=True, slots=True)
+class BulkResult:
+    done: int  # entries retried or deleted
+    unreadable: int  # entries that matched but can't be retried (left in place)
+    gone: int  # entries someone else took meanwhile
+
+
+def retry_all(
+    client: redis.Redis, scripts: Scripts, set_name: str, match: Filter | None = None
+) -> BulkResult:
+    """Retry now every entry that matches; unreadable ones stay where they are."""
+    key = set_key(set_name)
+    chosen = entries(client, set_name, match)
+    done = gone = unreadable = 0
+    now = time.time()
+    for start in range(0, len(chosen), BATCH):
+        pipe = client.pipeline(transaction=False)
+        for entry in chosen[start : start + BATCH]:
+            if not entry.readable or entry.queue is None:
+                unreadable += 1
+                continue
+            scripts.run(
+                "graduate",
+                [key, keys.queue(entry.queue), keys.QUEUES],
+                [entry.raw, codec.dumps(requeued_payload(entry, now)), entry.queue],
+                client=pipe,
+            )
+        moved = [int(r) for r in pipe.execute()] if len(pipe) else []
+        done += sum(moved)
+        gone += moved.count(0)
+    return BulkResult(done, unreadable, gone)
+
+
+def delete_all(client: redis.Redis, set_name: str, match: Filter | None = None) -> BulkResult:
+    """Delete every entry that matches (without a filter: the whole set, in one step)."""
+    key = set_key(set_name)
+    if match is None or match.empty:
+        pipe = client.pipeline(transaction=True)
+        pipe.zcard(key)
+        pipe.delete(key)
+        removed, _ = pipe.execute()
+        return BulkResult(int(removed), 0, 0)
+    chosen = [e.raw for e in entries(client, set_name, match)]
+    done = 0
+    for start in range(0, len(chosen), BATCH):
+        done += client.zrem(key, *chosen[start : start + BATCH])
+    return BulkResult(done, 0, len(chosen) - done)
