@@ -1,0 +1,208 @@
+"""Starting, watching, measuring and ending the worker processes a benchmark run starts.
+
+Every process the harness starts carries BENCH_RUN_ID in its environment. Process groups alone are not
+enough to end them all: rq's work horses call setpgrp(), and a parent can die and leave orphans. So
+besides stopping each group, the harness ends with a sweep that kills whatever still carries this
+run's id, by pid, and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+RUN_ID_VAR = "BENCH_RUN_ID"
+MB = 1024 * 1024
+
+
+class NotRunnable(RuntimeError):
+    """The worker command exited before it became ready: its system can't be measured in this run."""
+
+
+@dataclass(frozen=True)
+class MemoryFigures:
+    parent_rss_mb: float
+    children_uss_mb: list[float]
+    children_pss_mb: list[float]
+    parent_pss_mb: float
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "parent_rss_mb": self.parent_rss_mb,
+            "parent_pss_mb": self.parent_pss_mb,
+            "children_uss_mb": self.children_uss_mb,
+            "children_pss_mb": self.children_pss_mb,
+            "children": len(self.children_uss_mb),
+            "child_uss_mb_mean": _mean(self.children_uss_mb),
+            "child_pss_mb_mean": _mean(self.children_pss_mb),
+            "total_pss_mb": self.parent_pss_mb + sum(self.children_pss_mb),
+        }
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+class WorkerGroup:
+    """One worker command (a parent and the children it forks), in a session of its own."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.argv = argv
+        self.env = env
+        self.log_path = log_path
+        self._popen: subprocess.Popen[bytes] | None = None
+        self.parent: psutil.Process | None = None
+        self.started_at = 0.0
+        # Every descendant ever seen, so one whose parent already died can still be ended.
+        self._seen: dict[int, psutil.Process] = {}
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.started_at = time.time()
+            self._popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
+        self.parent = psutil.Process(self._popen.pid)
+
+    def exit_code(self) -> int | None:
+        assert self._popen is not None
+        return self._popen.poll()
+
+    def children(self) -> list[psutil.Process]:
+        """The parent's direct children: the workers (a worker's own forks are below them)."""
+        if self.parent is None or self.exit_code() is not None:
+            return []
+        try:
+            direct = self.parent.children()
+            self._remember(self.parent.children(recursive=True))
+        except psutil.NoSuchProcess:
+            return []
+        return direct
+
+    def subtree(self, proc: psutil.Process) -> list[psutil.Process]:
+        try:
+            below = proc.children(recursive=True)
+        except psutil.NoSuchProcess:
+            below = []
+        self._remember(below)
+        return [proc, *below]
+
+    def _remember(self, procs: Iterable[psutil.Process]) -> None:
+        for proc in procs:
+            self._seen.setdefault(proc.pid, proc)
+
+    def log_tail(self, chars: int = 600) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return text[-chars:].strip()
+
+    def ensure_alive(self) -> None:
+        code = self.exit_code()
+        if code is not None:
+            tail = self.log_tail()
+            last = tail.splitlines()[-1] if tail else "(no output)"
+            raise NotRunnable(f"`{' '.join(self.argv)}` exited with {code}: {last}")
+
+    def stop(self, timeout_s: float) -> float:
+        """SIGTERM to the parent (it relays to its children), then SIGKILL all that is left."""
+        if self._popen is None:
+            return 0.0
+        self.children()
+        began = time.monotonic()
+        if self._popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._popen.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._popen.wait(timeout=timeout_s)
+        took = time.monotonic() - began
+        self.kill()
+        return took
+
+    def kill(self) -> None:
+        """SIGKILL the parent's session and every descendant seen; safe to call more than once."""
+        if self._popen is None:
+            return
+        self.children()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._popen.pid, signal.SIGKILL)
+        for proc in self._seen.values():
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._popen.wait(timeout=10)
+
+
+def kill_tree(procs: list[psutil.Process]) -> None:
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+def cpu_seconds(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            times = proc.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def memory(group: WorkerGroup) -> MemoryFigures:
+    """Parent RSS and PSS; each direct child's USS and PSS (what it costs beyond what it shares)."""
+    assert group.parent is not None
+    parent = group.parent.memory_full_info()
+    uss: list[float] = []
+    pss: list[float] = []
+    for child in group.children():
+        with contextlib.suppress(psutil.Error):
+            info = child.memory_full_info()
+            uss.append(info.uss / MB)
+            pss.append(info.pss / MB)
+    return MemoryFigures(parent.rss / MB, uss, pss, parent.pss / MB)
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    group: WorkerGroup | None,
+    step_s: float = 0.05,
+) -> None:
+    """Poll until `condition` holds; fail fast if the worker command died meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if group is not None:
+            group.ensure_alive()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(step_s)
+
+
+def sweep(run_id: str) -> list[int]:
+    """SIGKILL every process that carries this run's id; returns their pids."""
+    killed: list[int] = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get(RUN_ID_VAR) == run_id:
+                proc.kill()
+                killed.append(proc.pid)
+        except psutil.Error:
+            continue
+    return killed
