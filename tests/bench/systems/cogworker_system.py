@@ -1,0 +1,59 @@
+"""cogworker, run as in production: `cogworker-swarm` forking two children."""
+
+from __future__ import annotations
+
+import importlib
+from importlib import metadata
+from types import ModuleType
+
+from systems.base import THREADS_PER_PROCESS, WORKER_PROCESSES, System
+
+
+class Cogworker(System):
+    name = "cogworker"
+    bulk_label = "push_bulk"
+
+    def __init__(self, redis_url: str) -> None:
+        super().__init__(redis_url)
+        import cogworker
+
+        self._cogworker = cogworker
+        cogworker.configure(cogworker.load_settings(redis_url=redis_url))
+        self._jobs: ModuleType = importlib.import_module("jobs_cogworker")
+
+    def worker_argv(self) -> list[str]:
+        return ["cogworker-swarm"]
+
+    def worker_env(self) -> dict[str, str]:
+        # Log level warning: the peers print nothing per job by default (rq is told -l WARNING too),
+        # so no system pays for per-job log lines in the figures.
+        return {
+            "COGWORKER_REDIS_URL": self.redis_url,
+            "COGWORKER_REQUIRE": "jobs_cogworker",
+            "COGWORKER_COUNT": str(WORKER_PROCESSES),
+            "COGWORKER_CONCURRENCY": str(THREADS_PER_PROCESS),
+            "COGWORKER_QUEUES": "default",
+            "COGWORKER_LOG_LEVEL": "warning",
+        }
+
+    def memory_variants(self) -> dict[str, dict[str, str]]:
+        return {"preload": {"COGWORKER_PRELOAD": "true"}}
+
+    def version(self) -> str:
+        return metadata.version("cogworker")
+
+    def push_noop(self) -> None:
+        self._jobs.noop.perform_async()
+
+    def push_noop_bulk(self, count: int) -> None:
+        self._cogworker.push_bulk(self._jobs.noop, [() for _ in range(count)])
+
+    def push_pickup(self, pushed_at: float) -> None:
+        self._jobs.pickup.perform_async(pushed_at)
+
+    def push_sleeper(self, index: int, seconds: float) -> None:
+        self._jobs.sleeper.perform_async(index, seconds)
+
+    def close(self) -> None:
+        # The client API has no close; its idle pool sends nothing, so it can't skew a later window.
+        return None
