@@ -1,0 +1,194 @@
+"""`make bench`: cogworker and its Python peers, measured back to back on one private Redis.
+
+Usage (through tests/bench/run.sh, which builds .bench-venv/):
+    tests/bench/run.sh                  # the full run, every system (under 15 minutes on 2 cores)
+    tests/bench/run.sh --quick          # a smoke run: small workloads, one W1 run
+    tests/bench/run.sh --only cogworker,dramatiq
+
+Prints one table (each figure per system and cogworker / peer) and writes every raw figure to
+bench-results/bench-<timestamp>.json at the repository root. Worker logs go beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import platform
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import systems
+from context import Context, Plan
+from footprint import idle_cost
+from latency import pickup_latency
+from procs import RUN_ID_VAR, NotRunnable, memory, sweep, wait_for
+from recovery import recovery
+from redis_server import RedisServer
+from report import footnotes, table, write_json
+from systems.base import System
+from throughput import drain, enqueue_rates
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS_DIR = ROOT / "bench-results"
+Step = Callable[[Context, System], dict[str, Any]]
+
+
+def say(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def step_enqueue(ctx: Context, system: System) -> dict[str, Any]:
+    return {"enqueue": enqueue_rates(ctx, system)}
+
+
+def step_drain(ctx: Context, system: System) -> dict[str, Any]:
+    return {"w1": drain(ctx, system)}
+
+
+def step_idle(ctx: Context, system: System) -> dict[str, Any]:
+    """W2 and the idle window share one set of workers: both want them idle and warm."""
+    group = ctx.start(system, "w2-idle")
+    try:
+        ctx.wait_ready(system, group)
+        time.sleep(ctx.plan.settle_s)
+        w2 = pickup_latency(ctx, system, group)
+        time.sleep(ctx.plan.settle_s)
+        return {"w2": w2, "idle": idle_cost(ctx, group)}
+    finally:
+        ctx.stop(group)
+
+
+def step_memory(ctx: Context, system: System) -> dict[str, Any]:
+    """Memory after the same few hundred jobs, in each mode the system has (cogworker: preload too)."""
+    figures: dict[str, Any] = {}
+    for mode, env in {"default": {}, **system.memory_variants()}.items():
+        ctx.redis.flush()
+        group = ctx.start(system, f"memory-{mode}", env)
+        try:
+            ctx.wait_ready(system, group)
+            system.push_noop_bulk(ctx.plan.w2_jobs)
+            wait_for(lambda: ctx.done() >= ctx.plan.w2_jobs, 60, "the memory step's jobs", group)
+            time.sleep(1)  # let the last job's buffers settle before reading the pages
+            figures[mode] = memory(group).as_dict()
+        finally:
+            ctx.stop(group)
+    return {"memory": figures}
+
+
+def step_recovery(ctx: Context, system: System) -> dict[str, Any]:
+    return {"w3": recovery(ctx, system)}
+
+
+STEPS: list[tuple[str, Step, bool]] = [  # (name, step, needs running workers)
+    ("enqueue", step_enqueue, False),
+    ("w1", step_drain, True),
+    ("w2+idle", step_idle, True),
+    ("memory", step_memory, True),
+    ("w3", step_recovery, True),
+]
+
+
+def measure(ctx: Context, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = {"name": name, "errors": {}}
+    try:
+        system = systems.load(name, ctx.redis.url)
+    except Exception as exc:
+        result["not_runnable"] = f"{name} not runnable: its client does not load: {type(exc).__name__}: {exc}"
+        return result
+    result["version"] = system.version()
+    result["notes"] = list(system.notes)
+    try:
+        for step_name, step, needs_workers in STEPS:
+            if needs_workers and result.get("not_runnable"):
+                continue
+            began = time.monotonic()
+            say(f"{name}: {step_name} ...")
+            try:
+                result.update(step(ctx, system))
+            except NotRunnable as exc:
+                result["not_runnable"] = f"{name} not runnable: {exc}"
+            except Exception as exc:
+                result["errors"][step_name] = f"{type(exc).__name__}: {exc}"
+            finally:
+                ctx.kill_all()  # a step that failed half-way may have left its workers up
+            say(f"{name}: {step_name} took {time.monotonic() - began:.1f} s")
+    finally:
+        system.close()
+    return result
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: small workloads, one W1 run")
+    parser.add_argument(
+        "--only", default=",".join(systems.NAMES), help=f"comma-separated, from {','.join(systems.NAMES)}"
+    )
+    args = parser.parse_args(argv)
+    args.only = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in args.only if n not in systems.NAMES]
+    if unknown or not args.only:
+        parser.error(f"--only takes names from {', '.join(systems.NAMES)} (got {args.only})")
+    # Run in the canonical order, so cogworker comes first and the table reads the same every time.
+    args.only = [n for n in systems.NAMES if n in args.only]
+    return args
+
+
+def _raise_exit(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    plan = Plan.make(args.quick)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_id = uuid.uuid4().hex
+    log_dir = RESULTS_DIR / f"bench-{stamp}-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    # SIGTERM/SIGHUP unwind like Ctrl-C, so the finally below ends every process this run started.
+    signal.signal(signal.SIGTERM, _raise_exit)
+    signal.signal(signal.SIGHUP, _raise_exit)
+    server = RedisServer({**os.environ, RUN_ID_VAR: run_id})
+    ctx = Context(server, plan, run_id, log_dir)
+    began = time.monotonic()
+    results: dict[str, Any] = {}
+    try:
+        server.start()
+        # The job modules imported here, to push, read the bench Redis from the environment too.
+        os.environ["BENCH_REDIS_URL"] = server.url
+        say(f"redis-server {server.version()} on {server.url}; worker logs in {log_dir}")
+        for name in args.only:
+            results[name] = measure(ctx, name)
+        redis_version = server.version()
+    finally:
+        ctx.kill_all()
+        server.stop()
+        leftovers = sweep(run_id)
+        if leftovers:
+            say(f"killed {len(leftovers)} leftover processes: {leftovers}")
+    elapsed = time.monotonic() - began
+    plan_dict = dataclasses.asdict(plan)
+    print(table(results))
+    print()
+    for note in footnotes(results, plan_dict):
+        print(f"  {note}")
+    document = {
+        "started": stamp,
+        "elapsed_s": elapsed,
+        "plan": plan_dict,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "redis": redis_version},
+        "versions": {name: r.get("version") for name, r in results.items()},
+        "results": results,
+    }
+    path = write_json(RESULTS_DIR, stamp, document)
+    print(f"\n  raw figures: {path.relative_to(ROOT)}; took {elapsed / 60:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,185 @@
+"""The one table a run prints, and the JSON file with every raw figure behind it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BASE = "cogworker"
+Result = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    better: str  # "↑" higher is better, "↓" lower is better, "" no direction
+    value: Callable[[Result], Any]  # a number, a str shown as is, or None when absent
+    fmt: str = "{:,.0f}"
+
+
+def _get(*path: str) -> Callable[[Result], Any]:
+    def read(result: Result) -> Any:
+        node: Any = result
+        for key in path:
+            if not isinstance(node, dict) or key not in node:
+                return None
+            node = node[key]
+        return node
+
+    return read
+
+
+def _restart(result: Result) -> Any:
+    w3 = result.get("w3")
+    if not w3:
+        return None
+    if not w3["killed_jobs"]:
+        return "none killed"
+    if w3["not_restarted"]:
+        return f"> {w3['cap_s']:.0f} s ({w3['not_restarted']}/{len(w3['killed_jobs'])})"
+    return w3["max_restart_s"]
+
+
+def _preload(key: str) -> Callable[[Result], Any]:
+    """cogworker's COGWORKER_PRELOAD=true figure; a peer has one memory mode, so its default figure."""
+
+    def read(result: Result) -> Any:
+        mode = "preload" if result.get("name") == BASE else "default"
+        return _get("memory", mode, key)(result)
+
+    return read
+
+
+def _survived(result: Result) -> Any:
+    parent = _get("w3", "parent")(result)
+    if parent is None:
+        return None
+    return "yes" if parent["survived"] else f"no (exit {parent['exit_code']})"
+
+
+ROWS = [
+    Row("enqueue, single pushes (jobs/s)", "↑", _get("enqueue", "single_jobs_per_s")),
+    Row("enqueue, bulk (jobs/s)", "↑", _get("enqueue", "bulk_jobs_per_s")),
+    Row("W1 drain (jobs/s, median)", "↑", _get("w1", "jobs_per_s")),
+    Row("W1 jobs per run", "", _get("w1", "jobs")),
+    Row("W1 start-up to first job done (s)", "↓", _get("w1", "startup_s"), "{:.2f}"),
+    Row("Redis commands per job", "↓", _get("w1", "commands_per_job"), "{:.2f}"),
+    Row("  of which script calls", "↓", _get("w1", "script_calls_per_job"), "{:.2f}"),
+    Row("W2 pickup p50 (ms)", "↓", _get("w2", "p50_ms"), "{:.1f}"),
+    Row("W2 pickup p90 (ms)", "↓", _get("w2", "p90_ms"), "{:.1f}"),
+    Row("W2 pickup p99 (ms)", "↓", _get("w2", "p99_ms"), "{:.1f}"),
+    Row("W2 pickup max (ms)", "↓", _get("w2", "max_ms"), "{:.1f}"),
+    Row("W3 jobs on the killed worker", "", lambda r: len(r["w3"]["killed_jobs"]) if r.get("w3") else None),
+    Row("W3 killed jobs started again after (s)", "↓", _restart, "{:.2f}"),
+    Row("W3 jobs lost (never done by the cap)", "↓", _get("w3", "lost")),
+    Row("W3 jobs run twice", "", _get("w3", "ran_twice")),
+    Row("W3 worker command survived the kill", "", _survived),
+    Row("parent RSS (MB)", "↓", _get("memory", "default", "parent_rss_mb"), "{:.1f}"),
+    Row("child USS (MB, mean)", "↓", _get("memory", "default", "child_uss_mb_mean"), "{:.1f}"),
+    Row("child PSS (MB, mean)", "↓", _get("memory", "default", "child_pss_mb_mean"), "{:.1f}"),
+    Row("total PSS (MB)", "↓", _get("memory", "default", "total_pss_mb"), "{:.1f}"),
+    Row("child USS, cogworker preload (MB) ¹", "↓", _preload("child_uss_mb_mean"), "{:.1f}"),
+    Row("child PSS, cogworker preload (MB) ¹", "↓", _preload("child_pss_mb_mean"), "{:.1f}"),
+    Row("total PSS, cogworker preload (MB) ¹", "↓", _preload("total_pss_mb"), "{:.1f}"),
+    Row("idle parent CPU (%)", "↓", _get("idle", "parent_cpu_pct"), "{:.2f}"),
+    Row("idle workers CPU (%, all)", "↓", _get("idle", "children_cpu_pct"), "{:.2f}"),
+    Row("idle Redis commands/s per worker", "↓", _get("idle", "redis_commands_per_s_per_child"), "{:.1f}"),
+]
+
+
+def _cell(row: Row, value: Any, result: Result) -> str:
+    if value is None:
+        return "not run" if result.get("not_runnable") else "—"
+    if isinstance(value, str):
+        return value
+    return row.fmt.format(value)
+
+
+def _ratio(base: Any, peer: Any) -> str:
+    if not isinstance(base, int | float) or not isinstance(peer, int | float) or not peer:
+        return "—"
+    return f"{base / peer:.2f}x"
+
+
+VALUE_WIDTH = 15
+RATIO_WIDTH = 9
+
+
+def table(results: dict[str, Result]) -> str:
+    names = list(results)
+    peers = [n for n in names if n != BASE]
+    has_base = BASE in names
+    header = ["metric"]
+    widths: list[int] = []
+    if has_base:
+        header.append(BASE)
+        widths.append(VALUE_WIDTH)
+    for peer in peers:
+        header.append(peer)
+        widths.append(VALUE_WIDTH)
+        if has_base:
+            header.append(f"cog/{peer[:4]}")
+            widths.append(RATIO_WIDTH)
+    lines = [_line(header, widths)]
+    lines.append("-" * len(lines[0]))
+    for row in ROWS:
+        values = {n: row.value(results[n]) for n in names}
+        if all(v is None for v in values.values()):
+            continue
+        cells = [f"{row.label} {row.better}".rstrip()]
+        if has_base:
+            cells.append(_cell(row, values[BASE], results[BASE]))
+        for peer in peers:
+            cells.append(_cell(row, values[peer], results[peer]))
+            if has_base:
+                cells.append(_ratio(values[BASE], values[peer]) if row.better else "")
+        lines.append(_line(cells, widths))
+    return "\n".join(lines)
+
+
+def _line(cells: list[str], widths: list[int]) -> str:
+    return f"{cells[0]:<40}" + "".join(f"{c:>{w}}" for c, w in zip(cells[1:], widths, strict=True))
+
+
+def footnotes(results: dict[str, Result], plan: dict[str, Any]) -> list[str]:
+    notes = [
+        "ratio = cogworker / peer; ↑ higher is better, ↓ lower is better.",
+        "W1 drain = (jobs - 1) / (last job done - first job done), timed by the jobs; start-up apart.",
+        f"W1 runs: {plan['w1_runs']}; W2: {plan['w2_jobs']} jobs {plan['w2_gap_s'] * 1000:.0f} ms apart "
+        f"to idle workers; W3: {plan['w3_jobs']} jobs of {plan['w3_job_s']:.0f} s, one worker "
+        f"SIGKILLed mid-job, watched {plan['w3_cap_s']:.0f} s; idle window {plan['idle_s']:.0f} s.",
+        "Redis commands per job: INFO commandstats over a W1 drain, start-up included; commands run "
+        "inside scripts count under their own names too; the jobs' reporting and the harness's polls "
+        "are taken out.",
+        "W3 '> N s (k/m)': k of the m jobs on the killed worker had not started again N s after the kill.",
+        "¹ peers have one memory mode; their preload rows repeat their default figure.",
+    ]
+    for name, result in results.items():
+        notes += [
+            f"{name}: {note}" if not note.startswith(name) else note for note in result.get("notes", [])
+        ]
+        if result.get("enqueue"):
+            notes.append(f"{name} bulk push: {result['enqueue']['bulk_method']}")
+        if result.get("w1") and result["w1"]["jobs"] != plan["w1_jobs"]:
+            notes.append(f"{name} drained {result['w1']['jobs']:,} jobs per W1 run: fewer, as it is slower.")
+        parent = _get("w3", "parent")(result)
+        if parent and not parent["survived"]:
+            notes.append(
+                f"{name} W3: the worker command exited {parent['exit_after_s']:.1f} s after the kill; "
+                "the harness started it again, as systemd's Restart=on-failure would."
+            )
+        if result.get("not_runnable"):
+            notes.append(result["not_runnable"])
+        for step, error in result.get("errors", {}).items():
+            notes.append(f"{name} {step} failed: {error}")
+    return notes
+
+
+def write_json(directory: Path, stamp: str, document: dict[str, Any]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"bench-{stamp}.json"
+    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    return path
