@@ -1,0 +1,54 @@
+"""`cogworker` verbs as real commands: exit codes and the one line they print on failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.redis_server import RedisServer, free_port
+
+
+def run(*argv: str, url: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    clean.update(COGWORKER_REDIS_URL=url, **env)
+    return subprocess.run(
+        [sys.executable, "-m", "cogworker", *argv], env=clean, capture_output=True, text=True, timeout=30
+    )
+
+
+def test_unreachable_redis_is_one_line_and_exit_1() -> None:
+    port = free_port()
+    done = run("status", url=f"redis://:hunter2@127.0.0.1:{port}/0")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"cogworker: can't reach Redis at redis://:***@127.0.0.1:{port}/0: ")
+    assert "hunter2" not in done.stderr
+    assert done.stdout == ""
+
+
+def test_usage_and_settings_errors(redis_server: RedisServer) -> None:
+    assert run(url=redis_server.url).returncode == 2
+    assert run("dead", url=redis_server.url).returncode == 2
+    assert run("nonsense", url=redis_server.url).returncode == 2
+    assert run("--help", url=redis_server.url).returncode == 0
+    bad = run("status", url=redis_server.url, COGWORKER_CONCURRENCY="0")
+    assert bad.returncode == 78
+    assert (
+        bad.stderr.strip() == "cogworker: configuration error: COGWORKER_CONCURRENCY='0': must be 1 or more"
+    )
+
+
+def test_doctor_fail_exits_1_and_json_is_clean(private_redis: RedisServer) -> None:
+    client = private_redis.client()
+    client.config_set("maxmemory-policy", "volatile-lru")
+    done = run("doctor", "--json", url=private_redis.url)
+    assert done.returncode == 1
+    report = json.loads(done.stdout)  # logs go to stderr, never into the JSON
+    assert report["ok"] is False
+    assert {"name": "maxmemory-policy", "level": "FAIL"}.items() <= report["checks"][1].items()
+    client.config_set("maxmemory-policy", "noeviction")
+    assert run("doctor", url=private_redis.url).returncode == 0
+    client.close()
