@@ -38,6 +38,7 @@ class FetchResult:
     works: list[Work] = field(default_factory=list)
     acked: int = 0
     all_paused: bool = False
+    wrong_type_queues: list[str] = field(default_factory=list)
 
 
 class UnsupportedError(Exception):
@@ -111,9 +112,14 @@ class ReliableFetch:
             if _refused(exc):
                 raise UnsupportedError(str(exc)) from exc
             raise
-        works = [Work(keys.queue_name(str(reply[i])), str(reply[i + 1])) for i in range(2, len(reply), 2)]
+        n_bad = int(reply[2])
+        bad = [keys.queue_name(str(k)) for k in reply[3 : 3 + n_bad]]
+        first = 3 + n_bad
+        works = [Work(keys.queue_name(str(reply[i])), str(reply[i + 1])) for i in range(first, len(reply), 2)]
         paused = int(reply[1])
-        return FetchResult(works, int(reply[0]), all_paused=limit > 0 and paused == len(queue_keys))
+        return FetchResult(
+            works, int(reply[0]), all_paused=limit > 0 and paused == len(queue_keys), wrong_type_queues=bad
+        )
 
     def wait(self, timeout_s: float) -> Work | None:
         """Block for the next job when there is exactly one queue (BLMOVE: atomic and instant)."""

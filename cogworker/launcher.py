@@ -144,6 +144,7 @@ class Launcher:
             scan_at_boot=fetcher.keeps_in_progress,
             extra_tasks=[self.recovery.retry_burials, ticker.poll, unique.retry_deferred_releases],
         )
+        self.manager.on_wrong_type = self.poller.check_keys_soon
         self.manager.start()
         self.heartbeat.start()
         self.poller.start()

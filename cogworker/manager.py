@@ -63,6 +63,8 @@ class Manager:
         self._threads: list[threading.Thread] = []
         self._fetcher_thread: threading.Thread | None = None
         self._rng = random.Random()
+        self._wrong_type_logged: dict[str, float] = {}
+        self.on_wrong_type: Callable[[], None] | None = None
 
     # Lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -173,10 +175,22 @@ class Manager:
             self._outages.report("Fetch", exc)
             return None
         self._outages.recovered("Fetch")
+        if result.wrong_type_queues:
+            self._report_wrong_type(result.wrong_type_queues)
         self._enqueue(result.works)
         if result.all_paused:
             self._wake.wait(BLOCK_TIMEOUT_S)
         return len(result.works)
+
+    def _report_wrong_type(self, queues: list[str]) -> None:
+        """Logged once per minute per queue; the key guard is asked to move the key aside now."""
+        now = time.monotonic()
+        fresh = [q for q in queues if self._wrong_type_logged.get(q, 0.0) < now - 60]
+        if fresh:
+            log.error("queue_key_has_wrong_type", queues=fresh, note="skipped; the key guard moves it aside")
+            self._wrong_type_logged.update(dict.fromkeys(fresh, now))
+        if self.on_wrong_type is not None:
+            self.on_wrong_type()
 
     def _blocking_wait(self) -> bool:
         """Block on the queue when the fetcher can (one queue): a pushed job starts at once."""

@@ -62,6 +62,10 @@ class Poller:
         self._thread = threading.Thread(target=self._loop, name="poller", daemon=True)
         self._thread.start()
 
+    def check_keys_soon(self) -> None:
+        """A fetch met a wrong-type key: run the key guard on the next poll, not in minutes."""
+        self._next_key_check = 0.0
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:

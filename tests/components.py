@@ -31,5 +31,7 @@ def build(settings: Settings, identity: str = "test:0:0") -> Parts:
     outages = Outages()
     locks = Locks(client, scripts, outages)
     recovery = Recovery(client, scripts, settings, outages, locks, identity)
-    poller = Poller(client, scripts, settings, outages, recovery, locks, quiet=lambda: False, scan_at_boot=True)
+    poller = Poller(
+        client, scripts, settings, outages, recovery, locks, quiet=lambda: False, scan_at_boot=True
+    )
     return Parts(client, scripts, outages, locks, recovery, poller)

@@ -35,7 +35,9 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.01, message
 class RedisServer:
     """One redis-server on 127.0.0.1:<port>, nothing on disk."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, *, persistent: bool = False, extra: tuple[str, ...] = ()
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(
@@ -43,6 +45,9 @@ class RedisServer:
             )
         self.binary = binary
         self.port = port or free_port()
+        # Persistent: an append-only file synced on every write, so a restart keeps every job.
+        self.persistent = persistent
+        self.extra = extra
         self.dir = tempfile.mkdtemp(prefix="cogworker-redis-")
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
@@ -59,18 +64,10 @@ class RedisServer:
         self.proc = subprocess.Popen(
             [
                 self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self.dir,
-                "--daemonize",
-                "no",
+                *("--port", str(self.port), "--bind", "127.0.0.1", "--save", ""),
+                *("--appendonly", "yes" if self.persistent else "no", "--appendfsync", "always"),
+                *("--dir", self.dir, "--daemonize", "no"),
+                *self.extra,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -21,8 +21,10 @@ def test_due_entries_move_to_their_queues(r: redis.Redis, configured: object, se
     for raw in r.zrange("cogworker:schedule", 0, -1):
         r.zadd("cogworker:schedule", {raw: time.time() - 1}, xx=True)
     demo_jobs.record.perform_in(1000, "not-yet")
-    r.zadd("cogworker:retry", {json.dumps({"class": "demo_jobs.record", "queue": "default", "jid": "r1",
-                                           "args": ["retry"]}): 0})
+    r.zadd(
+        "cogworker:retry",
+        {json.dumps({"class": "demo_jobs.record", "queue": "default", "jid": "r1", "args": ["retry"]}): 0},
+    )
     parts = components.build(settings)
     assert parts.poller.enqueue_due() == 3
     assert r.zcard("cogworker:schedule") == 1
@@ -35,8 +37,10 @@ def test_due_entries_move_to_their_queues(r: redis.Redis, configured: object, se
 
 
 def test_racing_pollers_enqueue_each_entry_once(r: redis.Redis, settings) -> None:
-    entries = {json.dumps({"class": "demo_jobs.record", "queue": "default", "jid": str(i), "args": [i]}): 0
-               for i in range(300)}
+    entries = {
+        json.dumps({"class": "demo_jobs.record", "queue": "default", "jid": str(i), "args": [i]}): 0
+        for i in range(300)
+    }
     r.zadd("cogworker:schedule", entries)
     pollers = [components.build(settings).poller for _ in range(4)]
     threads = [threading.Thread(target=p.enqueue_due) for p in pollers]

@@ -10,7 +10,9 @@
 -- ARGV[3..]    acknowledgements as pairs: raw payload, jid
 -- ARGV[last-1] orphan-counter key prefix (an acknowledged job's count is moot)
 -- ARGV[last]   queue key prefix (to tell a paused queue by name)
--- Returns {acked, paused_count, queue_key, raw, queue_key, raw, ...}.
+-- Returns {acked, paused_count, bad_count, <bad queue keys>..., queue_key, raw, queue_key, raw, ...}.
+-- A queue key of the wrong type is skipped and named (bad), not raised: an error after an earlier
+-- LMOVE would abort the script with that job already moved and the caller never told of it.
 --
 -- Each job is moved with LMOVE so that it is never anywhere but on a queue or on exactly one
 -- in-progress list: a process that dies after this script ran leaves its jobs where recovery finds
@@ -38,28 +40,37 @@ if acked > 0 then
   redis.call("EXPIRE", KEYS[4], 60 * 60 * 24 * 365)
 end
 
-local reply = {acked, 0}
+local reply = {acked, 0, 0}
 if want <= 0 then
   return reply
 end
+local bad = {}
 local paused = {}
 for _, name in ipairs(redis.call("SMEMBERS", KEYS[2])) do
   paused[queue_prefix .. name] = true
 end
 local got = 0
+local jobs = {}
 for k = 5, #KEYS do
   local queue = KEYS[k]
   if paused[queue] then
     reply[2] = reply[2] + 1
   else
     while got < want do
-      local raw = redis.call("LMOVE", queue, inprogress, "RIGHT", "LEFT")
+      local raw = redis.pcall("LMOVE", queue, inprogress, "RIGHT", "LEFT")
+      if type(raw) == "table" and raw.err then
+        bad[#bad + 1] = queue
+        break
+      end
       if not raw then break end
-      reply[#reply + 1] = queue
-      reply[#reply + 1] = raw
+      jobs[#jobs + 1] = queue
+      jobs[#jobs + 1] = raw
       got = got + 1
     end
   end
   if got >= want then break end
 end
+reply[3] = #bad
+for _, queue in ipairs(bad) do reply[#reply + 1] = queue end
+for _, item in ipairs(jobs) do reply[#reply + 1] = item end
 return reply

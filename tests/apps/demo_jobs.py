@@ -55,3 +55,17 @@ def on_other(tag: str) -> None:
 @job
 def push_more(tag: str) -> None:
     record.perform_async(f"{tag}-child")
+
+
+@job
+def to_file(path: str, tag: str, seconds: float = 0.0) -> None:
+    """Appends a line to a file (not Redis): runs the same while Redis is away."""
+    time.sleep(seconds)
+    with open(path, "a") as out:
+        out.write(f"{tag} {os.getpid()}\n")
+
+
+@job(retry=False)
+def fail_later(seconds: float) -> None:
+    time.sleep(seconds)
+    raise RuntimeError("failed while Redis may be away")
