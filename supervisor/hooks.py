@@ -1,0 +1,94 @@
+"""Where systemd notify and metrics plug into the swarm.
+
+The event loop calls these at fixed points; every method here does nothing. A notify integration
+subclasses SwarmHooks and sends READY=1 when `view.ready == view.count` (and no restart is running),
+STATUS= when the view's summary changes, WATCHDOG=1 from `tick`, RELOADING=1/READY=1 around
+`restart_began`/`restart_ended`, STOPPING=1 from `stop_began`, EXTEND_TIMEOUT_USEC from `tick` while
+`view.stop_deadline_in_s` is set. A metrics integration reads children's latest status from
+`child_status`, counts restarts by reason from `child_replaced`, and recovery latency from
+`jobs_requeued`.
+
+Hooks run on the event loop's thread and must not block (or raise: the swarm logs and carries on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from supervisor.child import Child, ExitOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmView:
+    """A snapshot of the swarm after a loop turn."""
+
+    count: int  # slots (COGWORKER_COUNT)
+    children: int  # live child processes (replacements and draining ones included)
+    ready: int  # ready capacity: current children fetching jobs
+    busy: int
+    threads: int
+    processed: int
+    failed: int
+    redis_down: int  # children reporting Redis unreachable
+    quiet: bool
+    restarting: bool
+    stopping: bool
+    stop_deadline_in_s: float | None  # seconds until stragglers are killed, while stopping
+
+    @property
+    def state(self) -> str:
+        if self.stopping:
+            return "stopping"
+        if self.restarting:
+            return "restarting"
+        if self.ready < self.count:
+            return "starting" if self.ready == 0 else "degraded"
+        return "quiet" if self.quiet else "running"
+
+    def summary(self) -> str:
+        """One line for STATUS= and the process title's long form."""
+        redis = f"redis down in {self.redis_down}" if self.redis_down else "redis up"
+        return (
+            f"{self.state}: {self.ready}/{self.count} ready, {self.busy}/{self.threads} busy, "
+            f"{self.processed} processed, {self.failed} failed, {redis}"
+        )
+
+
+class SwarmHooks:
+    """No-op hooks; subclass and override what you need."""
+
+    def wakeup_in(self) -> float | None:
+        """The loop wakes at least this often (e.g. half the watchdog interval); None: no need."""
+        return None
+
+    def tick(self, view: SwarmView) -> None:
+        """Every loop turn, after reconciling."""
+
+    def state_changed(self, view: SwarmView) -> None:
+        """The view differs from the previous turn's."""
+
+    def in_child(self) -> None:
+        """In a freshly forked child, before it becomes a worker: close inherited sockets."""
+
+    def child_started(self, child: Child) -> None:
+        """A child was forked (or adopted after a re-exec)."""
+
+    def child_status(self, child: Child, status: Mapping[str, Any]) -> None:
+        """A child's periodic status line (busy, threads, processed, failed, redis, quiet)."""
+
+    def child_exited(self, child: Child, outcome: ExitOutcome) -> None:
+        """A child was reaped; `outcome.reason` says why it ended."""
+
+    def jobs_requeued(self, identity: str, moved: int, seconds: float) -> None:
+        """A dead child's in-progress list was requeued, `seconds` after its death was seen."""
+
+    def child_replaced(self, slot: int, reason: str) -> None:
+        """A slot got a new child: reason is crash, signal, hung, straggler, memory, restart or exit."""
+
+    def restart_began(self, phased: bool) -> None: ...
+
+    def restart_ended(self, ok: bool) -> None: ...
+
+    def stop_began(self, deadline_s: float) -> None: ...

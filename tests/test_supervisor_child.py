@@ -1,0 +1,225 @@
+"""Child state bookkeeping: messages, silence, exit classification, the roster, restart plans."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from cogworker import exitcodes
+from supervisor.child import Child, Phase, classify_exit
+from supervisor.hooks import SwarmView
+from supervisor.memory import MB, MemoryWatch
+from supervisor.protocol import Message
+from supervisor.reexec import AdoptedChild, Handover
+from supervisor.restart import RestartPlan
+from supervisor.roster import Roster
+from supervisor.signals import SignalPipe
+
+
+def make(pid: int = 100, slot: int = 0, *, at: float = 0.0, generation: int = 0) -> Child:
+    return Child(pid, slot, f"h:{pid}:n", -1, started_at=at, last_heard=at, generation=generation)
+
+
+def ready(child: Child) -> Child:
+    child.apply(Message("booted"), 0)
+    child.apply(Message("ready"), 0)
+    return child
+
+
+# Messages --------------------------------------------------------------------------------------
+def test_messages_move_a_child_through_its_phases_and_count_as_life() -> None:
+    child = make()
+    assert child.phase is Phase.FORKED and not child.handles_signals
+    assert child.apply(Message("booted", {"pid": 100}), 5.0) is Phase.FORKED
+    assert child.phase is Phase.BOOTING and child.handles_signals
+    assert child.last_heard == 5.0
+    child.apply(Message("ready"), 6.0)
+    assert child.phase is Phase.READY
+    child.apply(Message("status", {"busy": 2, "threads": 4, "quiet": True, "redis": "up"}), 7.0)
+    assert child.status["busy"] == 2 and child.quiet
+    assert child.silent_for(9.5) == 2.5
+    child.apply(Message("stopping"), 8.0)
+    assert child.phase is Phase.STOPPING and child.stopping
+    child.apply(Message("stopped", {"code": 0}), 9.0)
+    assert child.exit_code == 0
+
+
+def test_status_while_waiting_for_redis_is_booting_not_ready() -> None:
+    child = make()
+    child.apply(Message("status", {"redis": "down", "booting": True}), 1.0)
+    assert child.phase is Phase.BOOTING
+    child.apply(Message("ready"), 2.0)
+    assert child.phase is Phase.READY
+
+
+def test_late_or_unknown_messages_do_not_move_a_stopping_child_back() -> None:
+    child = ready(make())
+    child.apply(Message("stopping"), 1.0)
+    child.apply(Message("ready"), 2.0)
+    child.apply(Message("something_new", {"x": 1}), 3.0)
+    assert child.phase is Phase.STOPPING
+    assert child.last_heard == 3.0
+
+
+def test_boot_error_is_remembered() -> None:
+    child = make()
+    child.apply(Message("boot_error", {"error": "COGWORKER_REQUIRE: can't import 'x'"}), 1.0)
+    assert child.boot_error == "COGWORKER_REQUIRE: can't import 'x'"
+
+
+# Exits -----------------------------------------------------------------------------------------
+def test_exit_classification() -> None:
+    child = ready(make())
+    assert classify_exit(child, 0).reason == "exit" and classify_exit(child, 0).clean
+    assert classify_exit(child, 1).reason == "crash" and classify_exit(child, 1).requeue
+    killed = classify_exit(child, -signal.SIGKILL)
+    assert killed.reason == "signal" and killed.requeue and killed.signal_name == "SIGKILL"
+    assert not classify_exit(child, -signal.SIGTERM).clean  # nobody asked it to stop
+    boot = classify_exit(make(), exitcodes.BOOT_ERROR)
+    assert boot.boot_error and boot.reason == "boot_error"
+
+
+def test_exits_we_asked_for_are_clean_and_named_by_why() -> None:
+    child = ready(make())
+    child.term_sent_at = 1.0
+    assert classify_exit(child, 0).reason == "stop"
+    # TERMed before run_worker installed its handlers: the default action, no job held yet.
+    early = make()
+    early.term_sent_at = 1.0
+    assert classify_exit(early, -signal.SIGTERM).clean
+    child.retire_reason = "memory"
+    assert classify_exit(child, 0).reason == "memory"
+
+
+def test_exits_after_our_sigkill_carry_its_reason_and_requeue() -> None:
+    child = ready(make())
+    child.term_sent_at = 1.0
+    child.kill_reason = "straggler"
+    outcome = classify_exit(child, -signal.SIGKILL)
+    assert outcome.reason == "straggler" and outcome.requeue and not outcome.clean
+
+
+# Roster ----------------------------------------------------------------------------------------
+def test_roster_tracks_current_children_and_ready_capacity() -> None:
+    roster = Roster(2)
+    a, b = ready(make(1, 0)), make(2, 1)
+    roster.add(a, current=True)
+    roster.add(b, current=True)
+    assert roster.ready == 1
+    assert roster.vacant_slots() == []
+    ready(b)
+    assert roster.ready == 2
+    b.retire_reason = "restart"
+    assert roster.ready == 1
+    child, was_current = roster.pop(2)
+    assert child is b and was_current
+    assert roster.vacant_slots() == [1]
+    assert roster.pop(2) == (None, False)
+
+
+def test_promoting_a_replacement_keeps_capacity_and_demotes_the_old_child() -> None:
+    roster = Roster(1)
+    old = ready(make(1, 0))
+    roster.add(old, current=True)
+    new = make(2, 0, generation=1)
+    new.replaces = 1
+    roster.add(new, current=False)
+    assert roster.replacement_for(0) is new
+    assert roster.current(0) is old and roster.ready == 1
+    ready(new)
+    assert roster.promote(new) is old
+    old.retire_reason = "restart"
+    assert roster.current(0) is new and roster.ready == 1
+    assert roster.replacement_for(0) is None
+    assert roster.pop(1) == (old, False)  # the old child's exit is not its slot's loss
+
+
+# Restart plans ---------------------------------------------------------------------------------
+def test_phased_plan_replaces_one_old_slot_at_a_time() -> None:
+    roster = Roster(3)
+    for slot in range(3):
+        roster.add(ready(make(10 + slot, slot)), current=True)
+    plan = RestartPlan(generation=1, phased=True, pending=[0, 1, 2])
+    assert plan.next_slot(roster) == 0
+    assert plan.next_slot(roster) is None  # waiting for slot 0's replacement
+    new0 = ready(make(20, 0, generation=1))
+    roster.add(new0, current=False)
+    roster.promote(new0)
+    plan.slot_done(0)
+    # Slot 1 crashed and was respawned after the restart began: it already runs new code.
+    roster.pop(11)
+    roster.add(ready(make(21, 1, generation=1)), current=True)
+    assert plan.next_slot(roster) == 2
+    assert not plan.finished(roster)
+    plan.slot_done(2)
+    assert plan.next_slot(roster) is None and plan.finished(roster)
+
+
+def test_phased_plan_waits_for_a_memory_replacement_in_flight() -> None:
+    roster = Roster(1)
+    roster.add(ready(make(1, 0)), current=True)
+    mem = make(2, 0)
+    mem.replaces = 1
+    roster.add(mem, current=False)
+    plan = RestartPlan(generation=1, phased=True, pending=[0])
+    assert plan.next_slot(roster) is None and plan.pending == [0]
+    mem.abandoned = True
+    assert plan.next_slot(roster) == 0
+
+
+def test_all_at_once_plan_finishes_when_every_slot_is_new_and_ready() -> None:
+    roster = Roster(2)
+    plan = RestartPlan(generation=1, phased=False)
+    roster.add(ready(make(1, 0, generation=1)), current=True)
+    assert not plan.finished(roster)
+    late = make(2, 1, generation=1)
+    roster.add(late, current=True)
+    assert not plan.finished(roster)
+    ready(late)
+    assert plan.finished(roster)
+
+
+# Memory, view, hand-over, signal pipe ---------------------------------------------------------
+def test_memory_watch_checks_on_its_interval_and_reports_children_over_the_limit() -> None:
+    now = [0.0]
+    sizes = {1: 50 * MB, 2: 300 * MB, 3: None}
+    watch = MemoryWatch(200, 2.0, lambda: now[0], rss=sizes.get)
+    assert not watch.due()
+    now[0] = 2.0
+    assert watch.due() and not watch.due()
+    assert watch.over_limit([1, 2, 3]) == [(2, 300 * MB)]
+    off = MemoryWatch(None, 2.0, lambda: now[0])
+    now[0] = 10.0
+    assert not off.due() and off.next_due_in() is None and off.over_limit([1]) == []
+
+
+def test_view_names_the_state_and_sums_up_in_one_line() -> None:
+    view = SwarmView(4, 4, 3, 5, 40, 120, 2, 1, False, False, False, None)
+    assert view.state == "degraded"
+    assert view.summary() == "degraded: 3/4 ready, 5/40 busy, 120 processed, 2 failed, redis down in 1"
+
+
+def test_handover_round_trips() -> None:
+    handover = Handover(
+        children=[
+            AdoptedChild(7, 0, "h:7:n", 9, 1.5, 2.5, "ready", True, status={"busy": 1}, pending='{"ev\xff')
+        ],
+        quiet_slots=[0],
+        pending_requeues=["h:6:m"],
+    )
+    assert Handover.decode(handover.encode()) == handover
+    with pytest.raises(ValueError):
+        Handover.decode('{"version": 99, "children": []}')
+
+
+def test_signal_pipe_hands_over_signal_numbers_in_order() -> None:
+    pipe = SignalPipe()
+    try:
+        _, write_fd = pipe.fds
+        os.write(write_fd, bytes([signal.SIGHUP, signal.SIGTERM, 0]))
+        assert pipe.drain() == [signal.SIGHUP, signal.SIGTERM]
+        assert pipe.drain() == []
+    finally:
+        pipe.close()
