@@ -1,0 +1,420 @@
+"""Prometheus metrics for the swarm, served over HTTP from a background thread.
+
+The supervisor feeds an instance from its event loop: every child message (`observe_status`), the
+children it starts and reaps, restarts by reason, jobs it recovered. Each of those calls only
+updates counters under a short lock, so the loop never waits on a scrape. Queue sizes and latencies
+are read from Redis by a collector at scrape time, on the HTTP thread, with a short timeout; a Redis
+that is down or slow makes `cogworker_redis_up` 0, never a failed scrape.
+
+Children report job counts as deltas in their status messages (one a second), per (queue, job):
+
+    {"event": "status", "busy": 3, "threads": 10, ..., "quiet": false,
+     "jobs": [{"queue": "default", "job": "app.send_email",
+               "processed": 12, "failed": 1, "retried": 1, "dead": 0,
+               "duration": {"sum_s": 3.52, "buckets": {"0.1": 9, "0.5": 3, "+Inf": 1}}}]}
+
+`processed` finished without error; `failed` raised (or was unreadable); of those, `retried` were
+filed in retry and `dead` in dead. `duration` covers every finished job: `buckets` counts jobs per
+bucket, not cumulatively, keyed by the bucket's upper bound in seconds (DURATION_BUCKETS_S; the
+first bound the duration is <= to, "+Inf" past the last), and `sum_s` is their total time. Buckets
+keep the message small whatever the throughput and still give quantiles; a bound the supervisor
+does not know is counted in its next larger bucket, so children and supervisor may disagree on
+bounds without the histogram ever claiming a job was faster than it was.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+import redis
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, start_http_server
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from cogworker.ops import queues as queue_ops
+from cogworker.ops import sets as set_ops
+from cogworker.settings import Settings
+
+DURATION_BUCKETS_S = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+)  # fmt: skip
+RECOVERY_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+CHILD_STATES = ("booting", "ready", "quiet", "stopping")
+RESTART_REASONS = ("crash", "signal", "memory", "hung", "straggler", "restart", "exit", "boot_error")
+JOB_COUNTS = ("processed", "failed", "retried", "dead")
+# Label sets are bounded: past this many (queue, job) pairs, new ones are counted as job="(other)"
+# (a bug pushing generated job names must not grow the supervisor's memory and every scrape).
+MAX_JOB_SERIES = 1000
+OTHER_JOB = "(other)"
+MAX_LABEL_CHARS = 200
+SCRAPE_TIMEOUT_S = 0.5
+
+
+def format_bound(bound: float) -> str:
+    """A bucket's upper bound as text, as Prometheus writes `le`: "0.005", "1.0", "+Inf"."""
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+def bucket_key(seconds: float, bounds: Iterable[float] = DURATION_BUCKETS_S) -> str:
+    """The key of the bucket a job that took `seconds` is counted in (for the child side)."""
+    for bound in bounds:
+        if seconds <= bound:
+            return format_bound(bound)
+    return "+Inf"
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative whole number from a message, else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def _label(value: Any) -> str | None:
+    if not isinstance(value, str) or not value or len(value) > MAX_LABEL_CHARS:
+        return None
+    return value
+
+
+@dataclass(slots=True)
+class _Child:
+    state: str = "booting"
+    busy: int = 0
+    threads: int = 0
+    redis_down: bool = False
+
+
+class _Durations:
+    """Job durations per (queue, job), added in buckets: prometheus_client's Histogram only takes
+    one observation at a time, and a child sends counts."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = (*bounds, math.inf)
+        self.series: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
+
+    def slot_of(self, key: str) -> int | None:
+        try:
+            bound = math.inf if key == "+Inf" else float(key)
+        except ValueError:
+            return None
+        if math.isnan(bound):
+            return None
+        for index, known in enumerate(self.bounds):
+            if bound <= known:
+                return index
+        return len(self.bounds) - 1
+
+    def add(self, labels: tuple[str, str], sum_s: float, buckets: Mapping[int, int]) -> None:
+        counts, total = self.series.setdefault(labels, ([0] * len(self.bounds), [0.0]))
+        for index, n in buckets.items():
+            counts[index] += n
+        total[0] += sum_s
+
+    def family(self) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(
+            "cogworker_job_duration_seconds",
+            "Time jobs took to run, by queue and job (every finished job: succeeded or failed).",
+            labels=["queue", "job"],
+        )
+        for (queue, job), (counts, total) in sorted(self.series.items()):
+            cumulative, running = [], 0
+            for bound, n in zip(self.bounds, counts, strict=True):
+                running += n
+                cumulative.append((format_bound(bound), float(running)))
+            family.add_metric([queue, job], cumulative, total[0])
+        return family
+
+
+class _SwarmCollector(Collector):
+    """Children by state, threads busy, and job durations: read under the metrics lock."""
+
+    def __init__(self, metrics: SwarmMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        with self._metrics.lock:
+            children = list(self._metrics.children.values())
+            durations = self._metrics.durations.family()
+        states = GaugeMetricFamily("cogworker_children", "Child processes by state.", labels=["state"])
+        for state in CHILD_STATES:
+            states.add_metric([state], sum(1 for c in children if c.state == state))
+        yield states
+        yield GaugeMetricFamily(
+            "cogworker_busy_threads",
+            "Job threads running a job, all children.",
+            sum(c.busy for c in children),
+        )
+        yield GaugeMetricFamily(
+            "cogworker_threads", "Job threads, all children.", sum(c.threads for c in children)
+        )
+        yield GaugeMetricFamily(
+            "cogworker_children_redis_down",
+            "Children that report Redis unreachable.",
+            sum(1 for c in children if c.redis_down),
+        )
+        yield durations
+
+
+class _RedisCollector(Collector):
+    """Queue sizes and latencies and the retry/scheduled/dead sizes, read when scraped."""
+
+    def __init__(self, redis_url: str, timeout_s: float) -> None:
+        self._url = redis_url
+        self._timeout_s = timeout_s
+        self._client: redis.Redis | None = None
+        self._lock = threading.Lock()
+
+    def _connection(self) -> redis.Redis:
+        with self._lock:
+            if self._client is None:
+                self._client = redis.Redis.from_url(
+                    self._url,
+                    decode_responses=True,
+                    socket_timeout=self._timeout_s,
+                    socket_connect_timeout=self._timeout_s,
+                    retry_on_timeout=False,
+                    retry=None,
+                    health_check_interval=0,
+                )
+            return self._client
+
+    def collect(self) -> Iterable[Metric]:
+        up = GaugeMetricFamily("cogworker_redis_up", "1 when the scrape could read queues from Redis.")
+        try:
+            client = self._connection()
+            infos = queue_ops.queue_infos(client)
+            pipe = client.pipeline(transaction=False)
+            for key in set_ops.SETS.values():
+                pipe.zcard(key)
+            set_sizes = dict(zip(set_ops.SETS, pipe.execute(), strict=True))
+        except Exception:
+            # Never a failed scrape, and nothing logged: this runs on the HTTP thread, and a log
+            # write there could hold the log stream's lock while the supervisor forks.
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        size = GaugeMetricFamily("cogworker_queue_size", "Jobs waiting in the queue.", labels=["queue"])
+        latency = GaugeMetricFamily(
+            "cogworker_queue_latency_seconds",
+            "How long the job popped next has waited (0 when the queue is empty).",
+            labels=["queue"],
+        )
+        paused = GaugeMetricFamily("cogworker_queue_paused", "1 when the queue is paused.", labels=["queue"])
+        for info in infos:
+            size.add_metric([info.name], info.size)
+            latency.add_metric([info.name], info.latency_s or 0.0)
+            paused.add_metric([info.name], 1 if info.paused else 0)
+        sets = GaugeMetricFamily(
+            "cogworker_set_size", "Entries in the retry, scheduled and dead sets.", labels=["set"]
+        )
+        for name, n in set_sizes.items():
+            sets.add_metric([name], int(n))
+        yield from (size, latency, paused, sets)
+
+
+class SwarmMetrics:
+    """The swarm's metrics: its own registry, fed by the supervisor, served on
+    COGWORKER_METRICS_HOST:COGWORKER_METRICS_PORT (off when the port is unset)."""
+
+    def __init__(self, settings: Settings, *, scrape_timeout_s: float = SCRAPE_TIMEOUT_S) -> None:
+        self.settings = settings
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.lock = threading.Lock()
+        self.children: dict[tuple[int, int | None], _Child] = {}
+        self.durations = _Durations(DURATION_BUCKETS_S)
+        self._job_series: set[tuple[str, str]] = set()
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        self._jobs = {
+            name: Counter(
+                f"cogworker_jobs_{name}",
+                f"Jobs {text}, by queue and job.",
+                ["queue", "job"],
+                registry=self.registry,
+            )
+            for name, text in (
+                ("processed", "that finished without error"),
+                ("failed", "that raised (or could not be read)"),
+                ("retried", "filed in the retry set after failing"),
+                ("dead", "filed in the dead set"),
+            )
+        }
+        self._restarts = Counter(
+            "cogworker_child_restarts", "Children replaced, by reason.", ["reason"], registry=self.registry
+        )
+        for reason in RESTART_REASONS:
+            self._restarts.labels(reason=reason)
+        self._recovered = Counter(
+            "cogworker_jobs_recovered",
+            "Jobs the supervisor put back on their queues after a child died.",
+            registry=self.registry,
+        )
+        self._recovery_seconds = Histogram(
+            "cogworker_recovery_seconds",
+            "From a child's death being noticed to its in-progress jobs being back on their queues.",
+            buckets=RECOVERY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self._bad = Counter(
+            "cogworker_metrics_bad_messages",
+            "Child status messages (or parts of them) ignored because a field was malformed.",
+            registry=self.registry,
+        )
+        self.registry.register(_SwarmCollector(self))
+        self.registry.register(_RedisCollector(settings.redis_url, scrape_timeout_s))
+
+    # Serving -----------------------------------------------------------------------------------
+    def start(self) -> int | None:
+        """Serve /metrics from a daemon thread; returns the port bound (None: metrics are off)."""
+        if self.settings.metrics_port is None or self._server is not None:
+            return self.port
+        self._server, self._thread = start_http_server(
+            self.settings.metrics_port, self.settings.metrics_host, registry=self.registry
+        )
+        # A forked child must not keep the listening socket (a restarted supervisor could not bind it).
+        ref = weakref.ref(self)
+
+        def after_fork_in_child() -> None:
+            metrics = ref()
+            if metrics is not None:
+                metrics.close_in_child()
+
+        os.register_at_fork(after_in_child=after_fork_in_child)
+        return self.port
+
+    @property
+    def port(self) -> int | None:
+        return int(self._server.server_port) if self._server is not None else None
+
+    def stop(self) -> None:
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=2)
+
+    def close_in_child(self) -> None:
+        """In a forked child: close its copy of the listening socket (the serving thread does not
+        exist there). Called automatically after every fork once `start` has run."""
+        server = self._server
+        self._server = self._thread = None
+        if server is not None:
+            server.socket.close()
+
+    def render(self) -> bytes:
+        """The text a scrape returns."""
+        return generate_latest(self.registry)
+
+    # Fed by the supervisor (event loop thread) ----------------------------------------------
+    def child_started(self, slot: int, pid: int | None = None) -> None:
+        with self.lock:
+            self.children[(slot, pid)] = _Child()
+
+    def set_child_state(self, slot: int, state: str, pid: int | None = None) -> None:
+        """booting, ready, quiet or stopping; e.g. `stopping` when the supervisor sends TERM."""
+        if state not in CHILD_STATES:
+            raise ValueError(f"state must be one of {', '.join(CHILD_STATES)}, not {state!r}")
+        with self.lock:
+            self.children.setdefault((slot, pid), _Child()).state = state
+
+    def child_exited(self, slot: int, pid: int | None = None) -> None:
+        with self.lock:
+            self.children.pop((slot, pid), None)
+
+    def child_restarted(self, reason: str) -> None:
+        """A slot got a new child: crash, signal, memory, hung, straggler, restart, exit, boot_error."""
+        self._restarts.labels(reason=reason if reason in RESTART_REASONS else "other").inc()
+
+    def jobs_recovered(self, count: int, seconds: float) -> None:
+        """The supervisor requeued a dead child's in-progress list: `count` jobs, `seconds` after it
+        noticed the death."""
+        self._recovered.inc(max(0, count))
+        self._recovery_seconds.observe(max(0.0, seconds))
+
+    def observe_status(self, slot: int, message: Mapping[str, Any], pid: int | None = None) -> None:
+        """One message from a child: any event (`booted`, `ready`, `status`, `stopping`, `stopped`);
+        a message without `event` is a status. Malformed fields are counted and skipped: nothing a
+        child sends raises here."""
+        event = message.get("event", "status")
+        with self.lock:
+            child = self.children.setdefault((slot, pid), _Child())
+            if event == "booted":
+                child.state = "booting"
+            elif event == "ready" and child.state != "stopping":
+                child.state = "ready"
+            elif event == "stopping":
+                child.state = "stopping"
+            elif event == "status":
+                self._apply_status(child, message)
+
+    def _apply_status(self, child: _Child, message: Mapping[str, Any]) -> None:
+        child.busy = _count(message.get("busy")) or 0
+        child.threads = _count(message.get("threads")) or 0
+        child.redis_down = message.get("redis") == "down"
+        if child.state != "stopping":
+            if message.get("booting"):
+                child.state = "booting"
+            else:
+                child.state = "quiet" if message.get("quiet") else "ready"
+        jobs = message.get("jobs")
+        if jobs is None:
+            return
+        if not isinstance(jobs, list):
+            self._bad.inc()
+            return
+        for entry in jobs:
+            if not self._apply_job_counts(entry):
+                self._bad.inc()
+
+    def _apply_job_counts(self, entry: Any) -> bool:
+        """Called with the lock held. False when the entry is malformed (nothing of it is counted)."""
+        if not isinstance(entry, Mapping):
+            return False
+        queue, job = _label(entry.get("queue")), _label(entry.get("job"))
+        counts = {name: _count(entry.get(name, 0)) for name in JOB_COUNTS}
+        duration = entry.get("duration")
+        buckets: dict[int, int] = {}
+        sum_s: float | None = 0.0
+        if duration is not None:
+            if not isinstance(duration, Mapping):
+                return False
+            raw, sum_s = duration.get("buckets"), _seconds(duration.get("sum_s"))
+            if not isinstance(raw, Mapping) or sum_s is None:
+                return False
+            for key, n in raw.items():
+                index, count = self.durations.slot_of(str(key)), _count(n)
+                if index is None or count is None:
+                    return False
+                buckets[index] = buckets.get(index, 0) + count
+        if queue is None or job is None or sum_s is None or any(v is None for v in counts.values()):
+            return False
+        labels = (queue, job)
+        if labels not in self._job_series:
+            if len(self._job_series) >= MAX_JOB_SERIES:
+                labels = (queue, OTHER_JOB)
+            self._job_series.add(labels)
+        for name, n in counts.items():
+            # Every counter of a pair exists from its first report (0 dead, not no series), so
+            # rate() and ratios work before the first failure.
+            self._jobs[name].labels(queue=labels[0], job=labels[1]).inc(n or 0)
+        if buckets:
+            self.durations.add(labels, sum_s, buckets)
+        return True
