@@ -216,6 +216,7 @@ class Ticker:
         self._quiet = quiet
         self._entries = list(entries) if entries is not None else None
         self._seen: dict[str, _Seen] = {}
+        self._failing: set[str] = set()  # entries whose last check failed: logged once, not every poll
         self._next_check = 0.0
 
     @property
@@ -251,7 +252,13 @@ class Ticker:
             except Exception as exc:
                 if is_unavailable(exc):
                     raise  # the poller reports the outage once; the next poll tries again
-                log.error("periodic_check_failed", entry=entry.name, error=f"{type(exc).__name__}: {exc}")
+                if entry.name not in self._failing:
+                    self._failing.add(entry.name)
+                    log.error("periodic_check_failed", entry=entry.name, error=f"{type(exc).__name__}: {exc}")
+            else:
+                if entry.name in self._failing:
+                    self._failing.discard(entry.name)
+                    log.info("periodic_check_recovered", entry=entry.name)
 
     def _check(self, entry: Entry, now: float) -> None:
         seen = self._seen.get(entry.name)
@@ -302,7 +309,10 @@ class Ticker:
 
         run_client_chain(job, push)
         if not results:
-            log.warning("periodic_push_stopped", entry=entry.name, slot=entry.describe(slot))
+            # A client middleware stopped the push (a unique job whose previous copy is pending).
+            # Recorded, so that one process says so and the others don't try in turn.
+            if self._run(entry, "stopped", slot, now).outcome == "stopped":
+                log.warning("periodic_push_stopped", entry=entry.name, slot=entry.describe(slot))
             return
         result = results[-1]
         if result.outcome == "enqueued":

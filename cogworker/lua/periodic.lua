@@ -14,7 +14,9 @@
 -- ARGV[1]  entry name
 -- ARGV[2]  mode: "baseline" (this process's first look: refresh the registration; an entry seen
 --          for the first time records this slot as handled, so a new entry never runs a slot
---          from before it existed), "enqueue" (push the job), "missed" (too late: record it only)
+--          from before it existed), "enqueue" (push the job), "missed" (too late: record it only),
+--          "stopped" (a client middleware stopped the push, e.g. a unique job's duplicate: record it
+--          only, so that one process says so rather than every one)
 -- ARGV[3]  the slot (epoch seconds)
 -- ARGV[4]  the claim key's TTL, seconds
 -- ARGV[5]  the registration, JSON of scalars only (it is decoded and re-encoded here, and cjson
@@ -28,7 +30,8 @@
 -- Returns {outcome, the last slot handled before this one (or -1), running lock holder (or "")}.
 -- outcome: "taken" (this slot or a later one was already handled), "baseline", "known" (baseline
 -- mode, the entry was already registered), "enqueued", "running" (skipped: the previous run still
--- holds the running lock), "missed", or "wrongtype" (a key of the wrong type; nothing written).
+-- holds the running lock), "missed", "stopped", or "wrongtype" (a key of the wrong type; nothing
+-- written).
 local function wrong_type(key, wanted)
   local kind = redis.call("TYPE", key)["ok"]
   return kind ~= wanted and kind ~= "none"
@@ -76,6 +79,8 @@ end
 local claim, holder = ARGV[7], ""
 if mode == "missed" then
   claim = "missed"
+elseif mode == "stopped" then
+  claim = "stopped by a client middleware"
 elseif ARGV[10] == "1" then
   holder = redis.call("GET", KEYS[3]) or ""
   if holder ~= "" then claim = "skipped, still running: " .. holder end
@@ -85,8 +90,8 @@ if not redis.call("SET", KEYS[1], claim, "NX", "EX", ARGV[4]) then
 end
 registration["last_slot"] = slot
 save()
-if mode == "missed" then
-  return {"missed", last or -1, ""}
+if mode == "missed" or mode == "stopped" then
+  return {mode, last or -1, ""}
 end
 if holder ~= "" then
   return {"running", last or -1, holder}
