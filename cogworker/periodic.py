@@ -347,6 +347,7 @@ class Ticker:
                 keys.periodic_running(entry.name),
                 keys.queue(queue),
                 keys.QUEUES,
+                keys.WAKE_CHANNEL,
             ],
             [
                 entry.name,

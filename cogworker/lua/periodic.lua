@@ -11,6 +11,7 @@
 -- KEYS[3]  the entry's running lock (cogworker:periodic:running:<name>)
 -- KEYS[4]  the job's queue key
 -- KEYS[5]  cogworker:queues
+-- KEYS[6]  cogworker:wake (pub/sub: idle fetchers reading several queues wait on it)
 -- ARGV[1]  entry name
 -- ARGV[2]  mode: "baseline" (this process's first look: refresh the registration; an entry seen
 --          for the first time records this slot as handled, so a new entry never runs a slot
@@ -101,4 +102,5 @@ if ARGV[10] == "1" then
 end
 redis.call("LPUSH", KEYS[4], ARGV[8])
 redis.call("SADD", KEYS[5], ARGV[9])
+redis.call("PUBLISH", KEYS[6], ARGV[9])
 return {"enqueued", last or -1, ""}
