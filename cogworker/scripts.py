@@ -22,6 +22,7 @@ _NAMES = (
     "file_unsettled",
     "handover",
     "periodic",
+    "retry_now",
 )
 
 

@@ -219,7 +219,7 @@ def requeued_payload(entry: Entry, now: float) -> dict[str, Any]:
 
 
 def retry_now(client: redis.Redis, scripts: Scripts, set_name: str, ref: str) -> Entry:
-    """Move the entry to the queue its payload names, now, in one script (graduate.lua: ZREM, and
+    """Move the entry to the queue its payload names, now, in one script (retry_now.lua: ZREM, and
     only if that removed it, LPUSH). Of two operators retrying one entry at once exactly one
     succeeds; the other gets NotFound. Returns the entry moved."""
     for _ in range(ATTEMPTS):
@@ -227,8 +227,8 @@ def retry_now(client: redis.Redis, scripts: Scripts, set_name: str, ref: str) ->
         job = requeued_payload(entry, time.time())
         assert entry.queue is not None
         moved = scripts.run(
-            "graduate",
-            [set_key(set_name), keys.queue(entry.queue), keys.QUEUES],
+            "retry_now",
+            [set_key(set_name), keys.queue(entry.queue), keys.QUEUES, keys.WAKE_CHANNEL],
             [entry.raw, codec.dumps(job), entry.queue],
             client=client,
         )
@@ -268,8 +268,8 @@ def retry_all(
                 unreadable += 1
                 continue
             scripts.run(
-                "graduate",
-                [key, keys.queue(entry.queue), keys.QUEUES],
+                "retry_now",
+                [key, keys.queue(entry.queue), keys.QUEUES, keys.WAKE_CHANNEL],
                 [entry.raw, codec.dumps(requeued_payload(entry, now)), entry.queue],
                 client=pipe,
             )
