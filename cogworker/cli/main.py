@@ -9,6 +9,7 @@ Exit codes: 0 ok, 1 an operational failure (a doctor FAIL, a job not found, Redi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import redis
@@ -71,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc), exc.code)
     except OpsError as exc:
         return _fail(str(exc), exitcodes.FAILURE)
-    except (redis.RedisError, OSError) as exc:
+    except BrokenPipeError:
+        # The reader went away (`cogworker dead list | head`): no traceback, nothing more to say.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return exitcodes.FAILURE
+    except redis.RedisError as exc:
         if is_unavailable(exc):
             return _fail(f"can't reach Redis at {safe_url(settings.redis_url)}: {exc}", exitcodes.FAILURE)
         return _fail(

@@ -22,8 +22,8 @@ def register(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
             parents=parents,
             help=f"tell processes to {command}",
             description=f"Tell one live process (--identity, as `status` lists it) or every live process "
-            f"(--all) to {command}: {text}. The command is read on the process's next heartbeat. A "
-            "swarm child told to stop is replaced by its supervisor.",
+            f"(--all) to {command}: {text}. The command is read on the process's next heartbeat."
+            + (" A swarm child told to stop is replaced by its supervisor." if command == "stop" else ""),
         )
         target = parser.add_mutually_exclusive_group(required=True)
         target.add_argument("--identity", action="append", metavar="ID", help="a process (repeatable)")
