@@ -105,6 +105,7 @@ def _write_one(job: dict[str, Any]) -> str:
         pipe = conn.pipeline(transaction=False)
         pipe.lpush(keys.queue(job["queue"]), codec.dumps(job))
         pipe.sadd(keys.QUEUES, job["queue"])
+        pipe.publish(keys.WAKE_CHANNEL, job["queue"])
         pipe.execute()
     return str(job["jid"])
 
@@ -177,6 +178,7 @@ def _write_batch(conn: redis.Redis, batch: list[dict[str, Any]]) -> None:
     for name, raws in by_queue.items():
         pipe.lpush(keys.queue(name), *raws)
         pipe.sadd(keys.QUEUES, name)
+        pipe.publish(keys.WAKE_CHANNEL, name)
     if scheduled:
         pipe.zadd(keys.SCHEDULE, scheduled)
     pipe.execute()

@@ -11,10 +11,12 @@ from __future__ import annotations
 import datetime as dt
 import random
 import re
+import time
 from dataclasses import dataclass, field
 
 import redis
 import structlog
+from redis.client import PubSub
 
 from cogworker import keys
 from cogworker.scripts import Scripts
@@ -86,6 +88,8 @@ class ReliableFetch:
         self._spec = spec
         self._rng = random.Random()
         self.in_progress_key = keys.in_progress(identity)
+        self._names = frozenset(spec.names)
+        self._pubsub: PubSub | None = None
 
     def fetch(self, limit: int, acks: list[tuple[str, str]]) -> FetchResult:
         """Acknowledge `acks` ((raw, jid) pairs) and move up to `limit` jobs onto our list."""
@@ -122,8 +126,11 @@ class ReliableFetch:
         )
 
     def wait(self, timeout_s: float) -> Work | None:
-        """Block for the next job when there is exactly one queue (BLMOVE: atomic and instant)."""
+        """Wait for work after an empty fetch. One queue: BLMOVE, atomic and instant. Several: no
+        command blocks on many lists and moves atomically, so wait for a push's wake-up message
+        (None: fetch again). A missed message costs at most `timeout_s`, never a job."""
         if len(self._spec.names) != 1:
+            self._wait_for_wake(timeout_s)
             return None
         name = self._spec.names[0]
         try:
@@ -136,7 +143,27 @@ class ReliableFetch:
 
     @property
     def can_block(self) -> bool:
-        return len(self._spec.names) == 1
+        return True
+
+    def _wait_for_wake(self, timeout_s: float) -> None:
+        if self._pubsub is None:
+            self._pubsub = self._blocking.pubsub(ignore_subscribe_messages=True)
+            self._pubsub.subscribe(keys.WAKE_CHANNEL)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                message = self._pubsub.get_message(timeout=left)
+                if message is not None and message.get("data") in self._names:
+                    return
+        except Exception:
+            self._pubsub.close()
+            self._pubsub = None
+            raise
+
+    def close(self) -> None:
+        if self._pubsub is not None:
+            self._pubsub.close()
+            self._pubsub = None
 
     def give_back(self, work: Work) -> bool:
         """A fetched job that never started goes back to the end of its queue popped next."""
@@ -182,6 +209,9 @@ class BasicFetch:
 
     def wait(self, timeout_s: float) -> Work | None:
         return None
+
+    def close(self) -> None:
+        pass
 
     def give_back(self, work: Work) -> bool:
         self._client.rpush(keys.queue(work.queue), work.raw)

@@ -163,6 +163,7 @@ class Manager:
             idle_s = min(idle_s * 2 or IDLE_POLL_FIRST_S, self._settings.fetch_idle_max_s)
             self._wake.wait(idle_s * (0.75 + self._rng.random() * 0.25))
         self.flush_acks()
+        self.fetcher.close()
 
     def _fetch_once(self, limit: int) -> int | None:
         acks = self._settler.take_acks()

@@ -146,7 +146,7 @@ class Poller:
             job["enqueued_at"] = now
             self._scripts.run(
                 "graduate",
-                [set_key, keys.queue(queue), keys.QUEUES],
+                [set_key, keys.queue(queue), keys.QUEUES, keys.WAKE_CHANNEL],
                 [raw, codec.dumps(job), queue],
                 client=pipe,
             )

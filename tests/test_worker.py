@@ -50,15 +50,20 @@ def test_counters_total_and_per_day(r: redis.Redis, configured: object, workers:
         demo_jobs.record.perform_async(str(i))
     demo_jobs.boom_once.perform_async("no")
     worker = workers.start()
-    wait_until(lambda: r.get("cogworker:stat:failed") == "1" and r.get("cogworker:stat:processed") == "3",
-               timeout=15, message="counters")
+    wait_until(
+        lambda: r.get("cogworker:stat:failed") == "1" and r.get("cogworker:stat:processed") == "3",
+        timeout=15,
+        message="counters",
+    )
     day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     assert r.get(f"cogworker:stat:processed:{day}") == "3"
     assert r.get(f"cogworker:stat:failed:{day}") == "1"
     assert worker.stop() == 0
 
 
-def test_job_log_lines_carry_context_and_elapsed(r: redis.Redis, configured: object, workers: WorkerPool) -> None:
+def test_job_log_lines_carry_context_and_elapsed(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
     jid = demo_jobs.record.perform_async("logged")
     worker = workers.start()
     wait_until(lambda: worker.events_named("job_done"), timeout=15, message="a job_done line")
@@ -112,11 +117,32 @@ def test_quiet_stops_fetching_but_finishes_running_jobs(
     wait_until(lambda: worker.events_named("quieting"), timeout=5, message="quiet")
     demo_jobs.record.perform_async("after-quiet")
     wait_until(lambda: r.llen("test:ran") == 1, timeout=10, message="the running job to finish")
-    wait_until(lambda: r.hget(f"cogworker:process:{worker.events_named('worker_ready')[0]['identity']}",
-                              "quiet") == "1", timeout=10, message="quiet in the heartbeat")
+    wait_until(
+        lambda: (
+            r.hget(f"cogworker:process:{worker.events_named('worker_ready')[0]['identity']}", "quiet") == "1"
+        ),
+        timeout=10,
+        message="quiet in the heartbeat",
+    )
     assert r.llen("cogworker:queue:default") == 1  # not fetched while quiet
     # A remote resume (through the heartbeat) undoes it.
     identity = worker.events_named("worker_ready")[0]["identity"]
     r.lpush(f"cogworker:signals:{identity}", "resume")
     wait_until(lambda: r.llen("test:ran") == 2, timeout=15, message="the job after resume")
     assert worker.stop() == 0
+
+
+def test_an_idle_multi_queue_worker_waits_on_the_wake_channel(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    worker = workers.start(COGWORKER_QUEUES="default,other")
+    wait_until(
+        lambda: r.pubsub_numsub("cogworker:wake") == [("cogworker:wake", 1)],
+        timeout=15,
+        message="the idle fetcher to subscribe",
+    )
+    demo_jobs.on_other.perform_async("woken")
+    demo_jobs.record.perform_async("woken-too")
+    wait_until(lambda: r.llen("test:ran") == 2, timeout=10, message="both jobs")
+    assert worker.stop() == 0
+    assert r.pubsub_numsub("cogworker:wake") == [("cogworker:wake", 0)]

@@ -4,6 +4,7 @@
 -- KEYS[1]  the sorted set
 -- KEYS[2]  the job's queue
 -- KEYS[3]  cogworker:queues
+-- KEYS[4]  cogworker:wake (pub/sub: idle fetchers reading several queues wait on it)
 -- ARGV[1]  the entry as it is in the set
 -- ARGV[2]  the payload to push (the entry with enqueued_at set)
 -- ARGV[3]  the queue name
@@ -13,4 +14,5 @@ if redis.call("ZREM", KEYS[1], ARGV[1]) == 0 then
 end
 redis.call("LPUSH", KEYS[2], ARGV[2])
 redis.call("SADD", KEYS[3], ARGV[3])
+redis.call("PUBLISH", KEYS[4], ARGV[3])
 return 1
