@@ -89,9 +89,9 @@ def push(
     job = build_job(fn, args, kwargs, options or fn.options, at)
     from cogworker import testing
 
-    if testing.mode is not None:
-        return run_client_chain(job, testing.record)
-    return run_client_chain(job, _write_one)
+    push_step = testing.record if testing.mode is not None else _write_one
+    jid: str | None = run_client_chain(job, push_step)
+    return jid
 
 
 def _write_one(job: dict[str, Any]) -> str:

@@ -1,12 +1,13 @@
 """A demo app for `make run`: a few jobs, and a producer that pushes them.
 
-    COGWORKER_REQUIRE=cogworker.demo cogworker-swarm      # the swarm runs these jobs
-    python -m cogworker.demo [--rate 2]                   # pushes a mix of them, forever
+COGWORKER_REQUIRE=cogworker.demo cogworker-swarm      # the swarm runs these jobs
+python -m cogworker.demo [--rate 2]                   # pushes a mix of them, forever
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import time
 
@@ -55,10 +56,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Push demo jobs for `make run`.")
     parser.add_argument("--rate", type=float, default=2.0, help="batches of three jobs per second")
     args = parser.parse_args()
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how the demo producer stops
         produce(args.rate)
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

@@ -134,7 +134,14 @@ class ReliableFetch:
             return None
         name = self._spec.names[0]
         try:
-            raw = self._blocking.blmove(keys.queue(name), self.in_progress_key, timeout_s, "RIGHT", "LEFT")
+            # Redis takes fractional seconds here; redis-py's annotation says int.
+            raw = self._blocking.blmove(
+                keys.queue(name),
+                self.in_progress_key,
+                timeout_s,  # type: ignore[arg-type]
+                "RIGHT",
+                "LEFT",
+            )
         except redis.ResponseError as exc:
             if _refused(exc):
                 raise UnsupportedError(str(exc)) from exc
@@ -147,7 +154,7 @@ class ReliableFetch:
 
     def _wait_for_wake(self, timeout_s: float) -> None:
         if self._pubsub is None:
-            self._pubsub = self._blocking.pubsub(ignore_subscribe_messages=True)
+            self._pubsub = self._blocking.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             self._pubsub.subscribe(keys.WAKE_CHANNEL)
         deadline = time.monotonic() + timeout_s
         try:
@@ -195,12 +202,12 @@ class BasicFetch:
             pipe.execute()
         if limit <= 0:
             return FetchResult(acked=len(acks))
-        paused = set(self._client.smembers(keys.PAUSED))  # type: ignore[arg-type]
+        paused = set(self._client.smembers(keys.PAUSED))
         order = [n for n in queue_order(self._spec, self._rng) if n not in paused]
         if not order:
             return FetchResult(acked=len(acks), all_paused=True)
         popped = self._blocking.brpop([keys.queue(n) for n in order], timeout=1)
-        works = [Work(keys.queue_name(str(popped[0])), str(popped[1]))] if popped else []  # type: ignore[index]
+        works = [Work(keys.queue_name(str(popped[0])), str(popped[1]))] if popped else []
         return FetchResult(works, len(acks))
 
     @property

@@ -7,7 +7,7 @@ import functools
 import importlib
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, overload
 
 DEFAULT_QUEUE = "default"
 DEFAULT_RETRIES = 25
@@ -131,12 +131,22 @@ class JobFunction(_Pusher):
         testing.drain(self.name)
 
 
+@overload
+def job(func: Callable[..., Any], *, name: str | None = None, **options: Any) -> JobFunction: ...
+
+
+@overload
+def job(
+    func: None = None, *, name: str | None = None, **options: Any
+) -> Callable[[Callable[..., Any]], JobFunction]: ...
+
+
 def job(
     func: Callable[..., Any] | None = None,
     *,
     name: str | None = None,
     **options: Any,
-) -> Any:
+) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
     """Decorate a function as a job: `@job` or `@job(queue="mailers", retry=5)`."""
     _check_options(options)
 

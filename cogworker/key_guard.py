@@ -30,11 +30,11 @@ def expected_type(key: str) -> str | None:
 def keys_to_check(client: redis.Redis, queue_names: tuple[str, ...]) -> list[str]:
     names = set(queue_names)
     if client.type(keys.QUEUES) == "set":
-        names |= {str(n) for n in client.smembers(keys.QUEUES)}  # type: ignore[union-attr]
+        names |= {str(n) for n in client.smembers(keys.QUEUES)}
     checked = list(keys.EXPECTED_TYPES)
     checked += [keys.queue(n) for n in sorted(names)]
     if client.type(keys.IN_PROGRESS_IDENTITIES) == "set":
-        checked += [keys.in_progress(str(i)) for i in client.smembers(keys.IN_PROGRESS_IDENTITIES)]  # type: ignore[union-attr]
+        checked += [keys.in_progress(str(i)) for i in client.smembers(keys.IN_PROGRESS_IDENTITIES)]
     return checked
 
 

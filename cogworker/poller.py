@@ -127,8 +127,8 @@ class Poller:
                 due = self._client.zrangebyscore(set_key, "-inf", now, start=0, num=BATCH)
                 if not due:
                     break
-                moved += self._graduate(set_key, [str(raw) for raw in due])  # type: ignore[union-attr]
-                if len(due) < BATCH:  # type: ignore[arg-type]
+                moved += self._graduate(set_key, [str(raw) for raw in due])
+                if len(due) < BATCH:
                     break
         return moved
 

@@ -139,7 +139,7 @@ class Recovery:
         return moved
 
     def candidates(self, *, scan: bool) -> set[str]:
-        found = {str(m) for m in self._client.smembers(keys.IN_PROGRESS_IDENTITIES)}  # type: ignore[union-attr]
+        found = {str(m) for m in self._client.smembers(keys.IN_PROGRESS_IDENTITIES)}
         if scan:
             for key in self._client.scan_iter(match=keys.IN_PROGRESS_PREFIX + "*", count=500):
                 found.add(str(key).removeprefix(keys.IN_PROGRESS_PREFIX))

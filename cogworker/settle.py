@@ -167,7 +167,7 @@ def file_unsettled(client: redis.Redis, scripts: Scripts, settings: Settings, lo
     naming a set that isn't one of ours) is quarantined for a human with a TTL, so it neither blocks
     the records behind it nor is silently deleted."""
     filed = 0
-    for record in client.lrange(keys.UNSETTLED, 0, 99):  # type: ignore[union-attr]
+    for record in client.lrange(keys.UNSETTLED, 0, 99):
         entry = codec.loads_dict(record)
         valid = (
             entry is not None
@@ -176,7 +176,7 @@ def file_unsettled(client: redis.Redis, scripts: Scripts, settings: Settings, lo
             and isinstance(entry.get("payload"), dict)
         )
         if not valid or entry is None:
-            quarantine_head(client, settings, keys.UNSETTLED, record, "unsettled")
+            quarantine_head(client, settings, keys.UNSETTLED, str(record), "unsettled")
             continue
         payload: dict[str, Any] = entry["payload"]
         done = scripts.run(

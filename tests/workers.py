@@ -3,6 +3,7 @@ always stopped (and their session killed) at teardown."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -71,10 +72,8 @@ class Worker:
 
 
 def with_suppress(action: Any) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # already gone: nothing to stop
         action()
-    except ProcessLookupError:
-        pass
 
 
 class WorkerPool:
@@ -92,10 +91,8 @@ class WorkerPool:
     def close(self) -> None:
         for worker in self.workers:
             if worker.proc.poll() is None:
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):  # killed just below
                     worker.stop(timeout=15)
-                except subprocess.TimeoutExpired:
-                    pass
             worker.kill()
             with_suppress(lambda w=worker: os.killpg(w.proc.pid, signal.SIGKILL))
             worker.log_path.unlink(missing_ok=True)

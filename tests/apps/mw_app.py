@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import demo_jobs  # noqa: F401  (its jobs are part of this app)
+import demo_jobs  # its jobs are part of this app
 
 from cogworker import server_chain
 
