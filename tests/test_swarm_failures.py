@@ -1,0 +1,164 @@
+"""Children dying: killed mid-job, hung, crash-looping, outliving the stop deadline."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from cogworker import exitcodes
+from tests.redis_server import RedisServer, wait_until
+from tests.test_swarm_harness import SwarmRunner, swarm_runner
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
+    yield from swarm_runner(redis_server.url, tmp_path)
+
+
+def started(r: redis.Redis, tag: str) -> list[int]:
+    """Pids that started the job tagged `tag` (demo_jobs.sleepy records them)."""
+    return [int(line.split()[1]) for line in r.lrange("test:started", 0, -1) if line.split()[0] == tag]
+
+
+def ran(r: redis.Redis, tag: str) -> list[int]:
+    return [int(line.split()[1]) for line in r.lrange("test:ran", 0, -1) if line.split()[0] == tag]
+
+
+def jids_on_queue(r: redis.Redis, queue: str = "default") -> list[str]:
+    import json
+
+    return [json.loads(raw)["jid"] for raw in r.lrange(f"cogworker:queue:{queue}", 0, -1)]
+
+
+def at(event: dict[str, Any]) -> float:
+    return dt.datetime.fromisoformat(event["timestamp"]).timestamp()
+
+
+def test_sigkilled_child_mid_job_is_requeued_within_a_second_and_completes(
+    swarms: SwarmRunner, r: redis.Redis, configured
+) -> None:
+    import demo_jobs
+
+    swarm = swarms.start(COGWORKER_CONCURRENCY="1")
+    swarm.wait_ready()
+    jid = demo_jobs.sleepy.perform_async("k", 0.5)
+    victim = wait_until(lambda: started(r, "k"), message="the job to start")[0]
+
+    killed_at = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: len(started(r, "k")) == 2, timeout=1.0, message="the job to run again within 1 s")
+    assert time.monotonic() - killed_at < 1.0
+    assert r.get(f"cogworker:orphanings:{jid}") == "1"  # counted (poison pills end in dead)
+    wait_until(lambda: ran(r, "k"), message="the requeued job to complete")
+    assert victim not in ran(r, "k")
+    assert r.get(f"cogworker:orphanings:{jid}") is None  # cleared when the job succeeded
+
+    exited = swarm.wait_event("child_exited", child_pid=victim)[0]
+    assert exited["reason"] == "signal" and exited["signal"] == "SIGKILL" and exited["requeue"]
+    assert (
+        swarm.supervisor_events("child_jobs_requeued", child_identity=swarm.identities()[victim])[0]["moved"]
+        == 1
+    )
+    swarm.wait_ready()  # the slot was respawned
+    assert victim not in swarm.current_children().values()
+    assert swarm.stop() == exitcodes.OK  # the crash was handled; the stop itself was clean
+    assert r.keys("cogworker:inprogress:*") == []
+
+
+def test_hung_child_is_killed_requeued_and_replaced(swarms: SwarmRunner, r: redis.Redis, configured) -> None:
+    import demo_jobs
+
+    swarm = swarms.start(COGWORKER_CONCURRENCY="1", COGWORKER_LIVENESS_TIMEOUT_S="2")
+    swarm.wait_ready()
+    demo_jobs.sleepy.perform_async("h", 1.0)
+    victim = wait_until(lambda: started(r, "h"), message="the job to start")[0]
+    os.kill(victim, signal.SIGSTOP)  # alive, but silent
+
+    hung = swarm.wait_event("child_hung", child_pid=victim)[0]
+    assert hung["silent_s"] > 2
+    exited = swarm.wait_event("child_exited", child_pid=victim)[0]
+    assert exited["reason"] == "hung" and exited["requeue"]
+    wait_until(lambda: ran(r, "h"), message="the job to run again elsewhere")
+    assert ran(r, "h") != [victim]
+    swarm.wait_ready()
+    assert swarm.stop() == exitcodes.OK
+
+
+def test_respawn_backoff_doubles_while_a_slot_dies_young_and_resets_after_a_healthy_run(
+    swarms: SwarmRunner, r: redis.Redis
+) -> None:
+    # Each child pops its fate: four young deaths, a healthy run (> HEALTHY_UPTIME_S), a young death.
+    r.rpush("test:crash_plan", 0.05, 0.05, 0.05, 0.05, 1.6, 0.05)
+    swarm = swarms.start(
+        COGWORKER_COUNT="1",
+        COGWORKER_REQUIRE="demo_jobs,swarm_crash",
+        COGWORKER_HEALTHY_UPTIME_S="1.2",
+        COGWORKER_RESPAWN_BASE_DELAY_S="0.3",
+        COGWORKER_RESPAWN_MAX_DELAY_S="0.6",
+    )
+    scheduled = swarm.wait_event("respawn_scheduled", count=6, timeout=20)
+    assert [e["delay_s"] for e in scheduled] == [0, 0.3, 0.6, 0.6, 0, 0.3]
+    assert [e["streak"] for e in scheduled] == [1, 2, 3, 4, 1, 2]
+    swarm.wait_ready()
+    assert r.llen("test:crash_plan") == 0
+
+    # The delays were honoured: each respawn came no sooner than scheduled (and not much later).
+    exits = swarm.supervisor_events("child_exited")
+    starts = swarm.supervisor_events("child_started")[1:]
+    assert [e["reason"] for e in exits] == ["crash"] * 6 and all(e["exit_code"] == 7 for e in exits)
+    for exit_event, start_event, plan in zip(exits, starts, scheduled, strict=True):
+        gap = at(start_event) - at(exit_event)
+        assert plan["delay_s"] - 0.05 <= gap <= plan["delay_s"] + 0.5, (plan, gap)
+    assert swarm.stop() == exitcodes.OK
+
+
+def test_stragglers_are_killed_at_the_graceful_deadline_and_their_jobs_requeued(
+    swarms: SwarmRunner, r: redis.Redis, configured
+) -> None:
+    import demo_jobs
+
+    # The child's own drain would wait 30 s; the swarm's deadline is 1.5 s.
+    swarm = swarms.start(
+        COGWORKER_CONCURRENCY="1", COGWORKER_TIMEOUT_S="30", COGWORKER_GRACEFUL_STOP_TIMEOUT_S="1.5"
+    )
+    swarm.wait_ready()
+    jids = {demo_jobs.sleepy.perform_async(tag, 30) for tag in ("s1", "s2")}
+    wait_until(lambda: started(r, "s1") and started(r, "s2"), message="both jobs to start")
+
+    stop_at = time.monotonic()
+    swarm.signal(signal.SIGTERM)
+    assert swarm.wait() == exitcodes.FAILURE
+    assert 1.4 < time.monotonic() - stop_at < 5
+    killed = swarm.supervisor_events("straggler_killed")
+    assert len(killed) == 2
+    exits = swarm.supervisor_events("child_exited")
+    assert {e["reason"] for e in exits} == {"straggler"} and all(e["requeue"] for e in exits)
+    assert set(jids_on_queue(r)) == jids  # back on their queue, to run again
+    assert r.keys("cogworker:inprogress:*") == []
+    assert all(r.get(f"cogworker:orphanings:{jid}") == "1" for jid in jids)
+    assert ran(r, "s1") == ran(r, "s2") == []
+
+
+def test_a_child_that_drains_past_its_own_timeout_requeues_and_stops_cleanly(
+    swarms: SwarmRunner, r: redis.Redis, configured
+) -> None:
+    import demo_jobs
+
+    swarm = swarms.start(COGWORKER_CONCURRENCY="1", COGWORKER_COUNT="1", COGWORKER_TIMEOUT_S="0.5")
+    swarm.wait_ready()
+    jid = demo_jobs.sleepy.perform_async("d", 30)
+    wait_until(lambda: started(r, "d"), message="the job to start")
+    assert swarm.stop() == exitcodes.OK
+    assert jids_on_queue(r) == [jid]
+    assert r.get(f"cogworker:orphanings:{jid}") is None  # a drain, not a death
+    assert swarm.supervisor_events("child_exited")[0]["reason"] == "stop"

@@ -1,0 +1,161 @@
+"""The swarm end to end: start, run jobs, stop; --help; config and boot errors; a killed supervisor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import redis
+
+from cogworker import exitcodes
+from tests.redis_server import RedisServer, wait_until
+from tests.test_swarm_harness import SwarmRunner, swarm_runner
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
+    yield from swarm_runner(redis_server.url, tmp_path)
+
+
+def test_help_documents_signals_variables_and_exit_codes() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "supervisor.main", "--help"], capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 0
+    for text in ("TERM, INT", "USR1, TSTP", "HUP, USR2", "TTIN", "COUNT", "PRELOAD", "MAXMEM_MB"):
+        assert text in out.stdout
+    for name, code in (("OK", 0), ("FAILURE", 1), ("BOOT_ERROR", 3), ("CONFIG_ERROR", 78)):
+        assert f"{code}" in out.stdout and name in out.stdout
+
+
+def test_forks_n_children_that_run_jobs_and_stop_cleanly(
+    swarms: SwarmRunner, r: redis.Redis, configured
+) -> None:
+    import demo_jobs
+
+    swarm = swarms.start(COGWORKER_COUNT="3")
+    swarm.wait_ready()
+    children = swarm.children()
+    assert len(children) == 3
+    assert {c.ppid() for c in children} == {swarm.pid}
+    # Process titles: role, slot, busy/threads.
+    wait_until(
+        lambda: "cogworker-swarm [3 children, 3 ready]" in " ".join(psutil.Process(swarm.pid).cmdline())
+    )
+    titles = sorted(" ".join(c.cmdline()) for c in children)
+    assert [t.split(" busy")[0] for t in titles] == [f"cogworker worker [slot {i}] 0/2" for i in range(3)]
+    identities = set(swarm.identities().values())
+    assert {f"{os.uname().nodename}:{pid}" for pid in swarm.identities()} == {
+        i.rsplit(":", 1)[0] for i in identities
+    }
+
+    for i in range(12):
+        demo_jobs.record.perform_async(f"j{i}")
+    wait_until(lambda: r.llen("test:ran") == 12, message="12 jobs")
+    pids = {line.split()[1] for line in r.lrange("test:ran", 0, -1)}
+    assert pids <= {str(c.pid) for c in children}
+
+    assert swarm.stop() == exitcodes.OK
+    exits = swarm.supervisor_events("child_exited")
+    assert len(exits) == 3 and all(e["reason"] == "stop" and e["exit_code"] == 0 for e in exits)
+    assert r.keys("cogworker:inprogress:*") == []
+    assert r.scard("cogworker:processes") == 0
+
+
+def test_int_stops_like_term(swarms: SwarmRunner) -> None:
+    swarm = swarms.start()
+    swarm.wait_ready()
+    swarm.signal(signal.SIGINT)
+    assert swarm.wait() == exitcodes.OK
+
+
+def test_config_error_exits_78_before_forking(swarms: SwarmRunner) -> None:
+    swarm = swarms.start(COGWORKER_CONCURRENCY="0")
+    assert swarm.wait() == exitcodes.CONFIG_ERROR
+    text = swarm.log_path.read_text()
+    assert "configuration error: COGWORKER_CONCURRENCY=" in text
+    assert swarm.supervisor_events("child_started") == []
+
+
+def test_boot_error_halts_with_exit_3_instead_of_respawning(swarms: SwarmRunner) -> None:
+    swarm = swarms.start(COGWORKER_REQUIRE="demo_jobs,no_such_module_for_tests")
+    assert swarm.wait() == exitcodes.BOOT_ERROR
+    assert len(swarm.supervisor_events("child_started")) == 2
+    assert swarm.supervisor_events("respawn_scheduled") == []
+    halted = swarm.supervisor_events("swarm_halting_boot_error")
+    assert len(halted) == 1 and "no_such_module_for_tests" in halted[0]["error"]
+    assert "can't import 'no_such_module_for_tests'" in swarm.log_path.read_text()
+
+
+def test_boot_error_with_preload_exits_3_and_forks_nothing(swarms: SwarmRunner) -> None:
+    swarm = swarms.start(COGWORKER_REQUIRE="no_such_module_for_tests", COGWORKER_PRELOAD="true")
+    assert swarm.wait() == exitcodes.BOOT_ERROR
+    assert swarm.supervisor_events("child_started") == []
+    assert "can't import 'no_such_module_for_tests'" in swarm.log_path.read_text()
+
+
+def test_preload_children_run_jobs(swarms: SwarmRunner, r: redis.Redis, configured) -> None:
+    import demo_jobs
+
+    swarm = swarms.start(COGWORKER_PRELOAD="true")
+    swarm.wait_ready()
+    demo_jobs.record.perform_async("p")
+    wait_until(lambda: r.llen("test:ran") == 1)
+    assert swarm.stop() == exitcodes.OK
+
+
+def test_sigkilled_supervisor_leaves_no_child_running(swarms: SwarmRunner) -> None:
+    swarm = swarms.start(COGWORKER_COUNT="3")
+    swarm.wait_ready()
+    pids = [c.pid for c in swarm.children()]
+    assert len(pids) == 3
+    swarm.signal(signal.SIGKILL)
+    assert swarm.wait() == -signal.SIGKILL
+
+    def all_gone() -> bool:
+        swarm.reap_orphans()
+        return not any(psutil.pid_exists(pid) for pid in pids)
+
+    wait_until(all_gone, timeout=5, message="every child to die with its supervisor (PDEATHSIG)")
+
+
+def test_ttin_makes_every_child_log_its_threads(swarms: SwarmRunner) -> None:
+    swarm = swarms.start()
+    swarm.wait_ready()
+    swarm.signal(signal.SIGTTIN)
+    pids = set(swarm.current_children().values())
+    wait_until(
+        lambda: {e["pid"] for e in swarm.events("thread_stack")} >= pids, message="stacks from each child"
+    )
+    assert swarm.stop() == exitcodes.OK
+
+
+def test_redis_down_at_boot_is_no_crash(
+    swarms: SwarmRunner, private_redis: RedisServer, tmp_path: Path
+) -> None:
+    private_redis.stop()
+    swarm = swarms.start(redis_url=private_redis.url)
+    swarm.wait_event("child_booted", count=2)
+    # Children wait and report it; nothing exits, nothing is respawned, nobody is ready.
+    wait_until(
+        lambda: len(swarm.events("redis_outage_started")) >= 2, message="children to report the outage"
+    )
+    assert swarm.supervisor_events("child_exited") == []
+    assert swarm.supervisor_events("swarm_capacity")[-1]["ready"] == 0
+    private_redis.start()
+    swarm.wait_ready(timeout=20)
+    client = private_redis.client()
+    assert client.scard("cogworker:processes") == 2
+    client.close()
+    assert swarm.stop() == exitcodes.OK
+    assert swarm.supervisor_events("child_exited", reason="stop") and not swarm.supervisor_events(
+        "respawn_scheduled"
+    )
