@@ -351,19 +351,32 @@ class SwarmMetrics:
 
     def observe_status(self, slot: int, message: Mapping[str, Any], pid: int | None = None) -> None:
         """One message from a child: any event (`booted`, `ready`, `status`, `stopping`, `stopped`);
-        a message without `event` is a status. Malformed fields are counted and skipped: nothing a
-        child sends raises here."""
+        a message without `event` is a status. Job counts (`jobs`) are taken from any event that
+        carries them (a child's last counts may ride on `stopping` or `stopped`). Malformed fields
+        are counted and skipped: nothing a child sends raises here."""
         event = message.get("event", "status")
         with self.lock:
-            child = self.children.setdefault((slot, pid), _Child())
-            if event == "booted":
-                child.state = "booting"
-            elif event == "ready" and child.state != "stopping":
-                child.state = "ready"
-            elif event == "stopping":
-                child.state = "stopping"
-            elif event == "status":
-                self._apply_status(child, message)
+            if event == "stopped":  # about to exit: no longer one of the children by state
+                self.children.pop((slot, pid), None)
+            else:
+                child = self.children.setdefault((slot, pid), _Child())
+                if event == "booted":
+                    child.state = "booting"
+                elif event == "ready" and child.state != "stopping":
+                    child.state = "ready"
+                elif event == "stopping":
+                    child.state = "stopping"
+                elif event == "status":
+                    self._apply_status(child, message)
+            jobs = message.get("jobs")
+            if jobs is None:
+                return
+            if not isinstance(jobs, list):
+                self._bad.inc()
+                return
+            for entry in jobs:
+                if not self._apply_job_counts(entry):
+                    self._bad.inc()
 
     def _apply_status(self, child: _Child, message: Mapping[str, Any]) -> None:
         child.busy = _count(message.get("busy")) or 0
@@ -374,15 +387,6 @@ class SwarmMetrics:
                 child.state = "booting"
             else:
                 child.state = "quiet" if message.get("quiet") else "ready"
-        jobs = message.get("jobs")
-        if jobs is None:
-            return
-        if not isinstance(jobs, list):
-            self._bad.inc()
-            return
-        for entry in jobs:
-            if not self._apply_job_counts(entry):
-                self._bad.inc()
 
     def _apply_job_counts(self, entry: Any) -> bool:
         """Called with the lock held. False when the entry is malformed (nothing of it is counted)."""

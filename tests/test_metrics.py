@@ -109,11 +109,15 @@ def test_children_by_state_and_threads(served: SwarmMetrics) -> None:
     samples = scrape(served.port)
     assert value(samples, "cogworker_children", state="stopping") == 2
     assert value(samples, "cogworker_children", state="ready") == 1
+    # The last counts may ride on `stopped`; a child that said `stopped` is no longer counted.
+    last = {"queue": "q", "job": "j", "processed": 4}
+    served.observe_status(1, {"event": "stopped", "code": 0, "jobs": [last]}, pid=2)
     served.child_exited(1, pid=2)
     served.child_exited(0, pid=1)
     samples = scrape(served.port)
     assert value(samples, "cogworker_children", state="stopping") == 0
     assert value(samples, "cogworker_threads") == 10
+    assert value(samples, "cogworker_jobs_processed_total", queue="q", job="j") == 4
 
 
 def test_restarts_and_recoveries(served: SwarmMetrics) -> None:
