@@ -30,10 +30,7 @@ def test_unreachable_redis_is_one_line_and_exit_1() -> None:
 
 
 def test_usage_and_settings_errors(redis_server: RedisServer) -> None:
-    assert run(url=redis_server.url).returncode == 2
-    assert run("dead", url=redis_server.url).returncode == 2
-    assert run("nonsense", url=redis_server.url).returncode == 2
-    assert run("--help", url=redis_server.url).returncode == 0
+    assert run("dead", url=redis_server.url).returncode == 2  # more usage errors are tested in-process
     bad = run("status", url=redis_server.url, COGWORKER_CONCURRENCY="0")
     assert bad.returncode == 78
     assert (

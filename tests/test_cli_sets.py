@@ -107,4 +107,6 @@ def test_help_names_the_actions(cli: CLI) -> None:
     for action in ("list", "show JID", "retry JID", "delete JID", "retry-all", "delete-all", "Retry Now"):
         assert action in out.out
     assert cli("dead").code == 2  # an action is required
+    assert cli().code == 2  # a verb is required
+    assert cli("nonsense").code == 2
     assert cli("dead", "list", "--limit", "0").code == 2
