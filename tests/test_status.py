@@ -12,8 +12,12 @@ from structlog.testing import capture_logs
 import cogworker
 from cogworker import client as cw_client
 from cogworker import server_chain, testing
+from cogworker.fetch import Work
+from cogworker.processor import Stats, process
 from cogworker.settings import Settings, load_settings
+from cogworker.settle import Settler
 from cogworker.status import details, on_push, on_run
+from tests.components import build
 from tests.inproc import Runner
 from tests.redis_server import RedisServer, wait_until
 from tests.workers import WorkerPool
@@ -132,6 +136,28 @@ def test_status_writes_failing_never_fail_the_job_or_the_push(private_redis: Red
         on_run(job, lambda: ran.append("again"))
     assert [e["event"] for e in logs if e.get("component") == "Status"] == ["redis_outage_ended"]
     assert cogworker.status(job["jid"]) == "complete"
+
+
+def test_redis_going_away_while_a_tracked_job_runs_does_not_fail_it(
+    private_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = load_settings(redis_url=private_redis.url)
+    cw_client.configure(settings)
+    jid = status_jobs.tracked_hook.perform_async()
+    raw = private_redis.client().rpop("cogworker:queue:default")
+    assert jid is not None and raw is not None
+    monkeypatch.setattr(status_jobs, "hook", private_redis.stop)
+    parts = build(settings)
+    settler = Settler(
+        parts.client, parts.scripts, settings, parts.outages, parts.locks, "cogworker:inprogress:x"
+    )
+    stats = Stats()
+    with capture_logs() as logs:
+        process(Work("default", raw), settler, stats)  # "working" is written; "complete" can't be
+    assert (stats.processed, stats.failed) == (1, 0)
+    assert [e["event"] for e in logs if e.get("component") == "Status"] == ["redis_outage_started"]
+    assert [e["event"] for e in logs if e["event"] in ("job_done", "job_fail")] == ["job_done"]
+    private_redis.start()
 
 
 def test_testing_modes_write_no_status_and_need_no_redis() -> None:

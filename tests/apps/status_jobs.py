@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import redis
 
@@ -31,3 +32,13 @@ def untracked(tag: str) -> None:
 @job(status=False)
 def never_tracked(tag: str) -> None:
     _redis().rpush("test:ran", tag)
+
+
+# Set by a test: called from inside `tracked_hook`, e.g. to stop Redis while the job runs.
+hook: Callable[[], object] | None = None
+
+
+@job(status=True)
+def tracked_hook() -> None:
+    if hook is not None:
+        hook()
