@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from supervisor.child import Child, ExitOutcome
+from supervisor.roster import Roster
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,25 @@ class SwarmView:
     restarting: bool
     stopping: bool
     stop_deadline_in_s: float | None  # seconds until stragglers are killed, while stopping
+
+    @classmethod
+    def of(cls, roster: Roster, *, quiet: bool, restarting: bool, stopping: bool, now: float) -> SwarmView:
+        statuses = [c.status for c in roster]
+        deadlines = [c.stop_deadline - now for c in roster if c.stop_deadline is not None]
+        return cls(
+            count=roster.count,
+            children=len(roster),
+            ready=roster.ready,
+            busy=_total(statuses, "busy"),
+            threads=_total(statuses, "threads"),
+            processed=_total(statuses, "processed"),
+            failed=_total(statuses, "failed"),
+            redis_down=sum(1 for s in statuses if s.get("redis") == "down"),
+            quiet=quiet,
+            restarting=restarting,
+            stopping=stopping,
+            stop_deadline_in_s=max(0.0, min(deadlines)) if stopping and deadlines else None,
+        )
 
     @property
     def state(self) -> str:
@@ -92,3 +112,7 @@ class SwarmHooks:
     def restart_ended(self, ok: bool) -> None: ...
 
     def stop_began(self, deadline_s: float) -> None: ...
+
+
+def _total(statuses: list[dict[str, Any]], key: str) -> int:
+    return sum(int(s[key]) for s in statuses if isinstance(s.get(key), int | float))

@@ -23,6 +23,9 @@ from typing import Any, NoReturn
 import orjson
 
 from supervisor import signals
+from supervisor.child import Child, Phase
+from supervisor.protocol import LineBuffer
+from supervisor.roster import Roster
 
 HANDOVER_VARIABLE = "COGWORKER_SWARM_HANDOVER"
 HANDOVER_VERSION = 1
@@ -65,6 +68,53 @@ class Handover:
             quiet_slots=[int(s) for s in data.get("quiet_slots", [])],
             pending_requeues=[str(i) for i in data.get("pending_requeues", [])],
         )
+
+
+def handover_of(roster: Roster, quiet_slots: set[int], pending_requeues: set[str]) -> Handover:
+    """What the next image needs to adopt every child whose pipe is still open."""
+    children = []
+    for child in roster:
+        if child.fd < 0:
+            continue  # exited already; its reaping is left to the next image's waitpid
+        children.append(
+            AdoptedChild(
+                pid=child.pid,
+                slot=child.slot,
+                identity=child.identity,
+                fd=child.fd,
+                started_at=child.started_at,
+                last_heard=child.last_heard,
+                phase=child.phase.value,
+                current=roster.is_current(child),
+                term_sent_at=child.term_sent_at,
+                stop_deadline=child.stop_deadline,
+                retire_reason=child.retire_reason,
+                quiet_requested=child.quiet_requested,
+                status=child.status,
+                pending=child.lines.pending.decode("latin-1"),
+            )
+        )
+    return Handover(children, sorted(quiet_slots), sorted(pending_requeues))
+
+
+def adopted(a: AdoptedChild, now: float) -> Child:
+    """The handle for a child the previous image forked; heard from `now` (the exec took a while)."""
+    return Child(
+        a.pid,
+        a.slot,
+        a.identity,
+        a.fd,
+        started_at=a.started_at,
+        last_heard=now,
+        purpose="adopted",
+        phase=Phase(a.phase),
+        lines=LineBuffer(a.pending.encode("latin-1")),
+        status=a.status,
+        term_sent_at=a.term_sent_at,
+        stop_deadline=a.stop_deadline,
+        retire_reason=a.retire_reason,
+        quiet_requested=a.quiet_requested,
+    )
 
 
 def take_handover(environ: dict[str, str] | os._Environ[str]) -> Handover | None:

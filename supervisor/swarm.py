@@ -2,17 +2,15 @@
 
 Events are signals (through the self-pipe, signals.py) and lines from children's state pipes
 (protocol.py). Reconciling is where things happen: reap exited children (requeueing the jobs of any
-that died abnormally before respawning its slot), respawn slots whose backoff has run out, advance a
+that died abnormally before its slot is respawned), respawn slots whose backoff has run out, advance a
 restart, kill stragglers and hung children, watch memory, then tell the hooks (systemd notify,
-metrics) what the swarm looks like now.
+metrics) what the swarm looks like now. This module decides; processes.py forks and signals.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import selectors
-import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -28,12 +26,12 @@ from supervisor.backoff import RespawnBackoff
 from supervisor.child import Child, ExitOutcome, Phase, classify_exit
 from supervisor.hooks import SwarmHooks, SwarmView
 from supervisor.memory import MB, MemoryWatch
-from supervisor.protocol import Garbage, LineBuffer, Message
+from supervisor.processes import ChildProcesses
+from supervisor.protocol import Garbage, Message
 from supervisor.requeue import Requeuer
 from supervisor.restart import RestartPlan
 from supervisor.roster import Roster
 from supervisor.signals import ACTIONS, SignalPipe
-from supervisor.spawn import spawn
 
 log = structlog.get_logger("cogworker.swarm")
 
@@ -60,6 +58,7 @@ class Swarm:
         self.clock = clock
         self.selector = selectors.DefaultSelector()
         self.roster = Roster(settings.count)
+        self.procs = ChildProcesses(settings, self.roster, self.selector, signal_pipe, self.hooks, clock)
         self.backoff = RespawnBackoff(
             clock,
             healthy_uptime_s=settings.healthy_uptime_s,
@@ -69,7 +68,7 @@ class Swarm:
         self.requeuer = Requeuer(settings, clock, on_done=self._on_requeued)
         self.memory = MemoryWatch(settings.maxmem_mb, settings.memory_check_interval_s, clock)
         self._handover = handover
-        self.generation = 0
+        self.generation = 0  # bumped by each restart; children remember theirs
         self.restart: RestartPlan | None = None
         self.quiet_slots: set[int] = set()
         self.stopping = False
@@ -87,7 +86,7 @@ class Swarm:
                 if key.data is None:
                     self._on_signals()
                 else:
-                    self._read(key.data)
+                    self._on_readable(key.data)
             self._reconcile()
         self._finish()
         return self.exit_code
@@ -97,8 +96,7 @@ class Swarm:
         self.requeuer.retry_due()
         self._respawn_due()
         self._advance_restart()
-        self._kill_stragglers()
-        self._check_liveness()
+        self._enforce_deadlines()
         self._watch_memory()
         self._publish()
 
@@ -111,18 +109,18 @@ class Swarm:
     # Start and finish -----------------------------------------------------------------------
     def _start(self) -> None:
         self.selector.register(self.signal_pipe.fileno, selectors.EVENT_READ, None)
-        s = self.settings
+        s, handover = self.settings, self._handover
         log.info(
             "swarm_starting",
             count=s.count,
             preload=s.preload,
             phased_restart=s.phased_restart,
-            adopting=len(self._handover.children) if self._handover else 0,
+            adopting=len(handover.children) if handover else 0,
         )
-        if self._handover is not None:
-            self._adopt(self._handover)
+        if handover is not None:
+            self._adopt(handover)
             self._handover = None
-            # The restart opens generation 1 before the vacant slots are forked: those run new code.
+            # The restart opens a new generation before vacant slots are forked: those run new code.
             if self.app_loaded:
                 self._begin_restart()
             else:
@@ -132,7 +130,22 @@ class Swarm:
                     note="the running children keep the code they started with",
                 )
         for slot in self.roster.vacant_slots():
-            self._fork_or_retry(slot, "start")
+            self._fork(slot, "start")
+
+    def _adopt(self, handover: reexec.Handover) -> None:
+        now = self.clock()
+        self.quiet_slots = set(handover.quiet_slots)
+        self.requeuer.pending.update(handover.pending_requeues)
+        for a in handover.children:
+            child = reexec.adopted(a, now)
+            self.procs.add(child, current=a.current)
+            log.info("child_adopted", phase=child.phase.value, current=a.current, **child.describe())
+            self._call_hook(self.hooks.child_started, child)
+            if a.current:
+                self.backoff.started(a.slot, at=a.started_at)
+            elif child.term_sent_at is None:
+                # A replacement the old image was waiting for: the new restart replaces every slot.
+                self._give_up_replacement(child, "superseded by the re-exec")
 
     def _finish(self) -> None:
         self.requeuer.retry_due(force=True)
@@ -147,18 +160,17 @@ class Swarm:
 
     # Signals: the seams (arq's handle_sig); tests may call these directly ----------------------
     def _on_signals(self) -> None:
+        handlers: dict[str, Callable[[], None]] = {
+            "stop": self.stop,
+            "quiet": self.quiet,
+            "restart": self.restart_children,
+            "dump": self.procs.dump_stacks,
+        }
         for signum in self.signal_pipe.drain():
             action = ACTIONS.get(signum)
-            if action is None or action == "reap":
-                continue  # reaping happens on every turn
-            log.info("signal_received", signal=signum.name, action=action)
-            handlers: dict[str, Callable[[], None]] = {
-                "stop": self.stop,
-                "quiet": self.quiet,
-                "restart": self.restart_children,
-                "dump": self.dump,
-            }
-            handlers[action]()
+            if action in handlers:  # "reap" needs nothing: every turn reaps
+                log.info("signal_received", signal=signum.name, action=action)
+                handlers[action]()
 
     def stop(self, reason: str = "signal") -> None:
         if self.stopping:
@@ -171,7 +183,7 @@ class Swarm:
         log.info("swarm_stopping", reason=reason, children=len(self.roster), graceful_timeout_s=timeout)
         self._call_hook(self.hooks.stop_began, timeout)
         for child in self.roster:
-            self._terminate(child)
+            self.procs.terminate(child)
 
     def quiet(self) -> None:
         """Stop fetching everywhere, now and in every child forked from now on."""
@@ -180,50 +192,24 @@ class Swarm:
             "swarm_quiet", note="children finish running jobs and fetch no more; undo with remote resume"
         )
         for child in self.roster:
-            self._quiet_child(child)
+            self.procs.quiet(child)
 
     def restart_children(self) -> None:
         if self.stopping:
             log.info("restart_ignored", reason="stopping")
-            return
-        if self.settings.preload:
+        elif self.settings.preload:
             self._reexec()
         else:
             self._begin_restart()
 
-    def dump(self) -> None:
-        for child in self.roster:
-            if child.handles_signals:
-                self._send(child, signal.SIGTTIN)
-
     # Child pipes ----------------------------------------------------------------------------
-    def _read(self, child: Child) -> None:
-        while child.fd >= 0:
-            try:
-                data = os.read(child.fd, 65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._close_pipe(child)
-                return
-            for item in child.lines.feed(data):
-                if isinstance(item, Garbage):
-                    child.last_heard = self.clock()
-                    log.warning(
-                        "child_sent_garbage", reason=item.reason, sample=item.sample, **child.describe()
-                    )
-                else:
-                    self._on_message(child, item)
-
-    def _close_pipe(self, child: Child) -> None:
-        if child.fd < 0:
-            return
-        with contextlib.suppress(KeyError, ValueError):
-            self.selector.unregister(child.fd)
-        os.close(child.fd)
-        child.fd = -1
+    def _on_readable(self, child: Child) -> None:
+        for item in self.procs.read(child):
+            if isinstance(item, Garbage):
+                child.last_heard = self.clock()  # noise, but a sign of life
+                log.warning("child_sent_garbage", reason=item.reason, sample=item.sample, **child.describe())
+            else:
+                self._on_message(child, item)
 
     def _on_message(self, child: Child, message: Message) -> None:
         was_quiet = child.quiet
@@ -234,7 +220,7 @@ class Swarm:
         elif event == "ready" and before is not Phase.READY and child.phase is Phase.READY:
             log.info("child_ready", uptime_s=round(child.uptime(self.clock()), 3), **child.describe())
             if child.slot in self.quiet_slots:
-                self._quiet_child(child)
+                self.procs.quiet(child)
             if child.replaces is not None and not child.abandoned:
                 self._promote(child)
             plan = self.restart
@@ -266,19 +252,18 @@ class Swarm:
             if child is None:
                 log.warning("unknown_child_reaped", pid=pid, exit_code=code)
                 continue
-            self._read(child)  # its last lines (boot_error, stopped) are still in the pipe
-            self._close_pipe(child)
+            self._on_readable(child)  # its last lines (boot_error, stopped) are still in the pipe
+            self.procs.close_pipe(child)
             _, was_current = self.roster.pop(pid)
             self._on_exit(child, was_current, classify_exit(child, code))
 
     def _on_exit(self, child: Child, was_current: bool, outcome: ExitOutcome) -> None:
-        now = self.clock()
         (log.info if outcome.clean else log.warning)(
             "child_exited",
             reason=outcome.reason,
             exit_code=outcome.code,
             signal=outcome.signal_name,
-            uptime_s=round(child.uptime(now), 3),
+            uptime_s=round(child.uptime(self.clock()), 3),
             requeue=outcome.requeue,
             **child.describe(),
         )
@@ -288,18 +273,16 @@ class Swarm:
         if self.stopping:
             if not outcome.clean and self.exit_code == exitcodes.OK:
                 self.exit_code = exitcodes.FAILURE
-            return
-        if child.replaces is not None or child.abandoned:
-            self._replacement_failed(child, outcome)
-            return
-        if not was_current:
-            return  # retired: its replacement already serves the slot
-        replacement = self.roster.replacement_for(child.slot)
-        if replacement is not None:
+        elif child.replaces is not None or child.abandoned:
+            if not child.abandoned:
+                reason = child.boot_error or f"replacement exited ({outcome.reason}, code {outcome.code})"
+                self._give_up_replacement(child, reason, alive=False)
+        elif not was_current:
+            pass  # retired: its replacement already serves the slot
+        elif (replacement := self.roster.replacement_for(child.slot)) is not None:
             self.roster.promote(replacement)  # it serves the slot from now on, ready or not yet
             self.backoff.started(child.slot, at=replacement.started_at)
-            return
-        if outcome.boot_error:
+        elif outcome.boot_error:
             log.error(
                 "swarm_halting_boot_error",
                 error=child.boot_error or f"child exited {outcome.code} (BOOT_ERROR)",
@@ -307,19 +290,19 @@ class Swarm:
             )
             self.stop("boot_error")
             self.exit_code = exitcodes.BOOT_ERROR
-            return
-        self._respawn_reasons[child.slot] = outcome.reason
-        if child.respawn_on_exit:
-            self.backoff.schedule_now(child.slot)
-            return
-        crash = self.backoff.crashed(child.slot)
-        log.warning(
-            "respawn_scheduled",
-            slot=child.slot,
-            delay_s=crash.delay_s,
-            streak=crash.streak,
-            after=outcome.reason,
-        )
+        else:
+            self._respawn_reasons[child.slot] = outcome.reason
+            if child.respawn_on_exit:
+                self.backoff.schedule_now(child.slot)  # a restart in place is no crash
+            else:
+                crash = self.backoff.crashed(child.slot)
+                log.warning(
+                    "respawn_scheduled",
+                    slot=child.slot,
+                    delay_s=crash.delay_s,
+                    streak=crash.streak,
+                    after=outcome.reason,
+                )
 
     def _on_requeued(self, identity: str, moved: int, seconds: float) -> None:
         self._call_hook(self.hooks.jobs_requeued, identity, moved, seconds)
@@ -328,13 +311,31 @@ class Swarm:
         if self.stopping:
             return
         for slot in self.backoff.due():
-            if self.roster.current(slot) is None:
+            if self.roster.current(slot) is None and self._fork(slot, "respawn") is not None:
                 reason = self._respawn_reasons.pop(slot, "respawn")
-                if self._fork_or_retry(slot, "respawn") is not None:
-                    self.replaced[reason] += 1
-                    self._call_hook(self.hooks.child_replaced, slot, reason)
+                self.replaced[reason] += 1
+                self._call_hook(self.hooks.child_replaced, slot, reason)
 
-    # Restarts -------------------------------------------------------------------------------
+    def _fork(self, slot: int, purpose: str, *, replaces: Child | None = None) -> Child | None:
+        try:
+            child = self.procs.fork(
+                slot,
+                purpose,
+                generation=self.generation,
+                app_loaded=self.app_loaded,
+                quiet=slot in self.quiet_slots,
+                replaces=replaces,
+            )
+        except OSError as exc:
+            retry = self.backoff.fork_failed(slot) if replaces is None else None
+            log.error("fork_failed", slot=slot, purpose=purpose, error=str(exc), retry_in_s=retry)
+            return None
+        if replaces is None:
+            self.backoff.started(slot)
+        self._call_hook(self.hooks.child_started, child)
+        return child
+
+    # Restarts and replacements ----------------------------------------------------------------
     def _begin_restart(self) -> None:
         self.generation += 1
         phased = self.settings.phased_restart
@@ -348,8 +349,8 @@ class Swarm:
         for child in self.roster:
             if self.roster.is_current(child) and child.generation < self.generation and not child.stopping:
                 self._retire(child, "restart", respawn=True)
-            elif child.replaces is not None:
-                self._abandon(child, "superseded by a restart of every child")
+            elif child.replaces is not None and not child.abandoned:
+                self._give_up_replacement(child, "superseded by a restart of every child")
 
     def _advance_restart(self) -> None:
         plan = self.restart
@@ -357,7 +358,7 @@ class Swarm:
             return
         slot = plan.next_slot(self.roster) if plan.phased else None
         old = self.roster.current(slot) if slot is not None else None
-        if old is not None and self._fork_or_retry(old.slot, "restart", replaces=old) is None:
+        if old is not None and self._fork(old.slot, "restart", replaces=old) is None:
             self._end_restart(ok=False, reason="fork failed")
         elif plan.finished(self.roster):
             self._end_restart(ok=True)
@@ -374,6 +375,7 @@ class Swarm:
         self._call_hook(self.hooks.restart_ended, ok)
 
     def _promote(self, replacement: Child) -> None:
+        """A replacement reported ready: it becomes current, and only now is the old child stopped."""
         old = self.roster.promote(replacement)
         self.backoff.started(replacement.slot, at=replacement.started_at)
         reason = replacement.purpose
@@ -383,18 +385,11 @@ class Swarm:
         if old is not None:
             self._retire(old, reason)
 
-    def _replacement_failed(self, child: Child, outcome: ExitOutcome) -> None:
-        if not child.abandoned:
-            why = child.boot_error or f"replacement exited ({outcome.reason}, code {outcome.code})"
-            self._replacement_gave_up(child, why)
-
-    def _abandon(self, child: Child, why: str) -> None:
+    def _give_up_replacement(self, child: Child, why: str, *, alive: bool = True) -> None:
+        """The replacement won't do (failed to boot, too slow, superseded): the old child stays."""
         child.abandoned = True
-        self._terminate(child)
-        self._replacement_gave_up(child, why)
-
-    def _replacement_gave_up(self, child: Child, why: str) -> None:
-        child.abandoned = True
+        if alive:  # never signal a reaped pid: it may belong to another process by now
+            self.procs.terminate(child)
         log.error(
             "replacement_failed",
             purpose=child.purpose,
@@ -407,37 +402,34 @@ class Swarm:
         if self.restart is not None and self.restart.in_flight == child.slot:
             self._end_restart(ok=False, reason=why)
 
+    def _retire(self, child: Child, reason: str, *, respawn: bool = False) -> None:
+        child.retire_reason = reason
+        child.respawn_on_exit = respawn
+        self.procs.terminate(child)
+
     def _reexec(self) -> None:
-        handover = reexec.Handover(
-            children=[self._adoptable(c) for c in self.roster if c.fd >= 0],
-            quiet_slots=sorted(self.quiet_slots),
-            pending_requeues=sorted(self.requeuer.pending),
-        )
+        handover = reexec.handover_of(self.roster, self.quiet_slots, self.requeuer.pending)
         log.info("swarm_reexec", children=len(handover.children), note="loading the code on disk now")
         try:
             reexec.exec_self(handover, self.argv)
         except OSError as exc:
             log.error("restart_failed", reason=f"re-exec failed: {exc}", note="the old children keep running")
 
-    # Deadlines: stragglers, hung children, replacements, memory ----------------------------------
-    def _kill_stragglers(self) -> None:
-        now = self.clock()
+    # Deadlines and memory -------------------------------------------------------------------
+    def _enforce_deadlines(self) -> None:
+        now, s = self.clock(), self.settings
         for child in self.roster:
-            if child.kill_reason is None and child.stop_deadline is not None and now >= child.stop_deadline:
-                log.warning(
-                    "straggler_killed", after_s=self.settings.graceful_stop_timeout_s, **child.describe()
-                )
-                self._kill(child, "straggler")
-            elif child.ready_deadline is not None and now >= child.ready_deadline and not child.abandoned:
-                self._abandon(child, f"not ready within {self.settings.restart_ready_timeout_s}s")
-
-    def _check_liveness(self) -> None:
-        now, limit = self.clock(), self.settings.liveness_timeout_s
-        for child in self.roster:
-            if child.kill_reason is None and not child.stopping and child.silent_for(now) > limit:
+            if child.kill_reason is not None:
+                continue
+            if child.stop_deadline is not None and now >= child.stop_deadline:
+                log.warning("straggler_killed", after_s=s.graceful_stop_timeout_s, **child.describe())
+                self.procs.kill(child, "straggler")
+            elif not child.stopping and child.silent_for(now) > s.liveness_timeout_s:
                 silent = round(child.silent_for(now), 2)
                 log.error("child_hung", silent_s=silent, phase=child.phase.value, **child.describe())
-                self._kill(child, "hung")
+                self.procs.kill(child, "hung")
+            elif child.ready_deadline is not None and now >= child.ready_deadline and not child.abandoned:
+                self._give_up_replacement(child, f"not ready within {s.restart_ready_timeout_s}s")
 
     def _watch_memory(self) -> None:
         if self.stopping or not self.memory.due():
@@ -454,164 +446,20 @@ class Swarm:
         for pid, rss in self.memory.over_limit(c.pid for c in watched):
             child = self.roster.get(pid)
             if child is not None:
+                mb = round(rss / MB, 1)
                 log.warning(
-                    "child_over_memory_limit",
-                    rss_mb=round(rss / MB, 1),
-                    limit_mb=self.memory.limit_mb,
-                    **child.describe(),
+                    "child_over_memory_limit", rss_mb=mb, limit_mb=self.memory.limit_mb, **child.describe()
                 )
-                self._fork_or_retry(child.slot, "memory", replaces=child)
-
-    # Acting on children ---------------------------------------------------------------------
-    def _fork_or_retry(self, slot: int, purpose: str, *, replaces: Child | None = None) -> Child | None:
-        quiet = slot in self.quiet_slots
-        try:
-            spawned = spawn(
-                self.settings,
-                slot,
-                app_loaded=self.app_loaded,
-                quiet=quiet,
-                close_in_child=self._close_in_child,
-            )
-        except OSError as exc:
-            if replaces is None:
-                delay = self.backoff.fork_failed(slot)
-                log.error("fork_failed", slot=slot, error=str(exc), retry_in_s=delay)
-            else:
-                log.error("fork_failed", slot=slot, error=str(exc), purpose=purpose)
-            return None
-        now = self.clock()
-        child = Child(
-            spawned.pid,
-            slot,
-            spawned.identity,
-            spawned.fd,
-            started_at=now,
-            last_heard=now,
-            generation=self.generation,
-            purpose=purpose,
-            quiet_requested=quiet,
-        )
-        if replaces is not None:
-            child.replaces = replaces.pid
-            child.ready_deadline = now + self.settings.restart_ready_timeout_s
-        else:
-            self.backoff.started(slot)
-        self.roster.add(child, current=replaces is None)
-        self.selector.register(child.fd, selectors.EVENT_READ, child)
-        log.info("child_started", purpose=purpose, replaces=child.replaces, **child.describe())
-        self._call_hook(self.hooks.child_started, child)
-        return child
-
-    def _close_in_child(self) -> None:
-        """Runs in a new child: drop what belongs to the supervisor."""
-        self.signal_pipe.close()
-        self.selector.close()
-        for child in self.roster:
-            if child.fd >= 0:
-                os.close(child.fd)
-        self.hooks.in_child()
-
-    def _quiet_child(self, child: Child) -> None:
-        # Before `ready` a launcher drops a quiet command; ready children get USR1 now, the others
-        # when they report ready. Children forked from now on start quiet (spawn's quiet=).
-        if child.phase is Phase.READY and not child.quiet_requested:
-            self._send(child, signal.SIGUSR1)
-            child.quiet_requested = True
-
-    def _retire(self, child: Child, reason: str, *, respawn: bool = False) -> None:
-        child.retire_reason = reason
-        child.respawn_on_exit = respawn
-        self._terminate(child)
-
-    def _terminate(self, child: Child) -> None:
-        if child.term_sent_at is not None:
-            return
-        now = self.clock()
-        self._send(child, signal.SIGTERM)
-        child.term_sent_at = now
-        deadline = now + self.settings.graceful_stop_timeout_s
-        child.stop_deadline = min(child.stop_deadline or deadline, deadline)
-
-    def _kill(self, child: Child, reason: str) -> None:
-        child.kill_reason = reason
-        self._send(child, signal.SIGKILL)
-
-    @staticmethod
-    def _send(child: Child, signum: signal.Signals) -> None:
-        # The pid can't have been reused: an unreaped child keeps it, even as a zombie.
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signum)
-
-    # Hand-over after a re-exec ----------------------------------------------------------------
-    def _adoptable(self, child: Child) -> reexec.AdoptedChild:
-        os.set_blocking(child.fd, False)
-        return reexec.AdoptedChild(
-            pid=child.pid,
-            slot=child.slot,
-            identity=child.identity,
-            fd=child.fd,
-            started_at=child.started_at,
-            last_heard=child.last_heard,
-            phase=child.phase.value,
-            current=self.roster.is_current(child),
-            term_sent_at=child.term_sent_at,
-            stop_deadline=child.stop_deadline,
-            retire_reason=child.retire_reason,
-            quiet_requested=child.quiet_requested,
-            status=child.status,
-            pending=child.lines.pending.decode("latin-1"),
-        )
-
-    def _adopt(self, handover: reexec.Handover) -> None:
-        now = self.clock()
-        self.quiet_slots = set(handover.quiet_slots)
-        self.requeuer.pending.update(handover.pending_requeues)
-        for a in handover.children:
-            child = Child(
-                a.pid,
-                a.slot,
-                a.identity,
-                a.fd,
-                started_at=a.started_at,
-                last_heard=now,  # the exec took a while: a full liveness period from now
-                purpose="adopted",
-                phase=Phase(a.phase),
-                lines=LineBuffer(a.pending.encode("latin-1")),
-                status=a.status,
-                term_sent_at=a.term_sent_at,
-                stop_deadline=a.stop_deadline,
-                retire_reason=a.retire_reason,
-                quiet_requested=a.quiet_requested,
-            )
-            self.roster.add(child, current=a.current)
-            self.selector.register(child.fd, selectors.EVENT_READ, child)
-            if a.current:
-                self.backoff.started(a.slot, at=a.started_at)
-            elif child.term_sent_at is None:
-                # A replacement the old image was waiting for: the new restart replaces every slot.
-                self._abandon(child, "superseded by the re-exec")
-            log.info("child_adopted", phase=child.phase.value, current=a.current, **child.describe())
-            self._call_hook(self.hooks.child_started, child)
+                self._fork(child.slot, "memory", replaces=child)
 
     # Publishing -----------------------------------------------------------------------------
     def view(self) -> SwarmView:
-        statuses = [c.status for c in self.roster]
-        now = self.clock()
-        deadlines = [c.stop_deadline - now for c in self.roster if c.stop_deadline is not None]
-        return SwarmView(
-            count=self.settings.count,
-            children=len(self.roster),
-            ready=self.roster.ready,
-            busy=_total(statuses, "busy"),
-            threads=_total(statuses, "threads"),
-            processed=_total(statuses, "processed"),
-            failed=_total(statuses, "failed"),
-            redis_down=sum(1 for s in statuses if s.get("redis") == "down"),
+        return SwarmView.of(
+            self.roster,
             quiet=bool(self.quiet_slots),
             restarting=self.restart is not None,
             stopping=self.stopping,
-            stop_deadline_in_s=max(0.0, min(deadlines)) if self.stopping and deadlines else None,
+            now=self.clock(),
         )
 
     def latest_status(self) -> dict[int, dict[str, Any]]:
@@ -619,8 +467,7 @@ class Swarm:
         return {c.pid: dict(c.status) for c in self.roster}
 
     def _publish(self) -> None:
-        view = self.view()
-        last = self._last_view
+        view, last = self.view(), self._last_view
         if last is None or (view.children, view.ready, view.state) != (last.children, last.ready, last.state):
             log.info(
                 "swarm_capacity", children=view.children, ready=view.ready, count=view.count, state=view.state
@@ -637,7 +484,3 @@ class Swarm:
             hook(*args)
         except Exception:
             log.exception("hook_failed", hook=getattr(hook, "__qualname__", repr(hook)))
-
-
-def _total(statuses: list[dict[str, Any]], key: str) -> int:
-    return sum(int(s.get(key) or 0) for s in statuses if isinstance(s.get(key), int | float))

@@ -162,3 +162,35 @@ def test_a_child_that_drains_past_its_own_timeout_requeues_and_stops_cleanly(
     assert jids_on_queue(r) == [jid]
     assert r.get(f"cogworker:orphanings:{jid}") is None  # a drain, not a death
     assert swarm.supervisor_events("child_exited")[0]["reason"] == "stop"
+
+
+def test_requeue_waits_for_redis_when_a_child_dies_during_an_outage(
+    swarms: SwarmRunner, tmp_path: Path
+) -> None:
+    from cogworker import codec, payload
+
+    server = RedisServer(persistent=True)  # survives its own restart with every job
+    client = server.client()
+    try:
+        swarm = swarms.start(redis_url=server.url, COGWORKER_CONCURRENCY="1")
+        swarm.wait_ready()
+        client.lpush(
+            "cogworker:queue:default",
+            codec.dumps(payload.build("demo_jobs.sleepy", ("o", 2), {}, queue="default", retry=True)),
+        )
+        victim = wait_until(lambda: started(client, "o"), message="the job to start")[0]
+
+        server.stop()
+        os.kill(victim, signal.SIGKILL)
+        deferred = swarm.wait_event("child_jobs_requeue_deferred")[0]
+        assert deferred["pending"] == [swarm.identities()[victim]]
+        swarm.wait_event("child_started", count=3)  # respawned anyway; the new child waits for Redis
+
+        server.start()
+        requeued = swarm.wait_event("child_jobs_requeued", timeout=20)[0]
+        assert requeued["child_identity"] == swarm.identities()[victim] and requeued["moved"] == 1
+        wait_until(lambda: ran(client, "o"), timeout=20, message="the job to run again once Redis is back")
+        assert swarm.stop() == exitcodes.OK
+    finally:
+        client.close()
+        server.close()

@@ -77,6 +77,14 @@ def test_int_stops_like_term(swarms: SwarmRunner) -> None:
     assert swarm.wait() == exitcodes.OK
 
 
+def test_term_while_children_are_still_forking_stops_cleanly(swarms: SwarmRunner) -> None:
+    swarm = swarms.start(COGWORKER_COUNT="3")
+    swarm.wait_event("child_started")
+    swarm.signal(signal.SIGTERM)
+    assert swarm.wait() == exitcodes.OK
+    assert len(swarm.supervisor_events("child_exited")) == len(swarm.supervisor_events("child_started"))
+
+
 def test_config_error_exits_78_before_forking(swarms: SwarmRunner) -> None:
     swarm = swarms.start(COGWORKER_CONCURRENCY="0")
     assert swarm.wait() == exitcodes.CONFIG_ERROR
