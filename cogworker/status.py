@@ -8,7 +8,8 @@ in the payload (`"status": true`), so workers follow what the pushing side chose
 The status lives in a hash `cogworker:status:<jid>` (status, class, queue, updated_at, and the error
 of the last failure) that expires `status_ttl_s` after its last change — later for a job that is
 scheduled or waiting for a retry, by how long it waits, so a status doesn't vanish while its job is
-simply not due yet. Unknown and expired jids read as None.
+simply not due yet. Unknown and expired jids read as None — and so does a job still running
+`status_ttl_s` after it started (the TTL is counted from the last change, not renewed while it runs).
 
 - queued: written at push, before the job is written (written after, a fast worker's "working"
   could be overwritten); removed again if the push doesn't happen.
