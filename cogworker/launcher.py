@@ -250,6 +250,7 @@ class Launcher:
             failed=self.stats.failed,
             redis="down" if self.outages.down else "up",
             quiet=quiet,
+            jobs=self.stats.jobs.take(),
         )
         self._title(f"{busy}/{self.settings.concurrency} busy{' quiet' if quiet else ''}")
 
@@ -293,7 +294,7 @@ class Launcher:
         except Exception as exc:
             self.outages.report("Shutdown", exc)
         log.info("stopped", processed=self.stats.processed, failed=self.stats.failed)
-        self.reporter.send("stopped", code=exitcodes.OK)
+        self.reporter.send("stopped", code=exitcodes.OK, jobs=self.stats.jobs.take())
         return exitcodes.OK
 
 

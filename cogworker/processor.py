@@ -14,6 +14,7 @@ import structlog
 from cogworker import codec, retry
 from cogworker.fetch import Work
 from cogworker.jobs import resolve
+from cogworker.jobstats import JobCounts
 from cogworker.middleware import run_server_chain
 from cogworker.settle import Settler
 
@@ -23,11 +24,12 @@ log = structlog.get_logger("cogworker.job")
 class Stats:
     """This process's counters, reported to the supervisor and in the heartbeat."""
 
-    __slots__ = ("failed", "processed")
+    __slots__ = ("failed", "jobs", "processed")
 
     def __init__(self) -> None:
         self.processed = 0
         self.failed = 0
+        self.jobs = JobCounts()
 
 
 def process(work: Work, settler: Settler, stats: Stats) -> None:
@@ -36,6 +38,7 @@ def process(work: Work, settler: Settler, stats: Stats) -> None:
         reason = "payload is not a JSON object with a job class"
         settler.file(work.raw, retry.unreadable(work.raw, work.queue, reason))
         stats.failed += 1
+        stats.jobs.add(work.queue, "cogworker.UnreadablePayload", 0.0, failed=True, dead=True)
         log.error("job_unreadable", queue=work.queue, payload=work.raw[:200])
         return
     jid = str(job.get("jid") or "")
@@ -53,18 +56,22 @@ def process(work: Work, settler: Settler, stats: Stats) -> None:
     except Exception as exc:
         filing = retry.on_failure(job, exc)
         settler.file(work.raw, filing)
+        elapsed = time.perf_counter() - started
         stats.failed += 1
+        stats.jobs.add(work.queue, job["class"], elapsed, failed=True, dead=filing.dead)
         bound.warning(
             "job_fail",
-            elapsed_ms=round((time.perf_counter() - started) * 1000, 2),
+            elapsed_ms=round(elapsed * 1000, 2),
             error=f"{filing.payload['error_class']}: {filing.payload['error_message'][:200]}",
             to="dead" if filing.dead else "retry",
             retry_count=filing.payload.get("retry_count"),
         )
     else:
         settler.ack(work.raw, jid)
+        elapsed = time.perf_counter() - started
         stats.processed += 1
-        bound.info("job_done", elapsed_ms=round((time.perf_counter() - started) * 1000, 2))
+        stats.jobs.add(work.queue, job["class"], elapsed)
+        bound.info("job_done", elapsed_ms=round(elapsed * 1000, 2))
     finally:
         structlog.contextvars.unbind_contextvars("jid", "job", "queue")
 

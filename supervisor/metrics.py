@@ -38,14 +38,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cogworker.jobstats import DURATION_BUCKETS_S, format_bound
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
 from cogworker.settings import Settings
 
-DURATION_BUCKETS_S = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-    5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
-)  # fmt: skip
 RECOVERY_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 CHILD_STATES = ("booting", "ready", "quiet", "stopping")
 RESTART_REASONS = ("crash", "signal", "memory", "hung", "straggler", "restart", "exit", "boot_error")
@@ -56,19 +53,6 @@ MAX_JOB_SERIES = 1000
 OTHER_JOB = "(other)"
 MAX_LABEL_CHARS = 200
 SCRAPE_TIMEOUT_S = 0.5
-
-
-def format_bound(bound: float) -> str:
-    """A bucket's upper bound as text, as Prometheus writes `le`: "0.005", "1.0", "+Inf"."""
-    return "+Inf" if math.isinf(bound) else repr(float(bound))
-
-
-def bucket_key(seconds: float, bounds: Iterable[float] = DURATION_BUCKETS_S) -> str:
-    """The key of the bucket a job that took `seconds` is counted in (for the child side)."""
-    for bound in bounds:
-        if seconds <= bound:
-            return format_bound(bound)
-    return "+Inf"
 
 
 def _count(value: Any) -> int | None:
