@@ -115,4 +115,6 @@ EXPECTED_PREFIX_TYPES: dict[str, str] = {
     ORPHANINGS_PREFIX: "string",
     UNIQUE_PREFIX: "string",
     STATUS_PREFIX: "hash",
+    PERIODIC_SLOT_PREFIX: "string",
+    PERIODIC_RUNNING_PREFIX: "string",
 }

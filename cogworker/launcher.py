@@ -8,9 +8,7 @@ and only then stop the heartbeat, so the process looks alive for as long as it h
 
 from __future__ import annotations
 
-import contextlib
 import os
-import select
 import sys
 import threading
 import time
@@ -22,6 +20,7 @@ import structlog
 from setproctitle import setproctitle
 
 from cogworker import __version__, client, exitcodes, unique
+from cogworker.commands import CommandPipe
 from cogworker.connection import connect
 from cogworker.fetch import BasicFetch, Fetcher, ReliableFetch, server_supports_reliable
 from cogworker.heartbeat import Heartbeat
@@ -40,8 +39,6 @@ from cogworker.settle import Settler
 log = structlog.get_logger("cogworker.launcher")
 
 STATUS_INTERVAL_S = 1.0
-_COMMAND_BYTES = {"stop": b"s", "quiet": b"q", "resume": b"r", "dump": b"d"}
-_COMMAND_NAMES = {code[0]: name for name, code in _COMMAND_BYTES.items()}
 
 
 class Launcher:
@@ -53,6 +50,7 @@ class Launcher:
         *,
         slot: int | None = None,
         quiet: bool = False,
+        commands: CommandPipe | None = None,
     ) -> None:
         self.settings = settings
         self.identity = identity
@@ -67,11 +65,7 @@ class Launcher:
         self.locks = Locks(self.redis, self.scripts, self.outages)
         self.recovery = Recovery(self.redis, self.scripts, settings, self.outages, self.locks, identity)
         self.stats = Stats()
-        # A self-pipe: signal handlers and the heartbeat thread only write one byte to it. A lock or
-        # an Event in a signal handler can deadlock the main thread it interrupts.
-        self._cmd_read, self._cmd_write = os.pipe()
-        os.set_blocking(self._cmd_read, False)
-        os.set_blocking(self._cmd_write, False)
+        self.commands = commands or CommandPipe()
         self.manager: Manager | None = None
         self.heartbeat: Heartbeat | None = None
         self.poller: Poller | None = None
@@ -79,19 +73,10 @@ class Launcher:
 
     # Commands from signals (main thread) and from the heartbeat's remote commands.
     def command(self, name: str) -> None:
-        # A full pipe already holds unread commands; dropping this one loses nothing new.
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._cmd_write, _COMMAND_BYTES[name])
+        self.commands.send(name)
 
     def _wait_commands(self, timeout_s: float) -> list[str]:
-        ready, _, _ = select.select([self._cmd_read], [], [], max(0.0, timeout_s))
-        if not ready:
-            return []
-        try:
-            data = os.read(self._cmd_read, 512)
-        except BlockingIOError:
-            return []
-        return [_COMMAND_NAMES[b] for b in data if b in _COMMAND_NAMES]
+        return self.commands.wait(timeout_s)
 
     def run(self) -> int:
         self.reporter.send("booted", pid=os.getpid(), identity=self.identity)

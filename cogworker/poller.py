@@ -41,7 +41,7 @@ class Poller:
         *,
         quiet: Callable[[], bool],
         scan_at_boot: bool,
-        extra_tasks: list[Callable[[], None]] | None = None,
+        extra_tasks: list[Callable[[], object]] | None = None,
     ) -> None:
         self._client = client
         self._scripts = scripts

@@ -47,12 +47,7 @@ def process(work: Work, settler: Settler, stats: Stats) -> None:
     started = time.perf_counter()
     bound.info("job_start")
     try:
-        fn = resolve(job["class"])
-        args = job.get("args", [])
-        kwargs = job.get("kwargs", {})
-        if not isinstance(args, list) or not isinstance(kwargs, dict):
-            raise TypeError("payload args must be a list and kwargs an object")
-        run_server_chain(job, lambda: _call(fn.func, args, kwargs))
+        run_server_chain(job, lambda: _perform(job))
     except Exception as exc:
         filing = retry.on_failure(job, exc)
         settler.file(work.raw, filing)
@@ -76,5 +71,10 @@ def process(work: Work, settler: Settler, stats: Stats) -> None:
         structlog.contextvars.unbind_contextvars("jid", "job", "queue")
 
 
-def _call(func: Any, args: list[Any], kwargs: dict[str, Any]) -> None:
-    func(*args, **kwargs)
+def _perform(job: dict[str, Any]) -> None:
+    """Inside the server chain, so middleware sees a job that can't be imported fail like any other."""
+    args = job.get("args", [])
+    kwargs = job.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise TypeError("payload args must be a list and kwargs an object")
+    resolve(job["class"]).func(*args, **kwargs)

@@ -11,6 +11,7 @@ from types import FrameType
 import structlog
 
 from cogworker import client, exitcodes, logs
+from cogworker.commands import CommandPipe
 from cogworker.identity import make_identity
 from cogworker.launcher import Launcher
 from cogworker.report import Reporter
@@ -51,6 +52,14 @@ def run_worker(
     quiet: bool = False,
 ) -> int:
     """Run one worker until told to stop; returns the exit code. Logging must be configured."""
+    # Handlers first: a TERM while a slow app is still importing is a stop, not a crash.
+    commands = CommandPipe()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        commands.send(SIGNAL_COMMANDS[signal.Signals(signum)])
+
+    for signum in SIGNAL_COMMANDS:
+        signal.signal(signum, on_signal)
     if not app_loaded:
         try:
             import_app(settings.require_modules)
@@ -63,13 +72,7 @@ def run_worker(
     identity = identity or make_identity()
     logs.bind_process(identity=identity, **({"slot": slot} if slot is not None else {}))
     client.configure(settings)
-    launcher = Launcher(settings, identity, Reporter(report_fd), slot=slot, quiet=quiet)
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        launcher.command(SIGNAL_COMMANDS[signal.Signals(signum)])
-
-    for signum in SIGNAL_COMMANDS:
-        signal.signal(signum, on_signal)
+    launcher = Launcher(settings, identity, Reporter(report_fd), slot=slot, quiet=quiet, commands=commands)
     return launcher.run()
 
 

@@ -146,3 +146,14 @@ def test_an_idle_multi_queue_worker_waits_on_the_wake_channel(
     wait_until(lambda: r.llen("test:ran") == 2, timeout=10, message="both jobs")
     assert worker.stop() == 0
     assert r.pubsub_numsub("cogworker:wake") == [("cogworker:wake", 0)]
+
+
+def test_term_during_a_slow_app_import_is_a_clean_stop(tmp_path, r: redis.Redis, workers: WorkerPool) -> None:
+    marker = tmp_path / "importing"
+    worker = workers.start(
+        COGWORKER_REQUIRE="slow_import_app", SLOW_IMPORT_MARKER=str(marker), SLOW_IMPORT_SECONDS="1.5"
+    )
+    wait_until(marker.exists, timeout=15, message="the app import to begin")
+    worker.signal(signal.SIGTERM)
+    assert worker.proc.wait(timeout=15) == 0
+    assert r.keys("cogworker:process:*") == []
