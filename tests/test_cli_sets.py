@@ -110,3 +110,13 @@ def test_help_names_the_actions(cli: CLI) -> None:
     assert cli().code == 2  # a verb is required
     assert cli("nonsense").code == 2
     assert cli("dead", "list", "--limit", "0").code == 2
+
+
+def test_delete_a_dead_job_and_list_scheduled_ones(cli: CLI, r: redis.Redis) -> None:
+    add(r, "cogworker:dead", dead_job("gone"), 100)
+    add(r, "cogworker:dead", dead_job("kept"), 200)
+    assert cli("dead", "delete", "gone", "--yes").code == 0
+    assert [json.loads(e)["jid"] for e in r.zrange("cogworker:dead", 0, -1)] == ["kept"]
+    add(r, "cogworker:schedule", dead_job("later"), 4_000_000_000)
+    listing = cli("scheduled", "list", "--json").json()
+    assert [e["jid"] for e in listing["entries"]] == ["later"]
