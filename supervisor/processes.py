@@ -89,8 +89,13 @@ class ChildProcesses:
         self._selector.close()
         for child in self._roster:
             if child.fd >= 0:
-                os.close(child.fd)
-        self._hooks.in_child()
+                with contextlib.suppress(OSError):
+                    os.close(child.fd)
+        try:
+            self._hooks.in_child()
+        except Exception:
+            # A hook failing here must not turn into a crash loop of every child.
+            log.exception("hook_failed", hook="in_child")
 
     # Pipes ----------------------------------------------------------------------------------
     def read(self, child: Child) -> list[Message | Garbage]:

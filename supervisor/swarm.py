@@ -155,6 +155,8 @@ class Swarm:
                 identities=sorted(self.requeuer.pending),
                 note="Redis unreachable: heartbeat orphan recovery in any live process requeues them",
             )
+            if self.exit_code == exitcodes.OK:
+                self.exit_code = exitcodes.FAILURE  # jobs are stranded until then: not a clean stop
         log.info("swarm_stopped", exit_code=self.exit_code)
         self.selector.close()
 

@@ -62,14 +62,16 @@ def stays(predicate: Callable[[], Any], seconds: float, message: str = "conditio
 class Swarm:
     """One `python -m supervisor.main` process and its log."""
 
-    def __init__(self, redis_url: str, log_path: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, redis_url: str, log_path: Path, env: dict[str, str], command: list[str] | None = None
+    ) -> None:
         self.log_path = log_path
         full_env = dict(os.environ, COGWORKER_REDIS_URL=redis_url, **FAST_ENV)
         full_env.update(env)
         self.env = full_env
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "supervisor.main"],
+                command or [sys.executable, "-m", "supervisor.main"],
                 env=full_env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -184,9 +186,9 @@ class SwarmRunner:
         self.tmp_path = tmp_path
         self.swarms: list[Swarm] = []
 
-    def start(self, redis_url: str | None = None, **env: str) -> Swarm:
+    def start(self, redis_url: str | None = None, command: list[str] | None = None, **env: str) -> Swarm:
         log_path = self.tmp_path / f"swarm-{len(self.swarms)}.log"
-        swarm = Swarm(redis_url or self.redis_url, log_path, env)
+        swarm = Swarm(redis_url or self.redis_url, log_path, env, command)
         self.swarms.append(swarm)
         return swarm
 

@@ -41,7 +41,8 @@ def test_forks_n_children_that_run_jobs_and_stop_cleanly(
 ) -> None:
     import demo_jobs
 
-    swarm = swarms.start(COGWORKER_COUNT="3")
+    script = Path(sys.executable).parent / "cogworker-swarm"  # the installed console script
+    swarm = swarms.start(COGWORKER_COUNT="3", command=[str(script)])
     swarm.wait_ready()
     children = swarm.children()
     assert len(children) == 3
