@@ -63,6 +63,8 @@ class WorkerGroup:
         self.started_at = 0.0
         # Every descendant ever seen, so one whose parent already died can still be ended.
         self._seen: dict[int, psutil.Process] = {}
+        self._killed = False
+        self._reaped_at: float | None = None
 
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
@@ -79,7 +81,10 @@ class WorkerGroup:
 
     def exit_code(self) -> int | None:
         assert self._popen is not None
-        return self._popen.poll()
+        code = self._popen.poll()
+        if code is not None and self._reaped_at is None:
+            self._reaped_at = time.monotonic()
+        return code
 
     def children(self) -> list[psutil.Process]:
         """The parent's direct children: the workers (a worker's own forks are below them)."""
@@ -129,17 +134,23 @@ class WorkerGroup:
                 self._popen.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._popen.wait(timeout=timeout_s)
+        self.exit_code()
         took = time.monotonic() - began
         self.kill()
         return took
 
     def kill(self) -> None:
-        """SIGKILL the parent's session and every descendant seen; safe to call more than once."""
-        if self._popen is None:
+        """SIGKILL the parent's session and every descendant seen; later calls do nothing."""
+        if self._popen is None or self._killed:
             return
+        self._killed = True
         self.children()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._popen.pid, signal.SIGKILL)
+        self.exit_code()
+        # The group is signalled only while its number can't have been handed to someone else: the
+        # parent is alive, or was reaped moments ago. Descendants are killed by pid either way.
+        if self._reaped_at is None or time.monotonic() - self._reaped_at < 5:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._popen.pid, signal.SIGKILL)
         for proc in self._seen.values():
             with contextlib.suppress(psutil.Error):
                 proc.kill()
