@@ -104,8 +104,8 @@ def _ratio(base: Any, peer: Any) -> str:
     return f"{base / peer:.2f}x"
 
 
-VALUE_WIDTH = 15
-RATIO_WIDTH = 9
+VALUE_WIDTH = 14
+RATIO_WIDTH = 8
 
 
 def table(results: dict[str, Result]) -> str:

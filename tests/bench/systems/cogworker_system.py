@@ -1,4 +1,19 @@
-"""cogworker, run as in production: `cogworker-swarm` forking two children."""
+"""cogworker, run as in production: `cogworker-swarm` forking two children.
+
+What the harness assumes of cogworker (the contract this file codes to):
+- `cogworker-swarm` is on PATH (the bench venv's console script) and needs no arguments; it reads
+  COGWORKER_REDIS_URL, _REQUIRE, _COUNT, _CONCURRENCY, _QUEUES, _LOG_LEVEL and _PRELOAD.
+- COGWORKER_REQUIRE=jobs_cogworker imports tests/bench/jobs_cogworker.py (tests/bench is on
+  PYTHONPATH); its jobs are named jobs_cogworker.noop, .pickup and .sleeper.
+- The supervisor's direct children (psutil) are the COGWORKER_COUNT workers, each running its jobs
+  in-process (on threads), so a job's os.getpid() is its child's pid.
+- SIGTERM to the supervisor stops the swarm within Context.stop's deadline (45 s); a child that is
+  SIGKILLed is replaced without the supervisor exiting, and its jobs are requeued (DESIGN §4.3).
+- Client side: cogworker.configure(cogworker.load_settings(redis_url=...)), JobFunction.perform_async
+  and cogworker.push_bulk(fn, [(), ...]).
+"Done" is not read from cogworker:stat:processed: every system reports through the same bench counter
+(see throughput.py), so no system's own bookkeeping decides its figures.
+"""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ from systems.base import WORKER_PROCESSES, System
 class Rq(System):
     name = "rq"
     bulk_label = "Queue.enqueue_many (one pipeline)"
-    # A fork per job makes 20,000 jobs take minutes; a tenth of them gives a stable rate sooner.
-    w1_share = 0.1
+    # A fork per job: about 50 jobs/s on 2 cores, so 20,000 jobs would take minutes; 1,000 give a stable rate.
+    w1_share = 0.05
     notes = (
         "rq: one job at a time per worker (a forked work horse per job); -l WARNING, since rq logs "
         "two lines per job at its default INFO level.",
