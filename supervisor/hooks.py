@@ -107,11 +107,14 @@ class SwarmHooks:
     def child_replaced(self, slot: int, reason: str) -> None:
         """A slot got a new child: reason is crash, signal, hung, straggler, memory, restart or exit."""
 
-    def restart_began(self, phased: bool) -> None: ...
+    def restart_began(self, phased: bool) -> None:
+        """HUP/USR2. With preload it comes twice: before the re-exec, and again in the new image."""
 
-    def restart_ended(self, ok: bool) -> None: ...
+    def restart_ended(self, ok: bool) -> None:
+        """Every slot runs the new code (ok), or the restart gave up and old children keep running."""
 
-    def stop_began(self, deadline_s: float) -> None: ...
+    def stop_began(self, deadline_s: float) -> None:
+        """TERM/INT (or a boot error): children drain; stragglers are killed `deadline_s` from now."""
 
 
 def _total(statuses: list[dict[str, Any]], key: str) -> int:

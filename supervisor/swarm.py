@@ -103,7 +103,10 @@ class Swarm:
     def _timeout(self) -> float:
         waits = [TICK_S, self.backoff.next_due_in(), self.memory.next_due_in(), self.hooks.wakeup_in()]
         now = self.clock()
-        waits += [c.stop_deadline - now for c in self.roster if c.stop_deadline is not None]
+        # (A child already SIGKILLed keeps its passed deadline; it must not spin the loop until reaped.)
+        waits += [
+            c.stop_deadline - now for c in self.roster if c.stop_deadline is not None and not c.kill_reason
+        ]
         return max(0.0, min(w for w in waits if w is not None))
 
     # Start and finish -----------------------------------------------------------------------
@@ -129,6 +132,7 @@ class Swarm:
                     reason="the app failed to import in the re-exec'd supervisor",
                     note="the running children keep the code they started with",
                 )
+                self._call_hook(self.hooks.restart_ended, False)
         for slot in self.roster.vacant_slots():
             self._fork(slot, "start")
 
@@ -412,10 +416,13 @@ class Swarm:
     def _reexec(self) -> None:
         handover = reexec.handover_of(self.roster, self.quiet_slots, self.requeuer.pending)
         log.info("swarm_reexec", children=len(handover.children), note="loading the code on disk now")
+        # Announced before the exec (systemd sees the reload begin now); the new image ends it.
+        self._call_hook(self.hooks.restart_began, self.settings.phased_restart)
         try:
             reexec.exec_self(handover, self.argv)
         except OSError as exc:
             log.error("restart_failed", reason=f"re-exec failed: {exc}", note="the old children keep running")
+            self._call_hook(self.hooks.restart_ended, False)
 
     # Deadlines and memory -------------------------------------------------------------------
     def _enforce_deadlines(self) -> None:

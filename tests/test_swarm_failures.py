@@ -85,7 +85,7 @@ def test_hung_child_is_killed_requeued_and_replaced(swarms: SwarmRunner, r: redi
     os.kill(victim, signal.SIGSTOP)  # alive, but silent
 
     hung = swarm.wait_event("child_hung", child_pid=victim)[0]
-    assert hung["silent_s"] > 2
+    assert hung["silent_s"] >= 2
     exited = swarm.wait_event("child_exited", child_pid=victim)[0]
     assert exited["reason"] == "hung" and exited["requeue"]
     wait_until(lambda: ran(r, "h"), message="the job to run again elsewhere")
