@@ -82,12 +82,15 @@ class Swarm:
     def run(self) -> int:
         self._start()
         while not (self.stopping and len(self.roster) == 0):
-            for key, _ in self.selector.select(self._timeout()):
-                if key.data is None:
-                    self._on_signals()
-                else:
-                    self._on_readable(key.data)
-            self._reconcile()
+            try:
+                for key, _ in self.selector.select(self._timeout()):
+                    if key.data is None:
+                        self._on_signals()
+                    else:
+                        self._on_readable(key.data)
+                self._reconcile()
+            except Exception:
+                self._on_loop_error()
         self._finish()
         return self.exit_code
 
@@ -100,8 +103,22 @@ class Swarm:
         self._watch_memory()
         self._publish()
 
+    def _on_loop_error(self) -> None:
+        """A bug in the loop: stop gracefully rather than die, since dying SIGKILLs every child
+        (PDEATHSIG) in the middle of its jobs. A second error while stopping is let through."""
+        log.exception("swarm_loop_error", note="stopping the swarm")
+        if self.stopping:
+            raise
+        self.stop("internal error")
+        self.exit_code = exitcodes.FAILURE
+
     def _timeout(self) -> float:
-        waits = [TICK_S, self.backoff.next_due_in(), self.memory.next_due_in(), self.hooks.wakeup_in()]
+        try:
+            hook_wait = self.hooks.wakeup_in()
+        except Exception:
+            log.exception("hook_failed", hook="wakeup_in")
+            hook_wait = None
+        waits = [TICK_S, self.backoff.next_due_in(), self.memory.next_due_in(), hook_wait]
         now = self.clock()
         # (A child already SIGKILLed keeps its passed deadline; it must not spin the loop until reaped.)
         waits += [
