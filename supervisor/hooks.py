@@ -5,8 +5,8 @@ subclasses SwarmHooks and sends READY=1 when `view.ready == view.count` (and no 
 STATUS= when the view's summary changes, WATCHDOG=1 from `tick`, RELOADING=1/READY=1 around
 `restart_began`/`restart_ended`, STOPPING=1 from `stop_began`, EXTEND_TIMEOUT_USEC from `tick` while
 `view.stop_deadline_in_s` is set. A metrics integration reads children's latest status from
-`child_status`, counts restarts by reason from `child_replaced`, and recovery latency from
-`jobs_requeued`.
+`child_status` (and job counts from any line through `child_event`), counts restarts by reason from
+`child_replaced`, and recovery latency from `jobs_requeued`.
 
 Hooks run on the event loop's thread and must not block (or raise: the swarm logs and carries on).
 """
@@ -96,7 +96,10 @@ class SwarmHooks:
         """A child was forked (or adopted after a re-exec)."""
 
     def child_status(self, child: Child, status: Mapping[str, Any]) -> None:
-        """A child's periodic status line (busy, threads, processed, failed, redis, quiet)."""
+        """A child's periodic status line (busy, threads, processed, failed, redis, quiet, jobs)."""
+
+    def child_event(self, child: Child, event: str, fields: Mapping[str, Any]) -> None:
+        """Every line a child sends (status included), e.g. for job counts riding on `stopped`."""
 
     def child_exited(self, child: Child, outcome: ExitOutcome) -> None:
         """A child was reaped; `outcome.reason` says why it ended."""

@@ -13,9 +13,10 @@ from typing import Any
 
 import orjson
 
-# Far above any real line (a status line is ~150 bytes, a boot error a few hundred): a child that
-# writes without newlines (a job printing to the inherited pipe fd, say) must not grow our memory.
-MAX_LINE_BYTES = 64 * 1024
+# Far above any real line (a status line is a few hundred bytes, more with per-job counts for many
+# job classes): a child writing without newlines (a job printing to the inherited pipe fd, say) must
+# not grow our memory without bound.
+MAX_LINE_BYTES = 1024 * 1024
 
 EVENTS = frozenset({"booted", "ready", "status", "stopping", "stopped", "boot_error"})
 

@@ -107,9 +107,10 @@ def _become_worker(
     client.reset_after_fork()
     logs.configure(settings.log_level, settings.log_format)
     setproctitle(f"cogworker worker [slot {slot}] booting")
-    # Non-blocking: a stopped or wedged supervisor must not stall the child's main loop. A status
-    # line is far below PIPE_BUF, so a write is whole or refused (EAGAIN: dropped, next one in 1 s).
-    os.set_blocking(write_fd, False)
+    # The write end stays blocking: a status line carrying per-job counts can outgrow PIPE_BUF, and a
+    # non-blocking write of it could be cut short, losing the line and garbling the next. Only the
+    # child's main thread writes, and the supervisor's loop reads at once; the 64 KiB pipe buffer
+    # holds minutes of lines should it stall.
     from cogworker.worker import run_worker
 
     return run_worker(

@@ -238,6 +238,7 @@ class Swarm:
         was_quiet = child.quiet
         before = child.apply(message, self.clock())
         event = message.event
+        self._call_hook(self.hooks.child_event, child, event, message.fields)
         if event == "booted" and before is Phase.FORKED:
             log.info("child_booted", **child.describe())
         elif event == "ready" and before is not Phase.READY and child.phase is Phase.READY:
