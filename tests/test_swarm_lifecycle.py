@@ -71,6 +71,31 @@ def test_forks_n_children_that_run_jobs_and_stop_cleanly(
     assert r.scard("cogworker:processes") == 0
 
 
+def test_children_never_inherit_systemds_notify_variables(swarms: SwarmRunner, r: redis.Redis) -> None:
+    import json
+
+    from cogworker import codec, payload
+
+    names = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "COGWORKER_COUNT"]
+    swarm = swarms.start(
+        COGWORKER_REQUIRE="swarm_env",
+        NOTIFY_SOCKET="/nonexistent/notify.sock",
+        WATCHDOG_USEC="30000000",
+        WATCHDOG_PID="1",
+    )
+    swarm.wait_ready()
+    for slot in range(2):
+        job = payload.build("swarm_env.environment", (f"e{slot}", names), {}, queue="default", retry=False)
+        r.lpush("cogworker:queue:default", codec.dumps(job))
+    seen = wait_until(lambda: r.llen("test:env") == 2 and r.lrange("test:env", 0, -1), message="both jobs")
+    for line in seen:
+        env = json.loads(line)
+        assert env["pid"] in set(swarm.current_children().values())
+        assert env["NOTIFY_SOCKET"] is None and env["WATCHDOG_USEC"] is None and env["WATCHDOG_PID"] is None
+        assert env["COGWORKER_COUNT"] == "2"  # the rest of the environment is inherited
+    assert swarm.stop() == exitcodes.OK
+
+
 def test_int_stops_like_term(swarms: SwarmRunner) -> None:
     swarm = swarms.start()
     swarm.wait_ready()

@@ -153,6 +153,33 @@ def test_a_replacement_that_fails_to_boot_leaves_the_old_children_running(
     assert swarm.stop() == exitcodes.OK
 
 
+def test_a_replacement_not_ready_in_time_is_given_up_and_the_old_child_kept(
+    swarms: SwarmRunner, r: redis.Redis, tmp_path: Path
+) -> None:
+    app_dir = tmp_path / "app"
+    app_dir.mkdir()
+    write_app(app_dir, "v1")
+    swarm = swarms.start(
+        COGWORKER_REQUIRE=APP,
+        COGWORKER_COUNT="1",
+        COGWORKER_RESTART_READY_TIMEOUT_S="1",
+        COGWORKER_GRACEFUL_STOP_TIMEOUT_S="2.5",
+        PYTHONPATH=f"{app_dir}{os.pathsep}{os.environ['PYTHONPATH']}",
+    )
+    swarm.wait_ready()
+    old = {c.pid for c in swarm.children()}
+    (app_dir / f"{APP}.py").write_text("import time\n\ntime.sleep(60)  # an import that never ends\n")
+    swarm.signal(signal.SIGHUP)
+    failed = swarm.wait_event("replacement_failed")[0]
+    assert failed["reason"] == "not ready within 1.0s" and failed["old_pid"] in old
+    swarm.wait_event("restart_failed")
+    # Told to stop, it can't (still importing): killed at the graceful deadline.
+    assert swarm.wait_event("child_exited", child_pid=failed["child_pid"])[0]["reason"] == "straggler"
+    assert {c.pid for c in swarm.children()} == old
+    assert run_whoami(r, "kept") == "v1"
+    assert swarm.stop() == exitcodes.OK
+
+
 def test_restart_all_at_once_when_not_phased(swarms: SwarmRunner, r: redis.Redis, tmp_path: Path) -> None:
     app_dir = tmp_path / "app"
     app_dir.mkdir()
