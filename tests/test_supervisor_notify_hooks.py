@@ -1,0 +1,147 @@
+"""The swarm's systemd notify hooks, driven with a fake clock, against a real datagram socket."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from supervisor.hooks import SwarmView
+from supervisor.integrations import AllHooks, NotifyHooks
+from supervisor.notify import Notifier
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def listener(tmp_path: Path) -> Iterator[socket.socket]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(tmp_path / "notify"))
+    sock.setblocking(False)
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+def received(sock: socket.socket) -> list[str]:
+    messages = []
+    while True:
+        try:
+            messages.append(sock.recv(4096).decode())
+        except BlockingIOError:
+            return messages
+
+
+def view(**changes: object) -> SwarmView:
+    base: dict[str, object] = dict(
+        count=2,
+        children=2,
+        ready=2,
+        busy=1,
+        threads=20,
+        processed=5,
+        failed=0,
+        redis_down=0,
+        quiet=False,
+        restarting=False,
+        stopping=False,
+        stop_deadline_in_s=None,
+    )
+    base.update(changes)
+    return SwarmView(**base)  # type: ignore[arg-type]
+
+
+def hooks_for(listener: socket.socket, clock: Clock, **env: str) -> NotifyHooks:
+    notifier = Notifier({"NOTIFY_SOCKET": listener.getsockname(), **env})
+    return NotifyHooks(notifier, clock=clock)
+
+
+def test_ready_only_when_every_slot_is_ready(listener: socket.socket) -> None:
+    hooks = hooks_for(listener, Clock())
+    hooks.state_changed(view(ready=0))
+    hooks.state_changed(view(ready=1))
+    hooks.state_changed(view(ready=2))
+    hooks.state_changed(view(ready=2, busy=2))
+    messages = received(listener)
+    assert messages[0] == "STATUS=starting: 0/2 ready, 1/20 busy, 5 processed, 0 failed, redis up"
+    assert messages[1].startswith("STATUS=degraded: 1/2 ready")
+    assert messages[2] == "READY=1\nSTATUS=running: 2/2 ready, 1/20 busy, 5 processed, 0 failed, redis up"
+    assert messages[3].startswith("STATUS=running: 2/2 ready, 2/20 busy")
+
+
+def test_reloading_then_ready_around_a_restart(listener: socket.socket) -> None:
+    hooks = hooks_for(listener, Clock())
+    hooks.state_changed(view())
+    received(listener)
+    hooks.restart_began(True)
+    hooks.state_changed(view(restarting=True))
+    hooks.restart_ended(False)  # even a failed restart leaves the old children serving
+    reloading, status, ready = received(listener)
+    lines = reloading.split("\n")
+    assert lines[0] == "RELOADING=1" and lines[1].startswith("MONOTONIC_USEC=")
+    assert int(lines[1].split("=")[1]) > 0
+    assert status.startswith("STATUS=restarting:")
+    assert ready == "READY=1"
+
+
+def test_stopping_extends_the_timeout_while_draining(listener: socket.socket) -> None:
+    clock = Clock()
+    hooks = hooks_for(listener, clock)
+    hooks.stop_began(35.0)
+    assert received(listener) == ["STOPPING=1", "EXTEND_TIMEOUT_USEC=45000000"]
+    hooks.tick(view(stopping=True, stop_deadline_in_s=34.0))
+    assert received(listener) == []  # not again within two seconds
+    clock.now += 2.5
+    hooks.tick(view(stopping=True, stop_deadline_in_s=31.5))
+    assert received(listener) == ["EXTEND_TIMEOUT_USEC=41500000"]
+
+
+def test_watchdog_from_the_loop_at_half_the_interval(listener: socket.socket) -> None:
+    clock = Clock()
+    hooks = hooks_for(listener, clock, WATCHDOG_USEC="4000000")
+    assert hooks.wakeup_in() == 0.0
+    hooks.tick(view())
+    assert received(listener) == ["WATCHDOG=1"]
+    assert hooks.wakeup_in() == 2.0
+    clock.now += 1.0
+    hooks.tick(view())
+    assert received(listener) == []
+    clock.now += 1.0
+    hooks.tick(view())
+    assert received(listener) == ["WATCHDOG=1"]
+
+
+def test_watchdog_for_another_pid_is_not_ours(listener: socket.socket) -> None:
+    hooks = hooks_for(listener, Clock(), WATCHDOG_USEC="4000000", WATCHDOG_PID="1")
+    assert hooks.wakeup_in() is None
+    hooks.tick(view())
+    assert received(listener) == []
+
+
+def test_without_notify_socket_nothing_is_sent_and_nothing_fails() -> None:
+    hooks = NotifyHooks(Notifier({}), clock=Clock())
+    hooks.state_changed(view())
+    hooks.restart_began(True)
+    hooks.restart_ended(True)
+    hooks.stop_began(35)
+    hooks.tick(view(stopping=True, stop_deadline_in_s=3.0))
+    assert hooks.wakeup_in() is None
+
+
+def test_one_failing_hook_does_not_stop_the_others(listener: socket.socket) -> None:
+    class Broken(NotifyHooks):
+        def state_changed(self, view: SwarmView) -> None:
+            raise RuntimeError("broken hook")
+
+    both = AllHooks([Broken(Notifier({}), clock=Clock()), hooks_for(listener, Clock())])
+    both.state_changed(view())
+    assert received(listener)[0].startswith("READY=1")
