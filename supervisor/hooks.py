@@ -13,12 +13,16 @@ Hooks run on the event loop's thread and must not block (or raise: the swarm log
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
 from supervisor.child import Child, ExitOutcome
 from supervisor.roster import Roster
+
+log = structlog.get_logger("cogworker.swarm")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,3 +126,11 @@ class SwarmHooks:
 
 def _total(statuses: list[dict[str, Any]], key: str) -> int:
     return sum(int(s[key]) for s in statuses if isinstance(s.get(key), int | float))
+
+
+def call(hook: Callable[..., None], *args: Any) -> None:
+    """Call one hook; a failing hook is logged, never allowed to break the event loop."""
+    try:
+        hook(*args)
+    except Exception:
+        log.exception("hook_failed", hook=getattr(hook, "__qualname__", repr(hook)))

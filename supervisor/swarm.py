@@ -21,6 +21,7 @@ from setproctitle import setproctitle
 
 from cogworker import exitcodes
 from cogworker.settings import Settings
+from supervisor import hooks as hook_calls
 from supervisor import reexec
 from supervisor.backoff import RespawnBackoff
 from supervisor.child import Child, ExitOutcome, Phase, classify_exit
@@ -28,8 +29,8 @@ from supervisor.hooks import SwarmHooks, SwarmView
 from supervisor.memory import MB, MemoryWatch
 from supervisor.processes import ChildProcesses
 from supervisor.protocol import Garbage, Message
+from supervisor.replacements import Replacements
 from supervisor.requeue import Requeuer
-from supervisor.restart import RestartPlan
 from supervisor.roster import Roster
 from supervisor.signals import ACTIONS, SignalPipe
 
@@ -67,15 +68,22 @@ class Swarm:
         )
         self.requeuer = Requeuer(settings, clock, on_done=self._on_requeued)
         self.memory = MemoryWatch(settings.maxmem_mb, settings.memory_check_interval_s, clock)
+        self.replacements = Replacements(
+            settings,
+            self.roster,
+            self.procs,
+            self.backoff,
+            self.hooks,
+            fork=lambda slot, purpose, old: self._fork(slot, purpose, replaces=old),
+            on_replaced=self._count_replaced,
+            clock=clock,
+        )
         self._handover = handover
-        self.generation = 0  # bumped by each restart; children remember theirs
-        self.restart: RestartPlan | None = None
         self.quiet_slots: set[int] = set()
         self.stopping = False
         self.exit_code = exitcodes.OK
         self.replaced = Counter[str]()  # why slots got new children: crash, hung, memory, restart…
         self._respawn_reasons: dict[int, str] = {}
-        self._memory_hold: dict[int, float] = {}  # slot -> no memory restart before (one just failed)
         self._last_view: SwarmView | None = None
 
     # The loop -------------------------------------------------------------------------------
@@ -98,7 +106,8 @@ class Swarm:
         self._reap()
         self.requeuer.retry_due()
         self._respawn_due()
-        self._advance_restart()
+        if not self.stopping:
+            self.replacements.advance()
         self._enforce_deadlines()
         self._watch_memory()
         self._publish()
@@ -142,14 +151,14 @@ class Swarm:
             self._handover = None
             # The restart opens a new generation before vacant slots are forked: those run new code.
             if self.app_loaded:
-                self._begin_restart()
+                self.replacements.begin_restart()
             else:
                 log.error(
                     "restart_failed",
                     reason="the app failed to import in the re-exec'd supervisor",
                     note="the running children keep the code they started with",
                 )
-                self._call_hook(self.hooks.restart_ended, False)
+                hook_calls.call(self.hooks.restart_ended, False)
         for slot in self.roster.vacant_slots():
             self._fork(slot, "start")
 
@@ -161,12 +170,12 @@ class Swarm:
             child = reexec.adopted(a, now)
             self.procs.add(child, current=a.current)
             log.info("child_adopted", phase=child.phase.value, current=a.current, **child.describe())
-            self._call_hook(self.hooks.child_started, child)
+            hook_calls.call(self.hooks.child_started, child)
             if a.current:
                 self.backoff.started(a.slot, at=a.started_at)
             elif child.term_sent_at is None:
                 # A replacement the old image was waiting for: the new restart replaces every slot.
-                self._give_up_replacement(child, "superseded by the re-exec")
+                self.replacements.give_up(child, "superseded by the re-exec")
 
     def _finish(self) -> None:
         self.requeuer.retry_due(force=True)
@@ -201,10 +210,10 @@ class Swarm:
             return
         self.stopping = True
         self.backoff.cancel_all()
-        self.restart = None
+        self.replacements.cancel()
         timeout = self.settings.graceful_stop_timeout_s
         log.info("swarm_stopping", reason=reason, children=len(self.roster), graceful_timeout_s=timeout)
-        self._call_hook(self.hooks.stop_began, timeout)
+        hook_calls.call(self.hooks.stop_began, timeout)
         for child in self.roster:
             self.procs.terminate(child)
 
@@ -223,7 +232,7 @@ class Swarm:
         elif self.settings.preload:
             self._reexec()
         else:
-            self._begin_restart()
+            self.replacements.begin_restart()
 
     # Child pipes ----------------------------------------------------------------------------
     def _on_readable(self, child: Child) -> None:
@@ -238,20 +247,16 @@ class Swarm:
         was_quiet = child.quiet
         before = child.apply(message, self.clock())
         event = message.event
-        self._call_hook(self.hooks.child_event, child, event, message.fields)
+        hook_calls.call(self.hooks.child_event, child, event, message.fields)
         if event == "booted" and before is Phase.FORKED:
             log.info("child_booted", **child.describe())
         elif event == "ready" and before is not Phase.READY and child.phase is Phase.READY:
             log.info("child_ready", uptime_s=round(child.uptime(self.clock()), 3), **child.describe())
             if child.slot in self.quiet_slots:
                 self.procs.quiet(child)
-            if child.replaces is not None and not child.abandoned:
-                self._promote(child)
-            plan = self.restart
-            if plan is not None and self.roster.is_current(child) and child.generation >= plan.generation:
-                plan.slot_done(child.slot)
+            self.replacements.on_ready(child)
         elif event == "status":
-            self._call_hook(self.hooks.child_status, child, child.status)
+            hook_calls.call(self.hooks.child_status, child, child.status)
             if was_quiet and not child.quiet and child.phase is Phase.READY:
                 log.info("child_resumed", **child.describe())
                 self.quiet_slots.discard(child.slot)
@@ -293,14 +298,13 @@ class Swarm:
         )
         if outcome.requeue:
             self.requeuer.requeue(child.identity)  # before anything is respawned (DESIGN §4.3)
-        self._call_hook(self.hooks.child_exited, child, outcome)
+        hook_calls.call(self.hooks.child_exited, child, outcome)
         if self.stopping:
             if not outcome.clean and self.exit_code == exitcodes.OK:
                 self.exit_code = exitcodes.FAILURE
         elif child.replaces is not None or child.abandoned:
-            if not child.abandoned:
-                reason = child.boot_error or f"replacement exited ({outcome.reason}, code {outcome.code})"
-                self._give_up_replacement(child, reason, alive=False)
+            why = child.boot_error or f"replacement exited ({outcome.reason}, code {outcome.code})"
+            self.replacements.give_up(child, why, alive=False)
         elif not was_current:
             pass  # retired: its replacement already serves the slot
         elif (replacement := self.roster.replacement_for(child.slot)) is not None:
@@ -329,23 +333,25 @@ class Swarm:
                 )
 
     def _on_requeued(self, identity: str, moved: int, seconds: float) -> None:
-        self._call_hook(self.hooks.jobs_requeued, identity, moved, seconds)
+        hook_calls.call(self.hooks.jobs_requeued, identity, moved, seconds)
 
     def _respawn_due(self) -> None:
         if self.stopping:
             return
         for slot in self.backoff.due():
             if self.roster.current(slot) is None and self._fork(slot, "respawn") is not None:
-                reason = self._respawn_reasons.pop(slot, "respawn")
-                self.replaced[reason] += 1
-                self._call_hook(self.hooks.child_replaced, slot, reason)
+                self._count_replaced(slot, self._respawn_reasons.pop(slot, "respawn"))
+
+    def _count_replaced(self, slot: int, reason: str) -> None:
+        self.replaced[reason] += 1
+        hook_calls.call(self.hooks.child_replaced, slot, reason)
 
     def _fork(self, slot: int, purpose: str, *, replaces: Child | None = None) -> Child | None:
         try:
             child = self.procs.fork(
                 slot,
                 purpose,
-                generation=self.generation,
+                generation=self.replacements.generation,
                 app_loaded=self.app_loaded,
                 quiet=slot in self.quiet_slots,
                 replaces=replaces,
@@ -356,91 +362,20 @@ class Swarm:
             return None
         if replaces is None:
             self.backoff.started(slot)
-        self._call_hook(self.hooks.child_started, child)
+        hook_calls.call(self.hooks.child_started, child)
         return child
 
-    # Restarts and replacements ----------------------------------------------------------------
-    def _begin_restart(self) -> None:
-        self.generation += 1
-        phased = self.settings.phased_restart
-        if self.restart is not None:
-            log.info("restart_superseded", generation=self.restart.generation)
-        self.restart = RestartPlan(self.generation, phased, pending=list(range(self.settings.count)))
-        log.info("restart_began", phased=phased, generation=self.generation)
-        self._call_hook(self.hooks.restart_began, phased)
-        if phased:
-            return
-        for child in self.roster:
-            if self.roster.is_current(child) and child.generation < self.generation and not child.stopping:
-                self._retire(child, "restart", respawn=True)
-            elif child.replaces is not None and not child.abandoned:
-                self._give_up_replacement(child, "superseded by a restart of every child")
-
-    def _advance_restart(self) -> None:
-        plan = self.restart
-        if plan is None or self.stopping:
-            return
-        slot = plan.next_slot(self.roster) if plan.phased else None
-        old = self.roster.current(slot) if slot is not None else None
-        if old is not None and self._fork(old.slot, "restart", replaces=old) is None:
-            self._end_restart(ok=False, reason="fork failed")
-        elif plan.finished(self.roster):
-            self._end_restart(ok=True)
-
-    def _end_restart(self, *, ok: bool, reason: str = "") -> None:
-        if self.restart is None:
-            return
-        (log.info if ok else log.error)(
-            "restart_finished" if ok else "restart_failed",
-            generation=self.restart.generation,
-            **({"reason": reason, "note": "the remaining old children keep running"} if reason else {}),
-        )
-        self.restart = None
-        self._call_hook(self.hooks.restart_ended, ok)
-
-    def _promote(self, replacement: Child) -> None:
-        """A replacement reported ready: it becomes current, and only now is the old child stopped."""
-        old = self.roster.promote(replacement)
-        self.backoff.started(replacement.slot, at=replacement.started_at)
-        reason = replacement.purpose
-        log.info("child_replaced", reason=reason, old_pid=old.pid if old else None, **replacement.describe())
-        self.replaced[reason] += 1
-        self._call_hook(self.hooks.child_replaced, replacement.slot, reason)
-        if old is not None:
-            self._retire(old, reason)
-
-    def _give_up_replacement(self, child: Child, why: str, *, alive: bool = True) -> None:
-        """The replacement won't do (failed to boot, too slow, superseded): the old child stays."""
-        child.abandoned = True
-        if alive:  # never signal a reaped pid: it may belong to another process by now
-            self.procs.terminate(child)
-        log.error(
-            "replacement_failed",
-            purpose=child.purpose,
-            reason=why,
-            old_pid=child.replaces,
-            **child.describe(),
-        )
-        if child.purpose == "memory":
-            self._memory_hold[child.slot] = self.clock() + self.settings.respawn_max_delay_s
-        if self.restart is not None and self.restart.in_flight == child.slot:
-            self._end_restart(ok=False, reason=why)
-
-    def _retire(self, child: Child, reason: str, *, respawn: bool = False) -> None:
-        child.retire_reason = reason
-        child.respawn_on_exit = respawn
-        self.procs.terminate(child)
-
+    # Restarts -------------------------------------------------------------------------------
     def _reexec(self) -> None:
         handover = reexec.handover_of(self.roster, self.quiet_slots, self.requeuer.pending)
         log.info("swarm_reexec", children=len(handover.children), note="loading the code on disk now")
         # Announced before the exec (systemd sees the reload begin now); the new image ends it.
-        self._call_hook(self.hooks.restart_began, self.settings.phased_restart)
+        hook_calls.call(self.hooks.restart_began, self.settings.phased_restart)
         try:
             reexec.exec_self(handover, self.argv)
         except OSError as exc:
             log.error("restart_failed", reason=f"re-exec failed: {exc}", note="the old children keep running")
-            self._call_hook(self.hooks.restart_ended, False)
+            hook_calls.call(self.hooks.restart_ended, False)
 
     # Deadlines and memory -------------------------------------------------------------------
     def _enforce_deadlines(self) -> None:
@@ -455,36 +390,26 @@ class Swarm:
                 silent = round(child.silent_for(now), 2)
                 log.error("child_hung", silent_s=silent, phase=child.phase.value, **child.describe())
                 self.procs.kill(child, "hung")
-            elif child.ready_deadline is not None and now >= child.ready_deadline and not child.abandoned:
-                self._give_up_replacement(child, f"not ready within {s.restart_ready_timeout_s}s")
+        self.replacements.check_ready_deadlines()
 
     def _watch_memory(self) -> None:
         if self.stopping or not self.memory.due():
             return
-        now = self.clock()
-        watched = [
-            c
-            for c in self.roster.currents()
-            if c.phase is Phase.READY
-            and c.retire_reason is None
-            and self.roster.replacement_for(c.slot) is None
-            and now >= self._memory_hold.get(c.slot, 0.0)
-        ]
-        for pid, rss in self.memory.over_limit(c.pid for c in watched):
-            child = self.roster.get(pid)
-            if child is not None:
-                mb = round(rss / MB, 1)
-                log.warning(
-                    "child_over_memory_limit", rss_mb=mb, limit_mb=self.memory.limit_mb, **child.describe()
-                )
-                self._fork(child.slot, "memory", replaces=child)
+        candidates = {c.pid: c for c in self.replacements.memory_candidates()}
+        for pid, rss in self.memory.over_limit(candidates):
+            child = candidates[pid]
+            mb = round(rss / MB, 1)
+            log.warning(
+                "child_over_memory_limit", rss_mb=mb, limit_mb=self.memory.limit_mb, **child.describe()
+            )
+            self.replacements.replace_for_memory(child)
 
     # Publishing -----------------------------------------------------------------------------
     def view(self) -> SwarmView:
         return SwarmView.of(
             self.roster,
             quiet=bool(self.quiet_slots),
-            restarting=self.restart is not None,
+            restarting=self.replacements.restarting,
             stopping=self.stopping,
             now=self.clock(),
         )
@@ -501,13 +426,6 @@ class Swarm:
             )
             setproctitle(f"cogworker-swarm [{view.children} children, {view.ready} ready] {view.state}")
         if view != last:
-            self._call_hook(self.hooks.state_changed, view)
+            hook_calls.call(self.hooks.state_changed, view)
         self._last_view = view
-        self._call_hook(self.hooks.tick, view)
-
-    @staticmethod
-    def _call_hook(hook: Callable[..., None], *args: Any) -> None:
-        try:
-            hook(*args)
-        except Exception:
-            log.exception("hook_failed", hook=getattr(hook, "__qualname__", repr(hook)))
+        hook_calls.call(self.hooks.tick, view)

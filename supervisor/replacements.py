@@ -1,0 +1,167 @@
+"""Replacing children that are still running: restarts (HUP/USR2) and memory restarts.
+
+A replacement is forked next to the child it replaces and only becomes its slot's current child when
+it reports ready; then the old child is retired (asked to stop, to drain its jobs). A replacement that
+exits, or is not ready within `restart_ready_timeout_s`, is given up on: the old child keeps serving
+and a restart in progress ends as failed, so a broken deploy never takes capacity down with it.
+restart.py holds the plan a restart follows; this module carries it out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from cogworker.settings import Settings
+from supervisor import hooks as hook_calls
+from supervisor.backoff import RespawnBackoff
+from supervisor.child import Child, Phase
+from supervisor.hooks import SwarmHooks
+from supervisor.processes import ChildProcesses
+from supervisor.restart import RestartPlan
+from supervisor.roster import Roster
+
+log = structlog.get_logger("cogworker.swarm")
+
+# (slot, purpose, the child replaced) -> the replacement, or None when fork failed
+Fork = Callable[[int, str, Child], Child | None]
+
+
+class Replacements:
+    def __init__(
+        self,
+        settings: Settings,
+        roster: Roster,
+        procs: ChildProcesses,
+        backoff: RespawnBackoff,
+        hooks: SwarmHooks,
+        *,
+        fork: Fork,
+        on_replaced: Callable[[int, str], None],
+        clock: Callable[[], float],
+    ) -> None:
+        self._settings = settings
+        self._roster = roster
+        self._procs = procs
+        self._backoff = backoff
+        self._hooks = hooks
+        self._fork = fork
+        self._on_replaced = on_replaced
+        self._clock = clock
+        self.generation = 0  # bumped by each restart; every child remembers the one it was forked in
+        self.plan: RestartPlan | None = None
+        self._memory_hold: dict[int, float] = {}  # slot -> no memory restart before (one just failed)
+
+    @property
+    def restarting(self) -> bool:
+        return self.plan is not None
+
+    # Restarts -------------------------------------------------------------------------------
+    def begin_restart(self) -> None:
+        self.generation += 1
+        phased = self._settings.phased_restart
+        if self.plan is not None:
+            log.info("restart_superseded", generation=self.plan.generation)
+        self.plan = RestartPlan(self.generation, phased, pending=list(range(self._roster.count)))
+        log.info("restart_began", phased=phased, generation=self.generation)
+        hook_calls.call(self._hooks.restart_began, phased)
+        if phased:
+            return
+        for child in self._roster:
+            if self._roster.is_current(child) and child.generation < self.generation and not child.stopping:
+                self.retire(child, "restart", respawn=True)
+            elif child.replaces is not None and not child.abandoned:
+                self.give_up(child, "superseded by a restart of every child")
+
+    def advance(self) -> None:
+        """Each loop turn: start the next slot's replacement, or end the restart when it is done."""
+        plan = self.plan
+        if plan is None:
+            return
+        slot = plan.next_slot(self._roster) if plan.phased else None
+        old = self._roster.current(slot) if slot is not None else None
+        if old is not None and self._fork(old.slot, "restart", old) is None:
+            self.end_restart(ok=False, reason="fork failed")
+        elif plan.finished(self._roster):
+            self.end_restart(ok=True)
+
+    def end_restart(self, *, ok: bool, reason: str = "") -> None:
+        if self.plan is None:
+            return
+        (log.info if ok else log.error)(
+            "restart_finished" if ok else "restart_failed",
+            generation=self.plan.generation,
+            **({"reason": reason, "note": "the remaining old children keep running"} if reason else {}),
+        )
+        self.plan = None
+        hook_calls.call(self._hooks.restart_ended, ok)
+
+    def cancel(self) -> None:
+        """Stopping: whatever was left of a restart no longer matters."""
+        self.plan = None
+
+    # Replacements ---------------------------------------------------------------------------
+    def on_ready(self, child: Child) -> None:
+        if child.replaces is not None and not child.abandoned:
+            self._promote(child)
+        plan = self.plan
+        if plan is not None and self._roster.is_current(child) and child.generation >= plan.generation:
+            plan.slot_done(child.slot)
+
+    def _promote(self, replacement: Child) -> None:
+        """It reported ready: it becomes current, and only now is the old child stopped."""
+        old = self._roster.promote(replacement)
+        self._backoff.started(replacement.slot, at=replacement.started_at)
+        reason = replacement.purpose
+        log.info("child_replaced", reason=reason, old_pid=old.pid if old else None, **replacement.describe())
+        self._on_replaced(replacement.slot, reason)
+        if old is not None:
+            self.retire(old, reason)
+
+    def give_up(self, child: Child, why: str, *, alive: bool = True) -> None:
+        """The replacement won't do (failed to boot, too slow, superseded): the old child stays."""
+        if child.abandoned:
+            return
+        child.abandoned = True
+        if alive:  # never signal a reaped pid: it may belong to another process by now
+            self._procs.terminate(child)
+        log.error(
+            "replacement_failed",
+            purpose=child.purpose,
+            reason=why,
+            old_pid=child.replaces,
+            **child.describe(),
+        )
+        if child.purpose == "memory":
+            self._memory_hold[child.slot] = self._clock() + self._settings.respawn_max_delay_s
+        if self.plan is not None and self.plan.in_flight == child.slot:
+            self.end_restart(ok=False, reason=why)
+
+    def check_ready_deadlines(self) -> None:
+        now = self._clock()
+        for child in self._roster:
+            if child.ready_deadline is not None and now >= child.ready_deadline and not child.abandoned:
+                self.give_up(child, f"not ready within {self._settings.restart_ready_timeout_s}s")
+
+    def retire(self, child: Child, reason: str, *, respawn: bool = False) -> None:
+        child.retire_reason = reason
+        child.respawn_on_exit = respawn
+        self._procs.terminate(child)
+
+    # Memory ---------------------------------------------------------------------------------
+    def memory_candidates(self) -> list[Child]:
+        """Current children a memory restart may replace now: ready, not already being replaced,
+        and not in the hold that follows a failed memory replacement."""
+        now = self._clock()
+        return [
+            c
+            for c in self._roster.currents()
+            if c.phase is Phase.READY
+            and c.retire_reason is None
+            and self._roster.replacement_for(c.slot) is None
+            and now >= self._memory_hold.get(c.slot, 0.0)
+        ]
+
+    def replace_for_memory(self, child: Child) -> None:
+        self._fork(child.slot, "memory", child)
