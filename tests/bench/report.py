@@ -105,7 +105,7 @@ def _ratio(base: Any, peer: Any) -> str:
 
 
 VALUE_WIDTH = 14
-RATIO_WIDTH = 8
+RATIO_WIDTH = 9
 
 
 def table(results: dict[str, Result]) -> str:
