@@ -70,9 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_hooks(settings: Settings) -> SwarmHooks:
-    """The seam for systemd notify and metrics (see supervisor/hooks.py)."""
-    del settings
-    return SwarmHooks()
+    """systemd notify (a no-op without NOTIFY_SOCKET) and, with COGWORKER_METRICS_PORT, Prometheus."""
+    from supervisor.integrations import AllHooks, MetricsHooks, NotifyHooks
+    from supervisor.metrics import SwarmMetrics
+    from supervisor.notify import Notifier
+
+    hooks: list[SwarmHooks] = [NotifyHooks(Notifier())]
+    if settings.metrics_port is not None:
+        metrics = SwarmMetrics(settings)
+        port = metrics.start()
+        log.info("metrics_serving", host=settings.metrics_host, port=port)
+        hooks.append(MetricsHooks(metrics))
+    return AllHooks(hooks)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,11 +116,21 @@ def main(argv: list[str] | None = None) -> int:
             # Keep what was imported out of the collector's reach: a collection touching those
             # objects would copy every page they live on into each child (copy-on-write).
             gc.freeze()
+    try:
+        hooks = build_hooks(settings)
+    except OSError as exc:
+        # Most likely the metrics port is taken (an old supervisor still exiting): worth a retry by
+        # systemd, so FAILURE rather than CONFIG_ERROR.
+        print(
+            f"cogworker-swarm: can't serve metrics on {settings.metrics_host}:{settings.metrics_port}: {exc}",
+            file=sys.stderr,
+        )
+        return exitcodes.FAILURE
     swarm = Swarm(
         settings,
         signal_pipe,
         app_loaded=app_loaded,
-        hooks=build_hooks(settings),
+        hooks=hooks,
         handover=handover,
         argv=args,
     )
