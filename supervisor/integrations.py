@@ -54,7 +54,10 @@ class NotifyHooks(SwarmHooks):
 
     def state_changed(self, view: SwarmView) -> None:
         summary = view.summary()
-        if not self._ready_sent and not view.stopping and view.count > 0 and view.ready >= view.count:
+        # Not while reloading: after a preload re-exec the new image has sent nothing yet and adopts
+        # children that are all ready, but the READY=1 that ends the reload is restart_ended's.
+        ready = not view.stopping and view.count > 0 and view.ready >= view.count
+        if ready and not self._ready_sent and not self._reloading:
             self._ready_sent = True
             self._notifier.ready(summary)
         else:
@@ -68,6 +71,7 @@ class NotifyHooks(SwarmHooks):
         # Also after a failed restart: the old children kept running, so the service is ready.
         if self._reloading:
             self._reloading = False
+            self._ready_sent = True
             self._notifier.ready()
 
     def stop_began(self, deadline_s: float) -> None:

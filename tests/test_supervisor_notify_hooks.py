@@ -93,6 +93,24 @@ def test_reloading_then_ready_around_a_restart(listener: socket.socket) -> None:
     assert ready == "READY=1"
 
 
+def test_a_reexecd_image_sends_ready_only_when_its_restart_ends(listener: socket.socket) -> None:
+    # A preload restart re-execs the supervisor: the new image's hooks start from scratch, adopt
+    # children that are all ready, and begin the restart before their first state_changed.
+    hooks = hooks_for(listener, Clock())
+    hooks.restart_began(True)
+    hooks.state_changed(view(restarting=True))
+    hooks.state_changed(view(restarting=True, busy=2))
+    hooks.restart_ended(True)
+    hooks.state_changed(view())
+    messages = received(listener)
+    assert messages[0].startswith("RELOADING=1\n")
+    assert messages[1].startswith("STATUS=restarting: 2/2 ready")
+    assert messages[2].startswith("STATUS=restarting: 2/2 ready, 2/20 busy")
+    assert messages[3] == "READY=1"
+    assert messages[4].startswith("STATUS=running: 2/2 ready")  # no second READY=1
+    assert len(messages) == 5
+
+
 def test_stopping_extends_the_timeout_while_draining(listener: socket.socket) -> None:
     clock = Clock()
     hooks = hooks_for(listener, clock)
