@@ -42,10 +42,10 @@ def process(work: Work, settler: Settler, stats: Stats) -> None:
         log.error("job_unreadable", queue=work.queue, payload=work.raw[:200])
         return
     jid = str(job.get("jid") or "")
-    bound = log.bind(jid=jid, job=job["class"], queue=work.queue)
+    # Every line logged on this thread while the job runs (ours and the job's own) carries these.
     structlog.contextvars.bind_contextvars(jid=jid, job=job["class"], queue=work.queue)
     started = time.perf_counter()
-    bound.info("job_start")
+    log.info("job_start")
     try:
         run_server_chain(job, lambda: _perform(job))
     except Exception as exc:
@@ -54,7 +54,7 @@ def process(work: Work, settler: Settler, stats: Stats) -> None:
         elapsed = time.perf_counter() - started
         stats.failed += 1
         stats.jobs.add(work.queue, job["class"], elapsed, failed=True, dead=filing.dead)
-        bound.warning(
+        log.warning(
             "job_fail",
             elapsed_ms=round(elapsed * 1000, 2),
             error=f"{filing.payload['error_class']}: {filing.payload['error_message'][:200]}",
@@ -66,7 +66,7 @@ def process(work: Work, settler: Settler, stats: Stats) -> None:
         elapsed = time.perf_counter() - started
         stats.processed += 1
         stats.jobs.add(work.queue, job["class"], elapsed)
-        bound.info("job_done", elapsed_ms=round(elapsed * 1000, 2))
+        log.info("job_done", elapsed_ms=round(elapsed * 1000, 2))
     finally:
         structlog.contextvars.unbind_contextvars("jid", "job", "queue")
 

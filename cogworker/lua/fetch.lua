@@ -25,19 +25,27 @@ local counter_prefix = ARGV[3 + 2 * nacks]
 local queue_prefix = ARGV[4 + 2 * nacks]
 
 local acked = 0
+local counters = {}
 for i = 0, nacks - 1 do
   local raw, jid = ARGV[3 + 2 * i], ARGV[4 + 2 * i]
   if redis.call("LREM", inprogress, -1, raw) > 0 then
     acked = acked + 1
   end
   if jid ~= "" then
-    redis.call("DEL", counter_prefix .. jid)
+    counters[#counters + 1] = counter_prefix .. jid
   end
+end
+-- One DEL for the batch: almost every counter is absent (only orphaned jobs have one), and a
+-- command per job would cost more than the check.
+if #counters > 0 then
+  redis.call("DEL", unpack(counters))
 end
 if acked > 0 then
   redis.call("INCRBY", KEYS[3], acked)
-  redis.call("INCRBY", KEYS[4], acked)
-  redis.call("EXPIRE", KEYS[4], 60 * 60 * 24 * 365)
+  -- The day's counter gets its expiry once, when this batch created it.
+  if redis.call("INCRBY", KEYS[4], acked) == acked then
+    redis.call("EXPIRE", KEYS[4], 60 * 60 * 24 * 365)
+  end
 end
 
 local reply = {acked, 0, 0}
