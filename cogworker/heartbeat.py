@@ -10,13 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 import psutil
-import redis
 import structlog
 
 from cogworker import codec, keys
-from cogworker.outage import Outages
-from cogworker.scripts import Scripts
-from cogworker.settings import Settings
+from cogworker.context import RedisContext
 
 log = structlog.get_logger("cogworker.heartbeat")
 
@@ -26,10 +23,7 @@ REMOTE_COMMANDS = ("quiet", "stop", "resume")
 class Heartbeat:
     def __init__(
         self,
-        client: redis.Redis,
-        scripts: Scripts,
-        settings: Settings,
-        outages: Outages,
+        ctx: RedisContext,
         identity: str,
         *,
         reliable: bool,
@@ -40,10 +34,10 @@ class Heartbeat:
         tag: str = "",
         version: str = "",
     ) -> None:
-        self._client = client
-        self._scripts = scripts
-        self._settings = settings
-        self._outages = outages
+        self._client = ctx.client
+        self._scripts = ctx.scripts
+        self._settings = settings = ctx.settings
+        self._outages = ctx.outages
         self.identity = identity
         self.reliable = reliable
         self._busy = busy

@@ -22,17 +22,15 @@ from setproctitle import setproctitle
 from cogworker import __version__, client, exitcodes, unique
 from cogworker.commands import CommandPipe
 from cogworker.connection import connect
+from cogworker.context import RedisContext
 from cogworker.fetch import BasicFetch, Fetcher, ReliableFetch, server_supports_reliable
 from cogworker.heartbeat import Heartbeat
-from cogworker.locks import Locks
 from cogworker.manager import Manager
-from cogworker.outage import Outages
 from cogworker.periodic import Ticker
 from cogworker.poller import Poller
 from cogworker.processor import Stats
 from cogworker.recovery import Recovery
 from cogworker.report import Reporter
-from cogworker.scripts import Scripts
 from cogworker.settings import Settings
 from cogworker.settle import Settler
 
@@ -58,12 +56,12 @@ class Launcher:
         self.slot = slot
         # Start quiet: a swarm child respawned while the swarm is quiet must not fetch even once.
         self.start_quiet = quiet
-        self.outages = Outages()
-        self.redis = connect(settings)
+        self.ctx = RedisContext.build(settings)
+        self.redis = self.ctx.client
+        self.outages = self.ctx.outages
+        self.scripts = self.ctx.scripts
         self.blocking_redis = connect(settings, extra_timeout_s=5.0)
-        self.scripts = Scripts(self.redis)
-        self.locks = Locks(self.redis, self.scripts, self.outages)
-        self.recovery = Recovery(self.redis, self.scripts, settings, self.outages, self.locks, identity)
+        self.recovery = Recovery(self.ctx, identity)
         self.stats = Stats()
         self.commands = commands or CommandPipe()
         self.manager: Manager | None = None
@@ -85,19 +83,14 @@ class Launcher:
             self.reporter.send("stopped", code=exitcodes.OK)
             return exitcodes.OK
         fetcher = self._choose_fetch()
-        self.settler = Settler(
-            self.redis, self.scripts, self.settings, self.outages, self.locks, fetcher.in_progress_key
-        )
+        self.settler = Settler(self.ctx, fetcher.in_progress_key)
         self.manager = Manager(
             self.settings, fetcher, self.settler, self.outages, self.stats, fallback=self._basic_fetch
         )
         if self.start_quiet:
             self.manager.quiet()
         self.heartbeat = Heartbeat(
-            self.redis,
-            self.scripts,
-            self.settings,
-            self.outages,
+            self.ctx,
             self.identity,
             reliable=fetcher.keeps_in_progress,
             busy=lambda: self.manager.busy if self.manager else 0,
@@ -119,12 +112,8 @@ class Launcher:
             quiet=lambda: self.manager.is_quiet if self.manager else False,
         )
         self.poller = Poller(
-            self.redis,
-            self.scripts,
-            self.settings,
-            self.outages,
+            self.ctx,
             self.recovery,
-            self.locks,
             quiet=lambda: self.manager.is_quiet if self.manager else False,
             scan_at_boot=fetcher.keeps_in_progress,
             extra_tasks=[self.recovery.retry_burials, ticker.poll, unique.retry_deferred_releases],

@@ -12,15 +12,11 @@ import threading
 import time
 from collections.abc import Callable
 
-import redis
 import structlog
 
 from cogworker import codec, key_guard, keys, retry
-from cogworker.locks import Locks
-from cogworker.outage import Outages
+from cogworker.context import RedisContext
 from cogworker.recovery import Recovery
-from cogworker.scripts import Scripts
-from cogworker.settings import Settings
 from cogworker.settle import file_unsettled
 
 log = structlog.get_logger("cogworker.poller")
@@ -32,23 +28,19 @@ SETS = (keys.SCHEDULE, keys.RETRY)
 class Poller:
     def __init__(
         self,
-        client: redis.Redis,
-        scripts: Scripts,
-        settings: Settings,
-        outages: Outages,
+        ctx: RedisContext,
         recovery: Recovery,
-        locks: Locks,
         *,
         quiet: Callable[[], bool],
         scan_at_boot: bool,
         extra_tasks: list[Callable[[], object]] | None = None,
     ) -> None:
-        self._client = client
-        self._scripts = scripts
-        self._settings = settings
-        self._outages = outages
+        self._client = ctx.client
+        self._scripts = ctx.scripts
+        self._settings = ctx.settings
+        self._outages = ctx.outages
         self._recovery = recovery
-        self._locks = locks
+        self._locks = ctx.locks
         self._quiet = quiet
         self._scan_pending = scan_at_boot
         self._next_orphan_check = 0.0

@@ -13,14 +13,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
 import structlog
 
 from cogworker import codec, keys
-from cogworker.locks import Locks
-from cogworker.outage import Outages
-from cogworker.scripts import Scripts
-from cogworker.settings import Settings
+from cogworker.context import RedisContext
 
 log = structlog.get_logger("cogworker.recovery")
 
@@ -39,20 +35,12 @@ class RequeueResult:
 
 
 class Recovery:
-    def __init__(
-        self,
-        client: redis.Redis,
-        scripts: Scripts,
-        settings: Settings,
-        outages: Outages,
-        locks: Locks,
-        identity: str = "",
-    ) -> None:
-        self._client = client
-        self._scripts = scripts
-        self._settings = settings
-        self._outages = outages
-        self._locks = locks
+    def __init__(self, ctx: RedisContext, identity: str = "") -> None:
+        self._client = ctx.client
+        self._scripts = ctx.scripts
+        self._settings = ctx.settings
+        self._outages = ctx.outages
+        self._locks = ctx.locks
         self._identity = identity
         self._pending_burials: list[str] = []
         self._mutex = threading.Lock()

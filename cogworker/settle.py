@@ -20,8 +20,8 @@ import structlog
 
 from cogworker import codec, keys
 from cogworker.connection import is_unavailable
+from cogworker.context import RedisContext
 from cogworker.locks import Locks
-from cogworker.outage import Outages
 from cogworker.retry import Filing
 from cogworker.scripts import Scripts
 from cogworker.settings import Settings
@@ -38,20 +38,12 @@ class PendingFiling:
 
 
 class Settler:
-    def __init__(
-        self,
-        client: redis.Redis,
-        scripts: Scripts,
-        settings: Settings,
-        outages: Outages,
-        locks: Locks,
-        in_progress_key: str,
-    ) -> None:
-        self._client = client
-        self._scripts = scripts
-        self._settings = settings
-        self._outages = outages
-        self._locks = locks
+    def __init__(self, ctx: RedisContext, in_progress_key: str) -> None:
+        self._client = ctx.client
+        self._scripts = ctx.scripts
+        self._settings = ctx.settings
+        self._outages = ctx.outages
+        self._locks = ctx.locks
         self._in_progress = in_progress_key
         self._acks: deque[tuple[str, str]] = deque()
         self._pending: list[PendingFiling] = []

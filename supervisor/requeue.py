@@ -19,6 +19,7 @@ import redis
 import structlog
 
 from cogworker.connection import connect
+from cogworker.context import RedisContext
 from cogworker.locks import Locks
 from cogworker.outage import Outages
 from cogworker.recovery import Recovery
@@ -107,7 +108,9 @@ class Requeuer:
             self._client = connect(self._settings)
             scripts = Scripts(self._client)
             self._locks = Locks(self._client, scripts, self._outages)
-            self._recovery = Recovery(self._client, scripts, self._settings, self._outages, self._locks)
+            self._recovery = Recovery(
+                RedisContext(self._client, scripts, self._settings, self._outages, self._locks)
+            )
         return self._recovery
 
     def disconnect(self) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import redis
 
-from cogworker.connection import connect
+from cogworker.context import RedisContext
 from cogworker.locks import Locks
 from cogworker.outage import Outages
 from cogworker.poller import Poller
@@ -23,15 +23,11 @@ class Parts:
     locks: Locks
     recovery: Recovery
     poller: Poller
+    ctx: RedisContext
 
 
 def build(settings: Settings, identity: str = "test:0:0") -> Parts:
-    client = connect(settings)
-    scripts = Scripts(client)
-    outages = Outages()
-    locks = Locks(client, scripts, outages)
-    recovery = Recovery(client, scripts, settings, outages, locks, identity)
-    poller = Poller(
-        client, scripts, settings, outages, recovery, locks, quiet=lambda: False, scan_at_boot=True
-    )
-    return Parts(client, scripts, outages, locks, recovery, poller)
+    ctx = RedisContext.build(settings)
+    recovery = Recovery(ctx, identity)
+    poller = Poller(ctx, recovery, quiet=lambda: False, scan_at_boot=True)
+    return Parts(ctx.client, ctx.scripts, ctx.outages, ctx.locks, recovery, poller, ctx)

@@ -18,9 +18,7 @@ IN_PROGRESS = keys.in_progress("inproc:0:0")
 class Runner:
     def __init__(self, settings: Settings) -> None:
         self.parts: Parts = build(settings)
-        self.settler = Settler(
-            self.parts.client, self.parts.scripts, settings, self.parts.outages, self.parts.locks, IN_PROGRESS
-        )
+        self.settler = Settler(self.parts.ctx, IN_PROGRESS)
         self.stats = Stats()
 
     @property

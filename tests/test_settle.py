@@ -32,7 +32,7 @@ def fetched(r, jid: str) -> str:
 
 
 def make_settler(parts, settings) -> Settler:
-    return Settler(parts.client, parts.scripts, settings, parts.outages, parts.locks, keys.in_progress(ME))
+    return Settler(parts.ctx, keys.in_progress(ME))
 
 
 def test_a_failed_filing_is_kept_and_filed_when_redis_returns(server: RedisServer) -> None:

@@ -148,9 +148,7 @@ def test_redis_going_away_while_a_tracked_job_runs_does_not_fail_it(
     assert jid is not None and raw is not None
     monkeypatch.setattr(status_jobs, "hook", private_redis.stop)
     parts = build(settings)
-    settler = Settler(
-        parts.client, parts.scripts, settings, parts.outages, parts.locks, "cogworker:inprogress:x"
-    )
+    settler = Settler(parts.ctx, "cogworker:inprogress:x")
     stats = Stats()
     with capture_logs() as logs:
         process(Work("default", raw), settler, stats)  # "working" is written; "complete" can't be

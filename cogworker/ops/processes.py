@@ -14,6 +14,7 @@ from typing import Any, cast
 import redis
 
 from cogworker import codec, keys
+from cogworker.context import RedisContext
 from cogworker.heartbeat import REMOTE_COMMANDS
 from cogworker.locks import Locks
 from cogworker.ops import NotFound, OpsError, redis_time
@@ -189,5 +190,5 @@ def recover_orphans(client: redis.Redis, settings: Settings) -> int:
     their jobs (the check is atomic with the requeue). Returns how many jobs were requeued."""
     scripts = Scripts(client)
     outages = Outages()
-    recovery = Recovery(client, scripts, settings, outages, Locks(client, scripts, outages))
+    recovery = Recovery(RedisContext(client, scripts, settings, outages, Locks(client, scripts, outages)))
     return recovery.recover_orphans(scan=True)
