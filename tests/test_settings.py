@@ -87,3 +87,13 @@ def test_every_command_exits_78_on_bad_settings(argv: list[str]) -> None:
     assert len(lines) == 1, done.stderr
     assert "COGWORKER_" in lines[0]
     assert "configuration error" in lines[0]
+
+
+def test_every_setting_is_in_the_example_env_file() -> None:
+    from pathlib import Path
+
+    from cogworker.settings import Settings
+
+    text = (Path(__file__).resolve().parent.parent / "deploy" / "cogworker.env.example").read_text()
+    missing = [name for name in Settings.model_fields if f"COGWORKER_{name.upper()}" not in text]
+    assert missing == []
