@@ -304,14 +304,20 @@ while True:
 
 
 def _expose_interpreter() -> str:
-    """Drop-in lines that make this interpreter visible to the service.
+    """Drop-in lines that make this interpreter, its virtualenv and this checkout visible to the service.
 
-    ProtectHome=yes hides /root and /home, where a pyenv interpreter like this one lives; the unit's
-    own comment gives the remedy for an app under a home directory, and this is it.
+    ProtectHome=yes hides /root and /home, where a pyenv interpreter like this one lives, and
+    PrivateTmp=yes hides a checkout under /tmp (where CI may clone it); the unit's own comment gives
+    the remedy for an app in such a place, and this is it.
     """
-    if not sys.base_prefix.startswith(("/root/", "/home/", "/run/user/")):
-        return ""
-    return f"ProtectHome=tmpfs\nBindReadOnlyPaths={sys.base_prefix}\n"
+    homes = ("/root/", "/home/", "/run/user/")
+    hidden = (*homes, "/tmp/", "/var/tmp/")
+    checkout = str(Path(__file__).resolve().parent.parent)
+    paths = sorted({p for p in (sys.base_prefix, sys.prefix, checkout) if p.startswith(hidden)})
+    lines = "".join(f"BindReadOnlyPaths={p}\n" for p in paths)
+    if any(p.startswith(homes) for p in paths):
+        lines = "ProtectHome=tmpfs\n" + lines
+    return lines
 
 
 @pytest.mark.systemd
