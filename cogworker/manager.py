@@ -28,6 +28,8 @@ log = structlog.get_logger("cogworker.manager")
 IDLE_POLL_FIRST_S = 0.25
 BLOCK_TIMEOUT_S = 1.0
 OUTAGE_RETRY_S = 1.0
+# Under load, wait at most this long for more threads to come free before fetching for them.
+COALESCE_S = 0.001
 
 
 @dataclass(slots=True)
@@ -53,6 +55,7 @@ class Manager:
         self.stats = stats
         self._fallback = fallback
         self._concurrency = settings.concurrency
+        self._batch_min = max(1, settings.concurrency // 2)
         self._work: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._cond = threading.Condition()
         self._queued = 0
@@ -150,6 +153,11 @@ class Manager:
                         self._cond.wait(timeout=BLOCK_TIMEOUT_S)
                         continue
                     free = 0
+                elif free < self._batch_min and self._running:
+                    # Busy, with a slot or two free: give other running jobs a moment to finish,
+                    # so one round trip fetches (and acknowledges) several jobs, not one.
+                    self._cond.wait(timeout=COALESCE_S)
+                    free = self._concurrency - len(self._running) - self._queued
             found = self._fetch_once(free)
             if found is None:  # Redis failed: wait a little, interruptibly
                 self._wake.wait(OUTAGE_RETRY_S)

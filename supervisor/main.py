@@ -113,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
             log.error("preload_failed_after_reexec", error=str(exc))
         else:
             app_loaded = True
-            # Keep what was imported out of the collector's reach: a collection touching those
-            # objects would copy every page they live on into each child (copy-on-write).
-            gc.freeze()
+    # Keep what is imported by now (the app too, when preloaded) out of the collector's reach: a
+    # collection in a child touching those objects would copy every page they live on (copy-on-write).
+    gc.freeze()
     try:
         hooks = build_hooks(settings)
     except OSError as exc:
