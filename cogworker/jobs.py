@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import importlib
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, overload
@@ -151,7 +152,7 @@ def job(
     _check_options(options)
 
     def wrap(f: Callable[..., Any]) -> JobFunction:
-        job_name = name or f"{f.__module__}.{f.__qualname__}"
+        job_name = name or f"{_importable_module(f)}.{f.__qualname__}"
         if "<locals>" in job_name and name is None:
             raise TypeError(
                 f"{job_name}: a job must be importable by name; define it at module level or pass name="
@@ -161,6 +162,21 @@ def job(
         return fn
 
     return wrap(func) if func is not None else wrap
+
+
+def _importable_module(f: Callable[..., Any]) -> str:
+    """The name workers import `f`'s module by. Run as `python -m pkg.mod`, a module is `__main__`
+    here but `pkg.mod` to everyone else; run as a script, it has no importable name at all."""
+    module = f.__module__
+    if module != "__main__":
+        return module
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name and spec.name != "__main__":
+        return str(spec.name)
+    raise TypeError(
+        f"{f.__qualname__} is defined in a script run as __main__, which workers can't import: "
+        "move it to a module (and list that in COGWORKER_REQUIRE) or pass name="
+    )
 
 
 def resolve(name: str) -> JobFunction:

@@ -165,3 +165,25 @@ def test_jobs_defined_inside_functions_must_be_named() -> None:
         pass
 
     assert named.name == "tests.named_local"
+
+
+def test_a_job_in_a_module_run_with_dash_m_keeps_its_importable_name(
+    tmp_path, r: redis.Redis, settings
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "runnable_app.py").write_text(
+        "from cogworker import job\n@job\ndef hello() -> None: ...\nprint(hello.name)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    as_module = subprocess.run(
+        [sys.executable, "-m", "runnable_app"], env=env, capture_output=True, text=True
+    )
+    assert as_module.stdout.strip() == "runnable_app.hello", as_module.stderr
+    as_script = subprocess.run(
+        [sys.executable, str(tmp_path / "runnable_app.py")], env=env, capture_output=True, text=True
+    )
+    assert as_script.returncode != 0
+    assert "defined in a script run as __main__" in as_script.stderr
