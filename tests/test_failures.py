@@ -50,6 +50,7 @@ def make_retries_due(r: redis.Redis) -> None:
 def test_a_raising_job_goes_retry_then_dead(r: redis.Redis, configured: object, workers: WorkerPool) -> None:
     jid = demo_jobs.boom.perform_async("kaput")  # retry=2: two retries, then dead
     workers.start(**FAST)
+
     def retry_entry(count: int) -> dict[str, Any] | None:
         for raw in r.zrange("cogworker:retry", 0, -1):
             entry = json.loads(raw)
@@ -87,8 +88,14 @@ def push_raw(r: redis.Redis, raw: str, queue: str = "default") -> None:
 def test_a_job_that_cant_be_imported_is_filed_with_a_clear_error(
     r: redis.Redis, configured: object, workers: WorkerPool
 ) -> None:
-    payload = {"class": "nowhere_module.missing", "args": [], "kwargs": {}, "jid": "abc", "queue": "default",
-               "retry": 0}
+    payload = {
+        "class": "nowhere_module.missing",
+        "args": [],
+        "kwargs": {},
+        "jid": "abc",
+        "queue": "default",
+        "retry": 0,
+    }
     push_raw(r, codec.dumps(payload))
     demo_jobs.record.perform_async("behind")
     workers.start()
@@ -111,8 +118,10 @@ def test_garbage_payloads_go_to_dead_and_the_jobs_behind_them_run(
     wait_until(lambda: r.zcard("cogworker:dead") == 3, timeout=15, message="3 dead entries")
     raws = {json.loads(e)["raw"] for e in r.zrange("cogworker:dead", 0, -1)}
     assert raws == {"not json at all", "[1, 2, 3]", '{"no": "class"}'}
-    assert all(json.loads(e)["error_class"] == "cogworker.UnreadablePayload"
-               for e in r.zrange("cogworker:dead", 0, -1))
+    assert all(
+        json.loads(e)["error_class"] == "cogworker.UnreadablePayload"
+        for e in r.zrange("cogworker:dead", 0, -1)
+    )
     assert worker.proc.poll() is None  # nothing crashed
     assert worker.stop() == 0
 

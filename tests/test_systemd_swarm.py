@@ -134,7 +134,15 @@ def main_pid(manager: UserManager, unit: str = APP) -> int:
 
 
 def children(pid: int) -> set[int]:
-    return {c.pid for c in psutil.Process(pid).children() if c.status() != psutil.STATUS_ZOMBIE}
+    """Live children; one may exit between being listed and being looked at (a restart is retiring it)."""
+    live = set()
+    for child in psutil.Process(pid).children():
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                live.add(child.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return live
 
 
 def alive(pid: int) -> bool:
