@@ -22,7 +22,6 @@ _NAMES = (
     "file_unsettled",
     "handover",
     "periodic",
-    "retry_now",
 )
 
 

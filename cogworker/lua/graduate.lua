@@ -1,5 +1,7 @@
--- Move one due entry from a sorted set (schedule or retry) to its queue: claimed and pushed in one
--- step, so any number of pollers can race and the entry is enqueued exactly once.
+-- Move one entry from a sorted set (schedule, retry or dead) to its queue: claimed and pushed in one
+-- step, so any number of pollers -- or two operators retrying the same dead job at once -- can race
+-- and the entry is enqueued exactly once. Used by the poller for due entries and by the ops CLI's
+-- "retry now".
 --
 -- KEYS[1]  the sorted set
 -- KEYS[2]  the job's queue
@@ -8,7 +10,7 @@
 -- ARGV[1]  the entry as it is in the set
 -- ARGV[2]  the payload to push (the entry with enqueued_at set)
 -- ARGV[3]  the queue name
--- Returns 1 when moved, 0 when another poller took it first.
+-- Returns 1 when moved, 0 when someone else took it first (nothing pushed).
 if redis.call("ZREM", KEYS[1], ARGV[1]) == 0 then
   return 0
 end

@@ -219,15 +219,15 @@ def requeued_payload(entry: Entry, now: float) -> dict[str, Any]:
 
 
 def retry_now(client: redis.Redis, scripts: Scripts, set_name: str, ref: str) -> Entry:
-    """Move the entry to the queue its payload names, now, in one script (retry_now.lua: ZREM, and
-    only if that removed it, LPUSH). Of two operators retrying one entry at once exactly one
+    """Move the entry to the queue its payload names, now, in one script (graduate.lua, the poller's
+    own: ZREM, and only if that removed it, LPUSH). Of two operators retrying one entry at once exactly one
     succeeds; the other gets NotFound. Returns the entry moved."""
     for _ in range(ATTEMPTS):
         entry = get(client, set_name, ref)
         job = requeued_payload(entry, time.time())
         assert entry.queue is not None
         moved = scripts.run(
-            "retry_now",
+            "graduate",
             [set_key(set_name), keys.queue(entry.queue), keys.QUEUES, keys.WAKE_CHANNEL],
             [entry.raw, codec.dumps(job), entry.queue],
             client=client,
@@ -268,7 +268,7 @@ def retry_all(
                 unreadable += 1
                 continue
             scripts.run(
-                "retry_now",
+                "graduate",
                 [key, keys.queue(entry.queue), keys.QUEUES, keys.WAKE_CHANNEL],
                 [entry.raw, codec.dumps(requeued_payload(entry, now)), entry.queue],
                 client=pipe,
