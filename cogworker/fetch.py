@@ -65,10 +65,18 @@ def today() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
 
 
+def parse_version(text: str) -> tuple[int, ...] | None:
+    """`7.0.15` -> (7, 0); None when it isn't a version."""
+    try:
+        return tuple(int(p) for p in text.split(".")[:2])
+    except ValueError:
+        return None
+
+
 def server_supports_reliable(client: redis.Redis) -> bool:
-    version = str(client.info("server").get("redis_version", "0"))
-    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
-    return parts >= MIN_RELIABLE_VERSION
+    version = parse_version(str(client.info("server").get("redis_version", "")))
+    # A version we can't read: try reliable fetch, and fall back if LMOVE is refused.
+    return version is None or version >= MIN_RELIABLE_VERSION
 
 
 class ReliableFetch:

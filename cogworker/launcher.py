@@ -20,7 +20,7 @@ import redis
 import structlog
 from setproctitle import setproctitle
 
-from cogworker import __version__, client, exitcodes, unique
+from cogworker import __version__, exitcodes, unique
 from cogworker.commands import CommandPipe
 from cogworker.connection import connect
 from cogworker.context import RedisContext
@@ -73,9 +73,6 @@ class Launcher:
     # Commands from signals (main thread) and from the heartbeat's remote commands.
     def command(self, name: str) -> None:
         self.commands.send(name)
-
-    def _wait_commands(self, timeout_s: float) -> list[str]:
-        return self.commands.wait(timeout_s)
 
     def run(self) -> int:
         self.reporter.send("booted", pid=os.getpid(), identity=self.identity)
@@ -163,7 +160,7 @@ class Launcher:
 
     def _wait_or_stop(self, seconds: float) -> bool:
         """Wait up to `seconds`; True when told to stop meanwhile."""
-        commands = self._wait_commands(seconds)
+        commands = self.commands.wait(seconds)
         if self.reporter.orphaned():
             return True
         return "stop" in commands
@@ -203,7 +200,7 @@ class Launcher:
             if now >= next_status:
                 self._send_status()
                 next_status = now + STATUS_INTERVAL_S
-            for name in self._wait_commands(next_status - time.monotonic()):
+            for name in self.commands.wait(next_status - time.monotonic()):
                 if name == "stop":
                     return
                 if name == "quiet":
@@ -284,7 +281,3 @@ def dump_threads() -> None:
     for ident, frame in sys._current_frames().items():
         stack = "".join(traceback.format_stack(frame))
         log.warning("thread_stack", thread=names.get(ident, str(ident)), stack=stack)
-
-
-def reset_after_fork() -> None:
-    client.reset_after_fork()

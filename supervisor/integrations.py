@@ -10,14 +10,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import structlog
-
 from supervisor.child import Child, ExitOutcome
-from supervisor.hooks import SwarmHooks, SwarmView
+from supervisor.hooks import SwarmHooks, SwarmView, call
 from supervisor.metrics import SwarmMetrics
 from supervisor.notify import Notifier
-
-log = structlog.get_logger("cogworker.swarm")
 
 # While a drain runs, systemd's stop timeout is pushed out to the swarm's own deadline plus this
 # margin: the supervisor still has to kill stragglers and requeue their jobs after the deadline.
@@ -114,10 +110,7 @@ class AllHooks(SwarmHooks):
 
     def _each(self, name: str, *args: Any) -> None:
         for hook in self.hooks:
-            try:
-                getattr(hook, name)(*args)
-            except Exception:
-                log.exception("hook_failed", hook=f"{type(hook).__name__}.{name}")
+            call(getattr(hook, name), *args)
 
     def wakeup_in(self) -> float | None:
         waits = [w for h in self.hooks if (w := h.wakeup_in()) is not None]

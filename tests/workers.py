@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +95,3 @@ class WorkerPool:
             worker.kill()
             with_suppress(lambda w=worker: os.killpg(w.proc.pid, signal.SIGKILL))
             worker.log_path.unlink(missing_ok=True)
-
-
-def iter_lines(worker: Worker) -> Iterator[str]:
-    yield from worker.log_text().splitlines()

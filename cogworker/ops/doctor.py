@@ -15,13 +15,13 @@ from typing import Literal, cast
 import redis
 
 from cogworker import key_guard, keys
+from cogworker.fetch import MIN_RELIABLE_VERSION, parse_version
 from cogworker.ops import processes as process_ops
 from cogworker.ops import redis_time
 from cogworker.settings import Settings
 
 Level = Literal["OK", "WARN", "FAIL"]
 
-MIN_REDIS_VERSION = (6, 2)
 CLOCK_SKEW_WARN_S = 1.0
 SHOWN = 10  # details listed per check; the rest are counted
 
@@ -39,11 +39,10 @@ def _listed(items: list[str]) -> list[str]:
 
 
 def version_check(version: str) -> Check:
-    try:
-        parts = tuple(int(p) for p in version.split(".")[:2])
-    except ValueError:
+    parts = parse_version(version)
+    if parts is None:
         return Check("redis version", "WARN", f"can't read the version {version!r}")
-    if parts >= MIN_REDIS_VERSION:
+    if parts >= MIN_RELIABLE_VERSION:
         return Check("redis version", "OK", f"{version} (reliable fetch needs 6.2 or later)")
     return Check(
         "redis version",
