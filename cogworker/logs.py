@@ -20,6 +20,13 @@ def _orjson_dumps(value: Any, default: Any = None) -> str:
 # Process-wide context (pid, identity, slot). Not contextvars: threads start with an empty context,
 # and every job thread's lines must carry these too.
 _process_context: dict[str, Any] = {}
+_threshold = logging.INFO
+
+
+def enabled(level: str) -> bool:
+    """Whether lines at `level` are written. The per-job lines check this first: a call through
+    structlog's lazy logger builds a bound logger even when the level then drops the line."""
+    return _LEVELS[level] >= _threshold
 
 
 def _add_process_context(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -34,6 +41,8 @@ def bind_process(**context: Any) -> None:
 
 def configure(level: str = "info", fmt: str = "auto", **context: Any) -> None:
     """(Re)configure logging for this process and bind process-wide context (pid, identity, slot)."""
+    global _threshold
+    _threshold = _LEVELS[level]
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     renderer: Any = (
         structlog.processors.JSONRenderer(serializer=_orjson_dumps)

@@ -11,7 +11,7 @@ from typing import Any
 
 import structlog
 
-from cogworker import codec, retry
+from cogworker import codec, logs, retry
 from cogworker.fetch import Work
 from cogworker.jobs import resolve
 from cogworker.jobstats import JobCounts
@@ -45,7 +45,9 @@ def process(work: Work, settler: Settler, stats: Stats) -> None:
     # Every line logged on this thread while the job runs (ours and the job's own) carries these.
     structlog.contextvars.bind_contextvars(jid=jid, job=job["class"], queue=work.queue)
     started = time.perf_counter()
-    log.info("job_start")
+    verbose = logs.enabled("info")
+    if verbose:
+        log.info("job_start")
     try:
         run_server_chain(job, lambda: _perform(job))
     except Exception as exc:
@@ -66,7 +68,8 @@ def process(work: Work, settler: Settler, stats: Stats) -> None:
         elapsed = time.perf_counter() - started
         stats.processed += 1
         stats.jobs.add(work.queue, job["class"], elapsed)
-        log.info("job_done", elapsed_ms=round(elapsed * 1000, 2))
+        if verbose:
+            log.info("job_done", elapsed_ms=round(elapsed * 1000, 2))
     finally:
         structlog.contextvars.unbind_contextvars("jid", "job", "queue")
 
