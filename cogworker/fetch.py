@@ -8,17 +8,19 @@ finds it. The price is at-least-once delivery: a job whose process died runs aga
 
 from __future__ import annotations
 
-import datetime as dt
 import random
 import re
+import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 import structlog
 from redis.client import PubSub
 
 from cogworker import keys
+from cogworker.direct import DirectConnection
 from cogworker.scripts import Scripts
 from cogworker.settings import QueueSpec
 
@@ -62,7 +64,8 @@ def _refused(exc: redis.ResponseError) -> bool:
 
 
 def today() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+    """The UTC date, as the day counters' keys spell it."""
+    return time.strftime("%Y-%m-%d", time.gmtime())
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:
@@ -91,6 +94,10 @@ class ReliableFetch:
         spec: QueueSpec,
     ) -> None:
         self._client = client
+        # The fetcher thread's own connection. A second caller (a final ack flush while the fetcher
+        # thread is still stuck) finds it taken and goes through the client's pool instead.
+        self._direct = DirectConnection(client)
+        self._direct_lock = threading.Lock()
         self._blocking = blocking_client
         self._scripts = scripts
         self._spec = spec
@@ -108,8 +115,7 @@ class ReliableFetch:
             args += [raw, jid]
         args += [keys.ORPHANINGS_PREFIX, keys.QUEUE_PREFIX]
         try:
-            reply = self._scripts.run(
-                "fetch",
+            reply = self._run_fetch(
                 [
                     self.in_progress_key,
                     keys.PAUSED,
@@ -118,7 +124,6 @@ class ReliableFetch:
                     *queue_keys,
                 ],
                 args,
-                client=self._client,
             )
         except redis.ResponseError as exc:
             if _refused(exc):
@@ -132,6 +137,14 @@ class ReliableFetch:
         return FetchResult(
             works, int(reply[0]), all_paused=limit > 0 and paused == len(queue_keys), wrong_type_queues=bad
         )
+
+    def _run_fetch(self, script_keys: list[str], args: list[str | int]) -> Any:
+        if not self._direct_lock.acquire(blocking=False):
+            return self._scripts.run("fetch", script_keys, args, client=self._client)
+        try:
+            return self._scripts.run_direct(self._direct, "fetch", script_keys, args)
+        finally:
+            self._direct_lock.release()
 
     def wait(self, timeout_s: float) -> Work | None:
         """Wait for work after an empty fetch. One queue: BLMOVE, atomic and instant. Several: no
@@ -160,6 +173,11 @@ class ReliableFetch:
     def can_block(self) -> bool:
         return True
 
+    @property
+    def wait_returns_job(self) -> bool:
+        """One queue: `wait` is a BLMOVE and returns the job itself. Several: it only wakes."""
+        return len(self._spec.names) == 1
+
     def _wait_for_wake(self, timeout_s: float) -> None:
         if self._pubsub is None:
             self._pubsub = self._blocking.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
@@ -176,6 +194,7 @@ class ReliableFetch:
             raise
 
     def close(self) -> None:
+        self._direct.close()
         if self._pubsub is not None:
             self._pubsub.close()
             self._pubsub = None
@@ -220,6 +239,10 @@ class BasicFetch:
 
     @property
     def can_block(self) -> bool:
+        return False
+
+    @property
+    def wait_returns_job(self) -> bool:
         return False
 
     def wait(self, timeout_s: float) -> Work | None:

@@ -8,6 +8,9 @@ from typing import Any
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
+
+from cogworker.direct import DirectConnection
 
 _NAMES = (
     "fetch",
@@ -38,3 +41,12 @@ class Scripts:
 
     def run(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
         return self._scripts[name](keys=keys, args=args, client=client)
+
+    def run_direct(self, conn: DirectConnection, name: str, keys: list[str], args: list[Any]) -> Any:
+        """`run` on a connection the calling thread owns (the fetch loop's)."""
+        script = self._scripts[name]
+        try:
+            return conn.call("EVALSHA", script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            # Redis restarted or its script cache was flushed; EVAL caches the script again.
+            return conn.call("EVAL", script.script, len(keys), *keys, *args)

@@ -203,3 +203,36 @@ def test_paused_queues_are_skipped(r: redis.Redis, settings) -> None:
     assert [w.queue for w in works] == ["b"]
     r.sadd(keys.PAUSED, "b")
     assert fetch.fetch(5, []).all_paused
+
+
+def test_fetch_reloads_its_script_after_the_script_cache_is_flushed(r: redis.Redis, settings) -> None:
+    """The fetch runs on the fetcher's own connection, outside redis-py's script helper; a Redis
+    restarted without its script cache must still get the script (EVAL after NOSCRIPT)."""
+    from cogworker.fetch import ReliableFetch
+
+    parts = components.build(settings)
+    fetch = ReliableFetch(parts.client, parts.client, parts.scripts, "me:1:1", settings.queue_spec)
+    r.lpush(keys.queue("default"), job("a"), job("b"))
+    [first] = fetch.fetch(1, []).works
+    r.script_flush()
+    result = fetch.fetch(1, [(first.raw, "a")])
+    assert result.acked == 1
+    assert [w.raw for w in result.works] == [job("b")]
+    assert r.lrange(keys.in_progress("me:1:1"), 0, -1) == [job("b")]
+    fetch.close()
+
+
+def test_fetch_from_a_second_thread_while_the_fetcher_holds_its_connection(r: redis.Redis, settings) -> None:
+    """A final acknowledgement flush can run while the fetcher thread is still inside a call; it
+    goes through the client's pool rather than sharing the fetcher's socket."""
+    from cogworker.fetch import ReliableFetch
+
+    parts = components.build(settings)
+    fetch = ReliableFetch(parts.client, parts.client, parts.scripts, "me:1:1", settings.queue_spec)
+    r.lpush(keys.queue("default"), job("a"))
+    [work] = fetch.fetch(1, []).works
+    with fetch._direct_lock:  # as if the fetcher thread were mid-call
+        assert fetch.fetch(0, [(work.raw, "a")]).acked == 1
+    assert r.llen(keys.in_progress("me:1:1")) == 0
+    assert r.get(keys.STAT_PROCESSED) == "1"
+    fetch.close()

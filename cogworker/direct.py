@@ -1,0 +1,36 @@
+"""A Redis connection that one thread drives itself, for the fetch loop's command per batch.
+
+redis-py's client path wraps every command in a pool checkout and return, event dispatch and
+metrics recording; for the fetch script that costs about as much CPU as the round trip itself. The
+fetcher thread is the only user of this connection, so it sends and reads directly. A failure
+behaves as on our clients (connection.py, retries off): the call raises, and the next call
+reconnects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+
+class DirectConnection:
+    def __init__(self, client: redis.Redis) -> None:
+        # Made by the client's pool, so it has the client's address, timeouts and decoding, but
+        # not kept in it: nobody else may take it.
+        self._conn = client.connection_pool.make_connection()
+
+    def call(self, *args: Any) -> Any:
+        conn = self._conn
+        try:
+            conn.send_command(*args)  # type: ignore[no-untyped-call]
+            return conn.read_response()
+        except redis.ResponseError:
+            raise  # Redis answered; the connection is fine
+        except BaseException:
+            # A reply may be half read: never reuse this socket.
+            conn.disconnect()  # type: ignore[no-untyped-call]
+            raise
+
+    def close(self) -> None:
+        self._conn.disconnect()  # type: ignore[no-untyped-call]
