@@ -32,6 +32,13 @@ OUTAGE_RETRY_S = 1.0
 COALESCE_S = 0.001
 
 
+class _WaitTurn:
+    """Put on the work queue instead of a job: "block on the queue yourself, run what comes"."""
+
+
+WAIT_TURN = _WaitTurn()
+
+
 @dataclass(slots=True)
 class Running:
     work: Work
@@ -56,12 +63,15 @@ class Manager:
         self._fallback = fallback
         self._concurrency = settings.concurrency
         self._batch_min = max(1, settings.concurrency // 2)
-        self._work: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[Work | _WaitTurn | None] = queue.SimpleQueue()
         self._cond = threading.Condition()
         self._queued = 0
         self._running: dict[int, Running] = {}
         self._quiet = False
         self._stopping = False
+        self._turn_open = False  # a blocking wait is handed out (one queue, idle)
+        self._turn_blocking = False  # ... and a job thread is inside it
+        self._turn_error: Exception | None = None
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
         self._fetcher_thread: threading.Thread | None = None
@@ -112,6 +122,7 @@ class Manager:
         self._wake.set()
         if self._fetcher_thread is not None:
             self._fetcher_thread.join(timeout=max(0.0, deadline - time.monotonic()) + BLOCK_TIMEOUT_S)
+        self._end_wait_turn(time.monotonic() + BLOCK_TIMEOUT_S + 1)
         self._give_back_unstarted()
         for _ in self._threads:
             self._work.put(None)
@@ -126,12 +137,19 @@ class Manager:
     def _job_loop(self) -> None:
         ident = threading.get_ident()
         while True:
-            work = self._work.get()
-            if work is None:
+            item = self._work.get()
+            if item is None:
                 return
-            with self._cond:
-                self._queued -= 1
-                self._running[ident] = Running(work, time.time())
+            if isinstance(item, _WaitTurn):
+                taken = self._take_wait_turn(ident)
+                if taken is None:
+                    continue
+                work = taken
+            else:
+                work = item
+                with self._cond:
+                    self._queued -= 1
+                    self._running[ident] = Running(work, time.time())
             try:
                 process(work, self._settler, self.stats)
             except BaseException:
@@ -139,25 +157,48 @@ class Manager:
             finally:
                 with self._cond:
                     del self._running[ident]
-                    self._cond.notify_all()
+                    # Wake the fetcher only when it would act: the first free thread (it may be
+                    # waiting with none), enough free for a full batch, or nothing left running.
+                    # Waking it on every finished job costs a thread switch per job.
+                    free = self._concurrency - len(self._running) - self._queued
+                    if free == 1 or free == self._batch_min or not self._running:
+                        self._cond.notify_all()
+
+    def _free_threads(self) -> int:
+        """Threads with no job, running or handed over (call with the lock held)."""
+        return self._concurrency - len(self._running) - self._queued
+
+    def _await_room(self) -> int | None:
+        """Wait until a fetch is worth its round trip; how many jobs to fetch (0: only send the
+        pending acknowledgements), or None when nothing is to be done yet."""
+        with self._cond:
+            free = self._free_threads()
+            if self._quiet or free <= 0:
+                self._cond.wait(timeout=BLOCK_TIMEOUT_S)
+                # Every thread still busy (long jobs) or quiet: acknowledge what finished meanwhile,
+                # so finished jobs don't sit on the in-progress list for the whole run.
+                if (self._quiet or self._free_threads() <= 0) and self._settler.pending_acks:
+                    return 0
+                return None
+            # Busy, with fewer threads free than a batch: give other running jobs a moment to
+            # finish, so one round trip fetches (and acknowledges) several jobs, not one.
+            deadline = time.monotonic() + COALESCE_S
+            while free < self._batch_min and self._running and not (self._quiet or self._stopping):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(timeout=left)
+                free = self._free_threads()
+            return free if not self._quiet else None
 
     def _fetch_loop(self) -> None:
         idle_s = 0.0
         while not self._stopping:
             if self._settler.pending_filings:
                 self._settler.retry_pending()
-            with self._cond:
-                free = self._concurrency - len(self._running) - self._queued
-                if self._quiet or free <= 0:
-                    if not self._settler.pending_acks:
-                        self._cond.wait(timeout=BLOCK_TIMEOUT_S)
-                        continue
-                    free = 0
-                elif free < self._batch_min and self._running:
-                    # Busy, with a slot or two free: give other running jobs a moment to finish,
-                    # so one round trip fetches (and acknowledges) several jobs, not one.
-                    self._cond.wait(timeout=COALESCE_S)
-                    free = self._concurrency - len(self._running) - self._queued
+            free = self._await_room()
+            if free is None:
+                continue
             found = self._fetch_once(free)
             if found is None:  # Redis failed: wait a little, interruptibly
                 self._wake.wait(OUTAGE_RETRY_S)
@@ -205,6 +246,8 @@ class Manager:
         """Block on the queue when the fetcher can (one queue): a pushed job starts at once."""
         if not self.fetcher.can_block:
             return False
+        if self.fetcher.wait_returns_job:
+            return self._hand_wait_to_a_job_thread()
         try:
             work = self.fetcher.wait(BLOCK_TIMEOUT_S)
         except Exception as exc:
@@ -223,6 +266,68 @@ class Manager:
             return True
         self._enqueue([work])
         return True
+
+    def _hand_wait_to_a_job_thread(self) -> bool:
+        """One queue: an idle job thread blocks on it (BLMOVE) and runs the job it gets itself, so
+        a pushed job starts without waiting for a second thread to wake. The fetcher waits for the
+        turn to end, then fetches for the other threads as usual."""
+        with self._cond:
+            self._queued += 1  # the turn holds a thread, as a handed-over job would
+            self._turn_open = True
+            self._turn_error = None
+        self._work.put(WAIT_TURN)
+        with self._cond:
+            while self._turn_open and not self._stopping:
+                self._cond.wait(timeout=BLOCK_TIMEOUT_S)
+            error, self._turn_error = self._turn_error, None
+        if error is not None and not self._fall_back_if_unsupported(error):
+            self._outages.report("Fetch", error)
+            self._wake.wait(OUTAGE_RETRY_S)
+        return True
+
+    def _end_wait_turn(self, until: float) -> None:
+        """Let a thread blocked on the queue come back (it gives back what it got) before the caller
+        hands jobs back to the queue: else its BLMOVE could take one of them, just before exit."""
+        with self._cond:
+            while self._turn_blocking and (left := until - time.monotonic()) > 0:
+                self._cond.wait(timeout=left)
+
+    def _take_wait_turn(self, ident: int) -> Work | None:
+        """On a job thread: the blocking wait. Returns the job to run (already counted as running
+        here), or None (timed out, failed, or quiet/stop came meanwhile)."""
+        work: Work | None = None
+        error: Exception | None = None
+        with self._cond:
+            skip = self._quiet or self._stopping
+            self._turn_blocking = not skip
+        if not skip:
+            try:
+                work = self.fetcher.wait(BLOCK_TIMEOUT_S)
+            except Exception as exc:
+                error = exc
+        with self._cond:
+            self._queued -= 1
+            self._turn_open = False
+            self._turn_error = error
+            keep = work is not None and not (self._quiet or self._stopping)
+            if work is not None and keep:
+                self._running[ident] = Running(work, time.time())
+            if work is None or keep:
+                self._turn_blocking = False
+            self._cond.notify_all()
+        if work is None or keep:
+            return work
+        # Quiet (or stop) arrived while we were blocked: this job was never ours to start. A stop
+        # waits for this give-back (_turn_blocking) before it hands anything back itself.
+        try:
+            self.fetcher.give_back(work)
+        except Exception as exc:
+            self._outages.report("Fetch", exc)
+        finally:
+            with self._cond:
+                self._turn_blocking = False
+                self._cond.notify_all()
+        return None
 
     def _fall_back_if_unsupported(self, exc: Exception) -> bool:
         from cogworker.fetch import UnsupportedError
@@ -261,6 +366,9 @@ class Manager:
                 continue
             with self._cond:
                 self._queued -= 1
+                if isinstance(work, _WaitTurn):
+                    self._turn_open = False
+                    continue
             try:
                 self.fetcher.give_back(work)
             except Exception as exc:

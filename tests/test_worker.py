@@ -132,6 +132,44 @@ def test_quiet_stops_fetching_but_finishes_running_jobs(
     assert worker.stop() == 0
 
 
+def test_a_quiet_worker_still_acknowledges_jobs_that_finish(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    """While quiet, the fetcher fetches nothing, but a job that finishes is still acknowledged (off
+    the in-progress list, counted) while its neighbour runs on."""
+    demo_jobs.sleepy.perform_async("short", 0.5)
+    demo_jobs.sleepy.perform_async("long", 8)
+    worker = workers.start(COGWORKER_CONCURRENCY="2")
+    wait_until(lambda: r.llen("test:started") == 2, timeout=15, message="both jobs to start")
+    worker.signal(signal.SIGUSR1)
+    wait_until(lambda: worker.events_named("quieting"), timeout=5, message="quiet")
+    identity = worker.events_named("worker_ready")[0]["identity"]
+    wait_until(lambda: r.get("cogworker:stat:processed") == "1", timeout=5, message="the short job's ack")
+    assert r.llen("test:ran") == 1  # the long job is still running
+    assert r.llen(f"cogworker:inprogress:{identity}") == 1
+    worker.kill()  # not worth waiting out the long job
+
+
+def test_term_while_idle_on_one_queue_stops_at_once_and_leaves_later_jobs_queued(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    """With one queue an idle job thread itself blocks on it (BLMOVE); a stop must not wait on it
+    for long, nor take a job pushed as it stops."""
+    worker = workers.start()
+    wait_until(
+        lambda: any(c.get("cmd") == "blmove" for c in r.client_list()),
+        timeout=15,
+        message="a thread blocked on the queue",
+    )
+    began = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    assert worker.proc.wait(timeout=10) == 0
+    assert time.monotonic() - began < 5
+    demo_jobs.record.perform_async("after-stop")
+    assert r.llen("cogworker:queue:default") == 1
+    assert r.llen("test:ran") == 0
+
+
 def test_an_idle_multi_queue_worker_waits_on_the_wake_channel(
     r: redis.Redis, configured: object, workers: WorkerPool
 ) -> None:
