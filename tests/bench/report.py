@@ -78,6 +78,7 @@ ROWS = [
     Row("W3 jobs run twice", "", _get("w3", "ran_twice")),
     Row("W3 worker command survived the kill", "", _survived),
     Row("parent RSS (MB)", "↓", _get("memory", "default", "parent_rss_mb"), "{:.1f}"),
+    Row("parent PSS (MB)", "↓", _get("memory", "default", "parent_pss_mb"), "{:.1f}"),
     Row("child USS (MB, mean)", "↓", _get("memory", "default", "child_uss_mb_mean"), "{:.1f}"),
     Row("child PSS (MB, mean)", "↓", _get("memory", "default", "child_pss_mb_mean"), "{:.1f}"),
     Row("total PSS (MB)", "↓", _get("memory", "default", "total_pss_mb"), "{:.1f}"),
