@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from cogworker import codec, keys, payload
-from cogworker.middleware import run_client_chain
+from cogworker.middleware import compose_client_chain, run_client_chain
 from cogworker.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -139,8 +139,9 @@ def push_bulk(
             batch.append(job)
             return str(job["jid"])
 
+        chain = compose_client_chain(collect)
         for job in jobs[start : start + BULK_BATCH]:
-            jids.append(run_client_chain(job, collect))
+            jids.append(chain(job))
         try:
             _write_batch(conn, batch)
         except Exception:

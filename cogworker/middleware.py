@@ -42,16 +42,20 @@ server_chain: Chain[ServerMiddleware] = Chain()
 
 
 def run_client_chain(job: dict[str, Any], push: ClientNext) -> Any:
-    entries = client_chain.entries
-    if not entries:
-        return push(job)
+    return compose_client_chain(push)(job)
 
-    def step(index: int, current: dict[str, Any]) -> Any:
-        if index == len(entries):
-            return push(current)
-        return entries[index](current, lambda j: step(index + 1, j))
 
-    return step(0, job)
+def compose_client_chain(push: ClientNext) -> ClientNext:
+    """The client chain as one callable that ends in `push`. push_bulk builds it once per batch,
+    so each job costs one call per middleware, not a closure per step."""
+    call = push
+    for middleware in reversed(client_chain.entries):
+        call = _link(middleware, call)
+    return call
+
+
+def _link(middleware: ClientMiddleware, call_next: ClientNext) -> ClientNext:
+    return lambda job: middleware(job, call_next)
 
 
 def run_server_chain(job: dict[str, Any], perform: ServerNext) -> None:
