@@ -131,6 +131,9 @@ class Launcher:
             concurrency=self.settings.concurrency,
             fetch="reliable" if fetcher.keeps_in_progress else "basic",
         )
+        # Status first: the supervisor may tell systemd READY (with a status text) on this "ready",
+        # and the text should count this process's threads.
+        self._send_status()
         self.reporter.send("ready", pid=os.getpid(), identity=self.identity)
         self._main_loop()
         return self._shutdown()
@@ -194,7 +197,7 @@ class Launcher:
 
     def _main_loop(self) -> None:
         assert self.manager is not None
-        next_status = 0.0
+        next_status = time.monotonic() + STATUS_INTERVAL_S  # the first was sent before "ready"
         while True:
             now = time.monotonic()
             if now >= next_status:
