@@ -160,7 +160,7 @@ class Manager:
                     # Wake the fetcher only when it would act: the first free thread (it may be
                     # waiting with none), enough free for a full batch, or nothing left running.
                     # Waking it on every finished job costs a thread switch per job.
-                    free = self._concurrency - len(self._running) - self._queued
+                    free = self._free_threads()
                     if free == 1 or free == self._batch_min or not self._running:
                         self._cond.notify_all()
 
