@@ -3,7 +3,8 @@
 The fetcher only takes as many jobs as there are idle threads, so a job never waits in this
 process's memory while another process could run it. Jobs it has taken sit on this process's
 in-progress list (reliable fetch) until acknowledged; acknowledgements ride along with the next
-fetch, saving a round trip per job.
+fetch, saving a round trip per job. When the queues run dry and there is only one, the fetcher hands
+the blocking wait (BLMOVE) to an idle job thread, which runs the job it gets itself.
 """
 
 from __future__ import annotations
