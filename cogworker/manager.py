@@ -260,10 +260,7 @@ class Manager:
             return True
         if self._quiet or self._stopping:
             # Quiet (or stop) arrived while we were blocked: this job was never ours to start.
-            try:
-                self.fetcher.give_back(work)
-            except Exception as exc:
-                self._outages.report("Fetch", exc)
+            self._give_back(work)
             return True
         self._enqueue([work])
         return True
@@ -321,9 +318,7 @@ class Manager:
         # Quiet (or stop) arrived while we were blocked: this job was never ours to start. A stop
         # waits for this give-back (_turn_blocking) before it hands anything back itself.
         try:
-            self.fetcher.give_back(work)
-        except Exception as exc:
-            self._outages.report("Fetch", exc)
+            self._give_back(work)
         finally:
             with self._cond:
                 self._turn_blocking = False
@@ -370,7 +365,12 @@ class Manager:
                 if isinstance(work, _WaitTurn):
                     self._turn_open = False
                     continue
-            try:
-                self.fetcher.give_back(work)
-            except Exception as exc:
-                self._outages.report("Fetch", exc)
+            self._give_back(work)
+
+    def _give_back(self, work: Work) -> None:
+        """A job taken but never started goes back to its queue; if Redis is away it stays on our
+        in-progress list, where recovery finds it."""
+        try:
+            self.fetcher.give_back(work)
+        except Exception as exc:
+            self._outages.report("Fetch", exc)
