@@ -1,34 +1,81 @@
-"""cogworker: Redis-backed background jobs, run as a supervised swarm with reliable fetch."""
+"""cogworker: Redis-backed background jobs, run as a supervised swarm with reliable fetch.
+
+The public names below load on first use (PEP 562). `import cogworker.exitcodes` must stay cheap:
+the swarm's supervisor imports a few small modules of this package and must not pay for the Redis
+client, pydantic and the job machinery that only its fork server and workers use.
+"""
 
 from __future__ import annotations
 
-from cogworker.client import configure, push_bulk
-from cogworker.jobs import JobFunction, JobNotFound, job
+import sys
+import types
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from cogworker import middleware
 from cogworker.middleware import client_chain, server_chain
-from cogworker.periodic import periodic
-from cogworker.settings import ConfigError, Settings, load_settings
-from cogworker.status import status
+
+if TYPE_CHECKING:
+    from cogworker.client import configure, push_bulk
+    from cogworker.jobs import JobFunction, JobNotFound, job
+    from cogworker.periodic import periodic
+    from cogworker.settings import ConfigError, Settings, load_settings
+    from cogworker.status import status
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "configure": "cogworker.client",
+    "push_bulk": "cogworker.client",
+    "JobFunction": "cogworker.jobs",
+    "JobNotFound": "cogworker.jobs",
+    "job": "cogworker.jobs",
+    "periodic": "cogworker.periodic",
+    "ConfigError": "cogworker.settings",
+    "Settings": "cogworker.settings",
+    "load_settings": "cogworker.settings",
+    "status": "cogworker.status",
+}
+
+
+class _Package(types.ModuleType):
+    """`cogworker.status` and `cogworker.periodic` are functions that share their module's name.
+    Importing a submodule binds it on the package; this keeps the function in that place instead."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and name in ("status", "periodic"):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cogworker' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def install_builtin_middleware() -> None:
     """Put the built-in middleware (unique claims, job status) in the chains, outermost.
 
-    Done once at import. Your own middleware, added later, runs inside them: a unique job's duplicate
-    never reaches it, and its "queued" status is written before it. Call this again after clearing
-    the chains (tests do) to restore them.
+    Runs by itself before the first push or job (middleware.py asks for it). Your own middleware runs
+    inside them, whenever it was added: a unique job's duplicate never reaches it, and its "queued"
+    status is written before it. Call this again after clearing the chains (tests do) to restore them.
     """
     from cogworker.status import on_push, on_run
     from cogworker.unique import claim, release_when_done
 
-    for client_mw in (claim, on_push):
-        client_chain.add(client_mw)
-    for server_mw in (on_run, release_when_done):
-        server_chain.add(server_mw)
+    client_chain.add_outermost(claim, on_push)
+    server_chain.add_outermost(on_run, release_when_done)
+    middleware.builtins_installed = True
 
 
-install_builtin_middleware()
+middleware.install_builtins = install_builtin_middleware
 
 __all__ = [
     "ConfigError",

@@ -29,6 +29,11 @@ class Chain(Generic[M]):
         if middleware not in self.entries:
             self.entries.append(middleware)
 
+    def add_outermost(self, *middleware: M) -> None:
+        """Put `middleware` first, in the order given, ahead of anything added before."""
+        rest = [m for m in self.entries if m not in middleware]
+        self.entries[:] = [*middleware, *rest]
+
     def remove(self, middleware: M) -> None:
         if middleware in self.entries:
             self.entries.remove(middleware)
@@ -40,6 +45,17 @@ class Chain(Generic[M]):
 client_chain: Chain[ClientMiddleware] = Chain()
 server_chain: Chain[ServerMiddleware] = Chain()
 
+# The built-in middleware (unique, status) is installed on the first push or job, not at import:
+# it pulls in the Redis client, and `import cogworker.<small module>` must not (cogworker/__init__.py
+# sets `install_builtins`).
+builtins_installed = False
+install_builtins: Callable[[], None] | None = None
+
+
+def _ensure_builtins() -> None:
+    if not builtins_installed and install_builtins is not None:
+        install_builtins()
+
 
 def run_client_chain(job: dict[str, Any], push: ClientNext) -> Any:
     return compose_client_chain(push)(job)
@@ -48,6 +64,7 @@ def run_client_chain(job: dict[str, Any], push: ClientNext) -> Any:
 def compose_client_chain(push: ClientNext) -> ClientNext:
     """The client chain as one callable that ends in `push`. push_bulk builds it once per batch,
     so each job costs one call per middleware, not a closure per step."""
+    _ensure_builtins()
     call = push
     for middleware in reversed(client_chain.entries):
         call = _link(middleware, call)
@@ -59,6 +76,7 @@ def _link(middleware: ClientMiddleware, call_next: ClientNext) -> ClientNext:
 
 
 def run_server_chain(job: dict[str, Any], perform: ServerNext) -> None:
+    _ensure_builtins()
     entries = server_chain.entries
     if not entries:
         perform()

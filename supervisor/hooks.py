@@ -93,11 +93,8 @@ class SwarmHooks:
     def state_changed(self, view: SwarmView) -> None:
         """The view differs from the previous turn's."""
 
-    def in_child(self) -> None:
-        """In a freshly forked child, before it becomes a worker: close inherited sockets."""
-
     def child_started(self, child: Child) -> None:
-        """A child was forked (or adopted after a re-exec)."""
+        """A child was forked."""
 
     def child_status(self, child: Child, status: Mapping[str, Any]) -> None:
         """A child's periodic status line (busy, threads, processed, failed, redis, quiet, jobs)."""
@@ -115,7 +112,7 @@ class SwarmHooks:
         """A slot got a new child: reason is crash, signal, hung, straggler, memory, restart or exit."""
 
     def restart_began(self, phased: bool) -> None:
-        """HUP/USR2. With preload it comes twice: before the re-exec, and again in the new image."""
+        """HUP/USR2: a new fork server is loading the code on disk; children are replaced next."""
 
     def restart_ended(self, ok: bool) -> None:
         """Every slot runs the new code (ok), or the restart gave up and old children keep running."""

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from supervisor.child import Child, ExitOutcome
 from supervisor.hooks import SwarmHooks, SwarmView, call
-from supervisor.metrics import SwarmMetrics
 from supervisor.notify import Notifier
+
+if TYPE_CHECKING:  # metrics loads the Redis client: only a swarm with COGWORKER_METRICS_PORT pays for it
+    from supervisor.metrics import SwarmMetrics
 
 # While a drain runs, systemd's stop timeout is pushed out to the swarm's own deadline plus this
 # margin: the supervisor still has to kill stragglers and requeue their jobs after the deadline.
@@ -50,8 +52,8 @@ class NotifyHooks(SwarmHooks):
 
     def state_changed(self, view: SwarmView) -> None:
         summary = view.summary()
-        # Not while reloading: after a preload re-exec the new image has sent nothing yet and adopts
-        # children that are all ready, but the READY=1 that ends the reload is restart_ended's.
+        # Not while reloading: every old child is still ready, but the READY=1 that ends the reload
+        # is restart_ended's.
         ready = not view.stopping and view.count > 0 and view.ready >= view.count
         if ready and not self._ready_sent and not self._reloading:
             self._ready_sent = True
@@ -74,9 +76,6 @@ class NotifyHooks(SwarmHooks):
         self._notifier.stopping()
         self._notifier.extend_timeout(deadline_s + STOP_MARGIN_S)
         self._next_extend = self._clock() + EXTEND_EVERY_S
-
-    def in_child(self) -> None:
-        self._notifier.close()
 
 
 class MetricsHooks(SwarmHooks):
@@ -121,9 +120,6 @@ class AllHooks(SwarmHooks):
 
     def state_changed(self, view: SwarmView) -> None:
         self._each("state_changed", view)
-
-    def in_child(self) -> None:
-        self._each("in_child")
 
     def child_started(self, child: Child) -> None:
         self._each("child_started", child)

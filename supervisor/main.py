@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import os
+import selectors
 import sys
 
 import structlog
 
 from cogworker import exitcodes, logs
-from cogworker.settings import Settings, load_or_exit
-from cogworker.worker import BootError, import_app
-from supervisor import reexec, signals
+from supervisor import signals
+from supervisor.config import SwarmConfig
+from supervisor.forkserver import ForkServer
 from supervisor.hooks import SwarmHooks
 from supervisor.swarm import Swarm
 
 log = structlog.get_logger("cogworker.swarm")
 
 DESCRIPTION = """\
-Run a swarm of cogworker workers: one supervisor forks COGWORKER_COUNT children, each running what
-`cogworker run` runs, keeps them alive, and replaces them on request. It takes supervisord's place:
-don't install the two in one virtualenv (both are imported as `supervisor`)."""
+Run a swarm of cogworker workers: one supervisor keeps COGWORKER_COUNT children alive, each running
+what `cogworker run` runs, and replaces them on request. The children are forked by a fork server
+process that holds the loaded code (and the app, with preload); they are the supervisor's children all
+the same. It takes supervisord's place: don't install the two in one virtualenv (both are imported as
+`supervisor`)."""
 
 EPILOG = f"""\
 signals:
@@ -30,9 +34,9 @@ signals:
                jobs requeued
   USR1, TSTP   quiet: children finish running jobs and fetch no more (children forked later too);
                undo per child with `LPUSH cogworker:signals:<identity> resume`
-  HUP, USR2    restart every child with the code on disk now: phased (a replacement reports ready
-               before the old child stops, one slot at a time) unless COGWORKER_PHASED_RESTART=false;
-               with COGWORKER_PRELOAD=true the supervisor first re-execs itself in place (same PID)
+  HUP, USR2    restart every child with the code on disk now: a new fork server loads it, then
+               children are replaced, phased (a replacement reports ready before the old child
+               stops, one slot at a time) unless COGWORKER_PHASED_RESTART=false
   TTIN         every child logs every thread's stack
 
 variables (all COGWORKER_*; see DESIGN §7 for the full list):
@@ -40,7 +44,7 @@ variables (all COGWORKER_*; see DESIGN §7 for the full list):
   REQUIRE                    modules to import so their jobs are known
   REDIS_URL, QUEUES, CONCURRENCY, TIMEOUT_S, LOG_FORMAT, LOG_LEVEL
   GRACEFUL_STOP_TIMEOUT_S    deadline before a stopping child is killed (default 35)
-  PRELOAD                    import REQUIRE in the supervisor before forking (default false)
+  PRELOAD                    import REQUIRE in the fork server, so children share it (default false)
   PHASED_RESTART             HUP/USR2 replace children one at a time (default true)
   MAXMEM_MB                  restart a child whose RSS is above this (default off)
   MEMORY_CHECK_INTERVAL_S    how often RSS is checked (default 5)
@@ -69,14 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
 
-def build_hooks(settings: Settings) -> SwarmHooks:
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def build_hooks(settings: SwarmConfig) -> SwarmHooks:
     """systemd notify (a no-op without NOTIFY_SOCKET) and, with COGWORKER_METRICS_PORT, Prometheus."""
     from supervisor.integrations import AllHooks, MetricsHooks, NotifyHooks
-    from supervisor.metrics import SwarmMetrics
     from supervisor.notify import Notifier
 
     hooks: list[SwarmHooks] = [NotifyHooks(Notifier())]
     if settings.metrics_port is not None:
+        # Only here: metrics scrape Redis, and the client and prometheus_client cost ~15 MB.
+        from supervisor.metrics import SwarmMetrics
+
         metrics = SwarmMetrics(settings)
         port = metrics.start()
         log.info("metrics_serving", host=settings.metrics_host, port=port)
@@ -87,34 +96,26 @@ def build_hooks(settings: Settings) -> SwarmHooks:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     build_parser().parse_args(args)
-    try:
-        handover = reexec.take_handover(os.environ)
-    except (ValueError, TypeError, KeyError) as exc:
-        # Children were handed to us that we can't adopt; exiting takes them down (PDEATHSIG), which
-        # beats running them unsupervised. Their jobs are recovered by heartbeat orphan recovery.
-        print(f"cogworker-swarm: unreadable hand-over after re-exec: {exc}", file=sys.stderr)
+    logs.configure("info", "auto", role="swarm")  # until the fork server has read the settings
+    # Workers are forked by the fork server's short-lived intermediate process; as a subreaper we
+    # become their parent, so we reap them, see how they died, and PDEATHSIG ties them to us.
+    if not become_subreaper():
+        print("cogworker-swarm: can't become a child subreaper (Linux only)", file=sys.stderr)
         return exitcodes.FAILURE
-    settings = load_or_exit()  # exits 78 on a bad setting, before anything is forked
-    logs.configure(settings.log_level, settings.log_format, role="swarm")
-    # Handlers before any fork; then let in whatever arrived while the mask was inherited from a
-    # re-exec (a no-op on a first start).
     signal_pipe = signals.SignalPipe()
     signal_pipe.install()
-    signals.unblock()
-    app_loaded = False
-    if settings.preload:
-        try:
-            import_app(settings.require_modules)
-        except BootError as exc:
-            if handover is None:
-                log.error("boot_failed", error=str(exc))
-                print(f"cogworker-swarm: {exc}", file=sys.stderr)
-                return exitcodes.BOOT_ERROR
-            log.error("preload_failed_after_reexec", error=str(exc))
-        else:
-            app_loaded = True
-    # Keep what is imported by now (the app too, when preloaded) out of the collector's reach: a
-    # collection in a child touching those objects would copy every page they live on (copy-on-write).
+    server = ForkServer(generation=0)
+    try:
+        server.start()
+    except OSError as exc:
+        print(f"cogworker-swarm: can't start the fork server: {exc}", file=sys.stderr)
+        return exitcodes.FAILURE
+    code = await_forkserver(server, signal_pipe)
+    if code is not None:
+        return code
+    settings = SwarmConfig.from_dict(server.settings)
+    logs.configure(settings.log_level, settings.log_format, role="swarm")
+    gc.collect()
     gc.freeze()
     try:
         hooks = build_hooks(settings)
@@ -126,15 +127,45 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return exitcodes.FAILURE
-    swarm = Swarm(
-        settings,
-        signal_pipe,
-        app_loaded=app_loaded,
-        hooks=hooks,
-        handover=handover,
-        argv=args,
-    )
-    return swarm.run()
+    return Swarm(settings, signal_pipe, server, hooks=hooks).run()
+
+
+def become_subreaper() -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def await_forkserver(server: ForkServer, signal_pipe: signals.SignalPipe) -> int | None:
+    """Wait for the first fork server to load the settings and the code: None once it is ready, else
+    the exit code to stop with. Its own exit code is passed on (78 for a bad setting, BOOT_ERROR for an
+    app that won't import with preload): it has printed why."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(signal_pipe.fileno, selectors.EVENT_READ, None)
+        selector.register(server.fileno(), selectors.EVENT_READ, server)
+        while True:
+            for key, _ in selector.select():
+                if key.data is None:
+                    if any(signals.ACTIONS.get(s) == "stop" for s in signal_pipe.drain()):
+                        server.kill()
+                        os.waitpid(server.pid, 0)
+                        return exitcodes.OK
+                    continue
+                for message in server.read():
+                    if message.get("op") == "ready":
+                        return None
+                if server.gone:
+                    server.close()
+                    _, status = os.waitpid(server.pid, 0)
+                    code = os.waitstatus_to_exitcode(status)
+                    if code in (exitcodes.CONFIG_ERROR, exitcodes.BOOT_ERROR, exitcodes.USAGE):
+                        return code
+                    print(
+                        f"cogworker-swarm: the fork server exited {code} before it was ready", file=sys.stderr
+                    )
+                    return exitcodes.FAILURE
 
 
 if __name__ == "__main__":

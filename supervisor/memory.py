@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-import psutil
-
 MB = 1024 * 1024
 
 
 def rss_bytes(pid: int) -> int | None:
     """Resident set size of `pid`, or None when it is gone or can't be read."""
+    import psutil  # here: a swarm without COGWORKER_MAXMEM_MB doesn't load it (the supervisor stays small)
+
     try:
         return int(psutil.Process(pid).memory_info().rss)
     except (psutil.Error, OSError):

@@ -41,7 +41,7 @@ from prometheus_client.registry import Collector
 from cogworker.jobstats import DURATION_BUCKETS_S, format_bound
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
-from cogworker.settings import Settings
+from supervisor.config import SwarmConfig
 
 RECOVERY_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 CHILD_STATES = ("booting", "ready", "quiet", "stopping")
@@ -216,7 +216,7 @@ class SwarmMetrics:
     """The swarm's metrics: its own registry, fed by the supervisor, served on
     COGWORKER_METRICS_HOST:COGWORKER_METRICS_PORT (off when the port is unset)."""
 
-    def __init__(self, settings: Settings, *, scrape_timeout_s: float = SCRAPE_TIMEOUT_S) -> None:
+    def __init__(self, settings: SwarmConfig, *, scrape_timeout_s: float = SCRAPE_TIMEOUT_S) -> None:
         self.settings = settings
         self.registry = CollectorRegistry(auto_describe=True)
         self.lock = threading.Lock()

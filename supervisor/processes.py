@@ -1,47 +1,49 @@
-"""The OS side of the children: fork them, read their pipes, send them signals.
+"""The OS side of the children: have them forked, read their pipes, send them signals.
 
 swarm.py decides what should happen; this module makes it happen, and keeps the roster and the
-selector in step with the processes that exist.
+selector in step with the processes that exist. The fork itself happens in the fork server
+(forkserver.py); the child is ours all the same: our child to reap, our pipe to read.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import selectors
 import signal
 from collections.abc import Callable
 
 import structlog
 
-from cogworker.settings import Settings
+from cogworker.identity import make_identity
 from supervisor.child import Child, Phase
-from supervisor.hooks import SwarmHooks
+from supervisor.config import SwarmConfig
+from supervisor.forkserver import Spawned
 from supervisor.protocol import Garbage, Message
 from supervisor.roster import Roster
-from supervisor.signals import SignalPipe
-from supervisor.spawn import spawn
 
 log = structlog.get_logger("cogworker.swarm")
 
 READ_BYTES = 65536
 
+# (slot, nonce, start quiet) -> the forked child; raises OSError
+Spawner = Callable[[int, str, bool], Spawned]
+
 
 class ChildProcesses:
     def __init__(
         self,
-        settings: Settings,
+        settings: SwarmConfig,
         roster: Roster,
         selector: selectors.BaseSelector,
-        signal_pipe: SignalPipe,
-        hooks: SwarmHooks,
+        spawner: Spawner,
         clock: Callable[[], float],
     ) -> None:
         self._settings = settings
         self._roster = roster
         self._selector = selector
-        self._signal_pipe = signal_pipe
-        self._hooks = hooks
+        self._spawner = spawner
         self._clock = clock
 
     def fork(
@@ -50,19 +52,19 @@ class ChildProcesses:
         purpose: str,
         *,
         generation: int,
-        app_loaded: bool,
         quiet: bool,
         replaces: Child | None = None,
     ) -> Child:
         """Fork a child for `slot`: its current child, or a replacement for `replaces`. Raises OSError."""
-        spawned = spawn(
-            self._settings, slot, app_loaded=app_loaded, quiet=quiet, close_in_child=self._close_in_child
-        )
+        # Chosen here, so the supervisor knows the child's identity (and its in-progress list) even if
+        # the child dies before saying a word.
+        nonce = secrets.token_hex(4)
+        spawned = self._spawner(slot, nonce, quiet)
         now = self._clock()
         child = Child(
             spawned.pid,
             slot,
-            spawned.identity,
+            make_identity(spawned.pid, nonce),
             spawned.fd,
             started_at=now,
             last_heard=now,
@@ -78,24 +80,9 @@ class ChildProcesses:
         return child
 
     def add(self, child: Child, *, current: bool) -> None:
-        """Track a child (forked, or adopted after a re-exec) and listen to its pipe."""
+        """Track a child and listen to its pipe."""
         self._roster.add(child, current=current)
         self._selector.register(child.fd, selectors.EVENT_READ, child)
-
-    def _close_in_child(self) -> None:
-        """Runs in a new child: drop what belongs to the supervisor (the child's own read end is
-        closed by spawn)."""
-        self._signal_pipe.close()
-        self._selector.close()
-        for child in self._roster:
-            if child.fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(child.fd)
-        try:
-            self._hooks.in_child()
-        except Exception:
-            # A hook failing here must not turn into a crash loop of every child.
-            log.exception("hook_failed", hook="in_child")
 
     # Pipes ----------------------------------------------------------------------------------
     def read(self, child: Child) -> list[Message | Garbage]:

@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import structlog
 
-from cogworker.settings import Settings
 from supervisor import hooks as hook_calls
 from supervisor.backoff import RespawnBackoff
 from supervisor.child import Child, Phase
+from supervisor.config import SwarmConfig
 from supervisor.hooks import SwarmHooks
 from supervisor.processes import ChildProcesses
 from supervisor.restart import RestartPlan
@@ -31,7 +31,7 @@ Fork = Callable[[int, str, Child], Child | None]
 class Replacements:
     def __init__(
         self,
-        settings: Settings,
+        settings: SwarmConfig,
         roster: Roster,
         procs: ChildProcesses,
         backoff: RespawnBackoff,
@@ -58,14 +58,17 @@ class Replacements:
         return self.plan is not None
 
     # Restarts -------------------------------------------------------------------------------
-    def begin_restart(self) -> None:
+    def begin_restart(self, *, announced: bool = False) -> None:
+        """Replace every slot's child. `announced`: the hooks heard restart_began already (when the
+        signal came, before the new fork server had loaded the code)."""
         self.generation += 1
         phased = self._settings.phased_restart
         if self.plan is not None:
             log.info("restart_superseded", generation=self.plan.generation)
         self.plan = RestartPlan(self.generation, phased, pending=list(range(self._roster.count)))
         log.info("restart_began", phased=phased, generation=self.generation)
-        hook_calls.call(self._hooks.restart_began, phased)
+        if not announced:
+            hook_calls.call(self._hooks.restart_began, phased)
         if phased:
             return
         for child in self._roster:

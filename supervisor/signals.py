@@ -4,9 +4,10 @@ A handler only writes the signal number to a non-blocking pipe; the loop reads i
 No logging, no locks, no state in handlers: gunicorn logged from its SIGCHLD handler and paid for it
 with years of `reentrant call` crashes and deadlocks (gunicorn #2564, #2816, #3198).
 
-The handled signals are blocked around fork (spawn.py) and across a re-exec (reexec.py): a signal that
-arrives then stays pending and is delivered once the handlers are in place, never lost and never run
-with a default action that would kill the supervisor.
+The fork server and the workers it forks start with the handled signals blocked (forkserver.py,
+spawn.py): a signal that arrives before a worker's handlers are in place stays pending and is
+delivered once they are, never lost. The fork server keeps them blocked for life: signals are the
+supervisor's business.
 """
 
 from __future__ import annotations
@@ -30,23 +31,13 @@ ACTIONS: dict[signal.Signals, str] = {
 HANDLED: frozenset[signal.Signals] = frozenset(ACTIONS)
 
 
-def block() -> set[int]:
-    """Block the handled signals; returns the previous mask for `restore`."""
-    return {int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)}
-
-
-def restore(mask: set[int]) -> None:
-    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-
 def unblock() -> None:
-    """After a re-exec the new image starts with the handled signals blocked (the mask survives
-    execve); once the handlers are installed, let the pending ones in."""
+    """In a worker, once its handlers are set: let in what arrived while they were blocked."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
 
 
 def reset_to_default() -> None:
-    """In a forked child: the supervisor's handlers write to a pipe the child has closed."""
+    """In a forked worker: every handled signal back to its default action, before unblocking."""
     for signum in HANDLED:
         signal.signal(signum, signal.SIG_DFL)
 

@@ -1,9 +1,14 @@
-"""Forking a worker child, and everything the child does before it becomes a worker.
+"""Forking a worker child (in the fork server), and everything the child does before it is a worker.
 
-Fork hygiene lives in this one place (dramatiq's cli.py and gunicorn's spawn_worker do the same): block
-signals around fork, die with the supervisor, drop the supervisor's handlers and file descriptors,
-scrub systemd's variables, reseed random, reset pools and logging, set the title, then run exactly what
-`cogworker run` runs.
+The fork server forks twice: an intermediate process forks the worker and exits at once, so the
+worker is re-parented to the supervisor, which is a child subreaper (PR_SET_CHILD_SUBREAPER). The
+supervisor reaps its workers and sees their exit status as if it had forked them, while the pages
+they share (the worker code, and the app with preload) belong to the fork server, not to it.
+
+Fork hygiene lives here (dramatiq's cli.py and gunicorn's spawn_worker do the same): handled signals
+stay blocked across the forks, the worker dies with the supervisor, drops the fork server's file
+descriptors, scrubs systemd's variables, reseeds random, resets pools and logging, sets its title,
+then runs exactly what `cogworker run` runs.
 """
 
 from __future__ import annotations
@@ -12,12 +17,11 @@ import contextlib
 import ctypes
 import os
 import random
-import secrets
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from setproctitle import setproctitle
 
@@ -25,84 +29,98 @@ from cogworker import client, exitcodes, logs
 from cogworker.identity import make_identity
 from cogworker.settings import Settings
 from supervisor import signals
+from supervisor.notify import scrub_child_env
 
 PR_SET_PDEATHSIG = 1
-SYSTEMD_CHILD_VARIABLES = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
-
-
-@dataclass(frozen=True, slots=True)
-class Spawned:
-    pid: int
-    identity: str
-    fd: int  # read end of the child's state pipe, non-blocking
+REPARENT_TIMEOUT_S = 5.0
 
 
 def spawn(
     settings: Settings,
     slot: int,
+    nonce: str,
+    report_fd: int,
     *,
+    supervisor_pid: int,
     app_loaded: bool,
     quiet: bool,
     close_in_child: Callable[[], None],
-) -> Spawned:
-    """Fork one worker child for `slot`. Raises OSError when fork fails (the caller retries later).
-
-    `close_in_child` runs first thing in the child and closes what the supervisor holds: its signal
-    pipe, the selector, other children's pipes, sockets.
-    """
-    # Chosen before fork, so the supervisor knows the child's identity (and its in-progress list)
-    # even if the child dies before saying a word.
-    nonce = secrets.token_hex(4)
-    read_fd, write_fd = os.pipe()
-    parent_pid = os.getpid()
+) -> int:
+    """Fork a worker for `slot` that reports on `report_fd`; returns its pid once it is the
+    supervisor's child. Raises OSError when a fork fails. The caller closes `report_fd`."""
+    pid_read, pid_write = os.pipe()
     # Unflushed output would be written twice, once by each process.
     sys.stdout.flush()
     sys.stderr.flush()
-    mask = signals.block()
     try:
-        pid = os.fork()
+        middle = os.fork()
     except OSError:
-        signals.restore(mask)
-        os.close(read_fd)
-        os.close(write_fd)
+        os.close(pid_read)
+        os.close(pid_write)
         raise
-    if pid == 0:  # the child: never returns
+    if middle == 0:  # the intermediate: fork the worker, say its pid, exit
         code = exitcodes.FAILURE
         try:
-            os.close(read_fd)
-            close_in_child()
-            code = _become_worker(settings, slot, nonce, write_fd, parent_pid, mask, app_loaded, quiet)
-        except BaseException:
-            traceback.print_exc()
+            os.close(pid_read)
+            worker = os.fork()
+            if worker == 0:
+                os.close(pid_write)
+                _run_child(
+                    settings, slot, nonce, report_fd, supervisor_pid, app_loaded, quiet, close_in_child
+                )
+            os.write(pid_write, str(worker).encode())
+            code = exitcodes.OK
         finally:
-            with contextlib.suppress(Exception):
-                sys.stdout.flush()
-                sys.stderr.flush()
             os._exit(code)
-    signals.restore(mask)
-    os.close(write_fd)
-    os.set_blocking(read_fd, False)
-    return Spawned(pid, make_identity(pid, nonce), read_fd)
+    os.close(pid_write)
+    with os.fdopen(pid_read, "rb") as reader:
+        answer = reader.read()
+    os.waitpid(middle, 0)  # once it is reaped, the worker's parent is the supervisor
+    if not answer:
+        raise OSError(f"the intermediate process for slot {slot} could not fork the worker")
+    return int(answer)
+
+
+def _run_child(
+    settings: Settings,
+    slot: int,
+    nonce: str,
+    report_fd: int,
+    supervisor_pid: int,
+    app_loaded: bool,
+    quiet: bool,
+    close_in_child: Callable[[], None],
+) -> None:
+    """The worker: never returns."""
+    code = exitcodes.FAILURE
+    try:
+        close_in_child()
+        code = _become_worker(settings, slot, nonce, report_fd, supervisor_pid, app_loaded, quiet)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
 
 
 def _become_worker(
     settings: Settings,
     slot: int,
     nonce: str,
-    write_fd: int,
-    parent_pid: int,
-    mask: set[int],
+    report_fd: int,
+    supervisor_pid: int,
     app_loaded: bool,
     quiet: bool,
 ) -> int:
-    die_with_parent()
-    if os.getppid() != parent_pid:
-        return exitcodes.FAILURE  # the supervisor died before PDEATHSIG was armed
+    if not await_supervisor_as_parent(supervisor_pid):
+        return exitcodes.FAILURE  # the supervisor died, or isn't our subreaper: never run unsupervised
     # Handlers first, then the mask: a TERM that arrived since fork now gets the default action
-    # (the child holds no job yet), instead of a handler writing to a pipe nobody reads.
+    # (the child holds no job yet), instead of being held back until the app has imported.
     signals.reset_to_default()
-    signals.restore(mask)
-    scrub_environment()
+    signals.unblock()
+    scrub_child_env(os.environ)
     random.seed()
     client.reset_after_fork()
     logs.configure(settings.log_level, settings.log_format)
@@ -116,29 +134,31 @@ def _become_worker(
     return run_worker(
         settings,
         identity=make_identity(os.getpid(), nonce),
-        report_fd=write_fd,
+        report_fd=report_fd,
         slot=slot,
         app_loaded=app_loaded,
         quiet=quiet,
     )
 
 
-def die_with_parent() -> None:
-    """PR_SET_PDEATHSIG(SIGKILL): a SIGKILLed supervisor leaves no worker running unsupervised.
+def await_supervisor_as_parent(supervisor_pid: int) -> bool:
+    """Wait for the intermediate process to exit (it does at once), then die with the supervisor.
 
-    The Reporter's getppid() check (constructed after fork) is the portable backstop."""
+    PR_SET_PDEATHSIG fires when the parent at the time of the call dies, so it is set only after the
+    re-parenting; the check after it covers a supervisor that died in between."""
+    deadline = time.monotonic() + REPARENT_TIMEOUT_S
+    while os.getppid() != supervisor_pid:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.0005)  # a poll of our own parent pid; the intermediate exits within microseconds
+    die_with_parent()
+    return os.getppid() == supervisor_pid
+
+
+def die_with_parent() -> None:
+    """PR_SET_PDEATHSIG(SIGKILL): a SIGKILLed supervisor leaves no process of the swarm running.
+
+    The Reporter's getppid() check (constructed after this) is the portable backstop."""
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def scrub_environment() -> None:
-    """Children never inherit NOTIFY_SOCKET or WATCHDOG_* (DESIGN §6): a child could otherwise
-    speak for the swarm to systemd, or keep its watchdog fed after the supervisor's loop hung."""
-    try:
-        from supervisor.notify import scrub_child_env
-    except ImportError:
-        for name in SYSTEMD_CHILD_VARIABLES:
-            os.environ.pop(name, None)
-    else:
-        scrub_child_env(os.environ)

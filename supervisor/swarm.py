@@ -1,30 +1,36 @@
 """The swarm: one thread, one loop. Wait for an event, dispatch it, reconcile.
 
-Events are signals (through the self-pipe, signals.py) and lines from children's state pipes
-(protocol.py). Reconciling is where things happen: reap exited children (requeueing the jobs of any
-that died abnormally before its slot is respawned), respawn slots whose backoff has run out, advance a
-restart, kill stragglers and hung children, watch memory, then tell the hooks (systemd notify,
-metrics) what the swarm looks like now. This module decides; processes.py forks and signals.
+Events are signals (through the self-pipe, signals.py), lines from children's state pipes
+(protocol.py) and answers from the fork server (forkserver.py). Reconciling is where things happen:
+reap exited children (requeueing the jobs of any that died abnormally before its slot is respawned),
+respawn slots whose backoff has run out, advance a restart, kill stragglers and hung children, watch
+memory, then tell the hooks (systemd notify, metrics) what the swarm looks like now. This module
+decides; processes.py has children forked and signals them.
+
+A restart (HUP/USR2) first starts a new fork server, which imports the code on disk now (the app
+too, with preload); once it is ready, the old one retires and the children are replaced from the new
+one. A fork server that dies is started again, with a growing delay while it keeps failing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 from setproctitle import setproctitle
 
 from cogworker import exitcodes
-from cogworker.settings import Settings
 from supervisor import hooks as hook_calls
-from supervisor import reexec
 from supervisor.backoff import RespawnBackoff
 from supervisor.child import Child, ExitOutcome, Phase, classify_exit
+from supervisor.config import SwarmConfig
+from supervisor.forkserver import ForkServer, Spawned
 from supervisor.hooks import SwarmHooks, SwarmView
 from supervisor.memory import MB, MemoryWatch
 from supervisor.processes import ChildProcesses
@@ -37,36 +43,40 @@ from supervisor.signals import ACTIONS, SignalPipe
 log = structlog.get_logger("cogworker.swarm")
 
 TICK_S = 0.5  # the loop wakes at least this often: liveness, replacement deadlines, memory
+FORKSERVER_RETRY_FIRST_S = 1.0
+FORKSERVER_RETRY_MAX_S = 60.0
+FINISH_WAIT_S = 10.0  # at exit: for requeue answers, then for fork servers to exit
 
 
 class Swarm:
     def __init__(
         self,
-        settings: Settings,
+        settings: SwarmConfig,
         signal_pipe: SignalPipe,
+        forkserver: ForkServer,
         *,
-        app_loaded: bool = False,
         hooks: SwarmHooks | None = None,
-        handover: reexec.Handover | None = None,
-        argv: Iterable[str] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.signal_pipe = signal_pipe
-        self.app_loaded = app_loaded
+        self.forkserver = forkserver  # the one children are forked from (ready, or being replaced)
+        self.loading: ForkServer | None = None  # a restart's new fork server, still importing
+        self.retired: list[ForkServer] = []  # old ones finishing their last answers
+        self._forkserver_retry_at: float | None = None  # when to start one again after it died
+        self._forkserver_retry_delay = FORKSERVER_RETRY_FIRST_S
         self.hooks = hooks or SwarmHooks()
-        self.argv = list(argv)
         self.clock = clock
         self.selector = selectors.DefaultSelector()
         self.roster = Roster(settings.count)
-        self.procs = ChildProcesses(settings, self.roster, self.selector, signal_pipe, self.hooks, clock)
+        self.procs = ChildProcesses(settings, self.roster, self.selector, self._spawn, clock)
         self.backoff = RespawnBackoff(
             clock,
             healthy_uptime_s=settings.healthy_uptime_s,
             base_delay_s=settings.respawn_base_delay_s,
             max_delay_s=settings.respawn_max_delay_s,
         )
-        self.requeuer = Requeuer(settings, clock, on_done=self._on_requeued)
+        self.requeuer = Requeuer(clock, on_done=self._on_requeued)
         self.memory = MemoryWatch(settings.maxmem_mb, settings.memory_check_interval_s, clock)
         self.replacements = Replacements(
             settings,
@@ -78,7 +88,6 @@ class Swarm:
             on_replaced=self._count_replaced,
             clock=clock,
         )
-        self._handover = handover
         self.quiet_slots: set[int] = set()
         self.stopping = False
         self.exit_code = exitcodes.OK
@@ -94,6 +103,8 @@ class Swarm:
                 for key, _ in self.selector.select(self._timeout()):
                     if key.data is None:
                         self._on_signals()
+                    elif isinstance(key.data, ForkServer):
+                        self._on_forkserver(key.data)
                     else:
                         self._on_readable(key.data)
                 self._reconcile()
@@ -104,7 +115,11 @@ class Swarm:
 
     def _reconcile(self) -> None:
         self._reap()
-        self.requeuer.retry_due()
+        for server in self._forkservers():
+            if server.has_backlog:  # answers read while a spawn waited for its own
+                self._on_forkserver(server)
+        self._restart_forkserver_due()
+        self.requeuer.retry_due(self._send_requeue)
         self._respawn_due()
         if not self.stopping:
             self.replacements.advance()
@@ -129,6 +144,8 @@ class Swarm:
             hook_wait = None
         waits = [TICK_S, self.backoff.next_due_in(), self.memory.next_due_in(), hook_wait]
         now = self.clock()
+        if self._forkserver_retry_at is not None:
+            waits.append(self._forkserver_retry_at - now)
         # (A child already SIGKILLed keeps its passed deadline; it must not spin the loop until reaped.)
         waits += [
             c.stop_deadline - now for c in self.roster if c.stop_deadline is not None and not c.kill_reason
@@ -138,47 +155,30 @@ class Swarm:
     # Start and finish -----------------------------------------------------------------------
     def _start(self) -> None:
         self.selector.register(self.signal_pipe.fileno, selectors.EVENT_READ, None)
-        s, handover = self.settings, self._handover
+        self._listen(self.forkserver)
+        s = self.settings
         log.info(
             "swarm_starting",
             count=s.count,
             preload=s.preload,
             phased_restart=s.phased_restart,
-            adopting=len(handover.children) if handover else 0,
+            forkserver_pid=self.forkserver.pid,
         )
-        if handover is not None:
-            self._adopt(handover)
-            self._handover = None
-            # The restart opens a new generation before vacant slots are forked: those run new code.
-            if self.app_loaded:
-                self.replacements.begin_restart()
-            else:
-                log.error(
-                    "restart_failed",
-                    reason="the app failed to import in the re-exec'd supervisor",
-                    note="the running children keep the code they started with",
-                )
-                hook_calls.call(self.hooks.restart_ended, False)
         for slot in self.roster.vacant_slots():
             self._fork(slot, "start")
 
-    def _adopt(self, handover: reexec.Handover) -> None:
-        now = self.clock()
-        self.quiet_slots = set(handover.quiet_slots)
-        self.requeuer.pending.update(handover.pending_requeues)
-        for a in handover.children:
-            child = reexec.adopted(a, now)
-            self.procs.add(child, current=a.current)
-            log.info("child_adopted", phase=child.phase.value, current=a.current, **child.describe())
-            hook_calls.call(self.hooks.child_started, child)
-            if a.current:
-                self.backoff.started(a.slot, at=a.started_at)
-            elif child.term_sent_at is None:
-                # A replacement the old image was waiting for: the new restart replaces every slot.
-                self.replacements.give_up(child, "superseded by the re-exec")
-
     def _finish(self) -> None:
-        self.requeuer.retry_due(force=True)
+        self.requeuer.retry_due(self._send_requeue, force=True)
+        self._wait_for_forkservers(lambda: not self.requeuer.in_flight)
+        for server in self._forkservers():
+            server.retire()
+        self._wait_for_forkservers(lambda: not self._forkservers())
+        for server in self._forkservers():
+            log.warning("forkserver_killed", forkserver_pid=server.pid, note="it did not exit when told to")
+            server.kill()
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(server.pid, 0)
+            self._drop_forkserver(server)
         if self.requeuer.pending:
             log.error(
                 "requeue_pending_at_exit",
@@ -227,12 +227,29 @@ class Swarm:
             self.procs.quiet(child)
 
     def restart_children(self) -> None:
+        """Load the code on disk now in a new fork server, then replace every child from it."""
         if self.stopping:
             log.info("restart_ignored", reason="stopping")
-        elif self.settings.preload:
-            self._reexec()
-        else:
-            self.replacements.begin_restart()
+            return
+        if self.loading is not None:
+            log.info("restart_ignored", reason="a restart is already loading the code")
+            return
+        hook_calls.call(self.hooks.restart_began, self.settings.phased_restart)
+        try:
+            self.loading = self._start_forkserver()
+        except OSError as exc:
+            log.error(
+                "restart_failed",
+                reason=f"can't start a fork server: {exc}",
+                note="the old children keep running",
+            )
+            hook_calls.call(self.hooks.restart_ended, False)
+            return
+        log.info(
+            "restart_loading",
+            forkserver_pid=self.loading.pid,
+            note="a new fork server imports the code on disk now",
+        )
 
     # Child pipes ----------------------------------------------------------------------------
     def _on_readable(self, child: Child) -> None:
@@ -277,6 +294,10 @@ class Swarm:
             if pid == 0:
                 return
             code = os.waitstatus_to_exitcode(status)
+            server = next((f for f in self._forkservers() if f.pid == pid), None)
+            if server is not None:
+                self._on_forkserver_exit(server, code)
+                continue
             child = self.roster.get(pid)
             if child is None:
                 log.warning("unknown_child_reaped", pid=pid, exit_code=code)
@@ -297,7 +318,8 @@ class Swarm:
             **child.describe(),
         )
         if outcome.requeue:
-            self.requeuer.requeue(child.identity)  # before anything is respawned (DESIGN §4.3)
+            # Sent before anything is respawned (DESIGN §4.3): the fork server answers in order.
+            self.requeuer.requeue(child.identity, self._send_requeue)
         hook_calls.call(self.hooks.child_exited, child, outcome)
         if self.stopping:
             if not outcome.clean and self.exit_code == exitcodes.OK:
@@ -352,7 +374,6 @@ class Swarm:
                 slot,
                 purpose,
                 generation=self.replacements.generation,
-                app_loaded=self.app_loaded,
                 quiet=slot in self.quiet_slots,
                 replaces=replaces,
             )
@@ -365,17 +386,120 @@ class Swarm:
         hook_calls.call(self.hooks.child_started, child)
         return child
 
-    # Restarts -------------------------------------------------------------------------------
-    def _reexec(self) -> None:
-        handover = reexec.handover_of(self.roster, self.quiet_slots, self.requeuer.pending)
-        log.info("swarm_reexec", children=len(handover.children), note="loading the code on disk now")
-        # Announced before the exec (systemd sees the reload begin now); the new image ends it.
-        hook_calls.call(self.hooks.restart_began, self.settings.phased_restart)
-        try:
-            reexec.exec_self(handover, self.argv)
-        except OSError as exc:
-            log.error("restart_failed", reason=f"re-exec failed: {exc}", note="the old children keep running")
+    # The fork servers ----------------------------------------------------------------------
+    def _forkservers(self) -> list[ForkServer]:
+        """Every fork server process still to be reaped."""
+        servers = [self.forkserver, *([self.loading] if self.loading else []), *self.retired]
+        return [s for s in servers if s.pid > 0]
+
+    def _start_forkserver(self) -> ForkServer:
+        server = ForkServer(max(s.generation for s in [self.forkserver, *self.retired]) + 1)
+        server.start()
+        self._listen(server)
+        return server
+
+    def _listen(self, server: ForkServer) -> None:
+        self.selector.register(server.fileno(), selectors.EVENT_READ, server)
+
+    def _drop_forkserver(self, server: ForkServer) -> None:
+        """Reaped: stop listening, and forget it unless it is the current one (its pid stays 0)."""
+        if server.sock is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(server.fileno())
+            server.close()
+        server.pid = 0
+        if server in self.retired:
+            self.retired.remove(server)
+        if server is self.loading:
+            self.loading = None
+
+    def _spawn(self, slot: int, nonce: str, quiet: bool) -> Spawned:
+        return self.forkserver.spawn(slot, nonce, quiet=quiet)
+
+    def _send_requeue(self, identity: str) -> bool:
+        return self.forkserver.requeue(identity)
+
+    def _on_forkserver(self, server: ForkServer) -> None:
+        for message in server.read():
+            op = message.get("op")
+            if op == "ready":
+                self._on_forkserver_ready(server)
+            elif op == "requeued":
+                self.requeuer.on_answer(message)
+            else:
+                log.warning("forkserver_said", message=message)
+        if server.gone and server.sock is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(server.fileno())
+            server.close()
+
+    def _on_forkserver_ready(self, server: ForkServer) -> None:
+        log.info("forkserver_ready", forkserver_pid=server.pid, generation=server.generation)
+        self._forkserver_retry_delay = FORKSERVER_RETRY_FIRST_S
+        if server is not self.loading:
+            # One started after the current one died (the first one, main.py waited for).
+            self.requeuer.retry_due(self._send_requeue, force=True)
+            return
+        old, self.forkserver, self.loading = self.forkserver, server, None
+        if old.pid > 0:
+            old.retire()
+            self.retired.append(old)
+        self.requeuer.retry_due(self._send_requeue, force=True)
+        if not self.stopping:
+            self.replacements.begin_restart(announced=True)
+
+    def _on_forkserver_exit(self, server: ForkServer, code: int) -> None:
+        pid = server.pid
+        self._on_forkserver(server)  # its last answers are still in the socket
+        self._drop_forkserver(server)
+        if server.retiring:
+            log.info("forkserver_retired", forkserver_pid=pid, exit_code=code)
+            return
+        if server is not self.forkserver:  # a restart's new one, dead before it was ready
+            log.error(
+                "restart_failed",
+                reason=f"the new fork server exited {code} before it was ready (see its error above)",
+                note="the old children keep running",
+            )
             hook_calls.call(self.hooks.restart_ended, False)
+            return
+        self.requeuer.lost()
+        if self.stopping or self.loading is not None:
+            return  # a restart's new fork server takes over when it is ready
+        delay = self._forkserver_retry_delay
+        self._forkserver_retry_delay = min(delay * 2, FORKSERVER_RETRY_MAX_S)
+        self._forkserver_retry_at = self.clock() + delay
+        log.error(
+            "forkserver_exited",
+            forkserver_pid=pid,
+            exit_code=code,
+            restart_in_s=delay,
+            note="running children go on; no child can be forked until a new fork server is ready",
+        )
+
+    def _restart_forkserver_due(self) -> None:
+        at = self._forkserver_retry_at
+        if at is None or self.clock() < at or self.stopping:
+            return
+        self._forkserver_retry_at = None
+        try:
+            server = self._start_forkserver()
+        except OSError as exc:
+            self._forkserver_retry_at = self.clock() + self._forkserver_retry_delay
+            log.error("forkserver_start_failed", error=str(exc))
+            return
+        self.forkserver = server
+
+    def _wait_for_forkservers(self, done: Callable[[], bool]) -> None:
+        """At exit, with no children left: read answers and reap fork servers until `done`."""
+        deadline = self.clock() + FINISH_WAIT_S
+        while not done() and self.clock() < deadline:
+            for key, _ in self.selector.select(min(TICK_S, max(0.0, deadline - self.clock()))):
+                if key.data is None:
+                    self.signal_pipe.drain()  # stopping already; a second TERM changes nothing
+                elif isinstance(key.data, ForkServer):
+                    self._on_forkserver(key.data)
+            self._reap()
 
     # Deadlines and memory -------------------------------------------------------------------
     def _enforce_deadlines(self) -> None:
@@ -409,7 +533,7 @@ class Swarm:
         return SwarmView.of(
             self.roster,
             quiet=bool(self.quiet_slots),
-            restarting=self.replacements.restarting,
+            restarting=self.replacements.restarting or self.loading is not None,
             stopping=self.stopping,
             now=self.clock(),
         )

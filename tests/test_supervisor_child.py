@@ -5,14 +5,11 @@ from __future__ import annotations
 import os
 import signal
 
-import pytest
-
 from cogworker import exitcodes
 from supervisor.child import Child, Phase, classify_exit
 from supervisor.hooks import SwarmView
 from supervisor.memory import MB, MemoryWatch
 from supervisor.protocol import Message
-from supervisor.reexec import AdoptedChild, Handover
 from supervisor.restart import RestartPlan
 from supervisor.roster import Roster
 from supervisor.signals import SignalPipe
@@ -199,19 +196,6 @@ def test_view_names_the_state_and_sums_up_in_one_line() -> None:
     view = SwarmView(4, 4, 3, 5, 40, 120, 2, 1, False, False, False, None)
     assert view.state == "degraded"
     assert view.summary() == "degraded: 3/4 ready, 5/40 busy, 120 processed, 2 failed, redis down in 1"
-
-
-def test_handover_round_trips() -> None:
-    handover = Handover(
-        children=[
-            AdoptedChild(7, 0, "h:7:n", 9, 1.5, 2.5, "ready", True, status={"busy": 1}, pending='{"ev\xff')
-        ],
-        quiet_slots=[0],
-        pending_requeues=["h:6:m"],
-    )
-    assert Handover.decode(handover.encode()) == handover
-    with pytest.raises(ValueError):
-        Handover.decode('{"version": 99, "children": []}')
 
 
 def test_signal_pipe_hands_over_signal_numbers_in_order() -> None:

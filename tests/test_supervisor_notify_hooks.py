@@ -93,9 +93,10 @@ def test_reloading_then_ready_around_a_restart(listener: socket.socket) -> None:
     assert ready == "READY=1"
 
 
-def test_a_reexecd_image_sends_ready_only_when_its_restart_ends(listener: socket.socket) -> None:
-    # A preload restart re-execs the supervisor: the new image's hooks start from scratch, adopt
-    # children that are all ready, and begin the restart before their first state_changed.
+def test_ready_during_a_restart_waits_for_its_end(listener: socket.socket) -> None:
+    # While a restart's new fork server loads the code, every old child is still ready: the views
+    # say "all ready", but READY=1 belongs to the restart's end. A fresh notifier (nothing sent yet)
+    # is the hardest case: it has no READY=1 of its own to remember.
     hooks = hooks_for(listener, Clock())
     hooks.restart_began(True)
     hooks.state_changed(view(restarting=True))

@@ -1,10 +1,14 @@
-"""The supervisor's immediate requeue against a real Redis, including one that goes away."""
+"""Immediate requeue: the fork server's Redis side against a real Redis (including one that goes
+away), and the supervisor's bookkeeping of what is still to be requeued."""
 
 from __future__ import annotations
+
+import pytest
 
 from cogworker import codec, payload
 from cogworker.settings import load_settings
 from supervisor.requeue import RETRY_FIRST_S, Requeuer
+from supervisor.rescue import Rescue
 from tests.redis_server import RedisServer
 
 
@@ -24,48 +28,92 @@ def strand(client, identity: str, tag: str) -> str:  # type: ignore[no-untyped-d
     return str(job["jid"])
 
 
-def test_requeues_at_once_counting_orphanings_and_reports_latency(private_redis: RedisServer) -> None:
+def test_rescue_requeues_counting_orphanings_and_leaves_no_socket_open(private_redis: RedisServer) -> None:
     client = private_redis.client()
-    done: list[tuple[str, int, float]] = []
-    clock = Clock()
-    requeuer = Requeuer(load_settings(redis_url=private_redis.url), clock, on_done=lambda *a: done.append(a))
+    rescue = Rescue(load_settings(redis_url=private_redis.url))
     jid = strand(client, "h:1:dead", "a")
 
-    assert requeuer.requeue("h:1:dead")
+    result = rescue.requeue("h:1:dead")
+
+    assert result.moved == 1 and result.failed == 0
     assert client.llen("cogworker:queue:default") == 1
     assert client.get(f"cogworker:orphanings:{jid}") == "1"
     assert client.exists("cogworker:inprogress:h:1:dead") == 0
-    assert done == [("h:1:dead", 1, 0.0)]
-    # Its connection is closed after use: a fork inherits no socket.
-    assert all(c._sock is None for c in requeuer._client.connection_pool._available_connections)  # type: ignore[union-attr]
+    # Its connection is closed after use: a worker forked next inherits no socket.
+    assert all(c._sock is None for c in rescue._client.connection_pool._available_connections)  # type: ignore[union-attr]
     client.close()
 
 
-def test_an_outage_keeps_the_identity_pending_and_retries_with_growing_delays(
-    private_redis: RedisServer,
-) -> None:
-    client = private_redis.client()
-    clock = Clock()
-    done: list[tuple[str, int, float]] = []
-    requeuer = Requeuer(load_settings(redis_url=private_redis.url), clock, on_done=lambda *a: done.append(a))
+def test_rescue_raises_while_redis_is_down_and_works_once_it_is_back(private_redis: RedisServer) -> None:
+    rescue = Rescue(load_settings(redis_url=private_redis.url))
     private_redis.stop()
-
-    assert not requeuer.requeue("h:2:dead")
-    assert requeuer.pending == {"h:2:dead"}
-    clock.now += RETRY_FIRST_S / 2
-    requeuer.retry_due()  # not due yet: no attempt
-    clock.now += RETRY_FIRST_S / 2
-    requeuer.retry_due()  # due, fails again: the next wait doubles
-    assert requeuer.pending == {"h:2:dead"}
-
+    with pytest.raises(Exception):  # noqa: B017 - whatever redis-py raises for a refused connection
+        rescue.requeue("h:2:dead")
     private_redis.start()
+    client = private_redis.client()
     strand(client, "h:2:dead", "b")
-    clock.now += RETRY_FIRST_S  # only half of the doubled delay
-    requeuer.retry_due()
-    assert requeuer.pending == {"h:2:dead"}
-    clock.now += RETRY_FIRST_S
-    requeuer.retry_due()
-    assert requeuer.pending == set()
-    assert client.llen("cogworker:queue:default") == 1
-    assert done == [("h:2:dead", 1, 3 * RETRY_FIRST_S)]
+    assert rescue.requeue("h:2:dead").moved == 1
     client.close()
+
+
+class FakeServer:
+    """Stands in for the fork server's socket: records what was sent; `up` says whether it takes it."""
+
+    def __init__(self) -> None:
+        self.up = True
+        self.sent: list[str] = []
+
+    def __call__(self, identity: str) -> bool:
+        if self.up:
+            self.sent.append(identity)
+        return self.up
+
+
+def test_an_identity_stays_pending_until_answered_and_reports_latency() -> None:
+    clock, server = Clock(), FakeServer()
+    done: list[tuple[str, int, float]] = []
+    requeuer = Requeuer(clock, on_done=lambda *a: done.append(a))
+
+    requeuer.requeue("h:1:dead", server)
+    assert server.sent == ["h:1:dead"] and requeuer.pending == {"h:1:dead"}
+    requeuer.retry_due(server, force=True)
+    assert server.sent == ["h:1:dead"]  # in flight: not sent twice
+    clock.now += 0.25
+    requeuer.on_answer({"identity": "h:1:dead", "ok": True, "moved": 2})
+    assert requeuer.pending == set() and requeuer.in_flight == set()
+    assert done == [("h:1:dead", 2, 0.25)]
+
+
+def test_failures_retry_with_growing_delays_and_a_lost_server_resends() -> None:
+    clock, server = Clock(), FakeServer()
+    done: list[tuple[str, int, float]] = []
+    requeuer = Requeuer(clock, on_done=lambda *a: done.append(a))
+
+    requeuer.requeue("h:2:dead", server)
+    requeuer.on_answer({"identity": "h:2:dead", "ok": False, "error": "Connection refused"})
+    assert requeuer.pending == {"h:2:dead"} and requeuer.in_flight == set()
+    clock.now += RETRY_FIRST_S / 2
+    requeuer.retry_due(server)  # not due yet: nothing sent
+    assert server.sent == ["h:2:dead"]
+    clock.now += RETRY_FIRST_S / 2
+    requeuer.retry_due(server)  # due: sent again, fails again, so the next wait doubles
+    requeuer.on_answer({"identity": "h:2:dead", "ok": False, "error": "Connection refused"})
+    assert server.sent == ["h:2:dead"] * 2
+    clock.now += RETRY_FIRST_S
+    requeuer.retry_due(server)
+    assert len(server.sent) == 2  # only half of the doubled delay
+    clock.now += RETRY_FIRST_S
+    requeuer.retry_due(server)
+    assert len(server.sent) == 3
+
+    # The fork server dies with the request unanswered; none is up for a while, then the swarm
+    # forces a retry the moment a new one is ready.
+    requeuer.lost()
+    server.up = False
+    requeuer.retry_due(server)
+    assert requeuer.pending == {"h:2:dead"} and requeuer.in_flight == set()
+    server.up = True
+    requeuer.retry_due(server, force=True)
+    assert len(server.sent) == 4
+    requeuer.on_answer({"identity": "h:2:dead", "ok": True, "moved": 1})
+    assert requeuer.pending == set() and done == [("h:2:dead", 1, 3 * RETRY_FIRST_S)]

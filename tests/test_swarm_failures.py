@@ -194,3 +194,36 @@ def test_requeue_waits_for_redis_when_a_child_dies_during_an_outage(
     finally:
         client.close()
         server.close()
+
+
+def test_a_dead_forkserver_is_replaced_and_children_go_on(
+    swarms: SwarmRunner, r: redis.Redis, configured
+) -> None:
+    import demo_jobs
+
+    swarm = swarms.start(COGWORKER_CONCURRENCY="1", COGWORKER_COUNT="2")
+    swarm.wait_ready()
+    [first] = swarm.forkservers()
+    children = {c.pid for c in swarm.children()}
+    first.kill()
+    died = swarm.wait_event("forkserver_exited")[0]
+    assert died["forkserver_pid"] == first.pid and died["exit_code"] == -signal.SIGKILL
+    # The running children never noticed.
+    assert {c.pid for c in swarm.children()} == children
+    wait_until(
+        lambda: [p.pid for p in swarm.forkservers()] not in ([], [first.pid]), message="a new fork server"
+    )
+    swarm.wait_event("forkserver_ready", count=1)
+
+    # A child killed mid-job now: requeued through the new fork server, and respawned from it.
+    demo_jobs.sleepy.perform_async("after", 0.5)
+    victim = wait_until(lambda: started(r, "after"), message="the job to start")[0]
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: ran(r, "after"), message="the requeued job to complete")
+    assert (
+        swarm.supervisor_events("child_jobs_requeued", child_identity=swarm.identities()[victim])[0]["moved"]
+        == 1
+    )
+    swarm.wait_ready()
+    assert len(swarm.children()) == 2 and victim not in {c.pid for c in swarm.children()}
+    assert swarm.stop() == exitcodes.OK

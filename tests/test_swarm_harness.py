@@ -59,6 +59,17 @@ def stays(predicate: Callable[[], Any], seconds: float, message: str = "conditio
         time.sleep(0.02)
 
 
+FORKSERVER_TITLE = "cogworker-swarm fork server"
+
+
+def is_forkserver(proc: psutil.Process) -> bool:
+    """The supervisor's fork server (template.py) sets this title; workers set their own."""
+    try:
+        return " ".join(proc.cmdline()).startswith(FORKSERVER_TITLE)
+    except psutil.Error:
+        return False
+
+
 class Swarm:
     """One `python -m supervisor.main` process and its log."""
 
@@ -121,14 +132,24 @@ class Swarm:
 
     # Processes ------------------------------------------------------------------------------
     def children(self) -> list[psutil.Process]:
-        """Live (not zombie) direct children of the supervisor."""
+        """Live (not zombie) worker children of the supervisor (its fork server is not one)."""
         out = []
         with contextlib.suppress(psutil.Error):
             for child in psutil.Process(self.pid).children():
                 with contextlib.suppress(psutil.Error):
-                    if child.status() != psutil.STATUS_ZOMBIE:
+                    if child.status() != psutil.STATUS_ZOMBIE and not is_forkserver(child):
                         out.append(child)
         return out
+
+    def forkservers(self) -> list[psutil.Process]:
+        """The supervisor's live fork server processes (two while a restart loads new code)."""
+        with contextlib.suppress(psutil.Error):
+            return [
+                c
+                for c in psutil.Process(self.pid).children()
+                if is_forkserver(c) and c.status() != psutil.STATUS_ZOMBIE
+            ]
+        return []
 
     def current_children(self) -> dict[int, int]:
         """slot -> pid of the child serving it, from the log (started, minus exited and replaced)."""

@@ -149,8 +149,8 @@ def test_preload_children_run_jobs(swarms: SwarmRunner, r: redis.Redis, configur
 def test_sigkilled_supervisor_leaves_no_child_running(swarms: SwarmRunner) -> None:
     swarm = swarms.start(COGWORKER_COUNT="3")
     swarm.wait_ready()
-    pids = [c.pid for c in swarm.children()]
-    assert len(pids) == 3
+    pids = [c.pid for c in swarm.children()] + [p.pid for p in swarm.forkservers()]
+    assert len(pids) == 4  # three workers and the fork server
     swarm.signal(signal.SIGKILL)
     assert swarm.wait() == -signal.SIGKILL
 
@@ -159,6 +159,31 @@ def test_sigkilled_supervisor_leaves_no_child_running(swarms: SwarmRunner) -> No
         return not any(psutil.pid_exists(pid) for pid in pids)
 
     wait_until(all_gone, timeout=5, message="every child to die with its supervisor (PDEATHSIG)")
+
+
+def loaded_files(pid: int) -> str:
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_the_supervisor_loads_no_redis_client_pydantic_or_app_only_its_forkserver_does(
+    swarms: SwarmRunner, r: redis.Redis, configured
+) -> None:
+    # The supervisor stays small because the heavy parts live in the fork server the workers are
+    # forked from: pydantic's compiled core and hiredis are mapped there (and in workers), not in it.
+    import demo_jobs
+
+    swarm = swarms.start(COGWORKER_PRELOAD="true")
+    swarm.wait_ready()
+    [forkserver] = swarm.forkservers()
+    supervisor_maps, forkserver_maps = loaded_files(swarm.pid), loaded_files(forkserver.pid)
+    for library in ("_pydantic_core", "hiredis"):
+        assert library in forkserver_maps
+        assert library not in supervisor_maps
+    # The workers are the supervisor's children all the same, and run jobs.
+    assert {c.ppid() for c in swarm.children()} == {swarm.pid}
+    demo_jobs.record.perform_async("via-forkserver")
+    wait_until(lambda: r.llen("test:ran") == 1)
+    assert swarm.stop() == exitcodes.OK
 
 
 def test_ttin_makes_every_child_log_its_threads(swarms: SwarmRunner) -> None:

@@ -100,6 +100,7 @@ def test_phased_restart_loads_new_code_and_keeps_ready_capacity(
     )
     swarm.wait_ready()
     old = {c.pid for c in swarm.children()}
+    old_forkservers = {p.pid for p in swarm.forkservers()}
     assert run_whoami(r, "before") == "v1"
 
     write_app(app_dir, "v2-deployed")
@@ -110,17 +111,17 @@ def test_phased_restart_loads_new_code_and_keeps_ready_capacity(
         wait_until(lambda: not old & {c.pid for c in swarm.children()}, message="every old child gone")
     assert floor.lowest is not None and floor.lowest >= 3
 
-    assert psutil.Process(swarm.pid).is_running()  # same supervisor process (re-exec keeps the PID)
+    assert psutil.Process(swarm.pid).is_running()  # same supervisor process
     assert len(swarm.children()) == 3
     assert min(capacity_after_first_ready(swarm, 3)) == 3
     replaced = swarm.supervisor_events("child_replaced")
     assert len(replaced) == 3 and {e["old_pid"] for e in replaced} == old
     assert {e["reason"] for e in replaced} == {"restart"}
     assert [run_whoami(r, f"after{i}") for i in range(3)] == ["v2-deployed"] * 3
-    if preload:
-        assert len(swarm.supervisor_events("swarm_reexec")) == 1
-        assert {e["child_pid"] for e in swarm.supervisor_events("child_adopted")} == old
-        assert {e["pid"] for e in swarm.supervisor_events("swarm_starting")} == {swarm.pid}
+    # The code was loaded by a new fork server; the old one exited once it was replaced.
+    assert len(swarm.supervisor_events("restart_loading")) == 1
+    assert [e["forkserver_pid"] for e in swarm.wait_event("forkserver_retired")] == list(old_forkservers)
+    assert len(swarm.forkservers()) == 1 and not old_forkservers & {p.pid for p in swarm.forkservers()}
     assert swarm.stop() == exitcodes.OK
 
 
@@ -138,15 +139,27 @@ def test_a_replacement_that_fails_to_boot_leaves_the_old_children_running(
     )
     swarm.wait_ready()
     old = {c.pid for c in swarm.children()}
+    old_forkservers = {p.pid for p in swarm.forkservers()}
 
     write_app(app_dir, "v2-broken", broken=True)
     swarm.signal(signal.SIGHUP)
     failed = swarm.wait_event("restart_failed")
     assert swarm.proc.poll() is None  # the swarm keeps running
-    if not preload:
+    if preload:  # the new fork server can't import the app: it exits, and the old one stays
+        assert "the new fork server exited 3" in failed[0]["reason"]
+        assert "this deploy is broken" in swarm.log_path.read_text()
+    else:
         assert "this deploy is broken" in failed[0]["reason"]
         swarm.wait_event("child_exited", reason="boot_error")
     assert {c.pid for c in swarm.children()} == old
+    if preload:
+        assert {p.pid for p in swarm.forkservers()} == old_forkservers
+    else:  # the new fork server loaded (the app is imported in each child): it replaced the old one
+        wait_until(
+            lambda: (
+                len(swarm.forkservers()) == 1 and not {p.pid for p in swarm.forkservers()} & old_forkservers
+            )
+        )
     swarm.wait_ready()
     assert run_whoami(r, "still") == "v1"
     assert swarm.supervisor_events("swarm_halting_boot_error") == []

@@ -28,7 +28,7 @@ import redis
 from cogworker import codec
 from tests.redis_server import RedisServer, wait_until
 from tests.systemd_manager import UserManager, user_manager
-from tests.test_swarm_harness import FAST_ENV
+from tests.test_swarm_harness import FAST_ENV, is_forkserver
 from tests.test_unit_files import SERVICE, TARGET, _expose_interpreter
 
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]
@@ -134,11 +134,12 @@ def main_pid(manager: UserManager, unit: str = APP) -> int:
 
 
 def children(pid: int) -> set[int]:
-    """Live children; one may exit between being listed and being looked at (a restart is retiring it)."""
+    """Live worker children (not the fork server); one may exit between being listed and being
+    looked at (a restart is retiring it)."""
     live = set()
     for child in psutil.Process(pid).children():
         try:
-            if child.status() != psutil.STATUS_ZOMBIE:
+            if child.status() != psutil.STATUS_ZOMBIE and not is_forkserver(child):
                 live.add(child.pid)
         except psutil.NoSuchProcess:
             continue

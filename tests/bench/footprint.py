@@ -11,16 +11,18 @@ from redis_server import delta
 
 
 def idle_cost(ctx: Context, group: WorkerGroup) -> dict[str, Any]:
-    """CPU of the parent and of the workers, and Redis commands/s, over an idle window."""
+    """CPU of the parent (with its helper processes) and of the workers, and Redis commands/s, over
+    an idle window."""
     assert group.parent is not None
     children = group.children()
+    parent_side = [group.parent, *group.helpers()]
     seconds = ctx.plan.idle_s
     stats_before = ctx.redis.commandstats()
-    parent_before, children_before = cpu_seconds([group.parent]), cpu_seconds(children)
+    parent_before, children_before = cpu_seconds(parent_side), cpu_seconds(children)
     began = time.monotonic()
     time.sleep(seconds)
     wall = time.monotonic() - began
-    parent_cpu = cpu_seconds([group.parent]) - parent_before
+    parent_cpu = cpu_seconds(parent_side) - parent_before
     children_cpu = cpu_seconds(children) - children_before
     calls = delta(stats_before, ctx.redis.commandstats())
     per_s = sum(calls.values()) / wall

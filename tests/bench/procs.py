@@ -27,24 +27,40 @@ class NotRunnable(RuntimeError):
     """The worker command exited before it became ready: its system can't be measured in this run."""
 
 
+# Direct children of a worker command that are not workers: cogworker's fork server, which holds the
+# loaded code the workers are forked from. Counted apart, and in the totals.
+HELPER_TITLES = ("cogworker-swarm fork server",)
+
+
 @dataclass(frozen=True)
 class MemoryFigures:
     parent_rss_mb: float
     children_uss_mb: list[float]
     children_pss_mb: list[float]
     parent_pss_mb: float
+    helpers_rss_mb: float = 0.0
+    helpers_pss_mb: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return {
             "parent_rss_mb": self.parent_rss_mb,
             "parent_pss_mb": self.parent_pss_mb,
+            "helpers_rss_mb": self.helpers_rss_mb,
+            "helpers_pss_mb": self.helpers_pss_mb,
             "children_uss_mb": self.children_uss_mb,
             "children_pss_mb": self.children_pss_mb,
             "children": len(self.children_uss_mb),
             "child_uss_mb_mean": _mean(self.children_uss_mb),
             "child_pss_mb_mean": _mean(self.children_pss_mb),
-            "total_pss_mb": self.parent_pss_mb + sum(self.children_pss_mb),
+            "total_pss_mb": self.parent_pss_mb + self.helpers_pss_mb + sum(self.children_pss_mb),
         }
+
+
+def is_helper(proc: psutil.Process) -> bool:
+    try:
+        return " ".join(proc.cmdline()).startswith(HELPER_TITLES)
+    except psutil.Error:
+        return False
 
 
 def _mean(values: list[float]) -> float | None:
@@ -87,7 +103,14 @@ class WorkerGroup:
         return code
 
     def children(self) -> list[psutil.Process]:
-        """The parent's direct children: the workers (a worker's own forks are below them)."""
+        """The parent's direct children that are workers (a worker's own forks are below them)."""
+        return [p for p in self._direct() if not is_helper(p)]
+
+    def helpers(self) -> list[psutil.Process]:
+        """The parent's direct children that are not workers (HELPER_TITLES)."""
+        return [p for p in self._direct() if is_helper(p)]
+
+    def _direct(self) -> list[psutil.Process]:
         if self.parent is None or self.exit_code() is not None:
             return []
         try:
@@ -184,7 +207,13 @@ def memory(group: WorkerGroup) -> MemoryFigures:
             info = child.memory_full_info()
             uss.append(info.uss / MB)
             pss.append(info.pss / MB)
-    return MemoryFigures(parent.rss / MB, uss, pss, parent.pss / MB)
+    helpers_rss = helpers_pss = 0.0
+    for helper in group.helpers():
+        with contextlib.suppress(psutil.Error):
+            info = helper.memory_full_info()
+            helpers_rss += info.rss / MB
+            helpers_pss += info.pss / MB
+    return MemoryFigures(parent.rss / MB, uss, pss, parent.pss / MB, helpers_rss, helpers_pss)
 
 
 def wait_for(

@@ -79,6 +79,8 @@ ROWS = [
     Row("W3 worker command survived the kill", "", _survived),
     Row("parent RSS (MB)", "↓", _get("memory", "default", "parent_rss_mb"), "{:.1f}"),
     Row("parent PSS (MB)", "↓", _get("memory", "default", "parent_pss_mb"), "{:.1f}"),
+    Row("helper process RSS (MB) ²", "↓", _get("memory", "default", "helpers_rss_mb"), "{:.1f}"),
+    Row("helper process PSS (MB) ²", "↓", _get("memory", "default", "helpers_pss_mb"), "{:.1f}"),
     Row("child USS (MB, mean)", "↓", _get("memory", "default", "child_uss_mb_mean"), "{:.1f}"),
     Row("child PSS (MB, mean)", "↓", _get("memory", "default", "child_pss_mb_mean"), "{:.1f}"),
     Row("total PSS (MB)", "↓", _get("memory", "default", "total_pss_mb"), "{:.1f}"),
@@ -157,6 +159,9 @@ def footnotes(results: dict[str, Result], plan: dict[str, Any]) -> list[str]:
         "are taken out.",
         "W3 '> N s (k/m)': k of the m jobs on the killed worker had not started again N s after the kill.",
         "¹ peers have one memory mode; their preload rows repeat their default figure.",
+        "² a direct child of the worker command that runs no jobs: cogworker's fork server, which "
+        "holds the loaded code its workers are forked from; in total PSS, and its CPU in idle parent "
+        "CPU. Peers have none (0).",
     ]
     for name, result in results.items():
         notes += [

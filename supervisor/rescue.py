@@ -1,0 +1,66 @@
+"""In the fork server: put a dead child's jobs back on their queues (the Redis side of requeue.py).
+
+The supervisor knows first when a child dies abnormally (DESIGN §4.3) and asks the fork server, which
+has the Redis client, to requeue that child's in-progress list, counting orphanings so a poison pill
+ends in dead. Heartbeat-based orphan recovery in the live children stays the backstop.
+
+The client is built lazily and disconnected after every use: an open socket would be inherited by
+the next fork, and the children must never share it. Requeues are rare (only abnormal deaths), so
+reconnecting each time costs nothing that matters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import redis
+
+from cogworker.connection import connect
+from cogworker.context import RedisContext
+from cogworker.locks import Locks
+from cogworker.outage import Outages
+from cogworker.recovery import Recovery, RequeueResult
+from cogworker.scripts import Scripts
+from cogworker.settings import Settings
+
+
+class Rescue:
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._client: redis.Redis | None = None
+        self._recovery: Recovery | None = None
+        self._locks: Locks | None = None
+        self._outages = Outages()
+
+    def requeue(self, identity: str) -> RequeueResult:
+        """Requeue `identity`'s list now. Raises when Redis can't be reached (the supervisor retries)."""
+        try:
+            recovery = self._ensure()
+            result = recovery.requeue_dead(identity)
+            recovery.retry_burials()
+            if self._locks is not None:
+                self._locks.retry_deferred()
+        except Exception as exc:
+            self._outages.report("Supervisor requeue", exc)
+            raise
+        else:
+            self._outages.recovered("Supervisor requeue")
+            return result
+        finally:
+            self.disconnect()
+
+    def _ensure(self) -> Recovery:
+        if self._recovery is None:
+            self._client = connect(self._settings)
+            scripts = Scripts(self._client)
+            self._locks = Locks(self._client, scripts, self._outages)
+            self._recovery = Recovery(
+                RedisContext(self._client, scripts, self._settings, self._outages, self._locks)
+            )
+        return self._recovery
+
+    def disconnect(self) -> None:
+        """Close every pooled socket (the client reconnects on its next use)."""
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.connection_pool.disconnect()
