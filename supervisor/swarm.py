@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -426,6 +427,12 @@ class Swarm:
                 self._on_forkserver_ready(server)
             elif op == "requeued":
                 self.requeuer.on_answer(message)
+            elif op == "spawned":
+                # An answer that came after its spawn had timed out: nobody tracks that worker, and
+                # its state pipe is closed. Stop it (it holds no job yet, or requeues its own).
+                log.warning("late_spawn_stopped", child_pid=message.get("pid"), slot=message.get("slot"))
+                with contextlib.suppress(ProcessLookupError, TypeError, ValueError):
+                    os.kill(int(message["pid"]), signal.SIGTERM)
             else:
                 log.warning("forkserver_said", message=message)
         if server.gone and server.sock is not None:
@@ -462,20 +469,24 @@ class Swarm:
                 note="the old children keep running",
             )
             hook_calls.call(self.hooks.restart_ended, False)
+            if self.forkserver.pid == 0 and not self.stopping:
+                self._schedule_forkserver_start()  # the old one had died meanwhile
             return
         self.requeuer.lost()
-        if self.stopping or self.loading is not None:
-            return  # a restart's new fork server takes over when it is ready
-        delay = self._forkserver_retry_delay
-        self._forkserver_retry_delay = min(delay * 2, FORKSERVER_RETRY_MAX_S)
-        self._forkserver_retry_at = self.clock() + delay
         log.error(
             "forkserver_exited",
             forkserver_pid=pid,
             exit_code=code,
-            restart_in_s=delay,
             note="running children go on; no child can be forked until a new fork server is ready",
         )
+        if not self.stopping and self.loading is None:  # else a restart's new one takes over
+            self._schedule_forkserver_start()
+
+    def _schedule_forkserver_start(self) -> None:
+        delay = self._forkserver_retry_delay
+        self._forkserver_retry_delay = min(delay * 2, FORKSERVER_RETRY_MAX_S)
+        self._forkserver_retry_at = self.clock() + delay
+        log.info("forkserver_start_scheduled", in_s=delay)
 
     def _restart_forkserver_due(self) -> None:
         at = self._forkserver_retry_at

@@ -227,3 +227,37 @@ def test_a_dead_forkserver_is_replaced_and_children_go_on(
     swarm.wait_ready()
     assert len(swarm.children()) == 2 and victim not in {c.pid for c in swarm.children()}
     assert swarm.stop() == exitcodes.OK
+
+
+def test_a_stalled_forkserver_delays_a_respawn_but_loses_no_job_and_leaves_no_worker_untracked(
+    swarms: SwarmRunner, r: redis.Redis, configured
+) -> None:
+    import demo_jobs
+    import psutil
+
+    swarm = swarms.start(COGWORKER_CONCURRENCY="1", COGWORKER_COUNT="1")
+    swarm.wait_ready()
+    demo_jobs.sleepy.perform_async("stall", 0.2)
+    victim = wait_until(lambda: started(r, "stall"), message="the job to start")[0]
+    [server] = swarm.forkservers()
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        os.kill(victim, signal.SIGKILL)
+        # The requeue and the respawn both wait on the stopped fork server; the spawn gives up.
+        failed = swarm.wait_event("fork_failed", timeout=30)[0]
+        assert "no answer" in failed["error"]
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    # Woken, it answers both: the job is requeued, and the worker it forked too late is stopped.
+    late = swarm.wait_event("late_spawn_stopped")[0]
+    wait_until(
+        lambda: (
+            not psutil.pid_exists(late["child_pid"])
+            or psutil.Process(late["child_pid"]).status() == psutil.STATUS_ZOMBIE
+        ),
+        message="the untracked worker to exit",
+    )
+    wait_until(lambda: ran(r, "stall"), message="the requeued job to complete")
+    swarm.wait_ready()
+    assert [c.pid for c in swarm.children()] == list(swarm.current_children().values())
+    assert swarm.stop() == exitcodes.OK
