@@ -402,12 +402,15 @@ class Swarm:
     def _listen(self, server: ForkServer) -> None:
         self.selector.register(server.fileno(), selectors.EVENT_READ, server)
 
-    def _drop_forkserver(self, server: ForkServer) -> None:
-        """Reaped: stop listening, and forget it unless it is the current one (its pid stays 0)."""
+    def _unlisten(self, server: ForkServer) -> None:
         if server.sock is not None:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(server.fileno())
             server.close()
+
+    def _drop_forkserver(self, server: ForkServer) -> None:
+        """Reaped: stop listening, and forget it unless it is the current one (its pid becomes 0)."""
+        self._unlisten(server)
         server.pid = 0
         if server in self.retired:
             self.retired.remove(server)
@@ -435,16 +438,14 @@ class Swarm:
                     os.kill(int(message["pid"]), signal.SIGTERM)
             else:
                 log.warning("forkserver_said", message=message)
-        if server.gone and server.sock is not None:
-            with contextlib.suppress(KeyError, ValueError):
-                self.selector.unregister(server.fileno())
-            server.close()
+        if server.gone:
+            self._unlisten(server)
 
     def _on_forkserver_ready(self, server: ForkServer) -> None:
         log.info("forkserver_ready", forkserver_pid=server.pid, generation=server.generation)
         self._forkserver_retry_delay = FORKSERVER_RETRY_FIRST_S
         if server is not self.loading:
-            # One started after the current one died (the first one, main.py waited for).
+            # One started after the current one died (main.py waited for the first one itself).
             self.requeuer.retry_due(self._send_requeue, force=True)
             return
         old, self.forkserver, self.loading = self.forkserver, server, None
