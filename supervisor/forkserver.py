@@ -7,7 +7,7 @@ descriptor riding along where one is needed.
 
     supervisor -> fork server   {"op": "spawn", "slot", "nonce", "quiet"} + the state pipe's write end
                                 {"op": "requeue", "identity"}
-    fork server -> supervisor   {"op": "ready", "settings", "app_loaded"}
+    fork server -> supervisor   {"op": "ready", "settings"}
                                 {"op": "spawned", "slot", "pid"} or {"op": "spawn_failed", "error"}
                                 {"op": "requeued", "identity", "ok", "moved", "dead", "kept", "error"}
 
@@ -33,6 +33,7 @@ import orjson
 from supervisor import signals
 from supervisor.notify import scrub_child_env
 
+TITLE = "cogworker-swarm fork server"  # its process title, as `ps` shows it
 CONTROL_FD_VARIABLE = "COGWORKER_FORKSERVER_FD"
 SUPERVISOR_PID_VARIABLE = "COGWORKER_SUPERVISOR_PID"
 MAX_MESSAGE = 1 << 20
@@ -75,7 +76,6 @@ class ForkServer:
         self.retiring = False
         self.gone = False  # its end of the socket is closed: it has exited, or is about to
         self.settings: dict[str, Any] = {}
-        self.app_loaded = False
         self._backlog: list[dict[str, Any]] = []  # answers read while a spawn waited for its own
 
     # Start and stop ---------------------------------------------------------------------------
@@ -135,21 +135,14 @@ class ForkServer:
         out, self._backlog = self._backlog, []
         while self.sock is not None and not self.gone:
             try:
-                message, fds = receive(self.sock)
+                message = self._receive()
             except BlockingIOError:
                 break
-            except (OSError, ValueError):
-                message, fds = None, []
-            for fd in fds:
-                os.close(fd)  # nothing is sent this way; never leak one
             if message is None:
-                self.gone = True
-                self.ready = False
                 break
             if message.get("op") == "ready":
                 self.ready = not self.retiring
                 self.settings = dict(message.get("settings") or {})
-                self.app_loaded = bool(message.get("app_loaded"))
             out.append(message)
         return out
 
@@ -195,18 +188,31 @@ class ForkServer:
                 if left <= 0 or not selector.select(left):
                     raise OSError(f"fork server gave no answer within {SPAWN_TIMEOUT_S:g} s")
                 try:
-                    message, fds = receive(self.sock)
+                    message = self._receive()
                 except BlockingIOError:
                     continue
-                for fd in fds:
-                    os.close(fd)
                 if message is None:
-                    self.gone = True
-                    self.ready = False
                     raise OSError("fork server went away")
                 if message.get("op") in ("spawned", "spawn_failed"):
                     return message
                 self._backlog.append(message)
+
+    def _receive(self) -> dict[str, Any] | None:
+        """One message; None at end of stream (or an unreadable one), which marks it gone. Raises
+        BlockingIOError when nothing is waiting."""
+        assert self.sock is not None
+        try:
+            message, fds = receive(self.sock)
+        except BlockingIOError:
+            raise
+        except (OSError, ValueError):
+            message, fds = None, []
+        for fd in fds:
+            os.close(fd)  # nothing is sent this way; never leak one
+        if message is None:
+            self.gone = True
+            self.ready = False
+        return message
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -25,9 +25,7 @@ bounds without the histogram ever claiming a job was faster than it was.
 from __future__ import annotations
 
 import math
-import os
 import threading
-import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +39,7 @@ from prometheus_client.registry import Collector
 from cogworker.jobstats import DURATION_BUCKETS_S, format_bound
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
+from cogworker.outage import Outages
 from supervisor.config import SwarmConfig
 
 RECOVERY_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -161,6 +160,7 @@ class _RedisCollector(Collector):
         self._timeout_s = timeout_s
         self._client: redis.Redis | None = None
         self._lock = threading.Lock()
+        self._outages = Outages()
 
     def _connection(self) -> redis.Redis:
         with self._lock:
@@ -185,12 +185,13 @@ class _RedisCollector(Collector):
             for key in set_ops.SETS.values():
                 pipe.zcard(key)
             set_sizes = dict(zip(set_ops.SETS, pipe.execute(), strict=True))
-        except Exception:
-            # Never a failed scrape, and nothing logged: this runs on the HTTP thread, and a log
-            # write there could hold the log stream's lock while the supervisor forks.
+        except Exception as exc:
+            # Never a failed scrape: redis_up says 0, and the log says so once per outage.
+            self._outages.report("Metrics scrape", exc)
             up.add_metric([], 0)
             yield up
             return
+        self._outages.recovered("Metrics scrape")
         up.add_metric([], 1)
         yield up
         size = GaugeMetricFamily("cogworker_queue_size", "Jobs waiting in the queue.", labels=["queue"])
@@ -271,15 +272,6 @@ class SwarmMetrics:
         self._server, self._thread = start_http_server(
             self.settings.metrics_port, self.settings.metrics_host, registry=self.registry
         )
-        # A forked child must not keep the listening socket (a restarted supervisor could not bind it).
-        ref = weakref.ref(self)
-
-        def after_fork_in_child() -> None:
-            metrics = ref()
-            if metrics is not None:
-                metrics.close_in_child()
-
-        os.register_at_fork(after_in_child=after_fork_in_child)
         return self.port
 
     @property
@@ -294,14 +286,6 @@ class SwarmMetrics:
             server.server_close()
         if thread is not None:
             thread.join(timeout=2)
-
-    def close_in_child(self) -> None:
-        """In a forked child: close its copy of the listening socket (the serving thread does not
-        exist there). Called automatically after every fork once `start` has run."""
-        server = self._server
-        self._server = self._thread = None
-        if server is not None:
-            server.socket.close()
 
     def render(self) -> bytes:
         """The text a scrape returns."""

@@ -22,6 +22,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from setproctitle import setproctitle
 
@@ -35,19 +36,22 @@ PR_SET_PDEATHSIG = 1
 REPARENT_TIMEOUT_S = 5.0
 
 
-def spawn(
-    settings: Settings,
-    slot: int,
-    nonce: str,
-    report_fd: int,
-    *,
-    supervisor_pid: int,
-    app_loaded: bool,
-    quiet: bool,
-    close_in_child: Callable[[], None],
-) -> int:
-    """Fork a worker for `slot` that reports on `report_fd`; returns its pid once it is the
-    supervisor's child. Raises OSError when a fork fails. The caller closes `report_fd`."""
+@dataclass(frozen=True, slots=True)
+class WorkerOrder:
+    """What one worker is forked with."""
+
+    settings: Settings
+    slot: int
+    nonce: str  # chosen by the supervisor: with the pid, the worker's identity
+    report_fd: int  # write end of the state pipe the supervisor reads
+    supervisor_pid: int
+    app_loaded: bool
+    quiet: bool
+
+
+def spawn(order: WorkerOrder, close_in_child: Callable[[], None]) -> int:
+    """Fork a worker; returns its pid once it is the supervisor's child. Raises OSError when a fork
+    fails. The caller closes `order.report_fd`."""
     pid_read, pid_write = os.pipe()
     # Unflushed output would be written twice, once by each process.
     sys.stdout.flush()
@@ -65,9 +69,7 @@ def spawn(
             worker = os.fork()
             if worker == 0:
                 os.close(pid_write)
-                _run_child(
-                    settings, slot, nonce, report_fd, supervisor_pid, app_loaded, quiet, close_in_child
-                )
+                _run_child(order, close_in_child)
             os.write(pid_write, str(worker).encode())
             code = exitcodes.OK
         finally:
@@ -77,25 +79,16 @@ def spawn(
         answer = reader.read()
     os.waitpid(middle, 0)  # once it is reaped, the worker's parent is the supervisor
     if not answer:
-        raise OSError(f"the intermediate process for slot {slot} could not fork the worker")
+        raise OSError(f"the intermediate process for slot {order.slot} could not fork the worker")
     return int(answer)
 
 
-def _run_child(
-    settings: Settings,
-    slot: int,
-    nonce: str,
-    report_fd: int,
-    supervisor_pid: int,
-    app_loaded: bool,
-    quiet: bool,
-    close_in_child: Callable[[], None],
-) -> None:
+def _run_child(order: WorkerOrder, close_in_child: Callable[[], None]) -> None:
     """The worker: never returns."""
     code = exitcodes.FAILURE
     try:
         close_in_child()
-        code = _become_worker(settings, slot, nonce, report_fd, supervisor_pid, app_loaded, quiet)
+        code = _become_worker(order)
     except BaseException:
         traceback.print_exc()
     finally:
@@ -105,16 +98,9 @@ def _run_child(
         os._exit(code)
 
 
-def _become_worker(
-    settings: Settings,
-    slot: int,
-    nonce: str,
-    report_fd: int,
-    supervisor_pid: int,
-    app_loaded: bool,
-    quiet: bool,
-) -> int:
-    if not await_supervisor_as_parent(supervisor_pid):
+def _become_worker(order: WorkerOrder) -> int:
+    settings = order.settings
+    if not await_supervisor_as_parent(order.supervisor_pid):
         return exitcodes.FAILURE  # the supervisor died, or isn't our subreaper: never run unsupervised
     # Handlers first, then the mask: a TERM that arrived since fork now gets the default action
     # (the child holds no job yet), instead of being held back until the app has imported.
@@ -124,7 +110,7 @@ def _become_worker(
     random.seed()
     client.reset_after_fork()
     logs.configure(settings.log_level, settings.log_format)
-    setproctitle(f"cogworker worker [slot {slot}] booting")
+    setproctitle(f"cogworker worker [slot {order.slot}] booting")
     # The write end stays blocking: a status line carrying per-job counts can outgrow PIPE_BUF, and a
     # non-blocking write of it could be cut short, losing the line and garbling the next. Only the
     # child's main thread writes, and the supervisor's loop reads at once; the 64 KiB pipe buffer
@@ -133,11 +119,11 @@ def _become_worker(
 
     return run_worker(
         settings,
-        identity=make_identity(os.getpid(), nonce),
-        report_fd=report_fd,
-        slot=slot,
-        app_loaded=app_loaded,
-        quiet=quiet,
+        identity=make_identity(os.getpid(), order.nonce),
+        report_fd=order.report_fd,
+        slot=order.slot,
+        app_loaded=order.app_loaded,
+        quiet=order.quiet,
     )
 
 

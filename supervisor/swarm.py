@@ -444,16 +444,14 @@ class Swarm:
     def _on_forkserver_ready(self, server: ForkServer) -> None:
         log.info("forkserver_ready", forkserver_pid=server.pid, generation=server.generation)
         self._forkserver_retry_delay = FORKSERVER_RETRY_FIRST_S
-        if server is not self.loading:
-            # One started after the current one died (main.py waited for the first one itself).
-            self.requeuer.retry_due(self._send_requeue, force=True)
-            return
-        old, self.forkserver, self.loading = self.forkserver, server, None
-        if old.pid > 0:
-            old.retire()
-            self.retired.append(old)
+        restart = server is self.loading  # else one started after the current one died
+        if restart:
+            old, self.forkserver, self.loading = self.forkserver, server, None
+            if old.pid > 0:
+                old.retire()
+                self.retired.append(old)
         self.requeuer.retry_due(self._send_requeue, force=True)
-        if not self.stopping:
+        if restart and not self.stopping:
             self.replacements.begin_restart(announced=True)
 
     def _on_forkserver_exit(self, server: ForkServer, code: int) -> None:

@@ -26,7 +26,7 @@ from cogworker.settings import Settings, load_or_exit
 from cogworker.worker import BootError, import_app
 from supervisor import forkserver
 from supervisor.rescue import Rescue
-from supervisor.spawn import die_with_parent, spawn
+from supervisor.spawn import WorkerOrder, die_with_parent, spawn
 
 log = structlog.get_logger("cogworker.forkserver")
 
@@ -43,7 +43,7 @@ def main() -> int:
         return exitcodes.FAILURE  # the supervisor died before PDEATHSIG was armed
     settings = load_or_exit()  # exits 78 on a bad setting; the supervisor exits with the same code
     logs.configure(settings.log_level, settings.log_format, role="forkserver")
-    setproctitle("cogworker-swarm fork server")
+    setproctitle(forkserver.TITLE)
     app_loaded = False
     if settings.preload:
         try:
@@ -58,9 +58,7 @@ def main() -> int:
     gc.collect()
     gc.freeze()
     server = Template(settings, sock, supervisor_pid, app_loaded)
-    forkserver.send(
-        sock, {"op": "ready", "settings": settings.model_dump(mode="json"), "app_loaded": app_loaded}
-    )
+    forkserver.send(sock, {"op": "ready", "settings": settings.model_dump(mode="json")})
     log.info("forkserver_ready", preload=app_loaded)
     return server.serve()
 
@@ -95,17 +93,17 @@ class Template:
         op = message.get("op")
         if op == "spawn" and len(fds) == 1:
             slot = int(message["slot"])
+            order = WorkerOrder(
+                self.settings,
+                slot,
+                str(message["nonce"]),
+                fds[0],
+                self.supervisor_pid,
+                self.app_loaded,
+                bool(message.get("quiet")),
+            )
             try:
-                pid = spawn(
-                    self.settings,
-                    slot,
-                    str(message["nonce"]),
-                    fds[0],
-                    supervisor_pid=self.supervisor_pid,
-                    app_loaded=self.app_loaded,
-                    quiet=bool(message.get("quiet")),
-                    close_in_child=self.sock.close,
-                )
+                pid = spawn(order, close_in_child=self.sock.close)
             except OSError as exc:
                 return {"op": "spawn_failed", "slot": slot, "error": str(exc)}
             return {"op": "spawned", "slot": slot, "pid": pid}

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,3 +94,13 @@ def workers(redis_server: RedisServer, r: redis.Redis) -> Iterator[WorkerPool]:
         yield pool
     finally:
         pool.close()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    # A unix socket path holds at most 107 bytes; pytest's tmp_path can be longer than that.
+    path = Path(tempfile.mkdtemp(prefix="cwn-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

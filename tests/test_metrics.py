@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 import urllib.request
@@ -222,22 +221,6 @@ def test_off_without_a_port_and_the_port_is_freed_on_stop(settings: Settings) ->
     on.stop()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
-
-
-def test_a_forked_child_does_not_keep_the_listening_socket(served: SwarmMetrics) -> None:
-    assert served._server is not None
-    fd = served._server.socket.fileno()
-    pid = os.fork()
-    if pid == 0:  # the child: only os calls, then _exit
-        try:
-            os.fstat(fd)
-        except OSError:
-            os._exit(0)
-        os._exit(1)
-    _, code = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(code) == 0
-    assert served.port is not None
-    assert "cogworker_threads" in {k[0] for k in scrape(served.port)}  # still served in the parent
 
 
 def test_bucket_key_for_the_child_side() -> None:

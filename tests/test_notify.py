@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,16 +34,6 @@ class Listener:
         self.sock.setblocking(False)
         with pytest.raises(BlockingIOError):
             self.sock.recv(4096)
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # A unix socket path holds at most 107 bytes; pytest's tmp_path can be longer than that.
-    path = Path(tempfile.mkdtemp(prefix="cwn-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _path_listener(directory: Path) -> Listener:

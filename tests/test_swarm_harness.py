@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import signal
 import subprocess
@@ -25,7 +24,9 @@ from typing import Any
 
 import psutil
 
+from supervisor import forkserver
 from tests.redis_server import wait_until
+from tests.workers import log_events
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -59,13 +60,10 @@ def stays(predicate: Callable[[], Any], seconds: float, message: str = "conditio
         time.sleep(0.02)
 
 
-FORKSERVER_TITLE = "cogworker-swarm fork server"
-
-
 def is_forkserver(proc: psutil.Process) -> bool:
     """The supervisor's fork server (template.py) sets this title; workers set their own."""
     try:
-        return " ".join(proc.cmdline()).startswith(FORKSERVER_TITLE)
+        return " ".join(proc.cmdline()).startswith(forkserver.TITLE)
     except psutil.Error:
         return False
 
@@ -92,17 +90,11 @@ class Swarm:
 
     # Log events -----------------------------------------------------------------------------
     def events(self, name: str | None = None, **match: Any) -> list[dict[str, Any]]:
-        found = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            try:
-                item = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(item, dict) or (name is not None and item.get("event") != name):
-                continue
-            if all(item.get(k) == v for k, v in match.items()):
-                found.append(item)
-        return found
+        return [
+            item
+            for item in log_events(self.log_path)
+            if (name is None or item.get("event") == name) and all(item.get(k) == v for k, v in match.items())
+        ]
 
     def supervisor_events(self, name: str | None = None, **match: Any) -> list[dict[str, Any]]:
         return [e for e in self.events(name, **match) if e.get("role") == "swarm"]

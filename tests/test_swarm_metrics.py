@@ -12,6 +12,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
@@ -82,6 +83,12 @@ def metrics_swarm(swarms: SwarmRunner, **env: str) -> tuple[Swarm, Scraper]:
     return swarm, scraper
 
 
+def listens_on(proc: psutil.Process, port: int) -> bool:
+    return any(
+        c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in proc.net_connections(kind="tcp")
+    )
+
+
 def started(r: redis.Redis, tag: str) -> list[int]:
     return [int(line.split()[1]) for line in r.lrange("test:started", 0, -1) if line.split()[0] == tag]
 
@@ -93,6 +100,11 @@ def test_job_counts_children_threads_and_queues(
 
     swarm, scraper = metrics_swarm(swarms, COGWORKER_TIMEOUT_S="1")
     assert swarm.supervisor_events("metrics_serving")[0]["port"] == scraper.port
+    # Only the supervisor listens: neither the fork server nor a worker holds the socket (a restarted
+    # supervisor could not bind it while they did).
+    assert listens_on(psutil.Process(swarm.pid), scraper.port)
+    for proc in [*swarm.forkservers(), *swarm.children()]:
+        assert not listens_on(proc, scraper.port)
     s = scraper.last
     assert value(s, "cogworker_threads") == 4  # 2 children x COGWORKER_CONCURRENCY=2
     assert value(s, "cogworker_busy_threads") == 0

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 import signal
 import socket
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -111,16 +109,6 @@ class NotifyListener:
 @pytest.fixture
 def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
     yield from swarm_runner(redis_server.url, tmp_path)
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # A unix socket path holds at most 107 bytes; pytest's tmp_path can be longer than that.
-    path = Path(tempfile.mkdtemp(prefix="cwn-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(params=["path", "abstract"])

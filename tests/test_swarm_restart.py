@@ -39,6 +39,15 @@ def write_app(directory: Path, version: str, *, broken: bool = False) -> None:
     )
 
 
+def start_versioned_app(swarms: SwarmRunner, tmp_path: Path, **env: str) -> tuple[Path, Swarm]:
+    """A swarm running v1 of the app from a directory of its own, which a test rewrites to deploy."""
+    app_dir = tmp_path / "app"
+    app_dir.mkdir()
+    write_app(app_dir, "v1")
+    pythonpath = f"{app_dir}{os.pathsep}{os.environ['PYTHONPATH']}"
+    return app_dir, swarms.start(COGWORKER_REQUIRE=APP, PYTHONPATH=pythonpath, **env)
+
+
 def push(r: redis.Redis, name: str, *args: object) -> None:
     job = payload.build(name, args, {}, queue="default", retry=False)
     r.lpush("cogworker:queue:default", codec.dumps(job))
@@ -89,14 +98,11 @@ def capacity_after_first_ready(swarm: Swarm, count: int) -> list[int]:
 def test_phased_restart_loads_new_code_and_keeps_ready_capacity(
     swarms: SwarmRunner, r: redis.Redis, tmp_path: Path, preload: bool
 ) -> None:
-    app_dir = tmp_path / "app"
-    app_dir.mkdir()
-    write_app(app_dir, "v1")
-    swarm = swarms.start(
-        COGWORKER_REQUIRE=APP,
+    app_dir, swarm = start_versioned_app(
+        swarms,
+        tmp_path,
         COGWORKER_PRELOAD=str(preload).lower(),
         COGWORKER_COUNT="3",
-        PYTHONPATH=f"{app_dir}{os.pathsep}{os.environ['PYTHONPATH']}",
     )
     swarm.wait_ready()
     old = {c.pid for c in swarm.children()}
@@ -129,13 +135,10 @@ def test_phased_restart_loads_new_code_and_keeps_ready_capacity(
 def test_a_replacement_that_fails_to_boot_leaves_the_old_children_running(
     swarms: SwarmRunner, r: redis.Redis, tmp_path: Path, preload: bool
 ) -> None:
-    app_dir = tmp_path / "app"
-    app_dir.mkdir()
-    write_app(app_dir, "v1")
-    swarm = swarms.start(
-        COGWORKER_REQUIRE=APP,
+    app_dir, swarm = start_versioned_app(
+        swarms,
+        tmp_path,
         COGWORKER_PRELOAD=str(preload).lower(),
-        PYTHONPATH=f"{app_dir}{os.pathsep}{os.environ['PYTHONPATH']}",
     )
     swarm.wait_ready()
     old = {c.pid for c in swarm.children()}
@@ -169,15 +172,12 @@ def test_a_replacement_that_fails_to_boot_leaves_the_old_children_running(
 def test_a_replacement_not_ready_in_time_is_given_up_and_the_old_child_kept(
     swarms: SwarmRunner, r: redis.Redis, tmp_path: Path
 ) -> None:
-    app_dir = tmp_path / "app"
-    app_dir.mkdir()
-    write_app(app_dir, "v1")
-    swarm = swarms.start(
-        COGWORKER_REQUIRE=APP,
+    app_dir, swarm = start_versioned_app(
+        swarms,
+        tmp_path,
         COGWORKER_COUNT="1",
         COGWORKER_RESTART_READY_TIMEOUT_S="1",
         COGWORKER_GRACEFUL_STOP_TIMEOUT_S="2.5",
-        PYTHONPATH=f"{app_dir}{os.pathsep}{os.environ['PYTHONPATH']}",
     )
     swarm.wait_ready()
     old = {c.pid for c in swarm.children()}
@@ -194,13 +194,10 @@ def test_a_replacement_not_ready_in_time_is_given_up_and_the_old_child_kept(
 
 
 def test_restart_all_at_once_when_not_phased(swarms: SwarmRunner, r: redis.Redis, tmp_path: Path) -> None:
-    app_dir = tmp_path / "app"
-    app_dir.mkdir()
-    write_app(app_dir, "v1")
-    swarm = swarms.start(
-        COGWORKER_REQUIRE=APP,
+    app_dir, swarm = start_versioned_app(
+        swarms,
+        tmp_path,
         COGWORKER_PHASED_RESTART="false",
-        PYTHONPATH=f"{app_dir}{os.pathsep}{os.environ['PYTHONPATH']}",
     )
     swarm.wait_ready()
     old = {c.pid for c in swarm.children()}

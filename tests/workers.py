@@ -14,6 +14,19 @@ from pathlib import Path
 from typing import Any
 
 
+def log_events(path: Path) -> list[dict[str, Any]]:
+    """Every JSON log line in `path` (other output, such as a traceback, is skipped)."""
+    found = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            found.append(item)
+    return found
+
+
 class Worker:
     def __init__(self, redis_url: str, **env: str) -> None:
         self.log_path = Path(tempfile.mkstemp(prefix="cogworker-worker-", suffix=".log")[1])
@@ -53,15 +66,7 @@ class Worker:
             self.proc.wait(timeout=10)
 
     def events(self) -> list[dict[str, Any]]:
-        found = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            try:
-                item = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(item, dict):
-                found.append(item)
-        return found
+        return log_events(self.log_path)
 
     def events_named(self, name: str) -> list[dict[str, Any]]:
         return [e for e in self.events() if e.get("event") == name]

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psutil
 
+from supervisor.forkserver import TITLE as FORKSERVER_TITLE
+
 RUN_ID_VAR = "BENCH_RUN_ID"
 MB = 1024 * 1024
 
@@ -29,7 +31,7 @@ class NotRunnable(RuntimeError):
 
 # Direct children of a worker command that are not workers: cogworker's fork server, which holds the
 # loaded code the workers are forked from. Counted apart, and in the totals.
-HELPER_TITLES = ("cogworker-swarm fork server",)
+HELPER_TITLES = (FORKSERVER_TITLE,)
 
 
 @dataclass(frozen=True)
