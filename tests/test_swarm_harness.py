@@ -60,12 +60,18 @@ def stays(predicate: Callable[[], Any], seconds: float, message: str = "conditio
         time.sleep(0.02)
 
 
-def is_forkserver(proc: psutil.Process) -> bool:
-    """The supervisor's fork server (template.py) sets this title; workers set their own."""
+def live_title(proc: psutil.Process) -> str | None:
+    """The process's title, or None once it is exiting (its command line is gone) or a zombie."""
     try:
-        return " ".join(proc.cmdline()).startswith(forkserver.TITLE)
+        title = " ".join(proc.cmdline())
+        return title if title and proc.status() != psutil.STATUS_ZOMBIE else None
     except psutil.Error:
-        return False
+        return None
+
+
+def is_forkserver(title: str) -> bool:
+    """The supervisor's fork server (template.py) sets this title; workers set their own."""
+    return title.startswith(forkserver.TITLE)
 
 
 class Swarm:
@@ -124,23 +130,18 @@ class Swarm:
 
     # Processes ------------------------------------------------------------------------------
     def children(self) -> list[psutil.Process]:
-        """Live (not zombie) worker children of the supervisor (its fork server is not one)."""
-        out = []
-        with contextlib.suppress(psutil.Error):
-            for child in psutil.Process(self.pid).children():
-                with contextlib.suppress(psutil.Error):
-                    if child.status() != psutil.STATUS_ZOMBIE and not is_forkserver(child):
-                        out.append(child)
-        return out
+        """Live worker children of the supervisor (its fork server is not one)."""
+        return [p for p, title in self._live_children() if not is_forkserver(title)]
 
     def forkservers(self) -> list[psutil.Process]:
         """The supervisor's live fork server processes (two while a restart loads new code)."""
+        return [p for p, title in self._live_children() if is_forkserver(title)]
+
+    def _live_children(self) -> list[tuple[psutil.Process, str]]:
+        """(process, title) of each direct child; one that is exiting is left out of both lists."""
         with contextlib.suppress(psutil.Error):
-            return [
-                c
-                for c in psutil.Process(self.pid).children()
-                if is_forkserver(c) and c.status() != psutil.STATUS_ZOMBIE
-            ]
+            found = [(c, live_title(c)) for c in psutil.Process(self.pid).children()]
+            return [(c, title) for c, title in found if title is not None]
         return []
 
     def current_children(self) -> dict[int, int]:

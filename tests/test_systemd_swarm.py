@@ -28,7 +28,7 @@ import redis
 from cogworker import codec
 from tests.redis_server import RedisServer, wait_until
 from tests.systemd_manager import UserManager, user_manager
-from tests.test_swarm_harness import FAST_ENV, is_forkserver
+from tests.test_swarm_harness import FAST_ENV, is_forkserver, live_title
 from tests.test_unit_files import SERVICE, TARGET, _expose_interpreter
 
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]
@@ -138,11 +138,9 @@ def children(pid: int) -> set[int]:
     looked at (a restart is retiring it)."""
     live = set()
     for child in psutil.Process(pid).children():
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE and not is_forkserver(child):
-                live.add(child.pid)
-        except psutil.NoSuchProcess:
-            continue
+        title = live_title(child)
+        if title is not None and not is_forkserver(title):
+            live.add(child.pid)
     return live
 
 
