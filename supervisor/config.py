@@ -14,22 +14,24 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class SwarmConfig:
+    """No defaults here: every value comes from the validated settings (cogworker/settings.py)."""
+
     count: int
-    preload: bool = False
-    phased_restart: bool = True
-    graceful_stop_timeout_s: float = 35.0
-    restart_ready_timeout_s: float = 60.0
-    healthy_uptime_s: float = 30.0
-    respawn_base_delay_s: float = 1.0
-    respawn_max_delay_s: float = 60.0
-    liveness_timeout_s: float = 30.0
-    maxmem_mb: int | None = None
-    memory_check_interval_s: float = 5.0
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
-    redis_url: str = "redis://localhost:6379/0"  # for the metrics scrape only
-    log_level: str = "info"
-    log_format: str = "auto"
+    preload: bool
+    phased_restart: bool
+    graceful_stop_timeout_s: float
+    restart_ready_timeout_s: float
+    healthy_uptime_s: float
+    respawn_base_delay_s: float
+    respawn_max_delay_s: float
+    liveness_timeout_s: float
+    maxmem_mb: int | None
+    memory_check_interval_s: float
+    metrics_port: int | None
+    metrics_host: str
+    redis_url: str  # for the metrics scrape only
+    log_level: str
+    log_format: str
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SwarmConfig:
