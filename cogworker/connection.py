@@ -6,17 +6,16 @@ import redis
 
 from cogworker.settings import Settings
 
-# A command may wait this long for Redis; a blocking fetch adds its own block time on top.
-SOCKET_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 2.0
 
 
 def connect(settings: Settings, *, extra_timeout_s: float = 0.0) -> redis.Redis:
-    """A client with a small pool. redis-py's own retries are off: callers decide what a failure means."""
+    """A client with a small pool. redis-py's own retries are off: callers decide what a failure means.
+    A command may wait `redis_timeout_s` for Redis; a blocking one adds its block time (`extra_timeout_s`)."""
     return redis.Redis.from_url(
         settings.redis_url,
         decode_responses=True,
-        socket_timeout=SOCKET_TIMEOUT_S + extra_timeout_s,
+        socket_timeout=settings.redis_timeout_s + extra_timeout_s,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
         retry_on_timeout=False,
         retry=None,

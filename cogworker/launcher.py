@@ -26,7 +26,7 @@ from cogworker.connection import connect
 from cogworker.context import RedisContext
 from cogworker.fetch import BasicFetch, Fetcher, ReliableFetch, server_supports_reliable
 from cogworker.heartbeat import Heartbeat
-from cogworker.manager import Manager
+from cogworker.manager import BLOCK_TIMEOUT_S, Manager
 from cogworker.periodic import Ticker
 from cogworker.poller import Poller
 from cogworker.processor import Stats
@@ -61,7 +61,7 @@ class Launcher:
         self.redis = self.ctx.client
         self.outages = self.ctx.outages
         self.scripts = self.ctx.scripts
-        self.blocking_redis = connect(settings, extra_timeout_s=5.0)
+        self.blocking_redis = connect(settings, extra_timeout_s=BLOCK_TIMEOUT_S + 1.0)
         self.recovery = Recovery(self.ctx, identity)
         self.stats = Stats()
         self.commands = commands or CommandPipe()

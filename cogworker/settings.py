@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     )
 
     redis_url: str = "redis://localhost:6379/0"
+    # Seconds a Redis command may take before the client gives up and counts Redis as down (a
+    # blocking wait gets its block time on top).
+    redis_timeout_s: float = 5.0
     require: str = ""
     queues: str = "default"
     concurrency: int = 10
@@ -162,6 +165,7 @@ class Settings(BaseSettings):
         return value
 
     @field_validator(
+        "redis_timeout_s",
         "timeout_s",
         "graceful_stop_timeout_s",
         "orphan_threshold_s",
