@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 BULK_BATCH = 1000
 
+# Guards only the assignments below. Nothing that runs code outside this module (loading settings,
+# building a client) may run under it: `configure()` takes it, and anything called with it held could
+# reach `configure()` again (a first push_bulk once hung forever that way).
 _lock = threading.Lock()
 _settings: Settings | None = None
 _redis: redis.Redis | None = None
@@ -28,34 +31,49 @@ def configure(settings: Settings | None = None, client: redis.Redis | None = Non
     global _settings, _redis
     from cogworker.connection import connect
 
+    new_settings = settings or load_settings()
+    new_client = client or connect(new_settings)
     with _lock:
-        _settings = settings or load_settings()
-        _redis = client or connect(_settings)
+        _settings, _redis = new_settings, new_client
 
 
 def reset_after_fork() -> None:
-    """A forked child must not share its parent's sockets."""
-    global _redis
-    with _lock:
-        _redis = None
+    """A forked child must not share its parent's sockets.
+
+    The child runs one thread, and another thread of the parent may have held the lock when it
+    forked (it would stay held here forever): the child gets a new lock instead of acquiring it."""
+    global _lock, _redis
+    _lock = threading.Lock()
+    _redis = None
 
 
 def settings() -> Settings:
-    if _settings is None:
-        configure()
-    assert _settings is not None
-    return _settings
+    """The job API's settings: those given to `configure()`, else COGWORKER_* read on first use."""
+    global _settings
+    current = _settings
+    if current is not None:
+        return current
+    loaded = load_settings()
+    with _lock:
+        if _settings is None:
+            _settings = loaded
+        return _settings
 
 
 def connection() -> redis.Redis:
+    """The job API's client, built from `settings()` on first use. Two threads arriving at once may
+    each build one (building doesn't connect); the first assigned is the one both use."""
     global _redis
-    if _redis is None:
-        from cogworker.connection import connect
+    current = _redis
+    if current is not None:
+        return current
+    from cogworker.connection import connect
 
-        with _lock:
-            if _redis is None:
-                _redis = connect(settings())
-    return _redis
+    built = connect(settings())
+    with _lock:
+        if _redis is None:
+            _redis = built
+        return _redis
 
 
 def build_job(
