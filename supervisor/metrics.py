@@ -26,21 +26,24 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from wsgiref.simple_server import WSGIServer
 
 import redis
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cogworker import codec
+from cogworker.connection import text_options
 from cogworker.jobstats import DURATION_BUCKETS_S, format_bound
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
 from cogworker.outage import Outages
 from supervisor.config import SwarmConfig
+from supervisor.metrics_server import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, MetricsServer
 
 RECOVERY_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 CHILD_STATES = ("booting", "ready", "quiet", "stopping")
@@ -52,6 +55,9 @@ MAX_JOB_SERIES = 1000
 OTHER_JOB = "(other)"
 MAX_LABEL_CHARS = 200
 SCRAPE_TIMEOUT_S = 0.5
+# Scrapes within this long of a Redis read share it: 20 concurrent scrapes are one read (issue 13, E3).
+# Queue sizes and latencies may be this stale, which no scrape interval notices.
+REDIS_CACHE_S = 1.0
 
 
 def _count(value: Any) -> int | None:
@@ -152,80 +158,135 @@ class _SwarmCollector(Collector):
         yield durations
 
 
-class _RedisCollector(Collector):
-    """Queue sizes and latencies and the retry/scheduled/dead sizes, read when scraped."""
+@dataclass(frozen=True, slots=True)
+class _RedisReading:
+    """What one scrape read from Redis; `queues` and `sets` are empty when Redis was unreadable."""
 
-    def __init__(self, redis_url: str, timeout_s: float) -> None:
+    up: bool
+    queues: tuple[queue_ops.QueueInfo, ...] = ()
+    sets: tuple[tuple[str, int], ...] = ()
+
+
+class _RedisCollector(Collector):
+    """Queue sizes and latencies and the retry/scheduled/dead sizes, read when scraped.
+
+    One read at a time, over one connection, and its result (an outage too) serves every scrape for
+    `cache_s`: concurrent scrapes wait for the read in flight instead of each opening a connection.
+    """
+
+    def __init__(
+        self, redis_url: str, timeout_s: float, cache_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._url = redis_url
         self._timeout_s = timeout_s
+        self._cache_s = cache_s
+        self._clock = clock
         self._client: redis.Redis | None = None
+        # Held during the Redis read (bounded by the socket timeout); nothing called under it takes it.
         self._lock = threading.Lock()
+        self._reading: _RedisReading | None = None
+        self._read_at = 0.0
         self._outages = Outages()
 
     def _connection(self) -> redis.Redis:
-        with self._lock:
-            if self._client is None:
-                self._client = redis.Redis.from_url(
-                    self._url,
-                    decode_responses=True,
-                    socket_timeout=self._timeout_s,
-                    socket_connect_timeout=self._timeout_s,
-                    retry_on_timeout=False,
-                    retry=None,
-                    health_check_interval=0,
-                )
-            return self._client
+        if self._client is None:
+            self._client = redis.Redis.from_url(
+                self._url,
+                socket_timeout=self._timeout_s,
+                socket_connect_timeout=self._timeout_s,
+                retry_on_timeout=False,
+                retry=None,
+                health_check_interval=0,
+                # Reads are one at a time (the lock): a second connection would be a bug, not a need.
+                max_connections=1,
+                # Decoded as the workers decode: a payload or name that isn't UTF-8 can't fail it.
+                **text_options(),
+            )
+        return self._client
 
-    def collect(self) -> Iterable[Metric]:
-        up = GaugeMetricFamily("cogworker_redis_up", "1 when the scrape could read queues from Redis.")
+    def reading(self) -> _RedisReading:
+        with self._lock:
+            now = self._clock()
+            if self._reading is None or now - self._read_at >= self._cache_s:
+                self._reading = self._read()
+                self._read_at = self._clock()
+            return self._reading
+
+    def _read(self) -> _RedisReading:
         try:
             client = self._connection()
             infos = queue_ops.queue_infos(client)
             pipe = client.pipeline(transaction=False)
             for key in set_ops.SETS.values():
                 pipe.zcard(key)
-            set_sizes = dict(zip(set_ops.SETS, pipe.execute(), strict=True))
+            sizes = tuple((name, int(n)) for name, n in zip(set_ops.SETS, pipe.execute(), strict=True))
         except Exception as exc:
             # Never a failed scrape: redis_up says 0, and the log says so once per outage.
             self._outages.report("Metrics scrape", exc)
-            up.add_metric([], 0)
-            yield up
-            return
+            return _RedisReading(up=False)
         self._outages.recovered("Metrics scrape")
-        up.add_metric([], 1)
-        yield up
-        size = GaugeMetricFamily("cogworker_queue_size", "Jobs waiting in the queue.", labels=["queue"])
-        latency = GaugeMetricFamily(
-            "cogworker_queue_latency_seconds",
-            "How long the job popped next has waited (0 when the queue is empty).",
-            labels=["queue"],
-        )
-        paused = GaugeMetricFamily("cogworker_queue_paused", "1 when the queue is paused.", labels=["queue"])
-        for info in infos:
-            size.add_metric([info.name], info.size)
-            latency.add_metric([info.name], info.latency_s or 0.0)
-            paused.add_metric([info.name], 1 if info.paused else 0)
-        sets = GaugeMetricFamily(
-            "cogworker_set_size", "Entries in the retry, scheduled and dead sets.", labels=["set"]
-        )
-        for name, n in set_sizes.items():
-            sets.add_metric([name], int(n))
-        yield from (size, latency, paused, sets)
+        return _RedisReading(up=True, queues=tuple(infos), sets=sizes)
+
+    def describe(self) -> Iterable[Metric]:
+        # Without it, registering the collector (auto_describe) would read Redis, and that reading
+        # would then be served, stale, to the first scrapes.
+        return _redis_families(_RedisReading(up=True))
+
+    def collect(self) -> Iterable[Metric]:
+        return _redis_families(self.reading())
+
+
+def _redis_families(reading: _RedisReading) -> Iterable[Metric]:
+    """cogworker_redis_up and, when Redis was read, the queue and set gauges."""
+    up = GaugeMetricFamily("cogworker_redis_up", "1 when the scrape could read queues from Redis.")
+    up.add_metric([], 1 if reading.up else 0)
+    yield up
+    if not reading.up:
+        return
+    size = GaugeMetricFamily("cogworker_queue_size", "Jobs waiting in the queue.", labels=["queue"])
+    latency = GaugeMetricFamily(
+        "cogworker_queue_latency_seconds",
+        "How long the job popped next has waited (0 when the queue is empty).",
+        labels=["queue"],
+    )
+    paused = GaugeMetricFamily("cogworker_queue_paused", "1 when the queue is paused.", labels=["queue"])
+    for info in reading.queues:
+        # A queue name that isn't UTF-8 (pushed by something else) is shown escaped: the exposition
+        # format is UTF-8, and a lone surrogate in a label would fail the whole scrape.
+        name = codec.escape(info.name)
+        size.add_metric([name], info.size)
+        latency.add_metric([name], info.latency_s or 0.0)
+        paused.add_metric([name], 1 if info.paused else 0)
+    sets = GaugeMetricFamily(
+        "cogworker_set_size", "Entries in the retry, scheduled and dead sets.", labels=["set"]
+    )
+    for name, n in reading.sets:
+        sets.add_metric([name], n)
+    yield from (size, latency, paused, sets)
 
 
 class SwarmMetrics:
     """The swarm's metrics: its own registry, fed by the supervisor, served on
     COGWORKER_METRICS_HOST:COGWORKER_METRICS_PORT (off when the port is unset)."""
 
-    def __init__(self, settings: SwarmConfig, *, scrape_timeout_s: float = SCRAPE_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        settings: SwarmConfig,
+        *,
+        scrape_timeout_s: float = SCRAPE_TIMEOUT_S,
+        redis_cache_s: float = REDIS_CACHE_S,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         self.settings = settings
+        self.request_timeout_s = request_timeout_s
+        self.max_connections = max_connections
         self.registry = CollectorRegistry(auto_describe=True)
         self.lock = threading.Lock()
         self.children: dict[tuple[int, int | None], _Child] = {}
         self.durations = _Durations(DURATION_BUCKETS_S)
         self._job_series: set[tuple[str, str]] = set()
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server: MetricsServer | None = None
         self._jobs = {
             name: Counter(
                 f"cogworker_jobs_{name}",
@@ -262,30 +323,36 @@ class SwarmMetrics:
             registry=self.registry,
         )
         self.registry.register(_SwarmCollector(self))
-        self.registry.register(_RedisCollector(settings.redis_url, scrape_timeout_s))
+        self.registry.register(_RedisCollector(settings.redis_url, scrape_timeout_s, redis_cache_s))
 
     # Serving -----------------------------------------------------------------------------------
     def start(self) -> int | None:
-        """Serve /metrics from a daemon thread; returns the port bound (None: metrics are off)."""
+        """Serve /metrics from daemon threads; returns the port bound (None: metrics are off)."""
         if self.settings.metrics_port is None or self._server is not None:
             return self.port
-        self._server, self._thread = start_http_server(
-            self.settings.metrics_port, self.settings.metrics_host, registry=self.registry
+        self._server = MetricsServer(
+            self.settings.metrics_host,
+            self.settings.metrics_port,
+            make_wsgi_app(self.registry),
+            max_connections=self.max_connections,
+            request_timeout_s=self.request_timeout_s,
         )
+        self._server.start()
         return self.port
 
     @property
     def port(self) -> int | None:
-        return int(self._server.server_port) if self._server is not None else None
+        return self._server.port if self._server is not None else None
+
+    @property
+    def connections_accepted(self) -> int:
+        """Connections the server has accepted so far (0 when not serving)."""
+        return self._server.accepted if self._server is not None else 0
 
     def stop(self) -> None:
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
+        server, self._server = self._server, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
-        if thread is not None:
-            thread.join(timeout=2)
+            server.stop()
 
     def render(self) -> bytes:
         """The text a scrape returns."""

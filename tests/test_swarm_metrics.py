@@ -217,3 +217,32 @@ def test_a_port_it_cannot_bind_is_exit_1_with_one_line(swarms: SwarmRunner) -> N
     assert plain[0].startswith(f"cogworker-swarm: can't serve metrics on 127.0.0.1:{port}: ")
     assert "in use" in plain[0]
     assert swarm.supervisor_events("child_started") == []
+
+
+def accept_backlog(port: int) -> int:
+    """Connections waiting to be accepted on the listening socket at 127.0.0.1:`port` (the
+    rx_queue of a LISTEN entry in /proc/net/tcp is its accept queue)."""
+    local = f"0100007F:{port:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == local and fields[3] == "0A":
+            return int(fields[4].split(":")[1], 16)
+    raise AssertionError(f"nothing listens on 127.0.0.1:{port}")
+
+
+def test_idle_connections_cost_the_supervisor_no_threads(swarms: SwarmRunner) -> None:
+    swarm, scraper = metrics_swarm(swarms)
+    supervisor = psutil.Process(swarm.pid)
+    threads = supervisor.num_threads()
+    idle = [socket.create_connection(("127.0.0.1", scraper.port), timeout=5) for _ in range(300)]
+    try:
+        # A thread per connection would be started as each is taken off the listen backlog.
+        wait_until(lambda: accept_backlog(scraper.port) == 0, message="every connection accepted")
+        started = time.monotonic()
+        assert scrape(scraper.port)
+        assert time.monotonic() - started < 1.0
+        assert supervisor.num_threads() <= threads + 1
+    finally:
+        for sock in idle:
+            sock.close()
+    assert swarm.stop() == exitcodes.OK
