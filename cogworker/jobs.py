@@ -19,7 +19,7 @@ _OPTION_NAMES = frozenset({"queue", "retry", "unique", "unique_for", "status", "
 
 
 class JobNotFound(Exception):
-    """A payload names a job this process can't import."""
+    """A payload names a job this process doesn't have, or may not import."""
 
 
 def _seconds_from_now(when: dt.datetime | float | int) -> float:
@@ -179,14 +179,20 @@ def _importable_module(f: Callable[..., Any]) -> str:
     )
 
 
-def resolve(name: str) -> JobFunction:
-    """The job registered under `name`, importing its module if it isn't registered yet."""
+def resolve(name: str, *, allowed: Iterable[str]) -> JobFunction:
+    """The job registered under `name`, importing its module first if that module is one of
+    `allowed` (COGWORKER_REQUIRE) or a submodule of one.
+
+    A payload is data anyone who can write to Redis controls. Importing whatever module it names
+    would run that module's top-level code in the worker (`this.x` printed the Zen of Python), so any
+    other name is JobNotFound, raised before anything is imported.
+    """
     found = _registry.get(name)
     if found is not None:
         return found
     module_name, _, attr = name.rpartition(".")
-    if not module_name:
-        raise JobNotFound(f"no job named {name!r} is registered (is its module in COGWORKER_REQUIRE?)")
+    if not under_modules(module_name, allowed):
+        raise JobNotFound(f"{name!r} is {NOT_REGISTERED}")
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
@@ -202,6 +208,20 @@ def resolve(name: str) -> JobFunction:
     if found is not None:
         return found
     raise JobNotFound(f"{name!r} is not a @job function (found {type(target).__name__})")
+
+
+NOT_REGISTERED = "not a registered job; add its module to COGWORKER_REQUIRE"
+
+
+def under_modules(module_name: str, allowed: Iterable[str]) -> bool:
+    """`module_name` is a dotted name, and one of `allowed` or a submodule of one."""
+    if not module_name or not all(part.isidentifier() for part in module_name.split(".")):
+        return False
+    return any(module_name == root or module_name.startswith(f"{root}.") for root in allowed)
+
+
+def is_registered(name: str) -> bool:
+    return name in _registry
 
 
 def registered() -> Iterable[JobFunction]:

@@ -63,6 +63,8 @@ class Manager:
         self.stats = stats
         self._fallback = fallback
         self._concurrency = settings.concurrency
+        # COGWORKER_REQUIRE, parsed once: the only modules a payload's job may be imported from.
+        self._allowed = settings.require_modules
         self._batch_min = max(1, settings.concurrency // 2)
         self._work: queue.SimpleQueue[Work | _WaitTurn | None] = queue.SimpleQueue()
         self._cond = threading.Condition()
@@ -152,7 +154,7 @@ class Manager:
                     self._queued -= 1
                     self._running[ident] = Running(work, time.time())
             try:
-                process(work, self._settler, self.stats)
+                process(work, self._settler, self.stats, allowed=self._allowed)
             except BaseException:
                 log.exception("job_thread_error", note="the job stays in progress and will run again")
             finally:

@@ -1,7 +1,8 @@
 """Running one fetched job: decode, resolve, run through the server middleware, settle.
 
-Nothing here may kill the job thread: an unreadable payload, a job that can't be imported and a
-job that raises all end filed in retry or dead with their error.
+Nothing here may kill the job thread: an unreadable payload (not JSON, not UTF-8), a job that can't
+be imported, a job that raises anything (SystemExit and KeyboardInterrupt too) and a payload with odd
+field values all end filed in retry or dead with their error.
 """
 
 from __future__ import annotations
@@ -32,14 +33,11 @@ class Stats:
         self.jobs = JobCounts()
 
 
-def process(work: Work, settler: Settler, stats: Stats) -> None:
+def process(work: Work, settler: Settler, stats: Stats, *, allowed: tuple[str, ...]) -> None:
+    """Run one job. `allowed`: the modules (COGWORKER_REQUIRE) whose jobs may be imported on demand."""
     job = codec.loads_dict(work.raw)
     if job is None or not isinstance(job.get("class"), str):
-        reason = "payload is not a JSON object with a job class"
-        settler.file(work.raw, retry.unreadable(work.raw, work.queue, reason))
-        stats.failed += 1
-        stats.jobs.add(work.queue, "cogworker.UnreadablePayload", 0.0, failed=True, dead=True)
-        log.error("job_unreadable", queue=work.queue, payload=work.raw[:200])
+        _file_unreadable(work, settler, stats)
         return
     jid = str(job.get("jid") or "")
     # Every line logged on this thread while the job runs (ours and the job's own) carries these.
@@ -49,20 +47,11 @@ def process(work: Work, settler: Settler, stats: Stats) -> None:
     if verbose:
         log.info("job_start")
     try:
-        run_server_chain(job, lambda: _perform(job))
-    except Exception as exc:
-        filing = retry.on_failure(job, exc)
-        settler.file(work.raw, filing)
-        elapsed = time.perf_counter() - started
-        stats.failed += 1
-        stats.jobs.add(work.queue, job["class"], elapsed, failed=True, dead=filing.dead)
-        log.warning(
-            "job_fail",
-            elapsed_ms=round(elapsed * 1000, 2),
-            error=f"{filing.payload['error_class']}: {filing.payload['error_message'][:200]}",
-            to="dead" if filing.dead else "retry",
-            retry_count=filing.payload.get("retry_count"),
-        )
+        run_server_chain(job, lambda: _perform(job, allowed))
+    except BaseException as exc:
+        # BaseException too: a job's SystemExit or KeyboardInterrupt is its failure, not the
+        # thread's end. Left to escape, it would leave the job in progress and the thread dead.
+        _file_failure(work, job, exc, settler, stats, time.perf_counter() - started)
     else:
         settler.ack(work.raw, jid)
         elapsed = time.perf_counter() - started
@@ -74,10 +63,42 @@ def process(work: Work, settler: Settler, stats: Stats) -> None:
         structlog.contextvars.unbind_contextvars("jid", "job", "queue")
 
 
-def _perform(job: dict[str, Any]) -> None:
+def _file_unreadable(work: Work, settler: Settler, stats: Stats) -> None:
+    filing = retry.unreadable(work.raw, work.queue, retry.unreadable_reason(work.raw))
+    settler.file(work.raw, filing)
+    stats.failed += 1
+    stats.jobs.add(work.queue, "cogworker.UnreadablePayload", 0.0, failed=True, dead=True)
+    log.error(
+        "job_unreadable",
+        queue=work.queue,
+        reason=filing.payload["error_message"],
+        payload=codec.escape(work.raw[:200]),
+    )
+
+
+def _file_failure(
+    work: Work, job: dict[str, Any], exc: BaseException, settler: Settler, stats: Stats, elapsed: float
+) -> None:
+    # Encoded here, before the log line says where it goes: a payload that had to be sanitised for
+    # storing may be redirected to dead (retry.storable).
+    filing = retry.storable(retry.on_failure(job, exc), work.raw)
+    settler.file(work.raw, filing)
+    stats.failed += 1
+    stats.jobs.add(work.queue, job["class"], elapsed, failed=True, dead=filing.dead)
+    log.warning(
+        "job_fail",
+        elapsed_ms=round(elapsed * 1000, 2),
+        error=f"{filing.payload['error_class']}: {filing.payload['error_message'][:200]}",
+        to="dead" if filing.dead else "retry",
+        retry_count=filing.payload.get("retry_count"),
+        notes=filing.payload.get(retry.NOTES),
+    )
+
+
+def _perform(job: dict[str, Any], allowed: tuple[str, ...]) -> None:
     """Inside the server chain, so middleware sees a job that can't be imported fail like any other."""
     args = job.get("args", [])
     kwargs = job.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise TypeError("payload args must be a list and kwargs an object")
-    resolve(job["class"]).func(*args, **kwargs)
+    resolve(job["class"], allowed=allowed).func(*args, **kwargs)

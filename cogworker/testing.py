@@ -85,7 +85,8 @@ def clear_all() -> None:
 def perform(job: dict[str, Any]) -> None:
     from cogworker.jobs import resolve
 
-    fn = resolve(job["class"])
+    # Only jobs this process registered: it pushed them, so their modules are imported already.
+    fn = resolve(job["class"], allowed=())
     args, kwargs = copy.deepcopy(job.get("args", [])), copy.deepcopy(job.get("kwargs", {}))
     run_server_chain(job, lambda: fn.func(*args, **kwargs))
 

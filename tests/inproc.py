@@ -20,6 +20,7 @@ class Runner:
         self.parts: Parts = build(settings)
         self.settler = Settler(self.parts.ctx, IN_PROGRESS)
         self.stats = Stats()
+        self.allowed = settings.require_modules
 
     @property
     def client(self) -> redis.Redis:
@@ -34,7 +35,7 @@ class Runner:
         return True
 
     def run_raw(self, raw: str, queue: str = "default") -> None:
-        process(Work(queue, raw), self.settler, self.stats)
+        process(Work(queue, raw), self.settler, self.stats, allowed=self.allowed)
         for acked, _jid in self.settler.take_acks():
             self.client.lrem(IN_PROGRESS, 1, acked)
 

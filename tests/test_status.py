@@ -151,7 +151,7 @@ def test_redis_going_away_while_a_tracked_job_runs_does_not_fail_it(
     settler = Settler(parts.ctx, "cogworker:inprogress:x")
     stats = Stats()
     with capture_logs() as logs:
-        process(Work("default", raw), settler, stats)  # "working" is written; "complete" can't be
+        process(Work("default", raw), settler, stats, allowed=())  # "working" is written; "complete" can't be
     assert (stats.processed, stats.failed) == (1, 0)
     assert [e["event"] for e in logs if e.get("component") == "Status"] == ["redis_outage_started"]
     assert [e["event"] for e in logs if e["event"] in ("job_done", "job_fail")] == ["job_done"]

@@ -19,7 +19,7 @@ import orjson
 import redis
 
 from cogworker import client, payload
-from cogworker.jobs import JobFunction, JobNotFound, resolve
+from cogworker.jobs import JobFunction, JobNotFound, is_registered, resolve, under_modules
 from cogworker.ops import OpsError
 from cogworker.settings import Settings
 from cogworker.worker import BootError, import_app
@@ -79,10 +79,17 @@ def lookup(name: str, settings: Settings) -> tuple[JobFunction, list[str]]:
         import_app(settings.require_modules)
     except BootError as exc:
         warnings.append(str(exc))
+    module_name = name.rpartition(".")[0]
+    if not is_registered(name) and not under_modules(module_name, settings.require_modules):
+        warnings.append(
+            f"{module_name or name!r} is not under COGWORKER_REQUIRE here: a worker with these settings "
+            f"files {name!r} as an unknown job (it imports only jobs of its COGWORKER_REQUIRE modules)"
+        )
     try:
-        return resolve(name), warnings
+        # The operator typed this name: importing its module runs nothing they couldn't run
+        # themselves. Workers, which take names from payloads, import only under COGWORKER_REQUIRE.
+        return resolve(name, allowed=(*settings.require_modules, module_name)), warnings
     except JobNotFound as exc:
-        module_name = name.rpartition(".")[0]
         # resolve() imported the name's module if it could: then the job is simply not in it.
         if module_name and module_name in sys.modules:
             raise OpsError(f"{exc}; nothing pushed") from None
