@@ -80,12 +80,14 @@ class Settings(BaseSettings):
     preload: bool = False
     phased_restart: bool = True
     # Swarm (supervisor/): respawn backoff for a slot whose child keeps dying young (the seed's
-    # constants as defaults), how long a replacement may take to report ready in a restart, and how
-    # often children's memory is checked against maxmem_mb.
+    # constants as defaults), how long a replacement may take to report ready in a restart, how
+    # long a child may take to say its first line (it imports the app first, without preload; the
+    # liveness timeout starts after that), and how often children's memory is checked.
     respawn_base_delay_s: float = 1.0
     respawn_max_delay_s: float = 60.0
     healthy_uptime_s: float = 30.0
     restart_ready_timeout_s: float = 60.0
+    boot_timeout_s: float = 120.0
     memory_check_interval_s: float = 5.0
     orphan_threshold_s: float = 300.0
     max_orphanings: int = 3
@@ -156,6 +158,7 @@ class Settings(BaseSettings):
         "respawn_max_delay_s",
         "healthy_uptime_s",
         "restart_ready_timeout_s",
+        "boot_timeout_s",
         "memory_check_interval_s",
     )
     @classmethod
