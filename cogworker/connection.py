@@ -2,11 +2,56 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
+from redis._parsers.encoders import Encoder
+from redis.connection import HiredisRespSerializer, PythonRespSerializer
+from redis.utils import HIREDIS_AVAILABLE
 
 from cogworker.settings import Settings
 
 CONNECT_TIMEOUT_S = 2.0
+# Bytes that aren't UTF-8 (a payload written by something else) decode to lone surrogates instead
+# of raising, possibly after a script already moved the job; encoding them back gives the same
+# bytes, so an LREM or ZREM of that text still finds the stored entry (codec.py says how it is shown).
+ENCODING = "utf-8"
+ENCODING_ERRORS = "surrogateescape"
+# redis-py's default buffer size for packing commands (Connection._buffer_cutoff).
+_BUFFER_CUTOFF = 6000
+
+
+class LosslessPacker:
+    """hiredis's command packer, with redis-py's own as the fallback for text it refuses.
+
+    hiredis encodes text as strict UTF-8, ignoring `encoding_errors`, so a payload read with its
+    invalid bytes escaped could not be sent back (acknowledged, filed, given back). The pure-Python
+    packer honours `surrogateescape`; it is slower, so it only packs the commands hiredis refuses.
+    """
+
+    def __init__(self) -> None:
+        self._fast = HiredisRespSerializer()
+        encoder = Encoder(ENCODING, ENCODING_ERRORS, False)  # type: ignore[no-untyped-call]
+        self._lossless = PythonRespSerializer(_BUFFER_CUTOFF, encoder.encode)
+
+    def pack(self, *args: Any) -> list[bytes]:
+        try:
+            packed: list[bytes] = self._fast.pack(*args)
+        except UnicodeEncodeError:
+            packed = self._lossless.pack(*args)  # type: ignore[no-untyped-call]
+        return packed
+
+
+def text_options() -> dict[str, Any]:
+    """The decoding options every cogworker client uses (the metrics scrape's too)."""
+    options: dict[str, Any] = {
+        "decode_responses": True,
+        "encoding": ENCODING,
+        "encoding_errors": ENCODING_ERRORS,
+    }
+    if HIREDIS_AVAILABLE:
+        options["command_packer"] = LosslessPacker()
+    return options
 
 
 def connect(settings: Settings, *, extra_timeout_s: float = 0.0) -> redis.Redis:
@@ -14,13 +59,13 @@ def connect(settings: Settings, *, extra_timeout_s: float = 0.0) -> redis.Redis:
     A command may wait `redis_timeout_s` for Redis; a blocking one adds its block time (`extra_timeout_s`)."""
     return redis.Redis.from_url(
         settings.redis_url,
-        decode_responses=True,
         socket_timeout=settings.redis_timeout_s + extra_timeout_s,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
         retry_on_timeout=False,
         retry=None,
         health_check_interval=0,
         client_name=None,
+        **text_options(),
     )
 
 

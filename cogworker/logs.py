@@ -10,11 +10,19 @@ from typing import Any
 import orjson
 import structlog
 
+from cogworker import codec
+
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
 def _orjson_dumps(value: Any, default: Any = None) -> str:
-    return orjson.dumps(value, default=default or str).decode()
+    try:
+        return orjson.dumps(value, default=default or str).decode()
+    except orjson.JSONEncodeError:
+        # A line that holds text orjson refuses (bytes from Redis that weren't UTF-8, an exception
+        # message with a lone surrogate) is written escaped: logging must never raise into the code
+        # that logs, a job thread's filing above all.
+        return orjson.dumps(codec.sanitise(value, []), default=default or str).decode()
 
 
 # Process-wide context (pid, identity, slot). Not contextvars: threads start with an empty context,

@@ -67,16 +67,45 @@ def build(
     return job
 
 
+# Counts past this are treated as this: a retry's delay grows as count**4, and a larger count would
+# overflow the float its due time is.
+MAX_COUNT = 10**9
+
+
 def retry_limit(job: dict[str, Any], default: int) -> int:
-    """How many retries this job may have: `retry=False` is none, True the default, N is N."""
+    """How many retries this job may have: `retry=False` is none, True the default, N is N.
+    Anything else (a payload not written by cogworker) is none: `odd_retry` says so."""
     retry = job.get("retry", True)
     if retry is True:
         return default
-    if retry is False or not isinstance(retry, int):
+    if isinstance(retry, bool) or not isinstance(retry, int):
         return 0
-    return max(retry, 0)
+    return min(max(retry, 0), MAX_COUNT)
+
+
+def odd_retry(job: dict[str, Any]) -> bool:
+    """`retry` is there but is neither true/false nor a whole number."""
+    retry = job.get("retry", True)
+    return not isinstance(retry, bool | int)
+
+
+def retry_count(job: dict[str, Any]) -> int | None:
+    """The job's `retry_count` (how many retries it has had, minus one), or None when it has none
+    or holds something that isn't a count (a payload not written by cogworker: null, "abc", [1]).
+    Never raises: a job whose filing raised would never be filed at all."""
+    value: Any = job.get("retry_count")
+    if isinstance(value, bool):
+        return None
+    whole_float = isinstance(value, float) and math.isfinite(value) and value.is_integer()
+    digits = isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) < 20
+    if whole_float or digits:
+        value = int(value)
+    if not isinstance(value, int) or value < 0:
+        return None
+    return min(value, MAX_COUNT)
 
 
 def terminal_failure(job: dict[str, Any], default_retries: int) -> bool:
     """Would failing now send this job to dead (rather than to retry)?"""
-    return int(job.get("retry_count", -1)) + 1 >= retry_limit(job, default_retries)
+    count = retry_count(job)
+    return (count + 1 if count is not None else 0) >= retry_limit(job, default_retries)

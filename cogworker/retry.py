@@ -1,18 +1,30 @@
-"""What happens to a job that raised: the retry set with a backoff, or the dead set."""
+"""What happens to a job that raised: the retry set with a backoff, or the dead set.
+
+Filing must work whatever the payload holds and whatever the job raised: a failure whose filing
+raised would leave the job in progress, never filed, to run again at every restart. So every field
+is read defensively (an odd one is noted in `cogworker_notes`, never raised on), and a payload JSON
+can't hold is stored sanitised (`storable`).
+"""
 
 from __future__ import annotations
 
 import random
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from cogworker import keys
+from cogworker import codec, keys
 from cogworker.jobs import DEFAULT_RETRIES
-from cogworker.payload import retry_limit
+from cogworker.payload import odd_retry, retry_count, retry_limit
 
 BACKTRACE_LINES = 20
+ERROR_MESSAGE_CHARS = 10_000
+NOTES = "cogworker_notes"
+# The fields a filing writes itself: sanitising only these leaves the job as it was, still retryable.
+OWN_FIELDS = frozenset(
+    {"error_class", "error_message", "backtrace", NOTES, "failed_at", "retried_at", "died_at", "retry_count"}
+)
 
 
 def backoff_s(count: int, rng: random.Random | None = None) -> float:
@@ -23,11 +35,13 @@ def backoff_s(count: int, rng: random.Random | None = None) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Filing:
-    """Where a finished-with-failure job goes: a sorted set, its score, the payload to store."""
+    """Where a finished-with-failure job goes: a sorted set, its score, the payload to store, and
+    (once `storable` made it) the payload's JSON text."""
 
     set_key: str
     score: float
     payload: dict[str, Any]
+    text: str | None = None
 
     @property
     def dead(self) -> bool:
@@ -35,16 +49,39 @@ class Filing:
 
 
 def error_fields(exc: BaseException) -> dict[str, Any]:
-    message = str(exc)
+    """The error's class and message as text JSON can hold, even for an exception whose str()
+    raises or holds lone surrogates."""
+    try:
+        message = str(exc)
+    except Exception as failure:
+        message = f"<the exception's message could not be read: {type(failure).__name__}>"
+    kind = type(exc)
     return {
-        "error_class": f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins."),
-        "error_message": message[:10_000],
+        "error_class": codec.escape(f"{kind.__module__}.{kind.__qualname__}".removeprefix("builtins.")),
+        "error_message": codec.escape(message[:ERROR_MESSAGE_CHARS]),
     }
 
 
 def backtrace(exc: BaseException) -> list[str]:
-    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return "".join(lines).splitlines()[-BACKTRACE_LINES:]
+    try:
+        lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    except Exception as failure:
+        return [f"<the backtrace could not be formatted: {type(failure).__name__}>"]
+    return [codec.escape(line) for line in "".join(lines).splitlines()[-BACKTRACE_LINES:]]
+
+
+def odd_fields(job: dict[str, Any]) -> list[str]:
+    """What in the payload filing had to read around (it is counted or limited as noted)."""
+    notes = []
+    if "retry_count" in job and retry_count(job) is None:
+        notes.append(f"retry_count {_shown(job['retry_count'])} is not a count: counted from 0")
+    if odd_retry(job):
+        notes.append(f"retry {_shown(job['retry'])} is not true, false or a number: no retries")
+    return notes
+
+
+def _shown(value: Any) -> str:
+    return codec.escape(codec.dumps_lenient(value)[0][:200])
 
 
 def on_failure(job: dict[str, Any], exc: BaseException, now: float | None = None) -> Filing:
@@ -53,7 +90,12 @@ def on_failure(job: dict[str, Any], exc: BaseException, now: float | None = None
     failed = dict(job)
     failed.update(error_fields(exc))
     failed["backtrace"] = backtrace(exc)
-    count = int(job["retry_count"]) + 1 if "retry_count" in job else 0
+    notes = odd_fields(job)
+    if notes:
+        earlier = job.get(NOTES)
+        failed[NOTES] = [*(earlier if isinstance(earlier, list) else []), *notes]
+    previous = retry_count(job)
+    count = previous + 1 if previous is not None else 0
     if "failed_at" in job:
         failed["retried_at"] = now
     else:
@@ -69,7 +111,8 @@ def on_failure(job: dict[str, Any], exc: BaseException, now: float | None = None
 
 
 def unreadable(raw: str, queue: str | None, reason: str, now: float | None = None) -> Filing:
-    """A payload that isn't a job at all: straight to dead, wrapped so nothing of it is lost."""
+    """A payload that isn't a job at all: straight to dead, wrapped so nothing of it is lost (bytes
+    that aren't UTF-8 are kept escaped under `raw` and exactly under `raw_base64`)."""
     now = time.time() if now is None else now
     return Filing(
         keys.DEAD,
@@ -77,8 +120,8 @@ def unreadable(raw: str, queue: str | None, reason: str, now: float | None = Non
         {
             "class": "cogworker.UnreadablePayload",
             "jid": "",
-            "queue": queue,
-            "raw": raw,
+            "queue": codec.escape(queue) if queue is not None else None,
+            **codec.raw_fields(raw),
             "error_class": "cogworker.UnreadablePayload",
             "error_message": reason,
             "failed_at": now,
@@ -86,3 +129,49 @@ def unreadable(raw: str, queue: str | None, reason: str, now: float | None = Non
             "retry": False,
         },
     )
+
+
+def unreadable_reason(raw: str) -> str:
+    """Why a payload that isn't a job can't be read, for its dead entry."""
+    if not codec.is_utf8(raw):
+        return "payload is not valid UTF-8"
+    return "payload is not a JSON object with a job class"
+
+
+def storable(filing: Filing, raw: str | None = None, now: float | None = None) -> Filing:
+    """The filing with its payload's JSON `text`, made before anything is sent to Redis: an error
+    here is the data's, never Redis's. A payload orjson can't write (a lone surrogate, nesting past
+    254 levels) is sanitised (codec.sanitise) and what changed is noted. When the job's own data
+    changed, a retry would not run the same job: it goes to dead, its original payload kept under
+    `raw`."""
+    if filing.text is not None:
+        return filing
+    try:
+        return replace(filing, text=codec.dumps(filing.payload))
+    except codec.EncodeError:
+        pass
+    notes: list[str] = []
+    payload: dict[str, Any] = {}
+    job_changed = False
+    for key, value in filing.payload.items():
+        name = codec.escape(str(key))
+        before = len(notes)
+        payload[name] = codec.sanitise(value, notes, name)
+        job_changed = job_changed or (len(notes) > before and name not in OWN_FIELDS)
+    existing = payload.get(NOTES)
+    payload[NOTES] = [*(existing if isinstance(existing, list) else []), *notes]
+    if job_changed:
+        if raw is not None:
+            payload.update(codec.raw_fields(raw))
+        if not filing.dead:
+            now = time.time() if now is None else now
+            payload["died_at"] = now
+            payload[NOTES].append("filed in dead, not retry: a retry would not run the same job")
+            filing = replace(filing, set_key=keys.DEAD, score=now)
+    return replace(filing, payload=payload, text=codec.dumps(payload))
+
+
+def encoded(filing: Filing, raw: str | None = None) -> tuple[Filing, str]:
+    """`storable`, and the JSON text it made."""
+    ready = storable(filing, raw)
+    return ready, ready.text if ready.text is not None else codec.dumps(ready.payload)

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 import orjson
 import redis
 
-from cogworker import exitcodes
+from cogworker import codec, exitcodes
 from cogworker.connection import connect
 from cogworker.scripts import Scripts
 from cogworker.settings import Settings
@@ -56,15 +56,17 @@ class Context:
             self._client.close()
 
     def print(self, line: str = "") -> None:
-        print(line, file=self.out)
+        # Text read from Redis may hold bytes that weren't UTF-8 (codec.py): shown escaped, since
+        # writing a lone surrogate to a UTF-8 stream raises.
+        print(codec.escape(line), file=self.out)
 
     def warn(self, line: str) -> None:
-        print(f"cogworker: warning: {line}", file=self.err)
+        print(f"cogworker: warning: {codec.escape(line)}", file=self.err)
 
     def emit(self, data: Any, text: Callable[[Any], Sequence[str]]) -> None:
         """`data` as JSON with --json, else the lines `text(data)` makes of the same data."""
         if self.json:
-            self.out.write(orjson.dumps(to_plain(data), option=orjson.OPT_INDENT_2).decode() + "\n")
+            self.out.write(pretty_json(to_plain(data)) + "\n")
         else:
             for line in text(data):
                 self.print(line)
@@ -82,6 +84,16 @@ class Context:
         answer = stdin.readline().strip().lower()
         if answer not in ("y", "yes"):
             raise Failure("aborted, nothing changed")
+
+
+def pretty_json(value: Any, *, sort_keys: bool = False) -> str:
+    """Indented JSON of anything read from Redis: strings that weren't UTF-8 escaped, nesting
+    deeper than JSON output allows shown as its repr (codec.sanitise), never an exception."""
+    option = orjson.OPT_INDENT_2 | (orjson.OPT_SORT_KEYS if sort_keys else 0)
+    try:
+        return orjson.dumps(value, option=option).decode()
+    except codec.EncodeError:
+        return orjson.dumps(codec.sanitise(value, []), option=option).decode()
 
 
 def to_plain(data: Any) -> Any:
@@ -156,5 +168,5 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
 
 
 def short(value: Any, width: int = 60) -> str:
-    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    text = value if isinstance(value, str) else codec.dumps_lenient(value)[0]
     return text if len(text) <= width else text[: width - 1] + "…"
