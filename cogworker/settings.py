@@ -7,18 +7,25 @@ exits with CONFIG_ERROR (78) before it does anything else.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cogworker import exitcodes
+from cogworker.redact import safe_url
 
 _SCHEMES = ("redis", "rediss", "unix")
+# A password holding one of these characters ends the URL's host part early, and the rest of it
+# reads as a port, a path or a fragment.
+_ENCODE_HINT = " (a password holding / ? # @ or : must be %-encoded, e.g. / as %2F)"
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,9 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         frozen=True,
         extra="ignore",
+        # pydantic's own message quotes the input: the Redis URL's password, for a Settings() built
+        # directly. load_settings reports the (redacted) value itself.
+        hide_input_in_errors=True,
     )
 
     redis_url: str = "redis://localhost:6379/0"
@@ -124,10 +134,12 @@ class Settings(BaseSettings):
             raise ValueError("must start with redis://, rediss:// or unix://")
         try:
             port = parsed.port
-        except ValueError as exc:
-            raise ValueError(f"has a bad port ({exc})") from None
+        except ValueError:
+            # Not the parser's message: it quotes what it took for the port, which may be part of
+            # a password.
+            raise ValueError(f"has a bad port{_ENCODE_HINT}") from None
         if parsed.scheme != "unix" and not parsed.hostname:
-            raise ValueError("names no host (e.g. redis://localhost:6379/0)")
+            raise ValueError(f"names no host (e.g. redis://localhost:6379/0){_ENCODE_HINT}")
         if parsed.scheme == "unix" and not parsed.path:
             raise ValueError("names no socket path (e.g. unix:///run/redis/redis.sock)")
         del port
@@ -192,6 +204,11 @@ class Settings(BaseSettings):
             raise ValueError("must be a number of seconds above 0")
         return value
 
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """The repr (and str) show the Redis URL without its password."""
+        for name, value in super().__repr_args__():
+            yield (name, safe_url(value)) if name == "redis_url" and isinstance(value, str) else (name, value)
+
     @property
     def queue_spec(self) -> QueueSpec:
         return parse_queues(self.queues)
@@ -211,6 +228,8 @@ def _describe(error: ValidationError) -> str:
         field = str(item["loc"][0]) if item["loc"] else "?"
         variable = f"COGWORKER_{field.upper()}"
         value = item.get("input")
+        if field == "redis_url":
+            value = safe_url(str(value))
         msg = item["msg"].removeprefix("Value error, ")
         lines.append(f"{variable}={value!r}: {msg}")
     return "; ".join(lines)
@@ -222,6 +241,24 @@ def load_settings(**overrides: object) -> Settings:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from None
+
+
+def load_env_file(path: str) -> None:
+    """`cogworker --env-file PATH`: load an instance's env file (VAR=value lines, `#` comments,
+    quoted values) into this process's environment, its values winning, as systemd's EnvironmentFile=
+    gives them to the service. The file's contents (a Redis password) stay off the command line,
+    where `ps` and sudo's log would show them."""
+    from dotenv import dotenv_values
+
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"--env-file {path}: can't read it ({getattr(exc, 'strerror', None) or exc})"
+        ) from None
+    # No $VAR expansion: systemd does none either, and a password may hold a `$`.
+    values = dotenv_values(stream=io.StringIO(text), interpolate=False)
+    os.environ.update({name: value for name, value in values.items() if value is not None})
 
 
 def load_or_exit(**overrides: object) -> Settings:

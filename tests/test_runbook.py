@@ -72,11 +72,15 @@ def test_every_systemctl_command_is_exercised_against_a_real_manager() -> None:
 
 def test_loading_an_instance_env_file_as_the_runbook_does(tmp_path: Path, redis_server: RedisServer) -> None:
     env_file = tmp_path / "app.env"
+    # Quoted values, and one holding a `#` and spaces (`env $(grep … | xargs)` broke on these).
     env_file.write_text(
-        f"# instance settings\nCOGWORKER_REDIS_URL={redis_server.url}\nCOGWORKER_QUEUES=a,b\n"
+        f"# instance settings\nCOGWORKER_REDIS_URL={redis_server.url}\nCOGWORKER_QUEUES='a,b'\n"
+        'APP_GREETING="hello world # not a comment"\n'
     )
     venv_bin = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"
-    line = next(c for c in runbook_commands() if c.startswith("sudo -u cogworker env"))
+    line = next(c for c in runbook_commands() if c.startswith("sudo -u cogworker"))
+    # The file's path is on the command line, never its contents.
+    assert "--env-file /etc/cogworker/app.env" in line and "$(" not in line
     # The same shape, minus sudo (tests run as whoever runs them) and with this checkout's venv.
     command = line.removeprefix("sudo -u cogworker ").replace("/etc/cogworker/app.env", str(env_file))
     command = command.replace("/opt/cogworker/venv/bin/cogworker", str(venv_bin / "cogworker"))

@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +20,8 @@ import redis
 
 from cogworker import codec
 from cogworker.jobs import JobNotFound, resolve
+from cogworker.redact import safe_url
+from cogworker.settings import ConfigError, Settings, load_settings
 from tests.cli_runner import CLI, cli_fixture  # noqa: F401
 from tests.redis_server import wait_until
 from tests.workers import WorkerPool
@@ -74,3 +78,90 @@ def test_cli_enqueue_warns_that_workers_would_refuse_a_job_outside_require(
     assert out.code == 0
     assert "'billing_app.jobs' is not under COGWORKER_REQUIRE here" in out.err
     assert cli("enqueue", "demo_jobs.record", '["x"]').err == ""
+
+
+# Passwords that break URL parsing (`/`, `#`, `?` end the authority early), or pass it.
+LEAKY_URLS = [
+    ("redis://:pa/ss-hunter2@localhost:6379/0", "hunter2"),
+    ("redis://user:hunter2#x@localhost:6379/0", "hunter2"),
+    ("redis://user:hunt?er2@localhost:6379/0", "hunt"),
+    ("redis://:hunter2@localhost:99999/0", "hunter2"),
+    ("http://:hunter2@localhost:6379/0", "hunter2"),
+    ("redis://:hunter2@", "hunter2"),
+    ("redis://:hunter2@:6379/0", "hunter2"),
+]
+
+
+@pytest.mark.parametrize(("url", "secret"), LEAKY_URLS)
+def test_a_bad_url_is_reported_without_its_password(url: str, secret: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(redis_url=url)
+    assert "COGWORKER_REDIS_URL" in str(err.value)
+    assert secret not in str(err.value)
+    with pytest.raises(ValueError) as raw:
+        Settings(redis_url=url)  # what a user constructing the settings sees
+    assert secret not in str(raw.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:hunter2@localhost:6379/0", "redis://:***@localhost:6379/0"),
+        ("redis://user:hunter2@localhost/0", "redis://user:***@localhost/0"),
+        ("redis://hunter2@localhost/0", "redis://***@localhost/0"),
+        ("redis://:pa/ss-hunter2@localhost:6379/0", "redis://:***@localhost:6379/0"),
+        ("redis://u:a@b@localhost/0", "redis://u:***@localhost/0"),
+        ("rediss://localhost:6380/0?password=hunter2&db=1", "rediss://localhost:6380/0?password=***&db=1"),
+        ("unix://:hunter2@/run/redis.sock?db=0", "unix://:***@/run/redis.sock?db=0"),
+        ("redis://localhost:6379/0", "redis://localhost:6379/0"),
+        ("hunter2@localhost", "***@localhost"),
+    ],
+)
+def test_safe_url(url: str, shown: str) -> None:
+    assert safe_url(url) == shown
+
+
+def test_settings_repr_hides_the_password() -> None:
+    settings = load_settings(redis_url="redis://:hunter2@localhost:6379/0")
+    assert "hunter2" not in repr(settings) and "hunter2" not in str(settings)
+    assert "redis://:***@localhost:6379/0" in repr(settings)
+
+
+def clean_env(**env: str) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    clean.update(env)
+    return clean
+
+
+@pytest.mark.parametrize(
+    "argv", [["-m", "cogworker", "status"], ["-m", "supervisor.main"]], ids=["status", "swarm"]
+)
+def test_commands_exit_78_on_a_bad_url_without_showing_its_password(argv: list[str]) -> None:
+    env = clean_env(COGWORKER_REDIS_URL="redis://:pa/ss-hunter2@localhost:6379/0")
+    done = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 78, done.stderr
+    assert "COGWORKER_REDIS_URL" in done.stderr
+    assert "hunter2" not in done.stdout + done.stderr
+
+
+def test_env_file_keeps_the_password_off_the_command_line(tmp_path: Path) -> None:
+    env_file = tmp_path / "app.env"
+    env_file.write_text("# instance\nCOGWORKER_REDIS_URL='redis://:pa/ss-hunter2@localhost:6379/0'\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "cogworker", "--env-file", str(env_file), "status"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 78, done.stderr
+    assert "COGWORKER_REDIS_URL" in done.stderr and "hunter2" not in done.stdout + done.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "cogworker", "--env-file", str(tmp_path / "nope.env"), "status"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert missing.returncode == 78
+    assert "nope.env" in missing.stderr

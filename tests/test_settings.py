@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,22 @@ def test_every_setting_is_in_the_example_env_file() -> None:
     text = (Path(__file__).resolve().parent.parent / "deploy" / "cogworker.env.example").read_text()
     missing = [name for name in Settings.model_fields if f"COGWORKER_{name.upper()}" not in text]
     assert missing == []
+
+
+def test_an_env_file_is_read_as_systemd_reads_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cogworker.settings import load_env_file
+
+    for name in ("COGWORKER_QUEUES", "COGWORKER_CONCURRENCY", "APP_NOTE", "APP_SECRET"):
+        monkeypatch.setenv(name, "from the shell")  # restored after the test; the file's values win
+    env_file = tmp_path / "app.env"
+    env_file.write_text(
+        "# a comment\nCOGWORKER_QUEUES='a:2,b:1'\nCOGWORKER_CONCURRENCY=3\n"
+        'APP_NOTE="hello world # not a comment"\nAPP_SECRET=pa$HOME/ss\n'
+    )
+    load_env_file(str(env_file))
+    assert os.environ["APP_NOTE"] == "hello world # not a comment"
+    assert os.environ["APP_SECRET"] == "pa$HOME/ss"  # no $VAR expansion
+    settings = load_settings()
+    assert (settings.queue_spec.names, settings.concurrency) == (("a", "b"), 3)
+    with pytest.raises(ConfigError, match=r"nope\.env"):
+        load_env_file(str(tmp_path / "nope.env"))

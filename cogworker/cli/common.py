@@ -8,7 +8,6 @@ import datetime as dt
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
-from urllib.parse import urlparse
 
 import orjson
 import redis
@@ -115,15 +114,6 @@ def json_flag() -> argparse.ArgumentParser:
 
 def yes_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-y", "--yes", action="store_true", help="don't ask for confirmation")
-
-
-def safe_url(url: str) -> str:
-    """The Redis URL without its password."""
-    parsed = urlparse(url)
-    if parsed.password:
-        netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@")
-        return parsed._replace(netloc=netloc).geturl()
-    return url
 
 
 def duration(seconds: float | None) -> str:

@@ -16,10 +16,11 @@ import redis
 
 from cogworker import exitcodes, logs
 from cogworker.cli import doctor, enqueue, processes, queues, sets, status
-from cogworker.cli.common import Context, Failure, json_flag, safe_url
+from cogworker.cli.common import Context, Failure, json_flag
 from cogworker.connection import is_unavailable
 from cogworker.ops import OpsError
-from cogworker.settings import load_or_exit
+from cogworker.redact import safe_url
+from cogworker.settings import ConfigError, load_env_file, load_or_exit
 
 VERB_GROUPS = (status, queues, sets, enqueue, processes, doctor)
 
@@ -30,6 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Redis-backed background jobs. Settings come from COGWORKER_* variables.",
         epilog="Every verb but run takes --json. Exit codes: 0 ok, 1 failure (a doctor FAIL, a job not "
         "found, Redis unreachable), 2 usage, 78 bad settings.",
+    )
+    parser.add_argument(
+        "--env-file",
+        metavar="PATH",
+        help="load VAR=value lines from PATH first (an instance's env file, e.g. /etc/cogworker/app.env); "
+        "its values win over the environment's. Keeps a Redis password off the command line.",
     )
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     sub.add_parser(
@@ -54,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb is None:
         parser.print_help()
         return exitcodes.USAGE
+    if args.env_file is not None:
+        try:
+            load_env_file(args.env_file)
+        except ConfigError as exc:
+            return _fail(f"configuration error: {exc}", exitcodes.CONFIG_ERROR)
     try:
         settings = load_or_exit()
     except SystemExit as exc:
