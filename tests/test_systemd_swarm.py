@@ -121,8 +121,9 @@ def unit_processes(manager: UserManager) -> list[psutil.Process]:
 def sd(manager: UserManager, r: redis.Redis) -> Iterator[UserManager]:
     """The module's manager, with every cogworker unit stopped (and checked empty) after the test."""
     yield manager
-    if (manager.units_dir / "cogworker.target.wants" / MAILERS).is_symlink():
-        manager.systemctl("disable", MAILERS, check=True)
+    enabled = [u for u in (APP, MAILERS) if (manager.units_dir / "cogworker.target.wants" / u).is_symlink()]
+    if enabled:
+        manager.systemctl("disable", *enabled, check=True)
         manager.systemctl("daemon-reload", check=True)  # offline install: see the enable test
     manager.systemctl("stop", "cogworker.target", "cogworker@*.service", check=True, timeout=60)
     manager.systemctl("reset-failed", "cogworker@*.service")
@@ -354,8 +355,8 @@ def test_enable_now_and_the_target_start_and_stop_every_instance(
     wait_until(lambda: ran(r, "mail"), message="the mailers instance to run its queue's job")
     assert ran(r, "mail")[0] in children(mailers_pid)
 
-    # The target's stop job ends at once (nothing orders it after the instances): the instances'
-    # own stop jobs, pulled in by PartOf=, drain them.
+    # PartOf= pulls in a stop job for each instance, the one started by hand too; the target's own
+    # stop job waits for them (see the next test).
     sd.systemctl("stop", "cogworker.target", check=True, timeout=60)
     for unit in (APP, MAILERS):
         state = sd.wait_for(unit, "ActiveState", "inactive", timeout=TIMEOUT_STOP_S)
@@ -367,3 +368,68 @@ def test_enable_now_and_the_target_start_and_stop_every_instance(
     sd.systemctl("stop", "cogworker.target", check=True, timeout=60)
     sd.wait_for(MAILERS, "ActiveState", "inactive", timeout=TIMEOUT_STOP_S)
     wait_until(lambda: not unit_processes(sd), timeout=5, message="no process left in either instance")
+
+
+def test_stopping_the_target_returns_once_every_instance_has_drained(
+    sd: UserManager, r: redis.Redis, configured: object
+) -> None:
+    import demo_jobs
+
+    sd.systemctl("enable", APP, MAILERS, check=True)
+    sd.systemctl("daemon-reload", check=True)  # offline install: see the enable test
+    sd.systemctl("start", "cogworker.target", check=True)
+    for unit in (APP, MAILERS):
+        wait_until(
+            lambda u=unit: status_text(sd, u).startswith("running: 2/2 ready"), message=f"{unit} ready"
+        )
+    # Jobs that outlast the target's own stop but finish within the swarms' drain (TIMEOUT_S).
+    demo_jobs.sleepy.perform_async("app-job", 1.5)
+    demo_jobs.sleepy.set(queue="mailers").perform_async("mail-job", 1.5)
+    wait_until(lambda: started(r, "app-job") and started(r, "mail-job"), message="both jobs running")
+
+    sd.systemctl("stop", "cogworker.target", check=True, timeout=TIMEOUT_STOP_S + 15)
+    # Read before anything else can happen: a stop that returned early shows instances deactivating.
+    states = {unit: sd.show(unit, "ActiveState", "Result", "MainPID") for unit in (APP, MAILERS)}
+    drained = {"ActiveState": "inactive", "Result": "success", "MainPID": "0"}
+    assert states == {APP: drained, MAILERS: drained}
+    assert ran(r, "app-job") == started(r, "app-job")
+    assert ran(r, "mail-job") == started(r, "mail-job")
+    assert r.keys("cogworker:inprogress:*") == []
+    assert not unit_processes(sd)
+    # The instances' After=cogworker.target overrides the After= a target adds on what it wants; a
+    # cycle between the two would make systemd drop jobs, and log it.
+    assert "ordering cycle" not in sd.log_text()
+
+
+def proc_status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
+
+
+def test_the_swarm_runs_under_the_units_sandbox_within_its_tasks_max(
+    sd: UserManager, r: redis.Redis, configured: object
+) -> None:
+    import demo_jobs
+
+    pid = start(sd)
+    processes = [
+        p
+        for p in unit_processes(sd)
+        if APP.removesuffix(".service") in Path(f"/proc/{p.pid}/cgroup").read_text()
+    ]
+    assert pid in {p.pid for p in processes} and len(processes) >= 4  # supervisor, fork server, 2 children
+    own_mounts = os.readlink("/proc/self/ns/mnt")
+    for proc in processes:
+        status = proc_status(proc.pid)
+        # Mode 2 is a seccomp filter (SystemCallFilter=); NoNewPrivs comes with it.
+        assert status["Seccomp"] == "2" and status["NoNewPrivs"] == "1", (proc.pid, status)
+        assert os.readlink(f"/proc/{proc.pid}/ns/mnt") != own_mounts  # PrivateMounts= and friends
+    # The swarm did everything it needs under the filter: forked children that fetch and run a job.
+    demo_jobs.record.perform_async("filtered")
+    wait_until(lambda: ran(r, "filtered"), message="a job run under the system call filter")
+    assert ran(r, "filtered")[0] in children(pid)
+    # The unit comment's TasksMax sizing, without the restart factor of 2, covers a running swarm.
+    count, concurrency = int(FAST_ENV["COGWORKER_COUNT"]), int(FAST_ENV["COGWORKER_CONCURRENCY"])
+    tasks = sum(p.num_threads() for p in processes)
+    assert tasks <= count * (concurrency + 8) + 16, tasks
+    assert sd.show(APP, "TasksMax")["TasksMax"] == "4096"

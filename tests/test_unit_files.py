@@ -25,6 +25,7 @@ SERVICE = ROOT / "systemd" / "cogworker@.service"
 TARGET = ROOT / "systemd" / "cogworker.target"
 ENV_EXAMPLE = ROOT / "deploy" / "cogworker.env.example"
 INSTALL = ROOT / "deploy" / "install.sh"
+RUNBOOK = ROOT / "deploy" / "RUNBOOK.md"
 
 # DESIGN §7's table, plus the ones the swarm added that operators need to know about.
 DOCUMENTED_VARIABLES = {
@@ -140,8 +141,11 @@ def test_service_has_the_settings_the_swarm_relies_on() -> None:
         "ProtectControlGroups": "yes",
         "RestrictSUIDSGID": "yes",
         "LockPersonality": "yes",
+        "PrivateMounts": "yes",
     }
     assert {key: service.get(key) for key in expected} == expected
+    # An allow list first (it sets the default: deny), then what is taken out of it.
+    assert unit["Service"]["SystemCallFilter"] == ["@system-service", "~@privileged @resources"]
     assert service["WorkingDirectory"]
     assert _seconds(service["RestartSec"]) > 0
     assert _seconds(service["WatchdogSec"]) == 30
@@ -150,10 +154,42 @@ def test_service_has_the_settings_the_swarm_relies_on() -> None:
     assert _seconds(service["TimeoutStopSec"]) >= graceful_s + 5
 
     after = " ".join(unit["Unit"]["After"]).split()
-    assert {"network-online.target", "redis-server.service"} <= set(after)
+    # After the target: stop jobs run in reverse, so the target's stop waits for every instance's.
+    assert {"network-online.target", "redis-server.service", "cogworker.target"} <= set(after)
     assert unit["Unit"]["Wants"] == ["network-online.target"]
     assert unit["Unit"]["PartOf"] == ["cogworker.target"]
     assert unit["Install"]["WantedBy"] == ["cogworker.target"]
+
+
+def test_tasks_max_fits_the_sizing_rule_its_comment_gives() -> None:
+    # 2 x COUNT x (CONCURRENCY + 8) + 16: old and new children side by side during a restart, each
+    # with its job threads and its own, plus the supervisor and fork server.
+    tasks_max = int(parse_unit(SERVICE)["Service"]["TasksMax"][-1])
+    assert "2 x COUNT x (CONCURRENCY + 8) + 16" in SERVICE.read_text()
+    for count, concurrency in ((16, 100), (64, 20), (os.cpu_count() or 1, 10)):
+        assert 2 * count * (concurrency + 8) + 16 <= tasks_max
+    assert "2 x COUNT x (CONCURRENCY + 8) + 16" in RUNBOOK.read_text()
+
+
+def test_systemd_analyze_security_scores_the_unit_as_the_runbook_says(tmp_path: Path) -> None:
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("no systemd-analyze")
+    # The RUNBOOK's command, run on the shipped file from the checkout.
+    result = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", "--no-pager", "systemd/cogworker@.service"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    output = result.stdout + result.stderr
+    match = re.search(r"Overall exposure level for (cogworker@\w+\.service): (\d+\.\d+) (\w+)", output)
+    assert match, output
+    assert float(match.group(2)) <= 1.5, output
+    # The settings this unit adds are counted as in force, not as missing.
+    for setting in ("SystemCallFilter=~@privileged", "SystemCallFilter=~@resources", "PrivateMounts="):
+        assert [line for line in output.splitlines() if setting in line and "\u2717" in line] == []
+    assert "Overall exposure level for {}: {} {}".format(*match.groups()) in RUNBOOK.read_text()
 
 
 def test_target_is_wanted_by_multi_user() -> None:
@@ -288,15 +324,27 @@ def test_install_builds_the_venv_the_unit_runs(tmp_path: Path) -> None:
 # The swarm stand-in for the hardening test: a Python process that does what cogworker-swarm needs
 # to do at start (read its env file, talk TCP to Redis, write in its directory, notify systemd).
 HARDENED_CODE = """\
-import os, time
+import ctypes, os, time
 import redis
+from supervisor.main import become_subreaper
 from supervisor.notify import Notifier
 
 n = Notifier()
 pong = redis.Redis.from_url(os.environ["COGWORKER_REDIS_URL"]).ping()
 with open("probe.txt", "w") as f:
     f.write("written")
-n.ready(status=f"ping {pong} in {os.getcwd()}")
+# The system calls the swarm needs (prctl, fork) and one the unit's SystemCallFilter= takes away.
+subreaper = become_subreaper()
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+forked = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+try:
+    os.setpriority(os.PRIO_PROCESS, 0, 5)
+    renice = "allowed"
+except PermissionError:
+    renice = "EPERM"
+n.ready(status=f"ping {pong} in {os.getcwd()}; subreaper {subreaper}, fork {forked}, setpriority {renice}")
 while True:
     n.watchdog()
     time.sleep(n.watchdog_interval_s() or 1.0)
@@ -351,6 +399,8 @@ def test_shipped_unit_runs_a_python_redis_client_under_its_hardening(
         # for the unit's whole TimeoutStartSec (90 s).
         manager.systemctl("start", "--no-block", "cogworker@app.service", check=True)
         state = manager.wait_for("cogworker@app.service", "ActiveState", "active", timeout=15)
-        assert re.fullmatch(r"ping True in /.*/cogworker/app", state["StatusText"]), state
+        status = state["StatusText"]
+        assert re.fullmatch(r"ping True in /.*/cogworker/app; .*", status), state
+        assert status.endswith("; subreaper True, fork 7, setpriority EPERM"), state
         manager.systemctl("stop", "cogworker.target", check=True)
         manager.wait_for("cogworker@app.service", "ActiveState", "inactive")
