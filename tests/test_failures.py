@@ -135,3 +135,131 @@ def test_dead_set_is_capped(r: redis.Redis, configured: object, workers: WorkerP
     entries = r.zrange("cogworker:dead", 0, -1)
     assert len(entries) == 3
     assert all("ancient" not in e for e in entries)
+
+
+HOSTILE = {"COGWORKER_REQUIRE": "demo_jobs,hostile_jobs", "COGWORKER_CONCURRENCY": "2", **FAST}
+
+
+def entries(r: redis.Redis, key: str) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in r.zrange(key, 0, -1)]
+
+
+def by_jid(r: redis.Redis) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every retry and dead entry by jid: (the set's name, the entry)."""
+    found = {}
+    for name, key in (("retry", "cogworker:retry"), ("dead", "cogworker:dead")):
+        for entry in entries(r, key):
+            found[entry.get("jid")] = (name, entry)
+    return found
+
+
+def assert_clean_stop(r: redis.Redis, worker: Any) -> None:
+    """Nothing left in progress (acknowledgements ride on the next fetch: wait for it), then a clean
+    stop: exit 0, no thread error, no presence key left behind."""
+    wait_until(
+        lambda: not [k for k in r.keys("cogworker:inprogress:*") if r.llen(k)],
+        timeout=10,
+        message="nothing in progress",
+    )
+    assert worker.stop() == 0
+    assert worker.events_named("job_thread_error") == []
+    assert r.keys("cogworker:process:*") == []
+
+
+def test_jobs_raising_base_exceptions_are_filed_and_the_worker_goes_on(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    import hostile_jobs
+
+    jids = {
+        "exits": hostile_jobs.exits.perform_async(3),
+        "interrupts": hostile_jobs.interrupts.perform_async(),
+        "generator_exit": hostile_jobs.generator_exit.perform_async(),
+        "unprintable": hostile_jobs.unprintable.perform_async(),
+    }
+    worker = workers.start(**HOSTILE)
+    wait_until(lambda: len(by_jid(r)) == 4, timeout=15, message="the four jobs filed")
+    # Both threads went through those: they still take jobs.
+    for i in range(4):
+        demo_jobs.record.perform_async(f"after-{i}")
+    wait_until(lambda: r.llen("test:ran") == 4, timeout=15, message="the jobs behind them")
+    filed = by_jid(r)
+    assert filed[jids["exits"]][0] == "retry"
+    assert filed[jids["exits"]][1]["error_class"] == "SystemExit"
+    assert filed[jids["interrupts"]][0] == "dead"
+    assert filed[jids["interrupts"]][1]["error_class"] == "KeyboardInterrupt"
+    assert filed[jids["generator_exit"]][1]["error_class"] == "GeneratorExit"
+    unprintable = filed[jids["unprintable"]][1]
+    assert unprintable["error_class"] == "hostile_jobs.Unprintable"
+    assert "could not be read" in unprintable["error_message"]
+    assert_clean_stop(r, worker)
+
+
+ODD_FIELDS: list[dict[str, Any]] = [
+    {"jid": "count-null", "retry_count": None},
+    {"jid": "count-abc", "retry_count": "abc"},
+    {"jid": "count-list", "retry_count": [1]},
+    {"jid": "count-huge", "retry_count": 10**18, "retry": 10**18},
+    {"jid": "retry-x", "retry": "x"},
+    {"jid": "retry-list", "retry": [1], "retry_count": {"a": 1}},
+    {"jid": "args-not-list", "args": "abc"},
+    {"jid": "kwargs-list", "kwargs": [1, 2]},
+    {"jid": "failed-at-odd", "failed_at": {"x": 1}, "retry_count": -5},
+]
+
+
+def test_payloads_with_odd_field_values_end_filed(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    for fields in ODD_FIELDS:
+        job = {
+            "class": "hostile_jobs.fails",
+            "args": [],
+            "kwargs": {},
+            "queue": "default",
+            "retry": 1,
+            **fields,
+        }
+        push_raw(r, codec.dumps(job))
+    worker = workers.start(**HOSTILE)
+    wait_until(lambda: len(by_jid(r)) == len(ODD_FIELDS), timeout=15, message="every odd payload filed")
+    demo_jobs.record.perform_async("behind")
+    wait_until(lambda: r.llen("test:ran") == 1, timeout=15, message="the job behind them")
+    filed = by_jid(r)
+    assert filed["count-null"][0] == "retry" and filed["count-null"][1]["retry_count"] == 0
+    assert "retry_count null is not a count" in " ".join(filed["count-null"][1]["cogworker_notes"])
+    assert 'retry_count "abc" is not a count' in " ".join(filed["count-abc"][1]["cogworker_notes"])
+    assert filed["retry-x"][0] == "dead"
+    assert 'retry "x"' in " ".join(filed["retry-x"][1]["cogworker_notes"])
+    assert filed["args-not-list"][1]["error_class"] == "TypeError"
+    assert filed["kwargs-list"][1]["error_class"] == "TypeError"
+    assert_clean_stop(r, worker)
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def test_failures_json_cant_hold_are_filed_and_the_filings_behind_them_too(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    import hostile_jobs
+
+    surrogate = hostile_jobs.surrogate_error.perform_async()
+    # Nested 300 deep: orjson reads it (up to 1,024 levels) but won't write it (254).
+    deep = '{"class":"hostile_jobs.fails","args":[%s],"kwargs":{},"jid":"deep","queue":"default","retry":3}'
+    push_raw(r, deep % nested(300))
+    worker = workers.start(**HOSTILE)
+    wait_until(lambda: len(by_jid(r)) == 2, timeout=15, message="both filed")
+    later = demo_jobs.boom_once.perform_async("later")
+    wait_until(lambda: later in by_jid(r), timeout=15, message="a later failure filed too")
+    filed = by_jid(r)
+    where, entry = filed[surrogate]
+    assert where == "retry"
+    assert entry["error_message"] == "bad \\xff and \\ud800 text"
+    where, entry = filed["deep"]
+    assert where == "dead"  # its args can't be stored: a retry wouldn't run the same job
+    assert entry["raw"] == deep % nested(300)  # the original, whole
+    assert any("nested deeper" in note for note in entry["cogworker_notes"])
+    assert worker.events_named("redis_command_failed") == []
+    assert_clean_stop(r, worker)

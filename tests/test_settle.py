@@ -113,3 +113,68 @@ def test_a_failed_lock_release_is_retried_later(server: RedisServer) -> None:
     server.start()
     assert parts.locks.retry_deferred() == 1
     assert server.client().exists("cogworker:unique:abc") == 0
+
+
+def unencodable_filing(raw: str) -> retry.Filing:
+    """A failure orjson can't write: a lone surrogate in its message, args nested 300 deep."""
+    job = codec.loads(raw)
+    job["args"] = codec.loads("[" * 300 + "]" * 300)
+    filing = retry.on_failure(job, ValueError("x"))
+    return retry.Filing(filing.set_key, filing.score, {**filing.payload, "error_message": "bad \ud800"})
+
+
+def test_an_unencodable_filing_is_filed_sanitised_not_kept_as_an_outage(server: RedisServer) -> None:
+    settings = load_settings(redis_url=server.url)
+    parts = components.build(settings)
+    settler = make_settler(parts, settings)
+    r = server.client()
+    raw = fetched(r, "deep")
+    assert settler.file(raw, unencodable_filing(raw)) is True
+    assert settler.pending_filings == 0 and not parts.outages.down
+    assert r.llen(keys.in_progress(ME)) == 0
+    [entry] = [json.loads(e) for e in r.zrange(keys.DEAD, 0, -1)]  # its args changed: dead, not retry
+    assert entry["jid"] == "deep" and entry["raw"] == raw
+    assert entry["error_message"] == "bad \\ud800"
+    assert any("nested deeper" in note for note in entry["cogworker_notes"])
+
+
+def test_hand_over_of_an_unencodable_filing_kept_through_an_outage(server: RedisServer) -> None:
+    settings = load_settings(redis_url=server.url)
+    parts = components.build(settings)
+    settler = make_settler(parts, settings)
+    raw = fetched(server.client(), "deep")
+    server.stop()
+    assert settler.file(raw, unencodable_filing(raw)) is False  # Redis away: kept
+    server.start()
+    assert settler.hand_over() == 0  # used to raise outside its try, leaving the process half-stopped
+    r = server.client()
+    assert r.llen(keys.in_progress(ME)) == 0 and r.llen(keys.UNSETTLED) == 1
+    other = components.build(settings, identity="other:2:y")
+    assert file_unsettled(other.client, other.scripts, settings, other.locks) == 1
+    assert [json.loads(e)["jid"] for e in r.zrange(keys.DEAD, 0, -1)] == ["deep"]
+
+
+def test_a_handed_over_record_json_cant_rewrite_is_quarantined_not_blocking(server: RedisServer) -> None:
+    settings = load_settings(redis_url=server.url)
+    parts = components.build(settings)
+    r = server.client()
+    deep = '{"set":"cogworker:retry","score":1,"payload":{"jid":"d","args":%s}}' % ("[" * 300 + "]" * 300)
+    good = codec.dumps({"set": keys.RETRY, "score": 1, "payload": {"jid": "ok", "class": "x", "queue": "q"}})
+    r.rpush(keys.UNSETTLED, deep, good)
+    assert file_unsettled(parts.client, parts.scripts, settings, parts.locks) == 1
+    assert [json.loads(e)["jid"] for e in r.zrange(keys.RETRY, 0, -1)] == ["ok"]
+    assert deep in {r.get(k) for k in r.keys("cogworker:quarantine:unsettled:*")}
+
+
+def test_the_poller_buries_a_due_entry_json_cant_rewrite_and_moves_the_rest(server: RedisServer) -> None:
+    settings = load_settings(redis_url=server.url)
+    parts = components.build(settings)
+    r = server.client()
+    deep = '{"class":"x","queue":"default","jid":"d","args":%s}' % ("[" * 300 + "]" * 300)
+    good = codec.dumps({"class": "x", "queue": "default", "jid": "ok", "args": []})
+    r.zadd(keys.RETRY, {deep: 1, good: 2})
+    parts.poller.enqueue_due()
+    assert [json.loads(e)["jid"] for e in r.lrange(keys.queue("default"), 0, -1)] == ["ok"]
+    [entry] = [json.loads(e) for e in r.zrange(keys.DEAD, 0, -1)]
+    assert entry["raw"] == deep
+    assert r.zcard(keys.RETRY) == 0
