@@ -7,24 +7,39 @@ import os
 import time
 from typing import Any
 
+from cogworker import codec
+
 _NATIVE_SCALARS = (str, int, float, bool, type(None))
 
 
-def check_json_native(value: Any, path: str) -> None:
+# How deep one argument may nest: orjson writes a payload at most 254 levels deep (it reads 1,024),
+# and the payload object and its args list are two of those levels.
+MAX_ARG_DEPTH = 252
+
+
+def check_json_native(value: Any, path: str, depth: int = 1) -> None:
     """Raise TypeError naming the path of the first value that JSON would not round-trip."""
     if isinstance(value, _NATIVE_SCALARS):
         if isinstance(value, float) and not math.isfinite(value):
             raise TypeError(f"{path}: {value!r} is not JSON-native (NaN and infinity are not JSON)")
+        if isinstance(value, str) and not codec.is_utf8(value):
+            raise TypeError(f"{path}: a string with a lone surrogate is not valid UTF-8, so not JSON")
         return
+    if isinstance(value, list | dict) and depth > MAX_ARG_DEPTH:
+        raise TypeError(
+            f"{path}: nested more than {MAX_ARG_DEPTH} levels deep, deeper than a payload is written"
+        )
     if isinstance(value, list):
         for i, item in enumerate(value):
-            check_json_native(item, f"{path}[{i}]")
+            check_json_native(item, f"{path}[{i}]", depth + 1)
         return
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"{path}: key {key!r} is {type(key).__name__}, JSON object keys must be str")
-            check_json_native(item, f"{path}[{key!r}]")
+            if not codec.is_utf8(key):
+                raise TypeError(f"{path}: key {codec.escape(key)!r} has a lone surrogate, so is not JSON")
+            check_json_native(item, f"{path}[{key!r}]", depth + 1)
         return
     raise TypeError(f"{path}: {type(value).__name__} is not JSON-native")
 

@@ -203,3 +203,15 @@ def test_codec_escape_shows_invalid_bytes_and_other_surrogates() -> None:
     assert codec.escape(BAD_GARBAGE.decode("utf-8", "surrogateescape")) == "\\xff\\xfe\x00garbage"
     assert codec.escape("a\ud800b") == "a\\ud800b"
     assert not codec.is_utf8("a\udcffb") and codec.is_utf8("é")
+
+
+def test_a_push_names_the_argument_json_cant_carry(configured: object) -> None:
+    import demo_jobs
+
+    deep: list[Any] = []
+    for _ in range(300):
+        deep = [deep]
+    with pytest.raises(TypeError, match=r"args\[0\]: a string with a lone surrogate"):
+        demo_jobs.record.perform_async("caf\udce9")
+    with pytest.raises(TypeError, match=r"kwargs\['tag'\]\[0\]+.*nested more than 252 levels"):
+        demo_jobs.record.perform_async(tag=deep)
