@@ -1,8 +1,11 @@
 """systemd's notify protocol, spoken by the supervisor (DESIGN §6).
 
-Our own sender rather than the sdnotify package: the protocol is one datagram of `KEY=value` lines to
-the AF_UNIX socket named by `NOTIFY_SOCKET`, and what we need around it is policy the package doesn't
-have: sends never block or raise into the event loop, and failures are logged instead of dropped.
+The sdnotify package is the transport: it connects a datagram socket to the address in
+`NOTIFY_SOCKET` (a path, or `@name` in the abstract namespace) and sends one message per datagram.
+What sdnotify doesn't do is the policy, which is ours: a send never blocks the event loop (the socket
+is non-blocking: a full queue drops the message) and never raises into it; each kind of failure is
+logged once, and its end once; a broken connection is made again at the next send. Children never
+inherit `NOTIFY_SOCKET` or `WATCHDOG_*` (`scrub_child_env`).
 
 Outside systemd (`NOTIFY_SOCKET` unset) every method is a no-op returning False, so the daemon runs the
 same way from a terminal, a container or a test.
@@ -13,11 +16,11 @@ from __future__ import annotations
 import errno
 import math
 import os
-import socket
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import MutableMapping
 from typing import Final
 
+import sdnotify
 import structlog
 
 log = structlog.get_logger("cogworker.notify")
@@ -40,30 +43,25 @@ def _one_line(text: str) -> str:
     return " ".join(part.strip() for part in text.replace("\0", " ").splitlines() if part.strip())
 
 
-def _address(value: str) -> str | None:
-    if value.startswith("/"):
-        return value
-    if value.startswith("@") and len(value) > 1:
-        # Linux abstract namespace: systemd writes a leading '@' for the NUL byte Python expects.
-        return "\0" + value[1:]
-    return None
+def _usable(value: str) -> bool:
+    # A path, or Linux's abstract namespace ('@' stands for the leading NUL; sdnotify converts it).
+    return value.startswith("/") or (value.startswith("@") and len(value) > 1)
 
 
 class Notifier:
-    """Sends notify messages to systemd over one reusable, non-blocking datagram socket.
+    """Sends notify messages to systemd through one reusable, non-blocking sdnotify connection.
 
-    Built once by the supervisor from its own environment, before that environment is scrubbed for
-    children. Not thread-safe, by design: only the supervisor's single event loop thread uses it.
+    Reads `NOTIFY_SOCKET` and `WATCHDOG_*` from the environment when built. sdnotify reads
+    `NOTIFY_SOCKET` itself whenever it connects, so the supervisor keeps it in its own environment
+    (only its children's are scrubbed). Not thread-safe, by design: only the supervisor's single
+    event loop thread uses it.
     """
 
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        env = os.environ if environ is None else environ
-        # Read everything now: the supervisor scrubs os.environ for its children afterwards.
-        self._raw_address = env.get("NOTIFY_SOCKET", "")
-        self._address = _address(self._raw_address) if self._raw_address else None
-        self._watchdog_usec = env.get("WATCHDOG_USEC", "")
-        self._watchdog_pid = env.get("WATCHDOG_PID", "")
-        self._sock: socket.socket | None = None
+    def __init__(self) -> None:
+        self._raw_address = os.environ.get("NOTIFY_SOCKET", "")
+        self._watchdog_usec = os.environ.get("WATCHDOG_USEC", "")
+        self._watchdog_pid = os.environ.get("WATCHDOG_PID", "")
+        self._transport: sdnotify.SystemdNotifier | None = None
         # errnos already logged since the last successful send: a dead socket would otherwise log
         # on every watchdog tick, burying the one line that says what went wrong.
         self._logged_errnos: set[int] = set()
@@ -134,17 +132,19 @@ class Notifier:
         """Send one raw message (`KEY=value` lines). True when the datagram was handed to the kernel."""
         if not self._raw_address:
             return False
-        if self._address is None:
+        if not _usable(self._raw_address):
             self._log_failure(errno.EAFNOSUPPORT, "NOTIFY_SOCKET is neither a path nor an @abstract name")
             return False
         try:
-            if self._sock is None:
-                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                # Never wait on systemd: if its queue is full, the loop must go on reaping and
-                # relaying signals. A dropped WATCHDOG=1 is then what the watchdog should see.
-                self._sock.setblocking(False)
-            self._sock.sendto(message.encode("utf-8"), self._address)
+            transport = self._transport or self._connect()
+            # sdnotify encodes text as Latin-1; decoding our UTF-8 bytes as Latin-1 first makes it
+            # send exactly those bytes (systemd reads UTF-8), whatever a STATUS= text contains.
+            transport.notify(message.encode("utf-8").decode("latin-1"))
         except OSError as exc:
+            if exc.errno != errno.EAGAIN:
+                # Refused or gone: the next send connects afresh. A full queue (EAGAIN) is systemd
+                # being busy, not a broken connection.
+                self.close()
             self._log_failure(exc.errno or 0, exc.strerror or str(exc))
             return False
         if self._logged_errnos:
@@ -153,10 +153,21 @@ class Notifier:
         return True
 
     def close(self) -> None:
-        """Close the socket (e.g. in a forked child, which must not talk to systemd)."""
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        """Close the connection; the next send opens a new one."""
+        if self._transport is not None:
+            self._transport.socket.close()
+            self._transport = None
+
+    def _connect(self) -> sdnotify.SystemdNotifier:
+        if os.environ.get("NOTIFY_SOCKET") != self._raw_address:
+            raise OSError(errno.EDESTADDRREQ, "NOTIFY_SOCKET was changed or removed from our environment")
+        # debug=True: sdnotify raises instead of swallowing errors, so they reach our policy above.
+        transport = sdnotify.SystemdNotifier(debug=True)
+        # Never wait on systemd: if its queue is full, the loop must go on reaping and relaying
+        # signals. A dropped WATCHDOG=1 is then what the watchdog should see.
+        transport.socket.setblocking(False)
+        self._transport = transport
+        return transport
 
     def _send_fields(self, first: str | None, status: str | None) -> bool:
         fields = [first] if first else []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import re
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sdnotify
 from structlog.testing import capture_logs
 
 from supervisor.notify import CHILD_ENV_SCRUB, Notifier, scrub_child_env
@@ -59,9 +62,19 @@ def listener(request: pytest.FixtureRequest, short_dir: Path) -> Iterator[Listen
         made.sock.close()
 
 
+def notifier_for(monkeypatch: pytest.MonkeyPatch, notify_socket: str, **env: str) -> Notifier:
+    """A Notifier built as the supervisor builds it: from its environment (set here)."""
+    for name in CHILD_ENV_SCRUB:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NOTIFY_SOCKET", notify_socket)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return Notifier()
+
+
 @pytest.fixture
-def notifier(listener: Listener) -> Iterator[Notifier]:
-    made = Notifier({"NOTIFY_SOCKET": listener.notify_socket})
+def notifier(listener: Listener, monkeypatch: pytest.MonkeyPatch) -> Iterator[Notifier]:
+    made = notifier_for(monkeypatch, listener.notify_socket)
     try:
         yield made
     finally:
@@ -106,27 +119,30 @@ def test_reloading_carries_a_plausible_monotonic_usec(listener: Listener, notifi
 
 def test_one_socket_is_reused_and_reopened_after_close(listener: Listener, notifier: Notifier) -> None:
     notifier.watchdog()
-    first = notifier._sock
+    first = notifier._transport
+    assert isinstance(first, sdnotify.SystemdNotifier)  # sdnotify is the transport
     notifier.watchdog()
-    assert notifier._sock is first
+    assert notifier._transport is first
     notifier.close()
-    assert notifier._sock is None
+    assert notifier._transport is None
     assert notifier.watchdog() is True
     assert [listener.recv() for _ in range(3)] == [b"WATCHDOG=1"] * 3
 
 
 def test_settings_are_read_at_construction(listener: Listener, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The supervisor builds its notifier, then scrubs os.environ for the children it forks.
-    monkeypatch.setenv("NOTIFY_SOCKET", listener.notify_socket)
-    monkeypatch.setenv("WATCHDOG_USEC", "4000000")
-    monkeypatch.delenv("WATCHDOG_PID", raising=False)
-    made = Notifier()
-    scrub_child_env(os.environ)
-    assert "NOTIFY_SOCKET" not in os.environ
+    made = notifier_for(monkeypatch, listener.notify_socket, WATCHDOG_USEC="4000000")
     assert made.ready() is True
     assert listener.recv() == b"READY=1"
+    # A connection made keeps working after the variables are gone; a new one can't be made (sdnotify
+    # reads NOTIFY_SOCKET when it connects), and that is logged rather than sent somewhere else.
+    scrub_child_env(os.environ)
     assert made.watchdog_interval_s() == 2.0
+    assert made.watchdog() is True
+    assert listener.recv() == b"WATCHDOG=1"
     made.close()
+    with capture_logs() as logs:
+        assert made.watchdog() is False
+    assert _failures(logs) == ["EDESTADDRREQ"]
 
 
 def test_without_notify_socket_everything_is_a_quiet_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -150,7 +166,7 @@ def test_without_notify_socket_everything_is_a_quiet_no_op(monkeypatch: pytest.M
         assert made.watchdog_interval_s() is None
         made.close()
     assert results == [False] * len(results)
-    assert made._sock is None
+    assert made._transport is None
     assert logs == []
 
 
@@ -158,9 +174,11 @@ def _failures(logs: Sequence[Mapping[str, Any]]) -> list[object]:
     return [entry["errno"] for entry in logs if entry["log_level"] == "error"]
 
 
-def test_a_missing_socket_returns_false_and_logs_once_per_errno(short_dir: Path) -> None:
+def test_a_missing_socket_returns_false_and_logs_once_per_errno(
+    short_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = short_dir / "gone"
-    made = Notifier({"NOTIFY_SOCKET": str(path)})
+    made = notifier_for(monkeypatch, str(path))
     with capture_logs() as logs:
         assert made.watchdog() is False
         assert made.status("x") is False
@@ -184,25 +202,31 @@ def test_a_missing_socket_returns_false_and_logs_once_per_errno(short_dir: Path)
         assert made.watchdog() is True
         assert live.recv() == b"WATCHDOG=1"
         assert [e["event"] for e in logs if e["log_level"] == "info"] == ["systemd notify works again"]
+        # The listener goes away: the connection is refused, then a new one finds no socket.
         live.sock.close()
         path.unlink()
         assert made.watchdog() is False
-        assert _failures(logs) == ["ENOENT", "ECONNREFUSED", "ENOENT"]
+        assert made.watchdog() is False
+        assert _failures(logs) == ["ENOENT", "ECONNREFUSED", "ECONNREFUSED", "ENOENT"]
     made.close()
 
 
-def test_an_unusable_address_is_logged_not_raised() -> None:
-    made = Notifier({"NOTIFY_SOCKET": "relative/notify"})
+@pytest.mark.parametrize("address", ["relative/notify", "@"])
+def test_an_unusable_address_is_logged_not_raised(address: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = notifier_for(monkeypatch, address)
     with capture_logs() as logs:
         assert made.ready() is False
         assert made.watchdog() is False
     assert _failures(logs) == ["EAFNOSUPPORT"]
 
 
-def test_a_full_queue_fails_the_send_instead_of_blocking(short_dir: Path) -> None:
+@pytest.mark.parametrize("kind", ["path", "abstract"])
+def test_a_full_queue_fails_the_send_instead_of_blocking(
+    kind: str, short_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Nobody reads the listener: sends must fail with EAGAIN rather than stall the event loop.
-    listener = _path_listener(short_dir)
-    made = Notifier({"NOTIFY_SOCKET": listener.notify_socket})
+    listener = _path_listener(short_dir) if kind == "path" else _abstract_listener()
+    made = notifier_for(monkeypatch, listener.notify_socket)
     with capture_logs() as logs:
         results = [made.watchdog() for _ in range(5000)]
     assert results[0] is True
@@ -233,11 +257,10 @@ def test_extend_timeout_rejects_a_non_number(listener: Listener, notifier: Notif
     ],
 )
 def test_watchdog_interval_is_half_of_watchdog_usec_for_its_own_pid(
-    env: dict[str, str], expected: float | None
+    env: dict[str, str], expected: float | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     environ = {key: str(os.getpid()) if value == "<self>" else value for key, value in env.items()}
-    environ["NOTIFY_SOCKET"] = "@unused"
-    assert Notifier(environ).watchdog_interval_s() == expected
+    assert notifier_for(monkeypatch, "@unused", **environ).watchdog_interval_s() == expected
 
 
 def test_scrub_child_env_removes_only_the_notify_variables(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -259,3 +282,42 @@ def test_scrub_child_env_removes_only_the_notify_variables(monkeypatch: pytest.M
     scrub_child_env(os.environ)
     assert "NOTIFY_SOCKET" not in os.environ
     assert "WATCHDOG_PID" not in os.environ
+
+
+def test_an_abstract_socket_that_appears_later_is_connected_then(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `@name` is Linux's abstract namespace: nothing on disk, and nobody bound to it yet.
+    name = f"cogworker-test-{uuid.uuid4().hex}"
+    made = notifier_for(monkeypatch, "@" + name)
+    with capture_logs() as logs:
+        assert made.ready() is False
+        assert made.watchdog() is False
+        assert _failures(logs) == ["ECONNREFUSED"]
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind("\0" + name)
+        listener = Listener(sock, "@" + name)
+        try:
+            assert made.ready(status="caf\u00e9") is True
+            assert listener.recv() == "READY=1\nSTATUS=caf\u00e9".encode()
+        finally:
+            sock.close()
+            made.close()
+    assert [e["event"] for e in logs if e["log_level"] == "info"] == ["systemd notify works again"]
+
+
+def test_the_transport_imports_nothing_heavy() -> None:
+    # The supervisor stays small (RSS <= 30 MB): importing notify must not pull in a Redis client,
+    # pydantic or anything of the sort; sdnotify itself uses only the standard library.
+    code = (
+        "import sys; before = set(sys.modules); import supervisor.notify; "
+        "print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    )
+    loaded = set(result.stdout.split())
+    assert "sdnotify" in loaded
+    assert not {
+        m
+        for m in loaded
+        if m.split(".")[0] in {"redis", "pydantic", "pydantic_settings", "prometheus_client", "psutil"}
+    }

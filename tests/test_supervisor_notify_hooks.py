@@ -10,7 +10,7 @@ import pytest
 
 from supervisor.hooks import SwarmView
 from supervisor.integrations import AllHooks, NotifyHooks
-from supervisor.notify import Notifier
+from supervisor.notify import CHILD_ENV_SCRUB, Notifier
 
 
 class Clock:
@@ -21,11 +21,20 @@ class Clock:
         return self.now
 
 
+@pytest.fixture(autouse=True)
+def no_systemd(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The notifier reads its environment: start each test from none of systemd's variables."""
+    for name in CHILD_ENV_SCRUB:
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
-def listener(tmp_path: Path) -> Iterator[socket.socket]:
+def listener(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[socket.socket]:
+    """systemd's end of the socket, named by NOTIFY_SOCKET for the notifiers the test builds."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(tmp_path / "notify"))
     sock.setblocking(False)
+    monkeypatch.setenv("NOTIFY_SOCKET", sock.getsockname())
     try:
         yield sock
     finally:
@@ -60,13 +69,16 @@ def view(**changes: object) -> SwarmView:
     return SwarmView(**base)  # type: ignore[arg-type]
 
 
-def hooks_for(listener: socket.socket, clock: Clock, **env: str) -> NotifyHooks:
-    notifier = Notifier({"NOTIFY_SOCKET": listener.getsockname(), **env})
-    return NotifyHooks(notifier, clock=clock)
+def hooks_for(monkeypatch: pytest.MonkeyPatch, clock: Clock, **env: str) -> NotifyHooks:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return NotifyHooks(Notifier(), clock=clock)
 
 
-def test_ready_only_when_every_slot_is_ready(listener: socket.socket) -> None:
-    hooks = hooks_for(listener, Clock())
+def test_ready_only_when_every_slot_is_ready(
+    listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hooks = hooks_for(monkeypatch, Clock())
     hooks.state_changed(view(ready=0))
     hooks.state_changed(view(ready=1))
     hooks.state_changed(view(ready=2))
@@ -78,8 +90,10 @@ def test_ready_only_when_every_slot_is_ready(listener: socket.socket) -> None:
     assert messages[3].startswith("STATUS=running: 2/2 ready, 2/20 busy")
 
 
-def test_reloading_then_ready_around_a_restart(listener: socket.socket) -> None:
-    hooks = hooks_for(listener, Clock())
+def test_reloading_then_ready_around_a_restart(
+    listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hooks = hooks_for(monkeypatch, Clock())
     hooks.state_changed(view())
     received(listener)
     hooks.restart_began(True)
@@ -93,11 +107,13 @@ def test_reloading_then_ready_around_a_restart(listener: socket.socket) -> None:
     assert ready == "READY=1"
 
 
-def test_ready_during_a_restart_waits_for_its_end(listener: socket.socket) -> None:
+def test_ready_during_a_restart_waits_for_its_end(
+    listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # While a restart's new fork server loads the code, every old child is still ready: the views
     # say "all ready", but READY=1 belongs to the restart's end. A fresh notifier (nothing sent yet)
     # is the hardest case: it has no READY=1 of its own to remember.
-    hooks = hooks_for(listener, Clock())
+    hooks = hooks_for(monkeypatch, Clock())
     hooks.restart_began(True)
     hooks.state_changed(view(restarting=True))
     hooks.state_changed(view(restarting=True, busy=2))
@@ -112,9 +128,11 @@ def test_ready_during_a_restart_waits_for_its_end(listener: socket.socket) -> No
     assert len(messages) == 5
 
 
-def test_stopping_extends_the_timeout_while_draining(listener: socket.socket) -> None:
+def test_stopping_extends_the_timeout_while_draining(
+    listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clock = Clock()
-    hooks = hooks_for(listener, clock)
+    hooks = hooks_for(monkeypatch, clock)
     hooks.stop_began(35.0)
     assert received(listener) == ["STOPPING=1", "EXTEND_TIMEOUT_USEC=45000000"]
     hooks.tick(view(stopping=True, stop_deadline_in_s=34.0))
@@ -124,9 +142,11 @@ def test_stopping_extends_the_timeout_while_draining(listener: socket.socket) ->
     assert received(listener) == ["EXTEND_TIMEOUT_USEC=41500000"]
 
 
-def test_watchdog_from_the_loop_at_half_the_interval(listener: socket.socket) -> None:
+def test_watchdog_from_the_loop_at_half_the_interval(
+    listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clock = Clock()
-    hooks = hooks_for(listener, clock, WATCHDOG_USEC="4000000")
+    hooks = hooks_for(monkeypatch, clock, WATCHDOG_USEC="4000000")
     assert hooks.wakeup_in() == 0.0
     hooks.tick(view())
     assert received(listener) == ["WATCHDOG=1"]
@@ -139,15 +159,17 @@ def test_watchdog_from_the_loop_at_half_the_interval(listener: socket.socket) ->
     assert received(listener) == ["WATCHDOG=1"]
 
 
-def test_watchdog_for_another_pid_is_not_ours(listener: socket.socket) -> None:
-    hooks = hooks_for(listener, Clock(), WATCHDOG_USEC="4000000", WATCHDOG_PID="1")
+def test_watchdog_for_another_pid_is_not_ours(
+    listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hooks = hooks_for(monkeypatch, Clock(), WATCHDOG_USEC="4000000", WATCHDOG_PID="1")
     assert hooks.wakeup_in() is None
     hooks.tick(view())
     assert received(listener) == []
 
 
 def test_without_notify_socket_nothing_is_sent_and_nothing_fails() -> None:
-    hooks = NotifyHooks(Notifier({}), clock=Clock())
+    hooks = NotifyHooks(Notifier(), clock=Clock())
     hooks.state_changed(view())
     hooks.restart_began(True)
     hooks.restart_ended(True)
@@ -156,11 +178,13 @@ def test_without_notify_socket_nothing_is_sent_and_nothing_fails() -> None:
     assert hooks.wakeup_in() is None
 
 
-def test_one_failing_hook_does_not_stop_the_others(listener: socket.socket) -> None:
+def test_one_failing_hook_does_not_stop_the_others(
+    listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
     class Broken(NotifyHooks):
         def state_changed(self, view: SwarmView) -> None:
             raise RuntimeError("broken hook")
 
-    both = AllHooks([Broken(Notifier({}), clock=Clock()), hooks_for(listener, Clock())])
+    both = AllHooks([Broken(Notifier(), clock=Clock()), hooks_for(monkeypatch, Clock())])
     both.state_changed(view())
     assert received(listener)[0].startswith("READY=1")
