@@ -1,0 +1,38 @@
+"""The supervisor stays lean (DESIGN §5: RSS <= 30 MB): measured on a real swarm, systemd notify on."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import redis
+
+from cogworker import exitcodes
+from tests.redis_server import RedisServer, wait_until
+from tests.test_swarm_harness import SwarmRunner, swarm_runner
+
+pytestmark = pytest.mark.slow
+
+MAX_SUPERVISOR_RSS_MB = 30
+
+
+@pytest.fixture
+def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
+    yield from swarm_runner(redis_server.url, tmp_path)
+
+
+def test_the_supervisor_with_notify_on_stays_under_its_rss_budget(swarms: SwarmRunner) -> None:
+    # An abstract NOTIFY_SOCKET, so the sdnotify transport is loaded and used as under systemd.
+    name = f"cogworker-test-{uuid.uuid4().hex}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind("\0" + name)
+        swarm = swarms.start(NOTIFY_SOCKET="@" + name)
+        listener.settimeout(5)
+        wait_until(lambda: b"READY=1" in listener.recv(4096), message="READY=1 over the abstract socket")
+        rss_mb = psutil.Process(swarm.pid).memory_info().rss / 2**20
+        assert rss_mb <= MAX_SUPERVISOR_RSS_MB, f"supervisor RSS {rss_mb:.1f} MB"
+        assert swarm.stop() == exitcodes.OK
