@@ -25,7 +25,9 @@ class Reporter:
     def send(self, event: str, **fields: Any) -> None:
         if self._fd is None:
             return
-        line = (codec.dumps({"event": event, **fields}) + "\n").encode()
+        # Lenient: a field JSON can't hold as it is (a boot error quoting a path that isn't UTF-8)
+        # is sent escaped rather than raising in the middle of a boot or a stop.
+        line = (codec.dumps_lenient({"event": event, **fields})[0] + "\n").encode()
         try:
             os.write(self._fd, line)
         except OSError as exc:

@@ -215,3 +215,16 @@ def test_a_push_names_the_argument_json_cant_carry(configured: object) -> None:
         demo_jobs.record.perform_async("caf\udce9")
     with pytest.raises(TypeError, match=r"kwargs\['tag'\]\[0\]+.*nested more than 252 levels"):
         demo_jobs.record.perform_async(tag=deep)
+
+
+def test_a_status_message_with_a_lone_surrogate_is_sent_escaped() -> None:
+    from cogworker.report import Reporter
+
+    read_end, write_end = os.pipe()
+    try:
+        Reporter(write_end).send("boot_error", error="can't import /srv/caf\udce9/app.py")
+        line = os.read(read_end, 1000)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert json.loads(line) == {"event": "boot_error", "error": "can't import /srv/caf\\xe9/app.py"}
