@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, overload
 
+from cogworker.names import QUEUE_NAME_RULE, is_queue_name
+
 DEFAULT_QUEUE = "default"
 DEFAULT_RETRIES = 25
 
@@ -37,8 +39,9 @@ def _check_options(options: dict[str, Any]) -> None:
     if unknown:
         raise TypeError(f"unknown job option(s): {', '.join(sorted(unknown))}")
     queue = options.get("queue")
-    if queue is not None and (not isinstance(queue, str) or not queue or any(c.isspace() for c in queue)):
-        raise TypeError(f"queue must be a non-empty name without spaces, not {queue!r}")
+    if queue is not None and not is_queue_name(queue):
+        # The rule COGWORKER_QUEUES is parsed by: a job pushed here must be readable by some worker.
+        raise TypeError(f"queue must be {QUEUE_NAME_RULE}, not {queue!r}")
     retry = options.get("retry")
     if retry is not None and not isinstance(retry, bool) and (not isinstance(retry, int) or retry < 0):
         raise TypeError(f"retry must be True, False or a number of retries >= 0, not {retry!r}")

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import ValidationError, field_validator
+from pydantic import ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cogworker import exitcodes
+from cogworker.names import QUEUE_NAME_RULE, is_queue_name
 from cogworker.redact import safe_url
 
 _SCHEMES = ("redis", "rediss", "unix")
@@ -53,8 +54,8 @@ def parse_queues(text: str) -> QueueSpec:
     for part in parts:
         name, _, weight = part.partition(":")
         name = name.strip()
-        if not name or any(c.isspace() for c in name):
-            raise ValueError(f"{part!r} is not a queue name")
+        if not is_queue_name(name):
+            raise ValueError(f"{part!r} is not a queue name ({QUEUE_NAME_RULE})")
         if name in names:
             raise ValueError(f"queue {name!r} is listed twice")
         names.append(name)
@@ -74,6 +75,8 @@ class Settings(BaseSettings):
         # pydantic's own message quotes the input: the Redis URL's password, for a Settings() built
         # directly. load_settings reports the (redacted) value itself.
         hide_input_in_errors=True,
+        # "nan" and "inf" parse as floats: TIMEOUT_S=nan meant no drain at all.
+        allow_inf_nan=False,
     )
 
     redis_url: str = "redis://localhost:6379/0"
@@ -165,44 +168,46 @@ class Settings(BaseSettings):
             raise ValueError("must be 1 or more (MB), or unset")
         return value
 
-    @field_validator(
-        "respawn_base_delay_s",
-        "respawn_max_delay_s",
-        "healthy_uptime_s",
-        "restart_ready_timeout_s",
-        "boot_timeout_s",
-        "memory_check_interval_s",
-    )
+    @field_validator("metrics_port")
     @classmethod
-    def _positive_swarm_seconds(cls, value: float) -> float:
-        if value <= 0:
-            raise ValueError("must be a number of seconds above 0")
+    def _port(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= 65535:
+            raise ValueError("must be a TCP port (1 to 65535), or unset")
         return value
 
-    @field_validator(
-        "redis_timeout_s",
-        "timeout_s",
-        "graceful_stop_timeout_s",
-        "orphan_threshold_s",
-        "heartbeat_interval_s",
-        "presence_ttl_s",
-        "poll_interval_s",
-        "orphan_check_interval_s",
-        "key_guard_interval_s",
-        "fetch_idle_max_s",
-        "liveness_timeout_s",
-        "status_ttl_s",
-        "unique_ttl_s",
-        "quarantine_ttl_s",
-        "dead_timeout_s",
-        "periodic_check_interval_s",
-        "periodic_grace_s",
-    )
+    @field_validator("*")
     @classmethod
-    def _positive_seconds(cls, value: float) -> float:
-        if value <= 0:
-            raise ValueError("must be a number of seconds above 0")
+    def _seconds(cls, value: object, info: ValidationInfo) -> object:
+        """Every float setting is a number of seconds: above 0 and at most ten years (a larger wait
+        overflows thread timeouts and Redis expiries). nan and inf are refused by `allow_inf_nan`."""
+        if isinstance(value, float) and not 0 < value <= MAX_SECONDS:
+            raise ValueError(f"must be a number of seconds above 0 and at most {MAX_SECONDS:.0f} (ten years)")
+        if info.field_name in WHOLE_SECONDS and isinstance(value, float) and not value.is_integer():
+            raise ValueError("must be a whole number of seconds (Redis expires keys in whole seconds)")
         return value
+
+    @model_validator(mode="after")
+    def _agree(self) -> Settings:
+        """Settings that only make sense in order; the message names both variables."""
+        for smaller, larger, why in MUST_BE_ABOVE:
+            if not getattr(self, larger) > getattr(self, smaller):
+                raise ValueError(self._order_error(larger, "above", smaller, why))
+        if self.respawn_base_delay_s > self.respawn_max_delay_s:
+            raise ValueError(
+                self._order_error(
+                    "respawn_max_delay_s",
+                    "at least",
+                    "respawn_base_delay_s",
+                    "the delays grow from one to the other",
+                )
+            )
+        return self
+
+    def _order_error(self, larger: str, relation: str, smaller: str, why: str) -> str:
+        return (
+            f"COGWORKER_{larger.upper()}={getattr(self, larger):g} must be {relation} "
+            f"COGWORKER_{smaller.upper()}={getattr(self, smaller):g}: {why}"
+        )
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         """The repr (and str) show the Redis URL without its password."""
@@ -218,6 +223,24 @@ class Settings(BaseSettings):
         return tuple(m.strip() for m in self.require.split(",") if m.strip())
 
 
+MAX_SECONDS = 10 * 365 * 24 * 3600.0
+# Given to Redis as EXPIRE/SET EX seconds, which int() would truncate (0.4 became EXPIRE 0).
+WHOLE_SECONDS = frozenset({"presence_ttl_s", "quarantine_ttl_s"})
+# (smaller, larger, why the larger must be above the smaller).
+MUST_BE_ABOVE = (
+    (
+        "heartbeat_interval_s",
+        "presence_ttl_s",
+        "a live process's presence would expire between its heartbeats",
+    ),
+    (
+        "presence_ttl_s",
+        "orphan_threshold_s",
+        "a process's jobs would count as orphaned while its presence may still be alive",
+    ),
+)
+
+
 class ConfigError(Exception):
     """A setting that cannot be used; the message is the one line shown to the operator."""
 
@@ -225,7 +248,10 @@ class ConfigError(Exception):
 def _describe(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
-        field = str(item["loc"][0]) if item["loc"] else "?"
+        if not item["loc"]:  # a check across settings: its message names the variables
+            lines.append(item["msg"].removeprefix("Value error, "))
+            continue
+        field = str(item["loc"][0])
         variable = f"COGWORKER_{field.upper()}"
         value = item.get("input")
         if field == "redis_url":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import time
 from typing import Any
 
@@ -12,6 +13,7 @@ import redis
 
 import cogworker
 from cogworker import job, middleware
+from tests.cli_runner import CLI, cli_fixture  # noqa: F401
 
 
 @job(queue="mailers", retry=5)
@@ -187,3 +189,56 @@ def test_a_job_in_a_module_run_with_dash_m_keeps_its_importable_name(
     )
     assert as_script.returncode != 0
     assert "defined in a script run as __main__" in as_script.stderr
+
+
+BAD_QUEUE_NAMES = [
+    "a:b",
+    "a,b",
+    "has space",
+    "tab\there",
+    "",
+    "nl\n",
+    "nul\x00",
+    "esc\x1b[31m",
+    "nbsp\u00a0x",
+]
+GOOD_QUEUE_NAMES = ["mailers", "a-b.c/d", "ünïcode", "q*", "UPPER_1"]
+
+
+@pytest.mark.parametrize("name", BAD_QUEUE_NAMES)
+def test_a_queue_no_worker_could_read_is_refused_at_every_push(
+    r: redis.Redis, configured: object, name: str
+) -> None:
+    from cogworker.settings import ConfigError, load_settings
+
+    shown = repr(name)
+    with pytest.raises(TypeError) as err:
+        job(queue=name)(plain.func)
+    assert shown in str(err.value)
+    with pytest.raises(TypeError, match=re.escape(shown)):
+        plain.set(queue=name)
+    with pytest.raises(TypeError, match=re.escape(shown)):
+        send_email.set(retry=1).set(queue=name)
+    with pytest.raises(TypeError, match=re.escape(shown)):
+        cogworker.push_bulk(plain, [(1,)], queue=name)
+    assert r.dbsize() == 0
+    # COGWORKER_QUEUES splits on , and : and strips whitespace around a name; the rest is refused.
+    if name == name.strip() and name and "," not in name and ":" not in name:
+        with pytest.raises(ConfigError, match="not a queue name"):
+            load_settings(queues=name)
+
+
+@pytest.mark.parametrize("name", GOOD_QUEUE_NAMES)
+def test_a_queue_a_push_accepts_can_be_configured(r: redis.Redis, configured: object, name: str) -> None:
+    from cogworker.settings import load_settings
+
+    cogworker.push_bulk(plain, [(1,)], queue=name)
+    plain.set(queue=name).perform_async(2)
+    assert len(queue(r, name)) == 2
+    assert load_settings(queues=f"{name}:2,other:1").queue_spec.names == (name, "other")
+
+
+def test_cogworker_enqueue_refuses_a_queue_name_with_a_colon(cli: CLI, r: redis.Redis) -> None:
+    out = cli("enqueue", "demo_jobs.record", '["x"]', "--queue", "a:b")
+    assert out.code == 2 and "'a:b'" in out.err
+    assert r.keys("cogworker:*") == []

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cogworker.settings import ConfigError, load_settings, parse_queues
+from tests.redis_server import RedisServer
 
 
 def test_defaults_match_the_design() -> None:
@@ -117,3 +118,92 @@ def test_an_env_file_is_read_as_systemd_reads_it(tmp_path: Path, monkeypatch: py
     assert (settings.queue_spec.names, settings.concurrency) == (("a", "b"), 3)
     with pytest.raises(ConfigError, match=r"nope\.env"):
         load_env_file(str(tmp_path / "nope.env"))
+
+
+def _fields_of(kind: type) -> list[str]:
+    from cogworker.settings import Settings
+
+    return [name for name, info in Settings.model_fields.items() if info.annotation is kind]
+
+
+def test_every_seconds_setting_is_checked() -> None:
+    assert len(_fields_of(float)) >= 20  # the parametrised tests below really cover something
+
+
+@pytest.mark.parametrize("field", _fields_of(float))
+def test_seconds_must_be_finite_above_zero_and_bounded(monkeypatch: pytest.MonkeyPatch, field: str) -> None:
+    variable = f"COGWORKER_{field.upper()}"
+    for value in ("nan", "NaN", "inf", "-inf", "0", "-1", "1e12"):
+        monkeypatch.setenv(variable, value)
+        with pytest.raises(ConfigError) as err:
+            load_settings()
+        assert str(err.value).startswith(f"{variable}="), value
+        assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("COGWORKER_PRESENCE_TTL_S", "0.4"),  # EXPIRE 0: a presence that never exists
+        ("COGWORKER_PRESENCE_TTL_S", "1.5"),  # EXPIRE 1
+        ("COGWORKER_QUARANTINE_TTL_S", "0.5"),
+        ("COGWORKER_METRICS_PORT", "0"),
+        ("COGWORKER_METRICS_PORT", "70000"),
+        ("COGWORKER_CONCURRENCY", "1.5"),
+        ("COGWORKER_COUNT", "nan"),
+        ("COGWORKER_MAXMEM_MB", "inf"),
+        ("COGWORKER_QUEUES", "a b"),
+        ("COGWORKER_QUEUES", "a\x01b"),
+        ("COGWORKER_QUEUES", "a,,b:x"),
+    ],
+)
+def test_values_an_int_would_truncate_or_ranges_would_break(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert variable in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        (
+            {"heartbeat_interval_s": 5, "presence_ttl_s": 5},
+            ("COGWORKER_PRESENCE_TTL_S", "COGWORKER_HEARTBEAT_INTERVAL_S"),
+        ),
+        (
+            {"heartbeat_interval_s": 2, "presence_ttl_s": 1},
+            ("COGWORKER_PRESENCE_TTL_S", "COGWORKER_HEARTBEAT_INTERVAL_S"),
+        ),
+        ({"orphan_threshold_s": 60}, ("COGWORKER_ORPHAN_THRESHOLD_S", "COGWORKER_PRESENCE_TTL_S")),
+        (
+            {"respawn_base_delay_s": 10, "respawn_max_delay_s": 5},
+            ("COGWORKER_RESPAWN_BASE_DELAY_S", "COGWORKER_RESPAWN_MAX_DELAY_S"),
+        ),
+    ],
+)
+def test_settings_that_must_agree(values: dict[str, float], named: tuple[str, ...]) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(**values)
+    for variable in named:
+        assert variable in str(err.value)
+    assert "\n" not in str(err.value)
+    load_settings(heartbeat_interval_s=0.2, presence_ttl_s=1, orphan_threshold_s=2)  # the tests' quick set
+
+
+@pytest.mark.parametrize(
+    "argv", [["-m", "cogworker", "run"], ["-m", "supervisor.main"]], ids=["run", "swarm"]
+)
+def test_timeout_nan_exits_78_before_anything_starts(argv: list[str], redis_server: RedisServer) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    env.update(COGWORKER_REDIS_URL=redis_server.url, COGWORKER_REQUIRE="demo_jobs", COGWORKER_TIMEOUT_S="nan")
+    env.pop("NOTIFY_SOCKET", None)
+    done = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 78, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "COGWORKER_TIMEOUT_S='nan'" in lines[0], done.stderr
+    client = redis_server.client()
+    assert client.scard("cogworker:processes") == 0  # no worker ever registered
+    client.close()
