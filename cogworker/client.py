@@ -8,8 +8,10 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
+import structlog
+from redis.commands.core import Script
 
-from cogworker import codec, keys, payload
+from cogworker import codec, key_guard, keys, payload, scripts
 from cogworker.middleware import compose_client_chain, run_client_chain
 from cogworker.settings import Settings, load_settings
 
@@ -17,6 +19,8 @@ if TYPE_CHECKING:
     from cogworker.jobs import JobFunction
 
 BULK_BATCH = 1000
+
+_log = structlog.get_logger("cogworker.client")
 
 # Guards only the assignments below. Nothing that runs code outside this module (loading settings,
 # building a client) may run under it: `configure()` takes it, and anything called with it held could
@@ -113,18 +117,37 @@ def push(
 
 
 def _write_one(job: dict[str, Any]) -> str:
+    """Write one job. A key of the wrong type raises key_guard.WrongTypeKey, naming the key, when the
+    job wasn't written; after it was (only the queue registry refused), the push stands."""
     conn = connection()
     at = job.get("at")
     if at is not None and at > time.time():
-        conn.zadd(keys.SCHEDULE, {codec.dumps(job): at})
-    else:
-        job.pop("at", None)
-        job["enqueued_at"] = time.time()
-        pipe = conn.pipeline(transaction=False)
-        pipe.lpush(keys.queue(job["queue"]), codec.dumps(job))
-        pipe.sadd(keys.QUEUES, job["queue"])
-        pipe.publish(keys.WAKE_CHANNEL, job["queue"])
-        pipe.execute()
+        try:
+            conn.zadd(keys.SCHEDULE, {codec.dumps(job): at})
+        except redis.ResponseError as exc:
+            if key_guard.is_wrong_type(exc):
+                raise key_guard.wrong_type_error(conn, keys.SCHEDULE) from exc
+            raise
+        return str(job["jid"])
+    job.pop("at", None)
+    job["enqueued_at"] = time.time()
+    queue_key = keys.queue(job["queue"])
+    pipe = conn.pipeline(transaction=False)
+    pipe.lpush(queue_key, codec.dumps(job))
+    pipe.sadd(keys.QUEUES, job["queue"])
+    pipe.publish(keys.WAKE_CHANNEL, job["queue"])
+    pushed, listed, woken = pipe.execute(raise_on_error=False)
+    if isinstance(pushed, Exception):
+        if key_guard.is_wrong_type(pushed):
+            raise key_guard.wrong_type_error(conn, queue_key) from pushed
+        raise pushed
+    for key, reply in ((keys.QUEUES, listed), (keys.WAKE_CHANNEL, woken)):
+        if isinstance(reply, Exception):
+            # The job is on its queue, so the push stands (raising would have the caller push it
+            # twice); only its queue's listing or the idle fetchers' wake-up is missing.
+            if key_guard.is_wrong_type(reply):
+                key_guard.request(conn, key)
+            _log.error("push_bookkeeping_failed", key=key, jid=job["jid"], error=str(reply))
     return str(job["jid"])
 
 
@@ -142,9 +165,7 @@ def push_bulk(
     """
     from cogworker import testing
 
-    options = dict(fn.options)
-    if queue is not None:
-        options["queue"] = queue
+    options = fn.set(queue=queue).options if queue is not None else dict(fn.options)
     jobs = [build_job(fn, tuple(args), {}, options, at) for args in arg_lists]
     if testing.mode is not None:
         return [run_client_chain(job, testing.record) for job in jobs]
@@ -180,24 +201,43 @@ def _abandon(batch: list[dict[str, Any]]) -> None:
 
 
 def _write_batch(conn: redis.Redis, batch: list[dict[str, Any]]) -> None:
+    """Write a batch in one script (push_batch.lua): every job, or none when a key has the wrong
+    type (then key_guard.WrongTypeKey names it)."""
     if not batch:
         return
     now = time.time()
     by_queue: dict[str, list[str]] = {}
-    scheduled: dict[str, float] = {}
+    scheduled: list[Any] = []
     for job in batch:
         at = job.get("at")
         if at is not None and at > now:
-            scheduled[codec.dumps(job)] = at
+            scheduled += [at, codec.dumps(job)]
         else:
             job.pop("at", None)
             job["enqueued_at"] = now
             by_queue.setdefault(job["queue"], []).append(codec.dumps(job))
-    pipe = conn.pipeline(transaction=False)
+    args: list[Any] = [len(by_queue)]
     for name, raws in by_queue.items():
-        pipe.lpush(keys.queue(name), *raws)
-        pipe.sadd(keys.QUEUES, name)
-        pipe.publish(keys.WAKE_CHANNEL, name)
-    if scheduled:
-        pipe.zadd(keys.SCHEDULE, scheduled)
-    pipe.execute()
+        args += [name, len(raws), *raws]
+    args += [len(scheduled) // 2, *scheduled]
+    reply = _push_batch_script(conn)(
+        keys=[keys.QUEUES, keys.WAKE_CHANNEL, keys.SCHEDULE, *(keys.queue(n) for n in by_queue)],
+        args=args,
+        client=conn,
+    )
+    wrong = key_guard.script_wrong_type(reply)
+    if wrong is not None:
+        raise key_guard.wrong_type_error(conn, wrong)
+
+
+_push_batch: tuple[redis.Redis, Script] | None = None
+
+
+def _push_batch_script(conn: redis.Redis) -> Script:
+    """push_batch.lua registered with the job API's client (redis-py reloads it after NOSCRIPT)."""
+    global _push_batch
+    cached = _push_batch
+    if cached is None or cached[0] is not conn:
+        cached = (conn, conn.register_script(scripts.source("push_batch")))
+        _push_batch = cached
+    return cached[1]

@@ -1,4 +1,10 @@
-"""The heartbeat: this process's presence in Redis, and remote commands read on each beat."""
+"""The heartbeat: this process's presence in Redis, and remote commands read on each beat.
+
+Each beat also rewrites the work hash (`cogworker:work:<identity>`: thread -> the job running on it)
+with a bounded summary of each job -- class, jid, queue, run_at and its arguments cut to
+`SUMMARY_ARGS_CHARS` -- never the whole payload: a 50 MB job written every beat would push 10 MB/s
+into Redis and into every `cogworker status`.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +18,56 @@ from typing import Any
 import psutil
 import structlog
 
-from cogworker import codec, keys
+from cogworker import codec, key_guard, keys
 from cogworker.context import RedisContext
 
 log = structlog.get_logger("cogworker.heartbeat")
 
 REMOTE_COMMANDS = ("quiet", "stop", "resume")
+# Of a running job's arguments, the work hash keeps this many characters of their JSON.
+SUMMARY_ARGS_CHARS = 300
+TRUNCATED = "… (truncated: {size} bytes of arguments)"
+
+
+def _text(raw: Any) -> str:
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8", errors="replace")
+    return raw if isinstance(raw, str) else ""
+
+
+def _bounded_args(job: dict[str, Any]) -> list[Any]:
+    """The job's args when short; else one string: their JSON cut to SUMMARY_ARGS_CHARS characters,
+    with a marker saying how big they were."""
+    args = job.get("args")
+    listed: list[Any] = list(args) if isinstance(args, list) else []
+    try:
+        text = codec.dumps(listed)
+    except TypeError:
+        return ["(arguments can't be shown)"]
+    if len(text) <= SUMMARY_ARGS_CHARS:
+        return listed
+    return [text[:SUMMARY_ARGS_CHARS] + TRUNCATED.format(size=len(text.encode()))]
+
+
+def summarize(item: dict[str, Any]) -> dict[str, Any]:
+    """The work-hash entry for one running job: bounded, whatever the payload's size or form."""
+    payload = item.get("payload")
+    job = codec.loads_dict(payload) if isinstance(payload, str | bytes) and payload else None
+    summary: dict[str, Any] = {"queue": item.get("queue"), "run_at": item.get("run_at")}
+    if job is None:
+        # Escaped: a payload that isn't UTF-8 (read with surrogateescape) can't go into JSON as is.
+        unreadable = codec.escape(_text(payload)[:100])
+        summary.update({"jid": None, "class": None, "args": [], "unreadable": unreadable})
+        return summary
+    jid, name = job.get("jid"), job.get("class")
+    summary.update(
+        {
+            "jid": jid if isinstance(jid, str) else None,
+            "class": name if isinstance(name, str) else None,
+            "args": _bounded_args(job),
+        }
+    )
+    return summary
 
 
 class Heartbeat:
@@ -61,6 +111,9 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_ok: float | None = None
+        # thread -> (the payload object, its summary): a job's payload is decoded once, not per beat.
+        self._summaries: dict[str, tuple[object, str]] = {}
+        self._wrong_type_reported: dict[str, float] = {}
 
     def beat(self) -> None:
         """One beat; raises on a Redis error (the caller reports it)."""
@@ -76,8 +129,7 @@ class Heartbeat:
             len(queues),
             *queues,
         ]
-        for thread, item in self._running():
-            args += [thread, codec.dumps(item)]
+        args += self._work_entries()
         reply = self._scripts.run(
             "heartbeat",
             [
@@ -93,13 +145,39 @@ class Heartbeat:
             client=self._client,
         )
         self.last_ok = time.monotonic()
-        for command in reply[1:]:
+        failed = int(reply[1])
+        if failed:
+            self._report_failed_keys([str(k) for k in reply[2 : 2 + failed]])
+        for command in reply[2 + failed :]:
             command = str(command)
             if command in REMOTE_COMMANDS:
                 log.info("remote_command", command=command)
                 self._on_command(command)
             else:
                 log.warning("unknown_remote_command", command=command)
+
+    def _work_entries(self) -> list[str]:
+        entries: list[str] = []
+        summaries: dict[str, tuple[object, str]] = {}
+        for thread, item in self._running():
+            payload = item.get("payload")
+            cached = self._summaries.get(thread)
+            if cached is None or cached[0] is not payload:
+                cached = (payload, codec.dumps(summarize(item)))
+            summaries[thread] = cached
+            entries += [thread, cached[1]]
+        self._summaries = summaries
+        return entries
+
+    def _report_failed_keys(self, failed: list[str]) -> None:
+        """A beat wrote everything but these keys (wrong type): logged now and then, guard asked."""
+        now = time.monotonic()
+        fresh = [k for k in failed if self._wrong_type_reported.get(k, -60.0) < now - 60.0]
+        if not fresh:
+            return
+        self._wrong_type_reported.update(dict.fromkeys(fresh, now))
+        log.error("heartbeat_write_failed", keys=fresh, note="wrong type? the key guard is asked")
+        key_guard.request(self._client, *fresh)
 
     def beat_guarded(self) -> bool:
         try:

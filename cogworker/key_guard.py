@@ -3,11 +3,19 @@
 A key of the wrong type (someone SET a queue name, a tool wrote a hash where a list belongs) would
 fail every poll that touches it. It is renamed aside under the quarantine prefix, with a TTL, and
 logged, so the work behind it goes on and a human can look at what it held.
+
+Every `key_guard_interval_s` each worker's poller checks the fixed keys, the queues and the
+in-progress lists. Any component that meets a wrong-type key sooner (a script's `{"wrongtype", key}`
+reply, a WRONGTYPE error) asks for a check at once with `request`: the key goes into
+`cogworker:key-guard:requests`, which every poller reads on each poll, so the guard runs within a
+poll interval even when the one who saw it is a client with no poller of its own.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import redis
 import structlog
@@ -16,6 +24,100 @@ from cogworker import keys
 from cogworker.settings import Settings
 
 log = structlog.get_logger("cogworker.key_guard")
+
+WRONG_TYPE_STATUS = "wrongtype"
+# A request nobody takes (no worker running) must not linger for ever.
+REQUEST_TTL_S = 3600
+REQUESTS_PER_POLL = 100
+TYPE_NAMES = {
+    "string": "a string",
+    "list": "a list",
+    "set": "a set",
+    "zset": "a sorted set",
+    "hash": "a hash",
+    "stream": "a stream",
+}
+
+# The poller of this process, if it runs one: a request made here wakes it at once.
+_local_poller: Callable[[], None] | None = None
+
+
+class WrongTypeKey(redis.ResponseError):
+    """A cogworker key holds another type of value than it should; nothing was written to it."""
+
+    def __init__(self, key: str, found: str | None) -> None:
+        self.key = key
+        self.found = found
+        super().__init__(wrong_type_message(key, found))
+
+
+def _a(kind: str | None) -> str:
+    return TYPE_NAMES.get(kind or "", f"a {kind}")
+
+
+def wrong_type_message(key: str, found: str | None) -> str:
+    want = expected_type(key)
+    holds = f"holds {_a(found)}" if found and found != "none" else "holds the wrong type of value"
+    should = f", not {_a(want)}" if want else ""
+    return (
+        f"{key} {holds}{should}, so nothing was written to it. A running worker's key guard moves it "
+        f"aside (to {keys.QUARANTINE_PREFIX}*) within seconds: it has been asked to. With no worker "
+        "running, run `cogworker doctor --fix`. Then try again."
+    )
+
+
+def is_wrong_type(exc: BaseException) -> bool:
+    return isinstance(exc, redis.ResponseError) and (isinstance(exc, WrongTypeKey) or "WRONGTYPE" in str(exc))
+
+
+def script_wrong_type(reply: Any) -> str | None:
+    """The key a script named in a `{"wrongtype", key}` reply; None for any other reply."""
+    if isinstance(reply, list) and len(reply) == 2:
+        status, key = reply
+        if status in (WRONG_TYPE_STATUS, WRONG_TYPE_STATUS.encode()):
+            return key.decode() if isinstance(key, bytes) else str(key)
+    return None
+
+
+def request(client: redis.Redis, *names: str) -> bool:
+    """Ask the key guards to check these keys now (best-effort: on failure the periodic pass still
+    finds the fixed keys). True when the request was recorded."""
+    nudge = _local_poller
+    if nudge is not None:
+        nudge()
+    if not names:
+        return False
+    try:
+        pipe = client.pipeline(transaction=False)
+        pipe.sadd(keys.GUARD_REQUESTS, *names)
+        pipe.expire(keys.GUARD_REQUESTS, REQUEST_TTL_S)
+        pipe.execute()
+    except redis.RedisError as exc:
+        log.warning("key_guard_request_failed", keys=list(names), error=f"{type(exc).__name__}: {exc}")
+        return False
+    return True
+
+
+def wrong_type_error(client: redis.Redis, key: str) -> WrongTypeKey:
+    """The error to raise for `key`, naming what it holds; the key guards are asked to act."""
+    try:
+        found: str | None = str(client.type(key))
+    except redis.RedisError:
+        found = None
+    request(client, key)
+    return WrongTypeKey(key, found)
+
+
+def take_requests(client: redis.Redis) -> list[str]:
+    """Keys asked for since the last take (each request goes to one process). Raises a WRONGTYPE
+    error when the request set itself has the wrong type: the caller then runs a full check."""
+    taken = client.spop(keys.GUARD_REQUESTS, REQUESTS_PER_POLL)
+    return sorted({k.decode() if isinstance(k, bytes) else str(k) for k in taken or []})
+
+
+def set_local_poller(nudge: Callable[[], None] | None) -> None:
+    global _local_poller
+    _local_poller = nudge
 
 
 def expected_type(key: str) -> str | None:
@@ -38,9 +140,13 @@ def keys_to_check(client: redis.Redis, queue_names: tuple[str, ...]) -> list[str
     return checked
 
 
-def check(client: redis.Redis, settings: Settings, queue_names: tuple[str, ...] = ()) -> list[str]:
-    """Quarantine every checked key whose type is wrong; returns the quarantine keys made."""
+def check(
+    client: redis.Redis, settings: Settings, queue_names: tuple[str, ...] = (), extra: Iterable[str] = ()
+) -> list[str]:
+    """Quarantine every checked key whose type is wrong; returns the quarantine keys made. `extra`:
+    keys someone found of the wrong type (only cogworker's own, with a known type, are checked)."""
     candidates = keys_to_check(client, queue_names)
+    candidates += [k for k in dict.fromkeys(extra) if expected_type(k) is not None and k not in candidates]
     pipe = client.pipeline(transaction=False)
     for key in candidates:
         pipe.type(key)

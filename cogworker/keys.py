@@ -24,6 +24,7 @@ LIVE_QUEUES = PREFIX + "live-queues"  # zset: queue -> last time a live process 
 ORPHANINGS_PREFIX = PREFIX + "orphanings:"  # string per jid: times its process died running it
 UNSETTLED = PREFIX + "unsettled"  # list: settles a stopping process could not file itself
 QUARANTINE_PREFIX = PREFIX + "quarantine:"  # anything moved aside for a human, with a TTL
+GUARD_REQUESTS = PREFIX + "key-guard:requests"  # set: keys some component found of the wrong type
 STAT_PROCESSED = PREFIX + "stat:processed"
 STAT_FAILED = PREFIX + "stat:failed"
 UNIQUE_PREFIX = PREFIX + "unique:"  # string per digest: the jid holding the unique claim
@@ -105,6 +106,7 @@ EXPECTED_TYPES: dict[str, str] = {
     STAT_PROCESSED: "string",
     STAT_FAILED: "string",
     PERIODIC_ENTRIES: "hash",
+    GUARD_REQUESTS: "set",
 }
 EXPECTED_PREFIX_TYPES: dict[str, str] = {
     QUEUE_PREFIX: "list",
@@ -117,4 +119,6 @@ EXPECTED_PREFIX_TYPES: dict[str, str] = {
     STATUS_PREFIX: "hash",
     PERIODIC_SLOT_PREFIX: "string",
     PERIODIC_RUNNING_PREFIX: "string",
+    STAT_PROCESSED + ":": "string",  # the per-day counters
+    STAT_FAILED + ":": "string",
 }

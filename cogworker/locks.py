@@ -8,6 +8,7 @@ later, rather than blocking duplicates for the lock's whole TTL.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import redis
 import structlog
 
-from cogworker import codec, keys
+from cogworker import codec, key_guard, keys
 from cogworker.outage import Outages
 from cogworker.scripts import Scripts
 
@@ -37,7 +38,9 @@ def held_locks(job: dict[str, Any]) -> list[tuple[str, str]]:
         return []
     held: list[tuple[str, str]] = []
     if job.get("unique") == UNTIL_EXECUTED:
-        held.append((keys.unique(unique_digest(job)), jid))
+        # Arguments JSON can't write (nested too deep): no client could have pushed it with a claim.
+        with contextlib.suppress(codec.EncodeError):
+            held.append((keys.unique(unique_digest(job)), jid))
     name = job.get("periodic_name")
     if isinstance(name, str) and job.get("periodic_until_executed") is True:
         held.append((keys.periodic_running(name), jid))
@@ -58,12 +61,18 @@ class Locks:
 
     def release(self, key: str, owner: str) -> bool:
         try:
-            self._scripts.run("owned_delete", [key], [owner], client=self._client)
+            reply = self._scripts.run("owned_delete", [key], [owner], client=self._client)
         except Exception as exc:
             self._outages.report("Lock release", exc)
             with self._mutex:
                 self._deferred.add((key, owner))
             return False
+        wrong = key_guard.script_wrong_type(reply)
+        if wrong is not None:
+            # Not a lock any more (something else was written there): nothing of ours to release;
+            # the key guard moves it aside so that pushes can claim it again.
+            log.error("lock_key_has_wrong_type", key=wrong)
+            key_guard.request(self._client, wrong)
         return True
 
     def retry_deferred(self) -> int:

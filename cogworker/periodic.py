@@ -56,7 +56,7 @@ import redis
 import structlog
 from croniter import croniter
 
-from cogworker import client, codec, keys
+from cogworker import client, codec, key_guard, keys
 from cogworker.connection import is_unavailable
 from cogworker.jobs import JobFunction
 from cogworker.middleware import run_client_chain
@@ -366,6 +366,7 @@ class Ticker:
         )
         result = Outcome(str(reply[0]), int(reply[1]), str(reply[2]))
         if result.outcome == "wrongtype":
+            key_guard.request(self._client, result.holder)
             raise RuntimeError(
                 f"{result.holder} has the wrong type for a periodic entry (the key guard moves it)"
             )

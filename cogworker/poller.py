@@ -2,7 +2,9 @@
 guard, and retries of deferred settles and lock releases.
 
 A failed poll is reported (once per outage) and tried again next interval: the thread never dies.
-The interval is randomised so that N processes don't poll in lockstep.
+The interval is randomised so that N processes don't poll in lockstep. A wrong-type key met by any
+component (here, by this process's fetcher, or by any client through `key_guard.request`) runs the
+key guard at once rather than at its next `key_guard_interval_s` pass.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import redis
 import structlog
 
 from cogworker import codec, key_guard, keys, retry
@@ -23,6 +26,9 @@ log = structlog.get_logger("cogworker.poller")
 
 BATCH = 100
 SETS = (keys.SCHEDULE, keys.RETRY)
+# However often the guard is asked for, it runs at most this often (a key it can't move aside, an
+# ACL refusing RENAME, must not turn the poller into a busy loop).
+KEY_GUARD_MIN_GAP_S = 1.0
 
 
 class Poller:
@@ -45,21 +51,28 @@ class Poller:
         self._scan_pending = scan_at_boot
         self._next_orphan_check = 0.0
         self._next_key_check = 0.0
+        self._last_key_check = -KEY_GUARD_MIN_GAP_S
+        self._keys_asked = False
+        self._nudge = threading.Event()
         self._extra_tasks = extra_tasks or []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._rng = random.Random()
 
     def start(self) -> None:
+        key_guard.set_local_poller(self.check_keys_soon)
         self._thread = threading.Thread(target=self._loop, name="poller", daemon=True)
         self._thread.start()
 
     def check_keys_soon(self) -> None:
-        """A fetch met a wrong-type key: run the key guard on the next poll, not in minutes."""
-        self._next_key_check = 0.0
+        """Something in this process met a wrong-type key: run the key guard now, not in minutes."""
+        self._keys_asked = True
+        self._nudge.set()
 
     def stop(self) -> None:
+        key_guard.set_local_poller(None)
         self._stop.set()
+        self._nudge.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -67,8 +80,21 @@ class Poller:
         while True:
             self.poll_once()
             interval = self._settings.poll_interval_s * (0.5 + self._rng.random())
-            if self._stop.wait(interval):
+            if self._wait(interval):
                 return
+
+    def _wait(self, seconds: float) -> bool:
+        """Wait until the next poll, running the key guard early when asked; True once stopped."""
+        end = time.monotonic() + seconds
+        while not self._stop.is_set():
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            if self._nudge.wait(left):
+                self._nudge.clear()
+                if not self._stop.is_set():
+                    self._guarded("Key guard", self._check_keys_if_due)
+        return True
 
     def poll_once(self) -> None:
         self._guarded("Key guard", self._check_keys_if_due)
@@ -90,11 +116,29 @@ class Poller:
 
     def _check_keys_if_due(self) -> object:
         now = time.monotonic()
-        if now < self._next_key_check:
+        if now < self._last_key_check + KEY_GUARD_MIN_GAP_S:
             return "skipped"
-        key_guard.check(self._client, self._settings, self._settings.queue_spec.names)
+        try:
+            requested = key_guard.take_requests(self._client)
+        except redis.ResponseError as exc:
+            if not key_guard.is_wrong_type(exc):
+                raise
+            requested, self._keys_asked = [], True  # the request set itself: the full check moves it
+        if now < self._next_key_check and not (self._keys_asked or requested):
+            return "skipped"
+        self._keys_asked = False
+        self._last_key_check = now
+        key_guard.check(self._client, self._settings, self._settings.queue_spec.names, requested)
         self._next_key_check = now + self._settings.key_guard_interval_s
         return None
+
+    def _guard_now(self, found: list[str]) -> None:
+        """Keys of the wrong type met by this poller: moved aside at once; the entries they stopped
+        stay where they are, for the next poll."""
+        log.error("wrong_type_key_met", keys=found, note="nothing moved; the key guard moves it aside now")
+        self._last_key_check = time.monotonic()
+        key_guard.check(self._client, self._settings, self._settings.queue_spec.names, found)
+        self._next_key_check = self._last_key_check + self._settings.key_guard_interval_s
 
     def _recover_if_due(self) -> object:
         now = time.monotonic()
@@ -119,12 +163,17 @@ class Poller:
                 due = self._client.zrangebyscore(set_key, "-inf", now, start=0, num=BATCH)
                 if not due:
                     break
-                moved += self._graduate(set_key, [str(raw) for raw in due])
+                graduated, wrong = self._graduate(set_key, [str(raw) for raw in due])
+                moved += graduated
+                if wrong:
+                    self._guard_now(wrong)
+                    break  # what is left stays due: the next poll moves it
                 if len(due) < BATCH:
                     break
         return moved
 
-    def _graduate(self, set_key: str, entries: list[str]) -> int:
+    def _graduate(self, set_key: str, entries: list[str]) -> tuple[int, list[str]]:
+        """Returns how many moved, and the keys of the wrong type that stopped others."""
         pipe = self._client.pipeline(transaction=False)
         invalid: list[str] = []
         now = time.time()
@@ -136,24 +185,44 @@ class Poller:
                 continue
             job.pop("at", None)
             job["enqueued_at"] = now
+            try:
+                text = codec.dumps(job)
+            except codec.EncodeError:
+                # JSON orjson reads but won't write (nested past 254 levels): never a job it can
+                # run, and left here it would fail every poll. Dead keeps it, as it was.
+                invalid.append(raw)
+                continue
             self._scripts.run(
                 "graduate",
                 [set_key, keys.queue(queue), keys.QUEUES, keys.WAKE_CHANNEL],
-                [raw, codec.dumps(job), queue],
+                [raw, text, queue],
                 client=pipe,
             )
-        moved = sum(int(r) for r in pipe.execute()) if len(pipe) else 0
+        moved, wrong = 0, []
+        for reply in pipe.execute() if len(pipe) else []:
+            key = key_guard.script_wrong_type(reply)
+            if key is None:
+                moved += int(reply)
+            elif key not in wrong:
+                wrong.append(key)
         for raw in invalid:
-            self._bury(set_key, raw)
-        return moved
+            key = self._bury(set_key, raw)
+            if key is not None and key not in wrong:
+                wrong.append(key)
+        return moved, wrong
 
-    def _bury(self, set_key: str, raw: str) -> None:
-        filing = retry.unreadable(raw, None, f"not a job (a JSON object with a queue) in {set_key}")
-        buried = self._scripts.run(
+    def _bury(self, set_key: str, raw: str) -> str | None:
+        """File an entry that can't be enqueued in dead; returns a key of the wrong type that
+        stopped it (nothing moved then), else None."""
+        what = "not valid UTF-8" if not codec.is_utf8(raw) else "not a job (a JSON object with a queue)"
+        filing = retry.unreadable(raw, None, f"{what} in {set_key}")
+        reply = self._scripts.run(
             "bury",
             [set_key, keys.DEAD, keys.STAT_FAILED],
             [raw, filing.score, codec.dumps(filing.payload)],
             client=self._client,
         )
-        if buried:
-            log.error("unreadable_entry_to_dead", source=set_key, entry=raw[:200])
+        wrong = key_guard.script_wrong_type(reply)
+        if wrong is None and reply:
+            log.error("unreadable_entry_to_dead", source=set_key, entry=codec.escape(raw[:200]))
+        return wrong

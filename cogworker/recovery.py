@@ -3,7 +3,8 @@
 Every live process does this every `orphan_check_interval_s` (and once at boot, with a keyspace SCAN
 for lists no registry names); the supervisor does it at once for a child it saw die. The death check
 runs inside the requeue script, atomically with the requeue (requeue.lua says why). A job orphaned
-more than `max_orphanings` times is a poison pill: it goes to dead with a ProcessDied error.
+more than `max_orphanings` times is a poison pill: it goes to dead with a ProcessDied error (and, if
+its status is tracked, its status becomes "failed").
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Any
 
 import structlog
 
-from cogworker import codec, keys
+from cogworker import codec, key_guard, keys, retry
 from cogworker.context import RedisContext
+from cogworker.status import record_failed
 
 log = structlog.get_logger("cogworker.recovery")
 
@@ -32,6 +34,7 @@ class RequeueResult:
     alive: bool = False
     unlisted: list[str] = field(default_factory=list)
     buried: list[str] = field(default_factory=list)
+    wrong_type: list[str] = field(default_factory=list)
 
 
 class Recovery:
@@ -74,14 +77,15 @@ class Recovery:
             ],
             client=self._client,
         )
-        moved, failed, n_unlisted = int(reply[0]), int(reply[1]), int(reply[2])
+        moved, failed, n_unlisted, n_wrong = (int(n) for n in reply[:4])
         if moved < 0:
             return RequeueResult(alive=True)
         result = RequeueResult(
             moved=moved,
             failed=failed,
-            unlisted=[str(q) for q in reply[3 : 3 + n_unlisted]],
-            buried=[str(r) for r in reply[3 + n_unlisted :]],
+            unlisted=[str(q) for q in reply[4 : 4 + n_unlisted]],
+            wrong_type=[str(k) for k in reply[4 + n_unlisted : 4 + n_unlisted + n_wrong]],
+            buried=[str(r) for r in reply[4 + n_unlisted + n_wrong :]],
         )
         if result.unlisted:
             log.warning(
@@ -95,8 +99,12 @@ class Recovery:
                 "requeue_failed_for_some_jobs",
                 owner=identity,
                 count=failed,
-                note="kept on the in-progress list (a queue key of the wrong type?); retried next pass",
+                wrong_type_keys=sorted(result.wrong_type),
+                note="kept on the in-progress list; retried next pass, once the key guard has moved "
+                "these keys aside",
             )
+        if result.wrong_type:
+            key_guard.request(self._client, *result.wrong_type)
         self.complete_burials(result.buried)
         return result
 
@@ -158,7 +166,10 @@ class Recovery:
                         self._pending_burials.remove(raw)
 
     def _complete_burial(self, raw: str) -> None:
-        job: dict[str, Any] = codec.loads_dict(raw) or {"class": "cogworker.UnreadablePayload", "raw": raw}
+        job: dict[str, Any] = codec.loads_dict(raw) or {
+            "class": "cogworker.UnreadablePayload",
+            **codec.raw_fields(raw),  # bytes that aren't UTF-8 kept escaped, and exactly in base64
+        }
         now = time.time()
         job.update(
             {
@@ -171,9 +182,11 @@ class Recovery:
                 "died_at": now,
             }
         )
-        swapped = self._scripts.run(
-            "swap_dead", [keys.DEAD], [raw, now, codec.dumps(job)], client=self._client
-        )
+        # Encoded before the Redis call, sanitised if JSON can't hold it: an encoding error retried
+        # as if Redis had failed would never succeed.
+        filing, text = retry.encoded(retry.Filing(keys.DEAD, now, job), raw)
+        job = filing.payload
+        swapped = self._scripts.run("swap_dead", [keys.DEAD], [raw, now, text], client=self._client)
         if swapped:
             log.error("poison_pill_to_dead", jid=job.get("jid"), job=job.get("class"))
             self._locks.release_terminal(job)
@@ -181,6 +194,15 @@ class Recovery:
             pipe.delete(keys.orphanings(str(job.get("jid") or "")))
             pipe.incr(keys.STAT_FAILED)
             pipe.execute()
+            self._record_failed(job)
+
+    def _record_failed(self, job: dict[str, Any]) -> None:
+        """Best-effort, like every status write: a tracked pill's status says "failed", not
+        "working" (its last word, written when it started the run that killed its process)."""
+        try:
+            record_failed(self._client, self._settings.status_ttl_s, job)
+        except Exception as exc:
+            self._outages.report("Status", exc)
 
     def retry_burials(self) -> None:
         with self._mutex:

@@ -3,7 +3,9 @@ retry/dead, with what happens when Redis is failing at that moment.
 
 A filing that fails is kept and retried; at shutdown it is handed to Redis (cogworker:unsettled)
 for another process to file. If even that fails, the job is still on this process's in-progress
-list, so recovery runs it again: a job is never lost, at worst it runs twice.
+list, so recovery runs it again: a job is never lost, at worst it runs twice. A filing stopped by a
+key of the wrong type (settle.lua checks every key before it changes anything) is kept the same way,
+and the key guard is asked to move the key aside.
 """
 
 from __future__ import annotations
@@ -18,17 +20,20 @@ from typing import Any
 import redis
 import structlog
 
-from cogworker import codec, keys
+from cogworker import codec, key_guard, keys
 from cogworker.connection import is_unavailable
 from cogworker.context import RedisContext
 from cogworker.locks import Locks
-from cogworker.retry import Filing
+from cogworker.retry import Filing, encoded, storable
 from cogworker.scripts import Scripts
 from cogworker.settings import Settings
 
 log = structlog.get_logger("cogworker.settle")
 
 FILEABLE_SETS = (keys.RETRY, keys.DEAD, keys.SCHEDULE)
+# A filing stopped by a wrong-type key is retried on every fetch loop: logged (and the guard asked)
+# at most this often per key.
+WRONG_TYPE_REPORT_S = 10.0
 
 
 @dataclass(slots=True)
@@ -48,6 +53,7 @@ class Settler:
         self._acks: deque[tuple[str, str]] = deque()
         self._pending: list[PendingFiling] = []
         self._lock = threading.Lock()
+        self._wrong_type_reported: dict[str, float] = {}
 
     # Acknowledgements: taken by the fetcher on its next round trip.
     def ack(self, raw: str, jid: str) -> None:
@@ -69,11 +75,14 @@ class Settler:
 
     # Filings into retry/dead.
     def file(self, raw: str, filing: Filing) -> bool:
-        """File now; on a Redis failure keep it for later. True when it was filed now."""
+        """File now; on a Redis failure keep it for later. True when it was filed now. The payload is
+        encoded first (retry.storable): a payload JSON can't hold is filed sanitised, never kept
+        and retried as if Redis had failed."""
+        filing = storable(filing, raw)
         try:
             filed = self._file_now(raw, filing)
         except Exception as exc:
-            self._outages.report("Settle", exc)
+            self._report(exc)
             with self._lock:
                 self._pending.append(PendingFiling(raw, filing))
             return False
@@ -83,10 +92,11 @@ class Settler:
         return True
 
     def _file_now(self, raw: str, filing: Filing) -> bool:
+        filing, text = encoded(filing, raw)
         day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
         dead = filing.dead
         jid = str(filing.payload.get("jid") or "")
-        filed = self._scripts.run(
+        reply = self._scripts.run(
             "settle",
             [
                 self._in_progress,
@@ -98,14 +108,32 @@ class Settler:
             [
                 raw,
                 filing.score,
-                codec.dumps(filing.payload),
+                text,
                 "1",
                 self._settings.dead_max_jobs if dead else 0,
                 time.time() - self._settings.dead_timeout_s,
             ],
             client=self._client,
         )
-        return bool(filed)
+        wrong = key_guard.script_wrong_type(reply)
+        if wrong is not None:
+            raise key_guard.WrongTypeKey(wrong, None)
+        return bool(reply)
+
+    def _report(self, exc: Exception) -> None:
+        if not isinstance(exc, key_guard.WrongTypeKey):
+            self._outages.report("Settle", exc)
+            return
+        now = time.monotonic()
+        if self._wrong_type_reported.get(exc.key, -WRONG_TYPE_REPORT_S) > now - WRONG_TYPE_REPORT_S:
+            return
+        self._wrong_type_reported[exc.key] = now
+        log.error(
+            "filing_stopped_by_wrong_type_key",
+            key=exc.key,
+            note="the job stays in progress and is filed once the key guard has moved the key aside",
+        )
+        key_guard.request(self._client, exc.key)
 
     def retry_pending(self) -> None:
         with self._lock:
@@ -114,7 +142,7 @@ class Settler:
             try:
                 filed = self._file_now(item.raw, item.filing)
             except Exception as exc:
-                self._outages.report("Settle", exc)
+                self._report(exc)
                 with self._lock:
                     self._pending[:0] = pending[index:]
                 return
@@ -128,19 +156,28 @@ class Settler:
         with self._lock:
             return len(self._pending)
 
+    def holding(self) -> list[str]:
+        """Payloads still to settle here (acknowledgements not yet sent, filings not yet made): their
+        jobs stay on the in-progress list until then, and a reconcile (reconcile.py) keeps them."""
+        with self._lock:
+            pending = [item.raw for item in self._pending]
+        # list() copies the deque in one step under the GIL, safe against a job thread's append.
+        return [raw for raw, _jid in list(self._acks)] + pending
+
     def hand_over(self) -> int:
         """At shutdown: give unfiled filings to Redis for another process. Returns how many remain."""
         with self._lock:
             pending, self._pending = self._pending, []
         left: list[PendingFiling] = []
         for item in pending:
-            record = codec.dumps(
-                {"set": item.filing.set_key, "score": item.filing.score, "payload": item.filing.payload}
-            )
+            record = handover_record(*encoded(item.filing, item.raw))
             try:
-                self._scripts.run(
+                reply = self._scripts.run(
                     "handover", [keys.UNSETTLED, self._in_progress], [record, item.raw], client=self._client
                 )
+                wrong = key_guard.script_wrong_type(reply)
+                if wrong is not None:
+                    raise key_guard.wrong_type_error(self._client, wrong)
             except Exception as exc:
                 if not is_unavailable(exc):
                     log.error("handover_failed", error=f"{type(exc).__name__}: {exc}")
@@ -152,6 +189,12 @@ class Settler:
                 note="Redis is unreachable: they stay on the in-progress list and will run again",
             )
         return len(left)
+
+
+def handover_record(filing: Filing, text: str) -> str:
+    """The JSON of {set, score, payload}, around the payload's text as already encoded (encoding it
+    again could only fail, where the filing's own encoding was made safe)."""
+    return f'{{"set":{codec.dumps(filing.set_key)},"score":{codec.dumps(filing.score)},"payload":{text}}}'
 
 
 def file_unsettled(client: redis.Redis, scripts: Scripts, settings: Settings, locks: Locks) -> int:
@@ -171,12 +214,25 @@ def file_unsettled(client: redis.Redis, scripts: Scripts, settings: Settings, lo
             quarantine_head(client, settings, keys.UNSETTLED, str(record), "unsettled")
             continue
         payload: dict[str, Any] = entry["payload"]
+        try:
+            text = codec.dumps(payload)
+        except codec.EncodeError:
+            # Not one we handed over (those are encoded safely): set aside like any unusable record.
+            quarantine_head(client, settings, keys.UNSETTLED, str(record), "unsettled")
+            continue
         done = scripts.run(
             "file_unsettled",
             [keys.UNSETTLED, entry["set"], keys.orphanings(str(payload.get("jid") or ""))],
-            [record, entry["score"], codec.dumps(payload)],
+            [record, entry["score"], text],
             client=client,
         )
+        wrong = key_guard.script_wrong_type(done)
+        if wrong is not None:
+            # The head stays where it is (the records behind it wait their turn) until the guard
+            # has moved the key aside.
+            log.error("unsettled_filing_stopped_by_wrong_type_key", key=wrong)
+            key_guard.request(client, wrong)
+            break
         if done:
             filed += 1
             if entry["set"] == keys.DEAD:
@@ -185,10 +241,12 @@ def file_unsettled(client: redis.Redis, scripts: Scripts, settings: Settings, lo
 
 
 def quarantine_head(client: redis.Redis, settings: Settings, list_key: str, record: str, what: str) -> None:
-    """Move one unusable record aside (its own key, with a TTL) and log it for a human."""
+    """Move one unusable record aside (its own key, with a TTL) and log it for a human. Written aside
+    before it is taken off the list: MULTI keeps the commands before a failing one, so a removal
+    first would lose the record if the write failed."""
     target = keys.quarantine(f"{what}:{time.time():.6f}")
     pipe = client.pipeline(transaction=True)
-    pipe.lrem(list_key, 1, record)
     pipe.set(target, record, ex=int(settings.quarantine_ttl_s))
+    pipe.lrem(list_key, 1, record)
     pipe.execute()
-    log.error("record_quarantined", source=list_key, key=target, record=record[:200])
+    log.error("record_quarantined", source=list_key, key=target, record=codec.escape(record[:200]))

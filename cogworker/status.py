@@ -17,8 +17,8 @@ simply not due yet. Unknown and expired jids read as None — and so does a job 
   "failed" when the failure sends it to dead, "retrying" when it goes to the retry set.
 
 Every write is best-effort: a Redis error while writing a status never fails a push or a job, and it
-is logged once per outage. A job filed in dead outside the chain (a poison pill, whose process died
-while running it) keeps its last status, "working", until the status expires.
+is logged once per outage. A job filed in dead outside the chain -- a poison pill, whose process died
+while running it -- becomes "failed" too, written by orphan recovery (`record_failed`).
 
 Testing modes (cogworker.testing): nothing is written and `status()` answers None without Redis.
 """
@@ -29,11 +29,13 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from cogworker import client, keys, testing
+import redis
+
+from cogworker import client, key_guard, keys, testing
 from cogworker.jobs import DEFAULT_RETRIES
 from cogworker.middleware import ClientNext, ServerNext
 from cogworker.outage import Outages
-from cogworker.payload import terminal_failure
+from cogworker.payload import retry_count, terminal_failure
 from cogworker.retry import error_fields
 
 STATES = ("queued", "working", "retrying", "complete", "failed")
@@ -64,23 +66,52 @@ def tracked(job: dict[str, Any]) -> bool:
 
 def _write(job: dict[str, Any], state: str, extra_ttl_s: float = 0.0, **fields: str) -> None:
     try:
-        ttl_ms = int((client.settings().status_ttl_s + max(0.0, extra_ttl_s)) * 1000)
-        key = keys.status(str(job["jid"]))
-        mapping: dict[str | bytes, str] = {
-            "status": state,
-            "class": str(job.get("class")),
-            "queue": str(job.get("queue")),
-            "updated_at": repr(time.time()),
-        }
-        mapping.update(fields)
-        pipe = client.connection().pipeline(transaction=False)
-        pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
-        pipe.pexpire(key, max(1, ttl_ms))
-        pipe.execute()
+        _write_to(client.connection(), client.settings().status_ttl_s, job, state, extra_ttl_s, fields)
     except Exception as exc:
         _outages.report(COMPONENT, exc)
     else:
         _outages.recovered(COMPONENT)
+
+
+def _write_to(
+    conn: redis.Redis,
+    ttl_s: float,
+    job: dict[str, Any],
+    state: str,
+    extra_ttl_s: float = 0.0,
+    fields: dict[str, str] | None = None,
+) -> None:
+    ttl_ms = int((ttl_s + max(0.0, extra_ttl_s)) * 1000)
+    key = keys.status(str(job["jid"]))
+    mapping: dict[str | bytes, str] = {
+        "status": state,
+        "class": str(job.get("class")),
+        "queue": str(job.get("queue")),
+        "updated_at": repr(time.time()),
+    }
+    mapping.update(fields or {})
+    pipe = conn.pipeline(transaction=False)
+    pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
+    pipe.pexpire(key, max(1, ttl_ms))
+    try:
+        pipe.execute()
+    except redis.ResponseError as exc:
+        if key_guard.is_wrong_type(exc):
+            key_guard.request(conn, key)
+        raise
+
+
+def record_failed(conn: redis.Redis, ttl_s: float, job: dict[str, Any]) -> None:
+    """A tracked job filed in dead outside the server chain (a poison pill): "failed", with the
+    error it was filed with. Raises on a Redis error (the caller retries or reports it)."""
+    if not tracked(job) or not job.get("jid"):
+        return
+    error = {
+        name: str(job[name])[:1000]
+        for name in ("error_class", "error_message")
+        if isinstance(job.get(name), str)
+    }
+    _write_to(conn, ttl_s, job, "failed", 0.0, error)
 
 
 def _forget(jobs: Iterable[dict[str, Any]]) -> None:
@@ -121,7 +152,8 @@ def abandon(jobs: Iterable[dict[str, Any]]) -> None:
 
 def _retry_wait_bound_s(job: dict[str, Any]) -> float:
     """The longest the job can wait for its next try (retry.backoff_s at its maximum jitter)."""
-    count = int(job["retry_count"]) + 1 if "retry_count" in job else 0
+    previous = retry_count(job)  # never raises: a payload's retry_count may be anything
+    count = previous + 1 if previous is not None else 0
     return float(count**4 + 15 + 9 * (count + 1))
 
 
@@ -133,7 +165,7 @@ def on_run(job: dict[str, Any], call_next: ServerNext) -> None:
     _write(job, "working")
     try:
         call_next()
-    except Exception as exc:
+    except BaseException as exc:  # a job's SystemExit is a failure too (processor.py files it)
         error = error_fields(exc)
         error["error_message"] = error["error_message"][:1000]
         if terminal_failure(job, DEFAULT_RETRIES):

@@ -43,7 +43,7 @@ from typing import Any
 import redis
 import structlog
 
-from cogworker import client, keys, testing
+from cogworker import client, key_guard, keys, testing
 from cogworker.jobs import DEFAULT_RETRIES
 from cogworker.locks import UNTIL_EXECUTED, Locks, held_locks, unique_digest
 from cogworker.middleware import ClientNext, ServerNext
@@ -108,7 +108,8 @@ def claim(job: dict[str, Any], call_next: ClientNext) -> Any:
     # A Redis error here propagates: the push would fail just the same, and pushing without the
     # claim would break the promise the caller asked for.
     if not conn.set(key, jid, nx=True, px=ttl_ms):
-        log.debug("unique_duplicate_skipped", job=job.get("class"), holder=conn.get(key))
+        holder = _holder(conn, key)
+        log.debug("unique_duplicate_skipped", job=job.get("class"), holder=holder)
         return None
     try:
         pushed = call_next(job)
@@ -120,6 +121,19 @@ def claim(job: dict[str, Any], call_next: ClientNext) -> Any:
     return pushed
 
 
+def _holder(conn: redis.Redis, key: str) -> str | None:
+    """The jid holding the claim. SET NX also fails on a key of another type, which no push could
+    ever claim: that is an error naming the key (and the key guard is asked to move it aside), not
+    a duplicate skipped silently for ever."""
+    try:
+        holder = conn.get(key)
+    except redis.ResponseError as exc:
+        if key_guard.is_wrong_type(exc):
+            raise key_guard.wrong_type_error(conn, key) from exc
+        raise
+    return str(holder) if holder is not None else None
+
+
 def _give_back(key: str, jid: str) -> None:
     """The push didn't happen: free the claim now (best-effort; its TTL ends it otherwise).
 
@@ -128,7 +142,9 @@ def _give_back(key: str, jid: str) -> None:
     """
     try:
         conn, scripts, _ = _releaser.bound()
-        scripts.run("owned_delete", [key], [jid], client=conn)
+        wrong = key_guard.script_wrong_type(scripts.run("owned_delete", [key], [jid], client=conn))
+        if wrong is not None:
+            key_guard.request(conn, wrong)
     except Exception as exc:
         _releaser.outages.report("Unique claim", exc)
     else:
@@ -152,7 +168,7 @@ def release_when_done(job: dict[str, Any], call_next: ServerNext) -> None:
         return
     try:
         call_next()
-    except Exception:
+    except BaseException:  # a job's SystemExit is a failure too (processor.py files it)
         # Only a failure that sends it to dead; one going to retry is still pending. (The filing in
         # dead releases them too, after it is written; releasing twice is harmless, as owner-checked.)
         if terminal_failure(job, DEFAULT_RETRIES):

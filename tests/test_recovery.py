@@ -136,7 +136,7 @@ def test_a_dead_entry_left_raw_by_an_outage_is_completed_next_pass() -> None:
             ],
             client=parts.client,
         )
-        assert reply[3:] == [pill]
+        assert reply[4:] == [pill]
         server.stop()
         parts.recovery.complete_burials([pill])
         assert parts.recovery.pending_burials == 1
@@ -236,3 +236,25 @@ def test_fetch_from_a_second_thread_while_the_fetcher_holds_its_connection(r: re
     assert r.llen(keys.in_progress("me:1:1")) == 0
     assert r.get(keys.STAT_PROCESSED) == "1"
     fetch.close()
+
+
+def test_a_tracked_poison_pills_status_becomes_failed(r: redis.Redis, settings) -> None:
+    """Its last word was "working", written as it started the run that killed its process; buried
+    in dead by recovery (outside the middleware chain), it must read "failed", not "working"."""
+    s = load_settings(redis_url=settings.redis_url, max_orphanings=1)
+    parts = components.build(s)
+    pill = job("pill", status=True)
+    r.hset(keys.status("pill"), mapping={"status": "working", "class": "demo_jobs.record"})
+    for _ in range(2):
+        fill_in_progress(r, [pill])
+        parts.recovery.requeue_dead(OWNER)
+    assert r.zcard(keys.DEAD) == 1 and r.llen(keys.queue("default")) == 1
+    details = r.hgetall(keys.status("pill"))
+    assert details["status"] == "failed"
+    assert details["error_class"] == "cogworker.ProcessDied"
+    assert 0 < r.pttl(keys.status("pill")) <= s.status_ttl_s * 1000
+    untracked = job("quiet")
+    for _ in range(2):
+        fill_in_progress(r, [untracked])
+        parts.recovery.requeue_dead(OWNER)
+    assert r.exists(keys.status("quiet")) == 0  # no status written for a job that doesn't track one

@@ -6,7 +6,15 @@
 -- ARGV[1]  the record, as it is at the head of the list
 -- ARGV[2]  score
 -- ARGV[3]  payload
--- Returns 1 when filed, 0 when the head changed (another process filed it).
+-- Returns 1 when filed, 0 when the head changed (another process filed it), or {"wrongtype", key}
+-- when a key has the wrong type (nothing changed: the record stays at the head).
+-- The record is written to its set before it is taken off the list, so an error loses nothing.
+for _, want in ipairs({{KEYS[1], "list"}, {KEYS[2], "zset"}}) do
+  local kind = redis.call("TYPE", want[1])["ok"]
+  if kind ~= want[2] and kind ~= "none" then
+    return {"wrongtype", want[1]}
+  end
+end
 if redis.call("LINDEX", KEYS[1], 0) ~= ARGV[1] then
   return 0
 end

@@ -10,11 +10,23 @@
 -- ARGV[1]  the entry as it is in the set
 -- ARGV[2]  the payload to push (the entry with enqueued_at set)
 -- ARGV[3]  the queue name
--- Returns 1 when moved, 0 when someone else took it first (nothing pushed).
-if redis.call("ZREM", KEYS[1], ARGV[1]) == 0 then
+-- Returns 1 when moved, 0 when someone else took it first (nothing pushed), or {"wrongtype", key}
+-- when a key has the wrong type (nothing changed: the entry stays in its set).
+--
+-- Types are checked before anything is written, and the job is pushed before the entry is taken
+-- out: Redis keeps what a script wrote before an error, so a removal followed by a failed push
+-- would lose the job.
+for _, want in ipairs({{KEYS[1], "zset"}, {KEYS[2], "list"}, {KEYS[3], "set"}}) do
+  local kind = redis.call("TYPE", want[1])["ok"]
+  if kind ~= want[2] and kind ~= "none" then
+    return {"wrongtype", want[1]}
+  end
+end
+if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
   return 0
 end
 redis.call("LPUSH", KEYS[2], ARGV[2])
+redis.call("ZREM", KEYS[1], ARGV[1])
 redis.call("SADD", KEYS[3], ARGV[3])
 redis.call("PUBLISH", KEYS[4], ARGV[3])
 return 1

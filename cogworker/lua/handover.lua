@@ -6,7 +6,15 @@
 -- KEYS[2]  this process's in-progress list
 -- ARGV[1]  the record (JSON: set, score, payload)
 -- ARGV[2]  the raw payload as fetched
--- Returns 1.
+-- Returns 1, or {"wrongtype", key} when a key has the wrong type (nothing changed: the job stays
+-- in progress and is requeued with the rest of the list).
+-- The record is written before the job is taken off the list, so an error loses nothing.
+for _, want in ipairs({{KEYS[1], "list"}, {KEYS[2], "list"}}) do
+  local kind = redis.call("TYPE", want[1])["ok"]
+  if kind ~= want[2] and kind ~= "none" then
+    return {"wrongtype", want[1]}
+  end
+end
 redis.call("RPUSH", KEYS[1], ARGV[1])
 redis.call("LREM", KEYS[2], -1, ARGV[2])
 return 1

@@ -17,21 +17,37 @@
 -- ARGV[7]  "1" when quiet
 -- ARGV[8]  number of queue names that follow
 -- ARGV[9..8+n]   queue names
--- ARGV[9+n..]    the running jobs as pairs: thread key, JSON
--- Returns {now, <remote commands>...}.
+-- ARGV[9+n..]    the running jobs as pairs: thread key, JSON summary
+-- Returns {now, n, <n keys a write to failed>..., <remote commands>...}.
+--
+-- Each key's writes are tried on their own (pcall): one key of the wrong type must not stop the
+-- rest of the beat -- a process whose presence stops being written looks dead, and recovery would
+-- requeue the jobs it is still running. The keys that failed are named for the key guard.
 if redis.replicate_commands then redis.replicate_commands() end
 local now = tonumber(redis.call("TIME")[1])
 local id = ARGV[1]
-redis.call("HSET", KEYS[1], "info", ARGV[4], "busy", ARGV[5], "rss", ARGV[6], "quiet", ARGV[7], "beat", now)
-redis.call("EXPIRE", KEYS[1], ARGV[2])
-redis.call("SADD", KEYS[2], id)
-redis.call("HSET", KEYS[3], id, now)
+local failed = {}
+
+local function try(key, ...)
+  local reply = redis.pcall(...)
+  if type(reply) == "table" and reply.err then
+    failed[#failed + 1] = key
+    return false
+  end
+  return true
+end
+
+if try(KEYS[1], "HSET", KEYS[1], "info", ARGV[4], "busy", ARGV[5], "rss", ARGV[6], "quiet", ARGV[7], "beat", now) then
+  redis.call("EXPIRE", KEYS[1], ARGV[2])
+end
+try(KEYS[2], "SADD", KEYS[2], id)
+try(KEYS[3], "HSET", KEYS[3], id, now)
 if ARGV[3] == "1" then
-  redis.call("SADD", KEYS[4], id)
+  try(KEYS[4], "SADD", KEYS[4], id)
 end
 local nq = tonumber(ARGV[8])
 for i = 9, 8 + nq do
-  redis.call("ZADD", KEYS[5], now, ARGV[i])
+  if not try(KEYS[5], "ZADD", KEYS[5], now, ARGV[i]) then break end
 end
 redis.call("DEL", KEYS[6])
 local first = 9 + nq
@@ -39,10 +55,17 @@ if #ARGV >= first then
   redis.call("HSET", KEYS[6], unpack(ARGV, first))
   redis.call("EXPIRE", KEYS[6], ARGV[2])
 end
-local reply = {now}
+local commands = {}
 while true do
-  local cmd = redis.call("LPOP", KEYS[7])
+  local cmd = redis.pcall("LPOP", KEYS[7])
+  if type(cmd) == "table" and cmd.err then
+    failed[#failed + 1] = KEYS[7]
+    break
+  end
   if not cmd then break end
-  reply[#reply + 1] = cmd
+  commands[#commands + 1] = cmd
 end
+local reply = {now, #failed}
+for _, key in ipairs(failed) do reply[#reply + 1] = key end
+for _, cmd in ipairs(commands) do reply[#reply + 1] = cmd end
 return reply

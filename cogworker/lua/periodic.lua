@@ -70,11 +70,12 @@ end
 if last and last >= slot then
   return {"taken", last, ""}
 end
-if wrong_type(KEYS[3], "string") then
-  return {"wrongtype", -1, KEYS[3]}
-end
-if wrong_type(KEYS[4], "list") then
-  return {"wrongtype", -1, KEYS[4]}
+-- Every key written below is checked first: Redis keeps what a script wrote before an error, so a
+-- slot claimed before a failed push would never run.
+for _, want in ipairs({{KEYS[1], "string"}, {KEYS[3], "string"}, {KEYS[4], "list"}, {KEYS[5], "set"}}) do
+  if wrong_type(want[1], want[2]) then
+    return {"wrongtype", -1, want[1]}
+  end
 end
 
 local claim, holder = ARGV[7], ""

@@ -19,8 +19,10 @@
 -- ARGV[9]  periodic running-lock key prefix
 -- ARGV[10] periodic running-lock TTL in seconds
 -- ARGV[11] the caller's clock (epoch seconds), used only if TIME is refused
--- Returns {moved, failed, n, <n queue names no live process reads>..., <raw jobs filed in dead>...},
--- or {-1, 0, 0} when the owner turned out to be alive.
+-- Returns {moved, failed, n, m, <n queue names no live process reads>..., <m keys of the wrong type>...,
+-- <raw jobs filed in dead>...}, or {-1, 0, 0, 0} when the owner turned out to be alive. A job whose
+-- queue, orphan counter or dead set has the wrong type is kept on the list (failed) and that key
+-- named, for the key guard.
 if redis.replicate_commands then redis.replicate_commands() end
 
 local now = tonumber(ARGV[11])
@@ -29,94 +31,121 @@ if ok_time then now = tonumber(time[1]) end
 
 if ARGV[4] ~= "" then
   if redis.call("EXISTS", KEYS[2]) == 1 then
-    return {-1, 0, 0}
+    return {-1, 0, 0, 0}
   end
   -- A stamp that isn't a number counts as none: the presence key alone then decides.
   local last = tonumber(redis.call("HGET", KEYS[3], ARGV[3]) or "")
   if last and now - last <= tonumber(ARGV[4]) then
-    return {-1, 0, 0}
+    return {-1, 0, 0, 0}
   end
 end
 
+local moved, failed = 0, 0
+local buried, unlisted, wrong = {}, {}, {}
+
 local function retake_running_lock(key, jid, ttl)
-  local holder = redis.call("GET", key)
+  local holder = redis.pcall("GET", key)
+  if type(holder) == "table" and holder.err then
+    wrong[key] = true
+    return
+  end
   if not holder or holder == jid then
     redis.call("SET", key, jid, "EX", ttl)
   end
 end
 
--- Returns the queue name the job was pushed onto. Raises (inside pcall) on a wrong-type queue key.
-local function requeue_job(job)
-  local queue = ARGV[2]
+-- The queue name the job goes back to, and its jid (or nil).
+local function read_job(job)
+  local queue, jid = ARGV[2], nil
   local ok, decoded = pcall(cjson.decode, job)
   if ok and type(decoded) == "table" then
     if type(decoded["queue"]) == "string" and decoded["queue"] ~= "" then
       queue = decoded["queue"]
     end
-    local pname, jid = decoded["periodic_name"], decoded["jid"]
-    if decoded["periodic_until_executed"] == true and type(pname) == "string" and type(jid) == "string" then
+    if type(decoded["jid"]) == "string" then
+      jid = decoded["jid"]
+    end
+    local pname = decoded["periodic_name"]
+    if decoded["periodic_until_executed"] == true and type(pname) == "string" and jid then
       retake_running_lock(ARGV[9] .. pname, jid, ARGV[10])
     end
   end
-  redis.call("RPUSH", ARGV[1] .. queue, job)
-  return queue
+  return queue, jid
 end
 
-local function jid_of(job)
-  local ok, decoded = pcall(cjson.decode, job)
-  if ok and type(decoded) == "table" and type(decoded["jid"]) == "string" then
-    return decoded["jid"]
+-- The job's orphan count after this orphaning, or nil when its counter has the wrong type.
+local function count_orphaning(jid)
+  local key = ARGV[5] .. jid
+  local count = redis.pcall("INCR", key)
+  if type(count) ~= "number" then
+    wrong[key] = true
+    return nil
   end
-  return nil
+  redis.call("EXPIRE", key, ARGV[6])
+  return count
 end
 
-local moved, failed = 0, 0
-local buried, unlisted = {}, {}
+-- Writes the job where it goes; returns "buried", "moved", or nil when a key had the wrong type
+-- (nothing written for it then).
+local function place(job, queue, orphaned)
+  if orphaned > tonumber(ARGV[7]) then
+    -- A poison pill: it keeps killing its process. Filed raw; the caller swaps in a proper entry.
+    if type(redis.pcall("ZADD", KEYS[4], now, job)) ~= "number" then
+      wrong[KEYS[4]] = true
+      return nil
+    end
+    return "buried"
+  end
+  local pushed = redis.pcall("RPUSH", ARGV[1] .. queue, job)
+  if type(pushed) ~= "number" then
+    wrong[ARGV[1] .. queue] = true
+    return nil
+  end
+  return "moved"
+end
+
 -- One pass over the list as it stands. The newest job is at the head: taking from the head and
 -- pushing onto the popped end leaves the oldest job to be popped first. Each job is written where it
 -- goes and only then taken off, so a script stopped by an error loses nothing (Redis keeps the
--- writes made before the error).
+-- writes made before the error). A job that can't be written (a key of the wrong type) goes to the
+-- back of the list -- pushed there before it is taken off the head -- for the next pass.
 local count = redis.call("LLEN", KEYS[1])
 for _ = 1, count do
   local job = redis.call("LINDEX", KEYS[1], 0)
   if not job then break end
+  local queue, jid = read_job(job)
   local orphaned = 0
-  local jid = nil
-  if ARGV[5] ~= "" then
-    jid = jid_of(job)
-    if jid then
-      orphaned = redis.call("INCR", ARGV[5] .. jid)
-      redis.call("EXPIRE", ARGV[5] .. jid, ARGV[6])
-    end
+  local counted = false
+  if ARGV[5] ~= "" and jid then
+    orphaned = count_orphaning(jid)
+    counted = orphaned ~= nil
   end
-  if orphaned > tonumber(ARGV[7]) then
-    -- A poison pill: it keeps killing its process. Filed raw; the caller swaps in a proper entry.
-    redis.call("ZADD", KEYS[4], now, job)
-    redis.call("LPOP", KEYS[1])
+  local outcome = orphaned and place(job, queue, orphaned)
+  if outcome == nil then
+    redis.call("RPUSH", KEYS[1], job)
+    if counted then redis.call("DECR", ARGV[5] .. jid) end
+    failed = failed + 1
+  elseif outcome == "buried" then
     buried[#buried + 1] = job
   else
-    local written, queue = pcall(requeue_job, job)
-    redis.call("LPOP", KEYS[1])
-    if written then
-      moved = moved + 1
-      local seen = tonumber(redis.pcall("ZSCORE", KEYS[6], queue) or "")
-      if not seen or seen < now - tonumber(ARGV[8]) then
-        redis.pcall("SADD", KEYS[5], queue)
-        unlisted[queue] = true
-      end
-    else
-      -- Its queue key has the wrong type: kept (at the back) for the next pass and the key guard.
-      redis.call("RPUSH", KEYS[1], job)
-      if jid then redis.call("DECR", ARGV[5] .. jid) end
-      failed = failed + 1
+    moved = moved + 1
+    local seen = tonumber(redis.pcall("ZSCORE", KEYS[6], queue) or "")
+    if not seen or seen < now - tonumber(ARGV[8]) then
+      redis.pcall("SADD", KEYS[5], queue)
+      unlisted[queue] = true
     end
   end
+  redis.call("LPOP", KEYS[1])
 end
 
-local reply = {moved, failed, 0}
+local reply = {moved, failed, 0, 0}
 for name in pairs(unlisted) do
   reply[#reply + 1] = name
   reply[3] = reply[3] + 1
+end
+for key in pairs(wrong) do
+  reply[#reply + 1] = key
+  reply[4] = reply[4] + 1
 end
 for _, job in ipairs(buried) do reply[#reply + 1] = job end
 return reply

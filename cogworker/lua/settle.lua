@@ -12,7 +12,22 @@
 -- ARGV[5]  dead-set cap: most entries kept (0 = no cap)
 -- ARGV[6]  dead-set cap: entries older than this score are trimmed
 -- Returns 1 when filed, 0 when the job was no longer in progress (recovery took it: nothing filed,
--- so the job is not both requeued and filed).
+-- so the job is not both requeued and filed), or {"wrongtype", key} when a key has the wrong type
+-- (nothing changed: the job stays in progress and the caller files it again later).
+--
+-- Every key's type is checked before the job is taken off the list: Redis keeps what a script did
+-- before an error, so a removal followed by a failed ZADD would lose the job.
+local wanted = {{KEYS[1], "list"}, {KEYS[2], "zset"}}
+if ARGV[4] == "1" then
+  wanted[#wanted + 1] = {KEYS[3], "string"}
+  wanted[#wanted + 1] = {KEYS[4], "string"}
+end
+for _, want in ipairs(wanted) do
+  local kind = redis.call("TYPE", want[1])["ok"]
+  if kind ~= want[2] and kind ~= "none" then
+    return {"wrongtype", want[1]}
+  end
+end
 if redis.call("LREM", KEYS[1], -1, ARGV[1]) == 0 then
   return 0
 end

@@ -77,8 +77,10 @@ def _number(value: Any) -> float | None:
 
 
 def _running_job(thread: str, raw: str, now: float) -> RunningJob:
+    """One work-hash entry: the bounded summary a beat writes (heartbeat.summarize), or -- from a
+    worker of an older version -- the whole payload under "payload"."""
     item = codec.loads_dict(raw) or {}
-    job = codec.loads_dict(str(item.get("payload") or "")) or {}
+    job = (codec.loads_dict(str(item.get("payload") or "")) or {}) if "payload" in item else item
     run_at = _number(item.get("run_at"))
     args = job.get("args")
     return RunningJob(

@@ -1,0 +1,305 @@
+"""Keys of the wrong type lose nothing: every script that moves a job checks types before it changes
+anything and reports `{"wrongtype", key}`; the callers keep the job where it was, say which key it
+is, and have the key guard move it aside at once (not at its next pass, minutes later)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import demo_jobs
+import pytest
+import redis
+
+from cogworker import codec, key_guard, keys, retry
+from cogworker.fetch import ReliableFetch, Work
+from cogworker.settings import load_settings
+from cogworker.settle import Settler
+from tests import components
+from tests.redis_server import wait_until
+
+ME = "me:1:x"
+
+
+def payload(jid: str, queue: str = "default", **extra: object) -> str:
+    return codec.dumps({"class": "demo_jobs.record", "jid": jid, "queue": queue, "args": [jid], **extra})
+
+
+def look_alive(r: redis.Redis, identity: str = ME) -> None:
+    """A presence hash, so the poller's orphan recovery leaves this in-progress list alone."""
+    r.hset(keys.process(identity), "beat", "1")
+
+
+def quarantined_from(r: redis.Redis, key: str) -> bool:
+    prefix = keys.quarantine(key.removeprefix(keys.PREFIX) + ":")
+    return any(q.startswith(prefix) for q in key_guard.quarantined(r))
+
+
+# The poller: due entries onto a queue of the wrong type ---------------------------------------------
+
+
+def test_a_due_entry_whose_queue_is_a_string_stays_and_the_guard_moves_the_key(r, settings) -> None:
+    raw = payload("r1", queue="broken")
+    r.zadd(keys.RETRY, {raw: 0})
+    r.set(keys.queue("broken"), "not a list")
+    parts = components.build(settings)
+
+    assert parts.poller.enqueue_due() == 0
+    assert r.zscore(keys.RETRY, raw) == 0  # still there: not lost
+    assert quarantined_from(r, keys.queue("broken"))  # moved aside in the same poll
+
+    assert parts.poller.enqueue_due() == 1
+    assert json.loads(r.lindex(keys.queue("broken"), 0))["jid"] == "r1"
+    assert r.zcard(keys.RETRY) == 0
+
+
+def test_an_unreadable_entry_with_dead_a_string_stays_in_its_set(r, settings) -> None:
+    r.zadd(keys.SCHEDULE, {"garbage": 0})
+    r.set(keys.DEAD, "not a sorted set")
+    parts = components.build(settings)
+
+    parts.poller.enqueue_due()
+    assert r.zscore(keys.SCHEDULE, "garbage") == 0
+    assert quarantined_from(r, keys.DEAD)
+    parts.poller.enqueue_due()
+    assert r.zcard(keys.SCHEDULE) == 0
+    assert json.loads(r.zrange(keys.DEAD, 0, -1)[0])["raw"] == "garbage"
+
+
+def test_retry_now_onto_a_string_queue_names_the_key_and_keeps_the_entry(r, settings) -> None:
+    from cogworker.ops import sets as set_ops
+
+    raw = payload("d1", queue="broken", error_class="ValueError")
+    r.zadd(keys.DEAD, {raw: 1})
+    r.set(keys.queue("broken"), "not a list")
+    parts = components.build(settings)
+    with pytest.raises(set_ops.WrongTypeKey, match="cogworker:queue:broken holds a string, not a list"):
+        set_ops.retry_now(r, parts.scripts, "dead", "d1")
+    assert r.zscore(keys.DEAD, raw) == 1
+    assert keys.queue("broken") in r.smembers(keys.GUARD_REQUESTS)
+
+    result = set_ops.retry_all(r, parts.scripts, "dead")
+    assert (result.done, result.wrong_type) == (0, (keys.queue("broken"),))
+    assert r.zscore(keys.DEAD, raw) == 1
+
+
+# Settling: a failure filed into a set of the wrong type ----------------------------------------------
+
+
+def test_a_settle_against_a_string_retry_set_keeps_the_job_and_files_it_later(r, settings) -> None:
+    parts = components.build(settings)
+    settler = Settler(parts.ctx, keys.in_progress(ME))
+    look_alive(r)
+    raw = codec.dumps({"class": "demo_jobs.boom", "jid": "s1", "queue": "default", "args": ["x"]})
+    r.lpush(keys.in_progress(ME), raw)
+    r.set(keys.RETRY, "not a sorted set")
+
+    filing = retry.on_failure(codec.loads(raw), ValueError("boom"))
+    assert filing.set_key == keys.RETRY
+    assert settler.file(raw, filing) is False
+    assert settler.pending_filings == 1
+    assert r.lrange(keys.in_progress(ME), 0, -1) == [raw]  # still in progress: not lost
+    assert keys.RETRY in r.smembers(keys.GUARD_REQUESTS)
+
+    parts.poller.poll_once()  # takes the request: the guard moves the key aside now
+    assert quarantined_from(r, keys.RETRY)
+    settler.retry_pending()
+    assert settler.pending_filings == 0
+    assert [json.loads(e)["jid"] for e in r.zrange(keys.RETRY, 0, -1)] == ["s1"]
+    assert r.llen(keys.in_progress(ME)) == 0
+
+
+def test_a_string_failure_counter_keeps_the_job_in_progress(r, settings) -> None:
+    parts = components.build(settings)
+    settler = Settler(parts.ctx, keys.in_progress(ME))
+    look_alive(r)
+    raw = codec.dumps({"class": "demo_jobs.boom", "jid": "s2", "queue": "default", "args": ["x"], "retry": 0})
+    r.lpush(keys.in_progress(ME), raw)
+    day = keys.stat_failed_day(time.strftime("%Y-%m-%d", time.gmtime()))
+    r.hset(day, "a", "hash")
+    assert settler.file(raw, retry.on_failure(codec.loads(raw), ValueError("boom"))) is False
+    assert r.lrange(keys.in_progress(ME), 0, -1) == [raw]
+    parts.poller.poll_once()
+    assert quarantined_from(r, day)  # a per-day counter has a known type now
+    settler.retry_pending()
+    assert r.zcard(keys.DEAD) == 1 and r.llen(keys.in_progress(ME)) == 0
+
+
+def test_handover_and_unsettled_filing_report_wrong_types(r, settings) -> None:
+    parts = components.build(settings)
+    record = codec.dumps({"set": keys.RETRY, "score": 1, "payload": {"jid": "u1", "queue": "default"}})
+    r.rpush(keys.UNSETTLED, record)
+    r.set(keys.RETRY, "not a sorted set")
+    reply = parts.scripts.run(
+        "file_unsettled", [keys.UNSETTLED, keys.RETRY, keys.orphanings("u1")], [record, 1, "{}"]
+    )
+    assert reply == ["wrongtype", keys.RETRY]
+    assert r.lrange(keys.UNSETTLED, 0, -1) == [record]
+
+    r.lpush(keys.in_progress(ME), "job")
+    r.delete(keys.UNSETTLED)
+    r.set(keys.UNSETTLED, "not a list")
+    reply = parts.scripts.run("handover", [keys.UNSETTLED, keys.in_progress(ME)], ["rec", "job"])
+    assert reply == ["wrongtype", keys.UNSETTLED]
+    assert r.lrange(keys.in_progress(ME), 0, -1) == ["job"]
+
+
+# Giving back, requeueing, the heartbeat, lock releases -----------------------------------------------
+
+
+def test_give_back_onto_a_string_queue_keeps_the_job_in_progress(r, settings) -> None:
+    parts = components.build(settings)
+    fetch = ReliableFetch(r, r, parts.scripts, ME, settings.queue_spec)
+    raw = payload("g1")
+    r.lpush(keys.in_progress(ME), raw)
+    r.set(keys.queue("default"), "not a list")
+    with pytest.raises(key_guard.WrongTypeKey, match="cogworker:queue:default holds a string"):
+        fetch.give_back(Work("default", raw))
+    assert r.lrange(keys.in_progress(ME), 0, -1) == [raw]
+
+
+def test_requeue_keeps_what_it_cannot_write_and_names_the_keys(r, settings) -> None:
+    s = load_settings(redis_url=settings.redis_url, max_orphanings=1)
+    parts = components.build(s)
+    owner = "gone:1:x"
+    pill, fine = payload("pill"), payload("fine", queue="other")
+    for raw in (pill, fine):
+        r.lpush(keys.in_progress(owner), raw)
+    r.set(keys.orphanings("pill"), 1)  # this orphaning makes it a poison pill, for dead
+    r.set(keys.DEAD, "not a sorted set")
+    r.hset(keys.orphanings("fine"), "a", "hash")
+
+    result = parts.recovery.requeue(owner, if_dead_for=None, count_orphans=True)
+    assert (result.moved, result.failed) == (0, 2)
+    assert sorted(result.wrong_type) == sorted([keys.DEAD, keys.orphanings("fine")])
+    assert sorted(r.lrange(keys.in_progress(owner), 0, -1)) == sorted([pill, fine])
+    assert r.get(keys.orphanings("pill")) == "1"  # the count taken back with the job
+    assert set(result.wrong_type) <= r.smembers(keys.GUARD_REQUESTS)
+
+
+def test_a_beat_writes_everything_but_a_wrong_type_key(r, settings) -> None:
+    from cogworker.heartbeat import Heartbeat
+
+    parts = components.build(settings)
+    r.set(keys.LIVE_QUEUES, "not a sorted set")
+    r.rpush(keys.signals(ME), "quiet")
+    commands: list[str] = []
+    beat = Heartbeat(
+        parts.ctx,
+        ME,
+        reliable=True,
+        busy=lambda: 0,
+        running=lambda: [],
+        quiet=lambda: False,
+        on_command=commands.append,
+    )
+    beat.beat()
+    assert r.exists(keys.process(ME)) and ME in r.smembers(keys.PROCESSES)
+    assert commands == ["quiet"]
+    assert keys.LIVE_QUEUES in r.smembers(keys.GUARD_REQUESTS)
+
+
+def test_a_lock_release_on_a_wrong_type_key_asks_the_guard(r, settings) -> None:
+    parts = components.build(settings)
+    r.hset(keys.unique("d"), "a", "hash")
+    assert parts.scripts.run("owned_delete", [keys.unique("d")], ["jid"]) == ["wrongtype", keys.unique("d")]
+    parts.locks.release(keys.unique("d"), "jid")
+    assert keys.unique("d") in r.smembers(keys.GUARD_REQUESTS)
+    parts.poller.poll_once()
+    assert r.exists(keys.unique("d")) == 0 and quarantined_from(r, keys.unique("d"))
+
+
+def test_a_periodic_slot_is_not_claimed_when_its_push_cannot_be_written(r, settings) -> None:
+    parts = components.build(settings)
+    r.set(keys.QUEUES, "not a set")
+    slot_key = keys.periodic_slot("e", 60)
+    reply = parts.scripts.run(
+        "periodic",
+        [
+            slot_key,
+            keys.PERIODIC_ENTRIES,
+            keys.periodic_running("e"),
+            keys.queue("default"),
+            keys.QUEUES,
+            keys.WAKE_CHANNEL,
+        ],
+        ["e", "enqueue", 60, 60, "{}", 0, "j", payload("j"), "default", "", 60],
+    )
+    assert reply[0] == "wrongtype" and reply[2] == keys.QUEUES
+    assert r.exists(slot_key) == 0 and r.llen(keys.queue("default")) == 0
+
+
+# Pushing: the client's error names the key and says what to do ---------------------------------------
+
+
+def test_perform_in_against_a_string_schedule_names_the_key(r, configured) -> None:
+    r.set(keys.SCHEDULE, "not a sorted set")
+    with pytest.raises(key_guard.WrongTypeKey) as caught:
+        demo_jobs.record.perform_in(60, "later")
+    message = str(caught.value)
+    assert message.startswith("cogworker:schedule holds a string, not a sorted set")
+    assert "key guard" in message and "cogworker doctor --fix" in message
+    assert keys.SCHEDULE in r.smembers(keys.GUARD_REQUESTS)
+
+
+def test_a_push_whose_job_was_written_stands_when_only_the_registry_fails(r, configured) -> None:
+    r.set(keys.QUEUES, "not a set")
+    jid = demo_jobs.record.perform_async("x")
+    assert jid is not None
+    assert json.loads(r.lindex(keys.queue("default"), 0))["jid"] == jid
+    assert keys.QUEUES in r.smembers(keys.GUARD_REQUESTS)
+
+
+def test_push_bulk_writes_all_of_a_batch_or_none(r, configured) -> None:
+    import cogworker
+    from cogworker.client import _write_batch, build_job
+
+    r.set(keys.queue("other"), "not a list")
+    with pytest.raises(key_guard.WrongTypeKey, match="cogworker:queue:other holds a string, not a list"):
+        cogworker.push_bulk(demo_jobs.record, [("a",), ("b",)], queue="other")
+    # One batch for two queues, one of the wrong type: nothing of it is written. (Pipelined, the
+    # healthy queue's jobs were written, and the caller, told the batch failed, pushed them again.)
+    batch = [
+        build_job(demo_jobs.record, ("a",), {}, demo_jobs.record.options, None),
+        build_job(demo_jobs.on_other, ("b",), {}, demo_jobs.on_other.options, None),
+    ]
+    with pytest.raises(key_guard.WrongTypeKey):
+        _write_batch(r, batch)
+    assert r.llen(keys.queue("default")) == 0
+    r.delete(keys.queue("other"))
+    _write_batch(r, batch)
+    assert r.llen(keys.queue("default")) == 1 and r.llen(keys.queue("other")) == 1
+
+
+def test_a_unique_claim_key_of_the_wrong_type_is_an_error_naming_it(r, configured) -> None:
+    import unique_jobs
+
+    from cogworker.locks import unique_digest
+
+    key = keys.unique(unique_digest({"class": unique_jobs.rebuild.name, "queue": "default", "args": [7]}))
+    r.hset(key, "a", "hash")
+    with pytest.raises(key_guard.WrongTypeKey, match=f"{key} holds a hash, not a string"):
+        unique_jobs.rebuild.perform_async(7)
+
+
+# A real worker: asked by a client, its guard runs at once ---------------------------------------------
+
+
+def test_a_worker_moves_a_key_a_client_met_aside_within_seconds(r, workers, configured) -> None:
+    worker = workers.start(COGWORKER_QUEUES="default")
+    wait_until(lambda: r.smembers(keys.PROCESSES), timeout=20, message="the worker's first beat")
+    r.set(keys.SCHEDULE, "not a sorted set")
+    with pytest.raises(key_guard.WrongTypeKey, match="cogworker:schedule holds a string"):
+        demo_jobs.record.perform_in(1, "due-soon")
+
+    started = time.monotonic()
+    wait_until(lambda: r.type(keys.SCHEDULE) == "none", timeout=15, message="the guard's move")
+    assert time.monotonic() - started < 15  # the guard's own pass is every 300 s
+    assert worker.events_named("wrong_type_key_quarantined")
+
+    demo_jobs.record.perform_in(1, "due-soon")
+    wait_until(
+        lambda: any(t.startswith("due-soon ") for t in r.lrange("test:ran", 0, -1)),
+        timeout=15,
+        message="the job's run",
+    )
