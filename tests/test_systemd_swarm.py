@@ -17,6 +17,7 @@ import shutil
 import signal
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import pytest
 import redis
 
 from cogworker import codec
-from tests.redis_server import RedisServer, wait_until
+from tests.redis_server import RedisServer, free_port, wait_until
 from tests.systemd_manager import UserManager, user_manager
 from tests.test_swarm_harness import FAST_ENV, is_forkserver, live_title
 from tests.test_unit_files import SERVICE, TARGET, _expose_interpreter
@@ -41,6 +42,7 @@ APP = "cogworker@app.service"
 MAILERS = "cogworker@mailers.service"
 WATCHED = "cogworker@watched.service"
 INSTANCES = ("app", "mailers", "watched")
+APP_METRICS_PORT = free_port()  # the app instance serves metrics, under the unit's sandbox
 
 # Short deadlines, so a drain takes seconds: the shipped TimeoutStopSec=45 stays far above them.
 TIMEOUT_S = 2
@@ -80,6 +82,11 @@ def manager(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer)
         shutil.copy(TARGET, made.units_dir / TARGET.name)
         for instance in INSTANCES:
             extra = {"COGWORKER_QUEUES": "mailers"} if instance == "mailers" else {}
+            if instance == "app":
+                extra = {
+                    "COGWORKER_METRICS_PORT": str(APP_METRICS_PORT),
+                    "COGWORKER_METRICS_HOST": "127.0.0.1",
+                }
             (made.dir / f"{instance}.env").write_text(env_file_text(redis_server.url, **extra))
         dropin = made.units_dir / "cogworker@.service.d"
         dropin.mkdir()
@@ -424,10 +431,15 @@ def test_the_swarm_runs_under_the_units_sandbox_within_its_tasks_max(
         # Mode 2 is a seccomp filter (SystemCallFilter=); NoNewPrivs comes with it.
         assert status["Seccomp"] == "2" and status["NoNewPrivs"] == "1", (proc.pid, status)
         assert os.readlink(f"/proc/{proc.pid}/ns/mnt") != own_mounts  # PrivateMounts= and friends
-    # The swarm did everything it needs under the filter: forked children that fetch and run a job.
+    # The swarm did everything it needs under the filter: forked children that fetch and run a job,
+    # and a metrics endpoint that serves it.
     demo_jobs.record.perform_async("filtered")
     wait_until(lambda: ran(r, "filtered"), message="a job run under the system call filter")
     assert ran(r, "filtered")[0] in children(pid)
+    url = f"http://127.0.0.1:{APP_METRICS_PORT}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    assert "cogworker_redis_up 1.0" in text and 'cogworker_children{state="ready"} 2.0' in text
     # The unit comment's TasksMax sizing, without the restart factor of 2, covers a running swarm.
     count, concurrency = int(FAST_ENV["COGWORKER_COUNT"]), int(FAST_ENV["COGWORKER_CONCURRENCY"])
     tasks = sum(p.num_threads() for p in processes)
