@@ -6,6 +6,7 @@ retry JID                enqueue it now (Sidekiq's "Retry Now" / "Add to Queue")
 delete JID               remove it (asks first)
 retry-all [filters]      enqueue every matching entry now (asks first)
 delete-all [filters]     remove every matching entry (asks first)
+kill JID... | --all      move retry/scheduled entries to dead (asks first)
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import orjson
-
-from cogworker.cli.common import Context, Failure, short, table, timestamp, yes_flag
+from cogworker.cli.common import Context, Failure, pretty_json, short, table, timestamp, yes_flag
+from cogworker.ops import NotFound
 from cogworker.ops import sets as set_ops
 
 SET_HELP = {
@@ -30,6 +30,8 @@ ACTIONS_HELP = """actions (Sidekiq Web UI's buttons):
   delete JID  remove it (asks first; --yes to skip)
   retry-all   put every matching entry on its queue now (asks first)
   delete-all  remove every matching entry (asks first)
+  kill JID... move entries to dead ("Kill"; retry and scheduled only; asks first); --all with the
+              filters kills every matching entry
 
 JID is the job's id; an entry with none (an unreadable payload) is named raw-<digest>, as `list`
 shows it. An unreadable entry can be shown and deleted, not retried. Of two operators retrying the
@@ -84,6 +86,14 @@ def register(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         _filters(delete_all)
         yes_flag(delete_all)
         delete_all.set_defaults(handler=delete_all_entries)
+
+        if set_name in set_ops.KILLABLE:
+            kill = actions.add_parser("kill", parents=parents, help="move entries to dead (asks first)")
+            kill.add_argument("refs", metavar="JID", nargs="*")
+            kill.add_argument("--all", action="store_true", help="every entry matching the filters")
+            _filters(kill)
+            yes_flag(kill)
+            kill.set_defaults(handler=kill_entries)
 
 
 def _filters(parser: argparse.ArgumentParser) -> None:
@@ -150,7 +160,7 @@ def show_entry(ctx: Context) -> int:
         if not entry.readable:
             out.append("  (can't be retried: unreadable payload, or no job class or queue)")
         body = entry.payload if entry.payload is not None else entry.raw
-        text = orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+        text = pretty_json(body, sort_keys=True)
         return [*out, "  payload:", *("    " + line for line in text.splitlines())]
 
     ctx.emit(data, lines)
@@ -188,16 +198,73 @@ def retry_all_entries(ctx: Context) -> int:
     result = set_ops.retry_all(ctx.client, ctx.scripts, set_name, _filter(ctx))
     data = {"set": set_name, "retried": result.done, "unreadable": result.unreadable, "gone": result.gone}
 
+    data["wrong_type"] = list(result.wrong_type)
+
     def lines(_: Any) -> list[str]:
         out = [f"{result.done} job(s) moved from {set_name} to their queues"]
         if result.unreadable:
             out.append(f"{result.unreadable} unreadable entr(ies) left in place (see `show`, `delete`)")
         if result.gone:
             out.append(f"{result.gone} entr(ies) were taken by someone else meanwhile")
-        return out
+        return out + _wrong_type_lines(result)
 
     ctx.emit(data, lines)
-    return 0
+    return 1 if result.wrong_type else 0
+
+
+def _wrong_type_lines(result: set_ops.BulkResult) -> list[str]:
+    if not result.wrong_type:
+        return []
+    return [
+        f"stopped: {', '.join(result.wrong_type)} ha{'s' if len(result.wrong_type) == 1 else 've'} the "
+        "wrong type; the rest were left in place. A running worker's key guard moves such keys aside "
+        "within seconds (it has been asked to); with none running, run `cogworker doctor --fix`. "
+        "Then run this again."
+    ]
+
+
+def kill_entries(ctx: Context) -> int:
+    set_name, refs = ctx.args.set_name, list(dict.fromkeys(ctx.args.refs))
+    if ctx.args.all == bool(refs):
+        raise Failure("kill takes JIDs or --all (with optional filters), not both", 2)
+    if refs and not _filter(ctx).empty:
+        raise Failure("--queue/--job/--error go with --all", 2)
+    if ctx.args.all:
+        return _kill_all(ctx)
+    found = [set_ops.get(ctx.client, set_name, ref) for ref in refs]
+    named = ", ".join(f"{e.ref} ({e.job or 'unreadable'})" for e in found)
+    ctx.confirm(f"Kill {named}: move from the {set_name} set to dead?")
+    killed, gone = [], []
+    for entry in found:
+        try:
+            killed.append(set_ops.kill(ctx.client, ctx.scripts, ctx.settings, set_name, entry.ref))
+        except NotFound:
+            gone.append(entry.ref)
+    data = {"set": set_name, "killed": [e.ref for e in killed], "gone": gone}
+
+    def lines(_: Any) -> list[str]:
+        out = [f"{e.ref} ({e.job or 'unreadable'}) moved from {set_name} to dead" for e in killed]
+        return out + [f"{ref}: taken by someone else meanwhile" for ref in gone]
+
+    ctx.emit(data, lines)
+    return 1 if gone else 0
+
+
+def _kill_all(ctx: Context) -> int:
+    set_name = ctx.args.set_name
+    ctx.confirm(f"Kill {_matching(ctx)} of the {set_name} set (move them to dead)?")
+    result = set_ops.kill_all(ctx.client, ctx.scripts, ctx.settings, set_name, _filter(ctx))
+    data = {"set": set_name, "killed": result.done, "gone": result.gone}
+    data["wrong_type"] = list(result.wrong_type)
+
+    def lines(_: Any) -> list[str]:
+        out = [f"{result.done} entr(ies) moved from {set_name} to dead"]
+        if result.gone:
+            out.append(f"{result.gone} entr(ies) were taken by someone else meanwhile")
+        return out + _wrong_type_lines(result)
+
+    ctx.emit(data, lines)
+    return 1 if result.wrong_type else 0
 
 
 def delete_all_entries(ctx: Context) -> int:
