@@ -152,7 +152,8 @@ def timestamp(epoch: float | None) -> str:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     """Left-aligned columns, two spaces apart."""
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    # Escaped before measuring: a name that isn't UTF-8 prints wider than it is long.
+    cells = [[str(h) for h in headers]] + [[codec.escape(str(c)) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
 
