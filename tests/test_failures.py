@@ -263,3 +263,28 @@ def test_failures_json_cant_hold_are_filed_and_the_filings_behind_them_too(
     assert any("nested deeper" in note for note in entry["cogworker_notes"])
     assert worker.events_named("redis_command_failed") == []
     assert_clean_stop(r, worker)
+
+
+def test_middleware_sees_a_base_exception_and_odd_fields_as_the_jobs_failure(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    import hostile_jobs
+
+    from cogworker.status import details
+
+    exits = hostile_jobs.tracked_exit.perform_async("x")
+    assert exits is not None and r.keys("cogworker:unique:*")
+    # A tracked payload whose retry_count isn't a count: the status middleware must not raise on it.
+    odd = {"class": "hostile_jobs.tracked_fails", "args": [], "kwargs": {}, "jid": "odd", "queue": "default"}
+    push_raw(r, codec.dumps({**odd, "retry": 3, "status": True, "retry_count": "abc"}))
+    worker = workers.start(**HOSTILE)
+    wait_until(lambda: {exits, "odd"} <= set(by_jid(r)), timeout=15, message="both filed")
+    exit_status = details(exits)
+    assert exit_status is not None and exit_status["status"] == "failed"
+    assert exit_status["error_class"] == "SystemExit"
+    assert r.keys("cogworker:unique:*") == []  # the claim was given back
+    odd_status = details("odd")
+    assert odd_status is not None and odd_status["status"] == "retrying"
+    assert odd_status["error_class"] == "RuntimeError"  # the job's error, not the filing's
+    assert by_jid(r)["odd"][1]["error_class"] == "RuntimeError"
+    assert_clean_stop(r, worker)

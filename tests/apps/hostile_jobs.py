@@ -47,3 +47,14 @@ def fails(*args: Any, **kwargs: Any) -> None:
 @job
 def succeeds(*args: Any, **kwargs: Any) -> None:
     """Takes anything and does nothing: a payload's odd fields are all it tests."""
+
+
+@job(status=True, unique="until_executed", retry=False)
+def tracked_exit(tag: str) -> None:
+    """A unique, tracked job that exits: its status must say failed and its claim be given back."""
+    raise SystemExit(tag)
+
+
+@job(status=True, retry=3)
+def tracked_fails(*args: Any) -> None:
+    raise RuntimeError("tracked failure")
