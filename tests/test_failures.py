@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import demo_jobs
+import pytest
 import redis
 
 from cogworker import codec
@@ -288,3 +289,22 @@ def test_middleware_sees_a_base_exception_and_odd_fields_as_the_jobs_failure(
     assert odd_status["error_class"] == "RuntimeError"  # the job's error, not the filing's
     assert by_jid(r)["odd"][1]["error_class"] == "RuntimeError"
     assert_clean_stop(r, worker)
+
+
+ODD_VALUES: list[Any] = [None, "abc", [1], {"a": 1}, True, -5, 1.5, 3.0, "7", " 2 ", 10**30]
+ODD_VALUES += [float("nan"), float("inf")]
+
+
+@pytest.mark.parametrize("value", ODD_VALUES, ids=repr)
+def test_filing_reads_around_any_retry_count_or_retry(value: Any) -> None:
+    from cogworker import retry
+
+    for fields in ({"retry_count": value}, {"retry": value}, {"retry_count": value, "retry": value}):
+        job = {"class": "x", "jid": "j", "queue": "default", "args": [], **fields}
+        filing = retry.storable(on_failure(job, SystemExit(1), now=1000.0))
+        assert filing.set_key in ("cogworker:retry", "cogworker:dead")
+        assert "retry_count" not in filing.payload or isinstance(filing.payload["retry_count"], int)
+        assert filing.text is not None and json.loads(filing.text)["error_class"] == "SystemExit"
+    for count in ("7", 7.0):  # what int() used to accept still counts
+        failed = on_failure({"class": "x", "retry_count": count, "retry": 10}, ValueError())
+        assert failed.payload["retry_count"] == 8
