@@ -13,6 +13,7 @@ poll interval even when the one who saw it is a client with no poller of its own
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -133,7 +134,10 @@ def keys_to_check(client: redis.Redis, queue_names: tuple[str, ...]) -> list[str
     names = set(queue_names)
     if client.type(keys.QUEUES) == "set":
         names |= {str(n) for n in client.smembers(keys.QUEUES)}
-    checked = list(keys.EXPECTED_TYPES)
+    day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+    # Today's counters too: the fetch and settle scripts write them with every acknowledgement and
+    # failure, and would stop at a wrong-type one.
+    checked = [*keys.EXPECTED_TYPES, keys.stat_processed_day(day), keys.stat_failed_day(day)]
     checked += [keys.queue(n) for n in sorted(names)]
     if client.type(keys.IN_PROGRESS_IDENTITIES) == "set":
         checked += [keys.in_progress(str(i)) for i in client.smembers(keys.IN_PROGRESS_IDENTITIES)]

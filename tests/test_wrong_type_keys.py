@@ -303,3 +303,22 @@ def test_a_worker_moves_a_key_a_client_met_aside_within_seconds(r, workers, conf
         timeout=15,
         message="the job's run",
     )
+
+
+def test_a_wrong_type_day_counter_doesnt_stall_a_workers_acknowledgements(r, workers, configured) -> None:
+    """The fetch script counts each acknowledged job in today's counter; a hash there made every
+    fetch fail, and the guard (which didn't know the key) never moved it: jobs ran, and stayed on
+    the in-progress list, for ever."""
+    day = keys.stat_processed_day(time.strftime("%Y-%m-%d", time.gmtime()))
+    r.hset(day, "a", "hash")
+    workers.start(COGWORKER_QUEUES="default")
+    demo_jobs.record.perform_async("one")
+    wait_until(lambda: r.llen("test:ran") == 1, timeout=20, message="the job's run")
+    wait_until(lambda: quarantined_from(r, day), timeout=10, message="the counter moved aside")
+    demo_jobs.record.perform_async("two")
+    wait_until(lambda: r.type(day) == "string", timeout=10, message="counting again")
+    wait_until(
+        lambda: all(r.llen(k) == 0 for k in r.scan_iter(match=keys.IN_PROGRESS_PREFIX + "*")),
+        timeout=10,
+        message="both acknowledged",
+    )
