@@ -230,3 +230,24 @@ def test_a_status_message_with_a_lone_surrogate_is_sent_escaped() -> None:
         os.close(read_end)
         os.close(write_end)
     assert json.loads(line) == {"event": "boot_error", "error": "can't import /srv/caf\\xe9/app.py"}
+
+
+def test_text_read_from_non_utf8_bytes_is_sent_back_as_the_same_bytes(settings: Any, rb: redis.Redis) -> None:
+    from cogworker.connection import connect
+    from cogworker.direct import DirectConnection
+
+    client = connect(settings)  # hiredis encodes text strictly: the client must still send these back
+    rb.rpush("l", BAD_GARBAGE, BAD_JOB, b"ok")
+    garbage, job, _ = client.lrange("l", 0, -1)
+    assert garbage == BAD_GARBAGE.decode("utf-8", "surrogateescape")
+    assert client.lrem("l", 1, garbage) == 1
+    pipe = client.pipeline(transaction=False)
+    pipe.lrem("l", 1, job)
+    assert pipe.execute() == [1]
+    rb.rpush("l", BAD_GARBAGE)
+    direct = DirectConnection(client)
+    try:
+        assert direct.call("LREM", "l", 1, garbage) == 1
+    finally:
+        direct.close()
+    assert rb.lrange("l", 0, -1) == [b"ok"]
