@@ -16,6 +16,7 @@ from cogworker.fetch import ReliableFetch, Work
 from cogworker.settings import load_settings
 from cogworker.settle import Settler
 from tests import components
+from tests.cli_runner import cli_fixture  # noqa: F401
 from tests.redis_server import wait_until
 
 ME = "me:1:x"
@@ -322,3 +323,14 @@ def test_a_wrong_type_day_counter_doesnt_stall_a_workers_acknowledgements(r, wor
         timeout=10,
         message="both acknowledged",
     )
+
+
+def test_doctor_fix_moves_wrong_type_keys_aside_when_no_worker_runs(cli, r) -> None:
+    r.set(keys.SCHEDULE, "not a sorted set")
+    r.hset(keys.unique("abc"), "a", "hash")
+    key_guard.request(r, keys.unique("abc"))  # as a push that met it does
+    assert "FAIL" in cli("doctor").out and r.type(keys.SCHEDULE) == "string"  # plain doctor: reads only
+    fixed = cli("doctor", "--fix", "--json").json()["fixed"]
+    assert len(fixed) == 2
+    assert r.exists(keys.SCHEDULE, keys.unique("abc")) == 0
+    assert quarantined_from(r, keys.SCHEDULE) and quarantined_from(r, keys.unique("abc"))
