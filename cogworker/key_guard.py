@@ -83,20 +83,21 @@ def script_wrong_type(reply: Any) -> str | None:
 def request(client: redis.Redis, *names: str) -> bool:
     """Ask the key guards to check these keys now (best-effort: on failure the periodic pass still
     finds the fixed keys). True when the request was recorded."""
+    recorded = False
+    if names:
+        try:
+            pipe = client.pipeline(transaction=False)
+            pipe.sadd(keys.GUARD_REQUESTS, *names)
+            pipe.expire(keys.GUARD_REQUESTS, REQUEST_TTL_S)
+            pipe.execute()
+            recorded = True
+        except redis.RedisError as exc:
+            log.warning("key_guard_request_failed", keys=list(names), error=f"{type(exc).__name__}: {exc}")
+    # Woken after the request is written, so that its pass takes the keys named.
     nudge = _local_poller
     if nudge is not None:
         nudge()
-    if not names:
-        return False
-    try:
-        pipe = client.pipeline(transaction=False)
-        pipe.sadd(keys.GUARD_REQUESTS, *names)
-        pipe.expire(keys.GUARD_REQUESTS, REQUEST_TTL_S)
-        pipe.execute()
-    except redis.RedisError as exc:
-        log.warning("key_guard_request_failed", keys=list(names), error=f"{type(exc).__name__}: {exc}")
-        return False
-    return True
+    return recorded
 
 
 def wrong_type_error(client: redis.Redis, key: str) -> WrongTypeKey:

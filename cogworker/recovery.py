@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
 import structlog
 
 from cogworker import codec, key_guard, keys, retry
@@ -124,7 +125,18 @@ class Recovery:
         for identity in self.candidates(scan=scan):
             if identity == self._identity:
                 continue
-            result = self.requeue(identity, if_dead_for=self._settings.orphan_threshold_s, count_orphans=True)
+            try:
+                result = self.requeue(
+                    identity, if_dead_for=self._settings.orphan_threshold_s, count_orphans=True
+                )
+            except redis.ResponseError as exc:
+                if not key_guard.is_wrong_type(exc):
+                    raise
+                # Its list (or the beat registry) has the wrong type: the other owners' jobs must
+                # not wait for the guard, which is asked to move the keys aside now.
+                log.error("orphan_check_stopped_by_wrong_type_key", owner=identity, error=str(exc))
+                key_guard.request(self._client, keys.in_progress(identity), keys.LAST_BEAT)
+                continue
             if result.alive:
                 continue
             self.forget_if_empty(identity)
@@ -160,6 +172,8 @@ class Recovery:
                     if raw not in self._pending_burials:
                         self._pending_burials.append(raw)
                 self._outages.report("Orphan recovery", exc)
+                if key_guard.is_wrong_type(exc):
+                    key_guard.request(self._client, keys.DEAD)
             else:
                 with self._mutex:
                     if raw in self._pending_burials:

@@ -334,3 +334,13 @@ def test_doctor_fix_moves_wrong_type_keys_aside_when_no_worker_runs(cli, r) -> N
     assert len(fixed) == 2
     assert r.exists(keys.SCHEDULE, keys.unique("abc")) == 0
     assert quarantined_from(r, keys.SCHEDULE) and quarantined_from(r, keys.unique("abc"))
+
+
+def test_one_wrong_type_in_progress_list_doesnt_stop_recovery_of_the_others(r, settings) -> None:
+    parts = components.build(settings)
+    r.set(keys.in_progress("bad:1:x"), "not a list")
+    r.lpush(keys.in_progress("gone:1:x"), payload("g1"))
+    r.sadd(keys.IN_PROGRESS_IDENTITIES, "bad:1:x", "gone:1:x")
+    assert parts.recovery.recover_orphans() == 1
+    assert json.loads(r.lindex(keys.queue("default"), 0))["jid"] == "g1"
+    assert keys.in_progress("bad:1:x") in r.smembers(keys.GUARD_REQUESTS)
