@@ -103,12 +103,10 @@ class MetricsServer:
             # Past a full queue the handler still sees `_stopping` after its current request.
             with contextlib.suppress(queue.Full):
                 self._ready.put_nowait(None)
+        # The reader closes the connections still waiting for their request as it exits.
         for thread in self._threads:
             thread.join(timeout_s)
         self._listener.close()
-        for pending in self._pending.values():
-            pending.sock.close()
-        self._pending.clear()
         os.close(self._wake_r)
         os.close(self._wake_w)
 

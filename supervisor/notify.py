@@ -147,6 +147,11 @@ class Notifier:
                 self.close()
             self._log_failure(exc.errno or 0, exc.strerror or str(exc))
             return False
+        except Exception as exc:
+            # Not a socket error: something sdnotify itself raised. Still not the event loop's problem.
+            self.close()
+            self._log_failure(0, f"{type(exc).__name__}: {exc}")
+            return False
         if self._logged_errnos:
             log.info("systemd notify works again", socket=self._raw_address)
             self._logged_errnos.clear()

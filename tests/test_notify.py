@@ -220,6 +220,15 @@ def test_an_unusable_address_is_logged_not_raised(address: str, monkeypatch: pyt
     assert _failures(logs) == ["EAFNOSUPPORT"]
 
 
+def test_an_address_too_long_for_a_unix_socket_is_logged_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = notifier_for(monkeypatch, "/" + "x" * 200)
+    with capture_logs() as logs:
+        assert made.ready() is False
+        assert made.watchdog() is False
+    failures = [e for e in logs if e["log_level"] == "error"]
+    assert len(failures) == 1 and "too long" in failures[0]["reason"]
+
+
 @pytest.mark.parametrize("kind", ["path", "abstract"])
 def test_a_full_queue_fails_the_send_instead_of_blocking(
     kind: str, short_dir: Path, monkeypatch: pytest.MonkeyPatch
