@@ -145,6 +145,12 @@ class Settings(BaseSettings):
             raise ValueError(f"names no host (e.g. redis://localhost:6379/0){_ENCODE_HINT}")
         if parsed.scheme == "unix" and not parsed.path:
             raise ValueError("names no socket path (e.g. unix:///run/redis/redis.sock)")
+        if "@" in parsed.path + parsed.query + parsed.fragment:
+            # The parser took the start of a password for the host: redis-py would try that host.
+            raise ValueError(f"has an '@' after its host{_ENCODE_HINT}")
+        database = parsed.path.replace("/", "")  # as redis-py reads it
+        if parsed.scheme != "unix" and database and not database.isdigit():
+            raise ValueError("names a bad database: the path is a number (redis://localhost:6379/0)")
         del port
         return value
 

@@ -65,7 +65,10 @@ def test_status_shows_running_jobs_and_recover_orphans_requeues_a_killed_workers
 ) -> None:
     import demo_jobs
 
-    monkeypatch.setenv("COGWORKER_ORPHAN_THRESHOLD_S", "1")
+    # Quick thresholds for the CLI; they must agree (heartbeat < presence TTL < orphan threshold).
+    monkeypatch.setenv("COGWORKER_HEARTBEAT_INTERVAL_S", "0.2")
+    monkeypatch.setenv("COGWORKER_PRESENCE_TTL_S", "1")
+    monkeypatch.setenv("COGWORKER_ORPHAN_THRESHOLD_S", "1.5")
     proc = workers.start(COGWORKER_PRESENCE_TTL_S="1")
     identity = workers.identity(proc)
     jid = demo_jobs.sleepy.perform_async("long", 60)

@@ -89,6 +89,8 @@ LEAKY_URLS = [
     ("http://:hunter2@localhost:6379/0", "hunter2"),
     ("redis://:hunter2@", "hunter2"),
     ("redis://:hunter2@:6379/0", "hunter2"),
+    ("redis://u:12/x-hunter2@localhost/0", "hunter2"),  # parses: host u, port 12, path /x-hunter2@...
+    ("redis://u:12?hunter2@localhost/0", "hunter2"),
 ]
 
 

@@ -65,6 +65,7 @@ def test_queue_syntax(text: str, names: tuple[str, ...], weights: tuple[int, ...
         ("COGWORKER_QUEUES", "a,a", "listed twice"),
         ("COGWORKER_REDIS_URL", "http://localhost", "must start with redis://"),
         ("COGWORKER_REDIS_URL", "redis://localhost:99999/0", "bad port"),
+        ("COGWORKER_REDIS_URL", "redis://localhost:6379/zero", "bad database"),
         ("COGWORKER_TIMEOUT_S", "-1", "above 0"),
         ("COGWORKER_LOG_FORMAT", "xml", "COGWORKER_LOG_FORMAT"),
     ],
