@@ -67,7 +67,9 @@ def backtrace(exc: BaseException) -> list[str]:
         lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
     except Exception as failure:
         return [f"<the backtrace could not be formatted: {type(failure).__name__}>"]
-    return [codec.escape(line) for line in "".join(lines).splitlines()[-BACKTRACE_LINES:]]
+    # Each line capped like the message: the last one quotes the whole message, however long.
+    kept = "".join(lines).splitlines()[-BACKTRACE_LINES:]
+    return [codec.escape(line[:ERROR_MESSAGE_CHARS]) for line in kept]
 
 
 def odd_fields(job: dict[str, Any]) -> list[str]:

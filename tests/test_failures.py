@@ -308,3 +308,9 @@ def test_filing_reads_around_any_retry_count_or_retry(value: Any) -> None:
     for count in ("7", 7.0):  # what int() used to accept still counts
         failed = on_failure({"class": "x", "retry_count": count, "retry": 10}, ValueError())
         assert failed.payload["retry_count"] == 8
+
+
+def test_a_huge_error_message_is_stored_capped_in_the_backtrace_too() -> None:
+    failed = on_failure({"class": "x", "jid": "j", "queue": "default"}, ValueError("x" * 5_000_000))
+    assert len(failed.payload["error_message"]) == 10_000
+    assert max(len(line) for line in failed.payload["backtrace"]) <= 10_000
