@@ -1,7 +1,7 @@
 """What plugs into the swarm's hooks: systemd's notify protocol and Prometheus metrics.
 
 Both run on the event loop's thread and must never block it: the notifier's socket is non-blocking,
-and the metrics only update in-memory counters (scrapes are served from their own thread).
+and the metrics only update in-memory counters (scrapes are served from their own threads).
 """
 
 from __future__ import annotations

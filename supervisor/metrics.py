@@ -1,10 +1,11 @@
-"""Prometheus metrics for the swarm, served over HTTP from a background thread.
+"""Prometheus metrics for the swarm, served over HTTP by background threads (supervisor/metrics_server.py).
 
 The supervisor feeds an instance from its event loop: every child message (`observe_status`), the
 children it starts and reaps, restarts by reason, jobs it recovered. Each of those calls only
 updates counters under a short lock, so the loop never waits on a scrape. Queue sizes and latencies
-are read from Redis by a collector at scrape time, on the HTTP thread, with a short timeout; a Redis
-that is down or slow makes `cogworker_redis_up` 0, never a failed scrape.
+are read from Redis by a collector at scrape time, on an HTTP handler thread, with a short timeout,
+and one read serves every scrape for REDIS_CACHE_S; a Redis that is down or slow makes
+`cogworker_redis_up` 0, never a failed scrape.
 
 Children report job counts as deltas in their status messages (one a second), per (queue, job):
 
