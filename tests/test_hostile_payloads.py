@@ -76,7 +76,12 @@ def test_a_worker_files_non_utf8_payloads_in_dead_and_runs_the_rest_of_the_batch
     assert "caf\\xe9" in found[BAD_JOB]["raw"]  # and visibly, escaped
     assert found[BAD_GARBAGE]["raw"].startswith("\\xff\\xfe")
     assert all(e["error_class"] == "cogworker.UnreadablePayload" for e in found.values())
-    wait_until(lambda: r.get("cogworker:stat:processed") == "3", timeout=10, message="acks")
+    # Now idle, blocked on the queue (BLMOVE): the other way a job is fetched.
+    rb.lpush(keys.queue("default"), b"\xc3\x28 idle")
+    demo_jobs.record.perform_async("after-idle")
+    wait_until(lambda: r.llen("test:ran") == 4, timeout=15, message="the job after the idle one")
+    wait_until(lambda: len(unreadable_entries(r)) == 3, timeout=15, message="the idle one in dead")
+    wait_until(lambda: r.get("cogworker:stat:processed") == "4", timeout=10, message="acks")
     assert_nothing_in_progress(r)
     assert worker.stop() == 0
     assert worker.events_named("job_thread_error") == []
