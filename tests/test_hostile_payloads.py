@@ -256,3 +256,14 @@ def test_text_read_from_non_utf8_bytes_is_sent_back_as_the_same_bytes(settings: 
     finally:
         direct.close()
     assert rb.lrange("l", 0, -1) == [b"ok"]
+
+
+def test_a_log_line_with_a_lone_surrogate_is_written_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    import structlog
+
+    from cogworker import logs
+
+    logs.configure("info", "json")
+    structlog.get_logger("test").error("odd_text", text="caf\udce9", nested={"k": ["\ud800"]})
+    line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert (line["text"], line["nested"]) == ("caf\\xe9", {"k": ["\\ud800"]})
