@@ -202,9 +202,14 @@ def resolve(name: str, *, allowed: Iterable[str]) -> JobFunction:
         raise JobNotFound(
             f"can't import {module_name!r} for job {name!r}: {type(exc).__name__}: {exc}"
         ) from exc
+    # Looked up in each object's own namespace, not with getattr: a name from a payload must not
+    # reach a module's __getattr__ (lazy loaders import on attribute access) or run a property.
     target: Any = module
     for part in attr.split("."):
-        target = getattr(target, part, None)
+        try:
+            target = vars(target).get(part)
+        except TypeError:  # no namespace to look into
+            target = None
     if isinstance(target, JobFunction):
         return target
     found = _registry.get(name)

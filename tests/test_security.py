@@ -167,3 +167,11 @@ def test_env_file_keeps_the_password_off_the_command_line(tmp_path: Path) -> Non
     )
     assert missing.returncode == 78
     assert "nope.env" in missing.stderr
+
+
+def test_resolving_a_name_runs_no_attribute_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = tmp_path / "getattr"
+    monkeypatch.setenv("MARKER_ON_GETATTR", str(marker))
+    with pytest.raises(JobNotFound, match="not a @job function"):
+        resolve("required_pkg.anything", allowed=("required_pkg",))
+    assert not marker.exists()
