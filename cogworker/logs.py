@@ -55,7 +55,9 @@ def configure(level: str = "info", fmt: str = "auto", **context: Any) -> None:
     renderer: Any = (
         structlog.processors.JSONRenderer(serializer=_orjson_dumps)
         if use_json
-        else structlog.dev.ConsoleRenderer(colors=False)
+        # Plain tracebacks: with `rich` installed, structlog's default would print every frame's
+        # local variables, a Redis URL with its password among them (redis-py's from_url has one).
+        else structlog.dev.ConsoleRenderer(colors=False, exception_formatter=structlog.dev.plain_traceback)
     )
     processors: list[Any] = [
         structlog.contextvars.merge_contextvars,
