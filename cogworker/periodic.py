@@ -60,6 +60,7 @@ from cogworker import client, codec, key_guard, keys
 from cogworker.connection import is_unavailable
 from cogworker.jobs import JobFunction
 from cogworker.middleware import run_client_chain
+from cogworker.names import QUEUE_NAME_RULE, is_queue_name
 from cogworker.payload import check_arguments
 from cogworker.recovery import PERIODIC_RUNNING_TTL_S
 from cogworker.scripts import Scripts
@@ -153,8 +154,8 @@ def periodic(
         raise ValueError(f"{tz!r} is not a time zone name (e.g. 'UTC', 'Europe/Paris')") from exc
     arg_tuple, kwarg_dict = tuple(args), dict(kwargs or {})
     check_arguments(arg_tuple, kwarg_dict)
-    if queue is not None and (not isinstance(queue, str) or not queue or any(c.isspace() for c in queue)):
-        raise TypeError(f"queue must be a non-empty name without spaces, not {queue!r}")
+    if queue is not None and not is_queue_name(queue):
+        raise TypeError(f"queue must be {QUEUE_NAME_RULE}, not {queue!r}")
 
     def wrap(fn: F) -> F:
         if not isinstance(fn, JobFunction):

@@ -221,6 +221,8 @@ def test_a_queue_no_worker_could_read_is_refused_at_every_push(
         send_email.set(retry=1).set(queue=name)
     with pytest.raises(TypeError, match=re.escape(shown)):
         cogworker.push_bulk(plain, [(1,)], queue=name)
+    with pytest.raises(TypeError, match=re.escape(shown)):
+        cogworker.periodic("0 * * * *", queue=name)
     assert r.dbsize() == 0
     # COGWORKER_QUEUES splits on , and : and strips whitespace around a name; the rest is refused.
     if name == name.strip() and name and "," not in name and ":" not in name:
