@@ -125,7 +125,7 @@ class Poller:
                 raise
             requested, self._keys_asked = [], True  # the request set itself: the full check moves it
         if now < self._next_key_check and not (self._keys_asked or requested):
-            return "skipped"
+            return None  # not "skipped": Redis answered, which ends an outage
         self._keys_asked = False
         self._last_key_check = now
         key_guard.check(self._client, self._settings, self._settings.queue_spec.names, requested)
