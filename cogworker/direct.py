@@ -1,10 +1,11 @@
-"""A Redis connection that one thread drives itself, for the fetch loop's command per batch.
+"""A Redis connection that one thread drives itself, for the fetch loop's command per batch and
+the one-queue BLMOVE.
 
 redis-py's client path wraps every command in a pool checkout and return, event dispatch and
 metrics recording; for the fetch script that costs about as much CPU as the round trip itself. The
-fetcher thread is the only user of this connection, so it sends and reads directly. A failure
-behaves as on our clients (connection.py, retries off): the call raises, and the next call
-reconnects.
+fetcher thread (or the one job thread blocked on the queue) is the only user of its connection, so
+it sends and reads directly. A failure behaves as on our clients (connection.py, retries off): the
+call raises, and the next call reconnects.
 """
 
 from __future__ import annotations
@@ -29,6 +30,23 @@ class DirectConnection:
             raise  # Redis answered; the connection is fine
         except BaseException:
             # A reply may be half read: never reuse this socket.
+            conn.disconnect()  # type: ignore[no-untyped-call]
+            raise
+
+    def call_many(self, *commands: tuple[Any, ...]) -> list[Any]:
+        """Send `commands` in one write and read every reply. A reply that is an error comes back
+        as the ResponseError in its place (raising at the first would leave the rest unread)."""
+        conn = self._conn
+        try:
+            conn.send_packed_command(conn.pack_commands(commands))  # type: ignore[no-untyped-call]
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+            return replies
+        except BaseException:
             conn.disconnect()  # type: ignore[no-untyped-call]
             raise
 

@@ -4,14 +4,24 @@ Reliable fetch moves each job atomically from its queue onto this process's own 
 the job leaves that list only when it is acknowledged (it finished, or was filed in retry/dead).
 A process that dies mid-job leaves the job where orphan recovery (recovery.py) or the supervisor
 finds it. The price is at-least-once delivery: a job whose process died runs again from the start.
+
+A live process can also find jobs on its list that it doesn't know of: a fetch or BLMOVE whose reply
+was lost (Redis stalled past the client's timeout, then ran the command anyway). `reconcile` puts
+every entry the process doesn't hold back on its queue.
+
+No path takes a job from a paused queue: the fetch script skips them, and the one-queue BLMOVE and
+basic fetch's BRPOP read the paused set in the same write, so a job taken as a pause landed is
+handed back unstarted.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,8 +29,9 @@ import redis
 import structlog
 from redis.client import PubSub
 
-from cogworker import keys
+from cogworker import key_guard, keys
 from cogworker.direct import DirectConnection
+from cogworker.recovery import DEFAULT_QUEUE, ORPHANINGS_TTL_S, PERIODIC_RUNNING_TTL_S
 from cogworker.scripts import Scripts
 from cogworker.settings import QueueSpec
 
@@ -43,6 +54,29 @@ class FetchResult:
     acked: int = 0
     all_paused: bool = False
     wrong_type_queues: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Waited:
+    """What a blocking wait brought: a job (one queue), or nothing. `paused`: the queue is paused,
+    and the job (taken as the pause landed) must go back unstarted."""
+
+    work: Work | None = None
+    paused: bool = False
+
+
+@dataclass(slots=True)
+class Reconciled:
+    requeued: int = 0
+    kept: int = 0  # not held, but left on the list: a key of the wrong type (named) stopped it
+    wrong_type_keys: list[str] = field(default_factory=list)
+    buried: list[str] = field(default_factory=list)  # raw payloads filed in dead as poison pills
+
+
+def digest(raw: str) -> str:
+    """SHA-1 of a payload as Redis stores it (reconcile.lua matches entries by it). Text read with
+    its invalid bytes escaped encodes back to those bytes."""
+    return hashlib.sha1(raw.encode("utf-8", "surrogateescape"), usedforsecurity=False).hexdigest()
 
 
 class UnsupportedError(Exception):
@@ -76,6 +110,42 @@ def parse_version(text: str) -> tuple[int, ...] | None:
         return None
 
 
+def _raise_refused(reply: Any) -> None:
+    if isinstance(reply, redis.ResponseError):
+        if _refused(reply):
+            raise UnsupportedError(str(reply)) from reply
+        raise reply
+
+
+class WakeListener:
+    """Waits for a push's (or a resume's) wake-up message naming one of our queues. A missed message
+    costs at most the timeout, never a job."""
+
+    def __init__(self, client: redis.Redis, names: frozenset[str]) -> None:
+        self._client = client
+        self._names = names
+        self._pubsub: PubSub | None = None
+
+    def wait(self, timeout_s: float) -> None:
+        if self._pubsub is None:
+            self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            self._pubsub.subscribe(keys.WAKE_CHANNEL)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                message = self._pubsub.get_message(timeout=left)
+                if message is not None and message.get("data") in self._names:
+                    return
+        except Exception:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._pubsub is not None:
+            self._pubsub.close()
+            self._pubsub = None
+
+
 def server_supports_reliable(client: redis.Redis) -> bool:
     version = parse_version(str(client.info("server").get("redis_version", "")))
     # A version we can't read: try reliable fetch, and fall back if LMOVE is refused.
@@ -98,13 +168,14 @@ class ReliableFetch:
         # thread is still stuck) finds it taken and goes through the client's pool instead.
         self._direct = DirectConnection(client)
         self._direct_lock = threading.Lock()
-        self._blocking = blocking_client
+        # The BLMOVE's own connection: one wait turn at a time uses it (on a job thread).
+        self._blocking_direct = DirectConnection(blocking_client)
+        self._blocking_lock = threading.Lock()
         self._scripts = scripts
         self._spec = spec
         self._rng = random.Random()
         self.in_progress_key = keys.in_progress(identity)
-        self._names = frozenset(spec.names)
-        self._pubsub: PubSub | None = None
+        self._wake = WakeListener(blocking_client, frozenset(spec.names))
 
     def fetch(self, limit: int, acks: list[tuple[str, str]]) -> FetchResult:
         """Acknowledge `acks` ((raw, jid) pairs) and move up to `limit` jobs onto our list."""
@@ -115,7 +186,8 @@ class ReliableFetch:
             args += [raw, jid]
         args += [keys.ORPHANINGS_PREFIX, keys.QUEUE_PREFIX]
         try:
-            reply = self._run_fetch(
+            reply = self._run_script(
+                "fetch",
                 [
                     self.in_progress_key,
                     keys.PAUSED,
@@ -138,36 +210,79 @@ class ReliableFetch:
             works, int(reply[0]), all_paused=limit > 0 and paused == len(queue_keys), wrong_type_queues=bad
         )
 
-    def _run_fetch(self, script_keys: list[str], args: list[str | int]) -> Any:
+    def _run_script(self, name: str, script_keys: list[str], args: list[str | int]) -> Any:
         if not self._direct_lock.acquire(blocking=False):
-            return self._scripts.run("fetch", script_keys, args, client=self._client)
+            return self._scripts.run(name, script_keys, args, client=self._client)
         try:
-            return self._scripts.run_direct(self._direct, "fetch", script_keys, args)
+            return self._scripts.run_direct(self._direct, name, script_keys, args)
         finally:
             self._direct_lock.release()
 
-    def wait(self, timeout_s: float) -> Work | None:
+    def _ping(self) -> None:
+        if not self._direct_lock.acquire(blocking=False):
+            self._client.ping()
+            return
+        try:
+            self._direct.call("PING")
+        finally:
+            self._direct_lock.release()
+
+    def wait(self, timeout_s: float) -> Waited:
         """Wait for work after an empty fetch. One queue: BLMOVE, atomic and instant. Several: no
         command blocks on many lists and moves atomically, so wait for a push's wake-up message
-        (None: fetch again). A missed message costs at most `timeout_s`, never a job."""
+        (nothing: fetch again)."""
         if len(self._spec.names) != 1:
-            self._wait_for_wake(timeout_s)
-            return None
-        name = self._spec.names[0]
-        try:
-            # Redis takes fractional seconds here; redis-py's annotation says int.
-            raw = self._blocking.blmove(
-                keys.queue(name),
-                self.in_progress_key,
-                timeout_s,  # type: ignore[arg-type]
-                "RIGHT",
-                "LEFT",
+            self.wait_for_wake(timeout_s)
+            return Waited()
+        return self._blmove(self._spec.names[0], timeout_s)
+
+    def _blmove(self, name: str, timeout_s: float) -> Waited:
+        """BLMOVE with the paused check behind it in the same write. Redis runs a blocked client's
+        next command as soon as the block ends, so the check sees a pause that landed while the
+        BLMOVE waited, at no extra round trip (W2 pickup latency)."""
+        with self._blocking_lock:
+            move, paused = self._blocking_direct.call_many(
+                ("BLMOVE", keys.queue(name), self.in_progress_key, "RIGHT", "LEFT", timeout_s),
+                ("SISMEMBER", keys.PAUSED, name),
             )
-        except redis.ResponseError as exc:
-            if _refused(exc):
-                raise UnsupportedError(str(exc)) from exc
-            raise
-        return Work(name, str(raw)) if raw is not None else None
+        _raise_refused(move)
+        # A paused set of the wrong type reads as not paused (the fetch script fails on it, and the key
+        # guard moves it aside): raising here would forget a job already moved onto our list.
+        return Waited(Work(name, str(move)) if move is not None else None, paused=paused == 1)
+
+    def wait_for_wake(self, timeout_s: float) -> None:
+        self._wake.wait(timeout_s)
+
+    def reconcile(self, held: Iterable[str], failed: Iterable[str], max_orphanings: int) -> Reconciled:
+        """Put every entry of our in-progress list that `held` (payloads, once per copy) doesn't
+        account for back on its queue; entries in `failed` (their job thread failed) count an
+        orphaning, so a job that keeps failing its thread ends in dead.
+
+        A PING goes first: a reconcile sent to a stalled Redis, given up on and run later, could
+        put back a job fetched in between. Sent once Redis answers, it runs at once."""
+        self._ping()
+        held_digests = [digest(raw) for raw in held]
+        args: list[str | int] = [
+            keys.QUEUE_PREFIX,
+            DEFAULT_QUEUE,
+            keys.ORPHANINGS_PREFIX,
+            ORPHANINGS_TTL_S,
+            max_orphanings,
+            keys.PERIODIC_RUNNING_PREFIX,
+            PERIODIC_RUNNING_TTL_S,
+            int(time.time()),
+            len(held_digests),
+            *held_digests,
+            *(digest(raw) for raw in failed),
+        ]
+        reply = self._run_script("reconcile", [self.in_progress_key, keys.DEAD, keys.QUEUES], args)
+        n_wrong = int(reply[2])
+        return Reconciled(
+            requeued=int(reply[0]),
+            kept=int(reply[1]),
+            wrong_type_keys=[str(k) for k in reply[3 : 3 + n_wrong]],
+            buried=[str(raw) for raw in reply[3 + n_wrong :]],
+        )
 
     @property
     def can_block(self) -> bool:
@@ -178,32 +293,26 @@ class ReliableFetch:
         """One queue: `wait` is a BLMOVE and returns the job itself. Several: it only wakes."""
         return len(self._spec.names) == 1
 
-    def _wait_for_wake(self, timeout_s: float) -> None:
-        if self._pubsub is None:
-            self._pubsub = self._blocking.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-            self._pubsub.subscribe(keys.WAKE_CHANNEL)
-        deadline = time.monotonic() + timeout_s
-        try:
-            while (left := deadline - time.monotonic()) > 0:
-                message = self._pubsub.get_message(timeout=left)
-                if message is not None and message.get("data") in self._names:
-                    return
-        except Exception:
-            self._pubsub.close()
-            self._pubsub = None
-            raise
-
     def close(self) -> None:
         self._direct.close()
-        if self._pubsub is not None:
-            self._pubsub.close()
-            self._pubsub = None
+        self._wake.close()
+        # A thread still blocked on the queue keeps its connection: closing it under the BLMOVE
+        # would lose the reply of a move Redis may be making. It ends with the process.
+        if self._blocking_lock.acquire(blocking=False):
+            try:
+                self._blocking_direct.close()
+            finally:
+                self._blocking_lock.release()
 
     def give_back(self, work: Work) -> bool:
         """A fetched job that never started goes back to the end of its queue popped next."""
         moved = self._scripts.run(
             "give_back", [self.in_progress_key, keys.queue(work.queue)], [work.raw], client=self._client
         )
+        wrong = key_guard.script_wrong_type(moved)
+        if wrong is not None:
+            # Nothing changed: the job stays in progress (requeued at stop, or by recovery).
+            raise key_guard.wrong_type_error(self._client, wrong)
         return bool(moved)
 
 
@@ -215,10 +324,12 @@ class BasicFetch:
 
     def __init__(self, client: redis.Redis, blocking_client: redis.Redis, spec: QueueSpec) -> None:
         self._client = client
-        self._blocking = blocking_client
+        # Only the fetcher thread pops (a final ack flush fetches no job), so it owns this one.
+        self._blocking_direct = DirectConnection(blocking_client)
         self._spec = spec
         self._rng = random.Random()
         self.in_progress_key = ""
+        self._wake = WakeListener(blocking_client, frozenset(spec.names))
 
     def fetch(self, limit: int, acks: list[tuple[str, str]]) -> FetchResult:
         if acks:
@@ -233,9 +344,28 @@ class BasicFetch:
         order = [n for n in queue_order(self._spec, self._rng) if n not in paused]
         if not order:
             return FetchResult(acked=len(acks), all_paused=True)
-        popped = self._blocking.brpop([keys.queue(n) for n in order], timeout=1)
-        works = [Work(keys.queue_name(str(popped[0])), str(popped[1]))] if popped else []
-        return FetchResult(works, len(acks))
+        # The paused set is read again right behind the BRPOP, in the same write: a pause that
+        # lands while BRPOP waits is seen at no extra round trip.
+        popped, paused_now = self._blocking_direct.call_many(
+            ("BRPOP", *(keys.queue(n) for n in order), 1), ("SMEMBERS", keys.PAUSED)
+        )
+        _raise_refused(popped)
+        if not popped:
+            return FetchResult(acked=len(acks))
+        work = Work(keys.queue_name(str(popped[0])), str(popped[1]))
+        if isinstance(paused_now, list) and work.queue in paused_now and self._hand_back(work):
+            return FetchResult(acked=len(acks), all_paused=all(n in paused_now for n in order))
+        return FetchResult([work], len(acks))
+
+    def _hand_back(self, work: Work) -> bool:
+        """A job popped as its queue was paused goes back unstarted. If Redis fails now, it runs:
+        with basic fetch it exists only in this process's memory."""
+        try:
+            self.give_back(work)
+        except redis.RedisError as exc:
+            log.error("paused_job_not_given_back", queue=work.queue, error=str(exc), note="running it")
+            return False
+        return True
 
     @property
     def can_block(self) -> bool:
@@ -245,11 +375,19 @@ class BasicFetch:
     def wait_returns_job(self) -> bool:
         return False
 
-    def wait(self, timeout_s: float) -> Work | None:
-        return None
+    def wait(self, timeout_s: float) -> Waited:
+        return Waited()
+
+    def wait_for_wake(self, timeout_s: float) -> None:
+        self._wake.wait(timeout_s)
+
+    def reconcile(self, held: Iterable[str], failed: Iterable[str], max_orphanings: int) -> Reconciled:
+        """Basic fetch keeps no in-progress list: nothing to square."""
+        return Reconciled()
 
     def close(self) -> None:
-        pass
+        self._blocking_direct.close()
+        self._wake.close()
 
     def give_back(self, work: Work) -> bool:
         self._client.rpush(keys.queue(work.queue), work.raw)

@@ -117,6 +117,7 @@ class Launcher:
             extra_tasks=[self.recovery.retry_burials, ticker.poll, unique.retry_deferred_releases],
         )
         self.manager.on_wrong_type = self.poller.check_keys_soon
+        self.manager.reconciler.on_buried = self.recovery.complete_burials
         # What is loaded by now lives as long as the process. Out of the collector's reach, a full
         # collection no longer walks ~50,000 objects (over 20 ms, a stall every job would feel), and a
         # forked child stops copying the pages it shares with the supervisor when it collects.

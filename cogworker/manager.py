@@ -4,7 +4,12 @@ The fetcher only takes as many jobs as there are idle threads, so a job never wa
 process's memory while another process could run it. Jobs it has taken sit on this process's
 in-progress list (reliable fetch) until acknowledged; acknowledgements ride along with the next
 fetch, saving a round trip per job. When the queues run dry and there is only one, the fetcher hands
-the blocking wait (BLMOVE) to an idle job thread, which runs the job it gets itself.
+the blocking wait (BLMOVE) to an idle job thread, which runs the job it gets itself. When every queue
+it reads is paused it blocks on none of them: it waits for a wake-up (a push or a resume).
+
+Every job the process holds is in the reconciler's ledger (reconcile.py): after a fetch, BLMOVE or
+give-back fails (its reply may be lost with the jobs already moved), or a job thread fails, the
+fetcher puts every entry of the in-progress list the process doesn't hold back on its queue.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from dataclasses import dataclass
 
 import structlog
 
-from cogworker.fetch import BasicFetch, Fetcher, Work
+from cogworker import key_guard
+from cogworker.fetch import BasicFetch, Fetcher, Waited, Work
 from cogworker.outage import Outages
 from cogworker.processor import Stats, process
+from cogworker.reconcile import Reconciler
 from cogworker.settings import Settings
 from cogworker.settle import Settler
 
@@ -55,6 +62,7 @@ class Manager:
         outages: Outages,
         stats: Stats,
         fallback: Callable[[], BasicFetch] | None = None,
+        run_job: Callable[[Work], None] | None = None,
     ) -> None:
         self._settings = settings
         self.fetcher = fetcher
@@ -65,6 +73,8 @@ class Manager:
         self._concurrency = settings.concurrency
         # COGWORKER_REQUIRE, parsed once: the only modules a payload's job may be imported from.
         self._allowed = settings.require_modules
+        # What a job thread runs; tests pass their own to make a thread fail outside the processor.
+        self._run_job = run_job or self._process
         self._batch_min = max(1, settings.concurrency // 2)
         self._work: queue.SimpleQueue[Work | _WaitTurn | None] = queue.SimpleQueue()
         self._cond = threading.Condition()
@@ -75,12 +85,14 @@ class Manager:
         self._turn_open = False  # a blocking wait is handed out (one queue, idle)
         self._turn_blocking = False  # ... and a job thread is inside it
         self._turn_error: Exception | None = None
+        self._all_paused = False  # the last fetch found every queue we read paused
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
         self._fetcher_thread: threading.Thread | None = None
         self._rng = random.Random()
         self._wrong_type_logged: dict[str, float] = {}
         self.on_wrong_type: Callable[[], None] | None = None
+        self.reconciler = Reconciler(settings, outages, settler, on_wrong_type=self._wrong_type_found)
 
     # Lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -153,19 +165,33 @@ class Manager:
                 with self._cond:
                     self._queued -= 1
                     self._running[ident] = Running(work, time.time())
+            failed = False
             try:
-                process(work, self._settler, self.stats, allowed=self._allowed)
+                self._run_job(work)
             except BaseException:
-                log.exception("job_thread_error", note="the job stays in progress and will run again")
+                failed = True
+                log.exception(
+                    "job_thread_error",
+                    note="requeued counting an orphaning: a job that keeps failing its thread ends in dead",
+                )
             finally:
+                # Let go of the job only now: the settler holds it by now (or it is filed), so a
+                # reconcile never finds it unheld while it is still ours.
+                if failed:
+                    self.reconciler.thread_failed(work.raw)
+                else:
+                    self.reconciler.release(work.raw)
                 with self._cond:
                     del self._running[ident]
                     # Wake the fetcher only when it would act: the first free thread (it may be
                     # waiting with none), enough free for a full batch, or nothing left running.
                     # Waking it on every finished job costs a thread switch per job.
                     free = self._free_threads()
-                    if free == 1 or free == self._batch_min or not self._running:
+                    if failed or free == 1 or free == self._batch_min or not self._running:
                         self._cond.notify_all()
+
+    def _process(self, work: Work) -> None:
+        process(work, self._settler, self.stats, allowed=self._allowed)
 
     def _free_threads(self) -> int:
         """Threads with no job, running or handed over (call with the lock held)."""
@@ -199,6 +225,7 @@ class Manager:
         while not self._stopping:
             if self._settler.pending_filings:
                 self._settler.retry_pending()
+            self.reconciler.run_if_due(self.fetcher)
             free = self._await_room()
             if free is None:
                 continue
@@ -208,6 +235,9 @@ class Manager:
                 continue
             if found or free == 0:
                 idle_s = 0.0
+                continue
+            if self._all_paused:
+                self._wait_while_paused()
                 continue
             if self._blocking_wait():
                 idle_s = 0.0
@@ -225,15 +255,30 @@ class Manager:
             self._settler.return_acks(acks)
             if self._fall_back_if_unsupported(exc):
                 return 0
+            self.reconciler.lost_reply()
             self._outages.report("Fetch", exc)
+            if key_guard.is_wrong_type(exc) and self.on_wrong_type is not None:
+                # A key the script writes besides the queues (a counter, the in-progress list):
+                # the key guard moves it aside now, rather than at its next pass.
+                self.on_wrong_type()
             return None
         self._outages.recovered("Fetch")
         if result.wrong_type_queues:
             self._report_wrong_type(result.wrong_type_queues)
         self._enqueue(result.works)
-        if result.all_paused:
-            self._wake.wait(BLOCK_TIMEOUT_S)
+        if limit > 0:
+            self._all_paused = result.all_paused
         return len(result.works)
+
+    def _wait_while_paused(self) -> None:
+        """Every queue we read is paused: block on none of them (a BLMOVE would take from a paused
+        queue). Wait for a wake-up (a push, or a resume: `cogworker queue resume` sends one), then
+        fetch again, which sees whether the pause still holds."""
+        try:
+            self.fetcher.wait_for_wake(BLOCK_TIMEOUT_S)
+        except Exception as exc:
+            self._outages.report("Fetch", exc)
+            self._wake.wait(OUTAGE_RETRY_S)
 
     def _report_wrong_type(self, queues: list[str]) -> None:
         """Logged once per minute per queue; the key guard is asked to move the key aside now."""
@@ -242,29 +287,24 @@ class Manager:
         if fresh:
             log.error("queue_key_has_wrong_type", queues=fresh, note="skipped; the key guard moves it aside")
             self._wrong_type_logged.update(dict.fromkeys(fresh, now))
+        self._wrong_type_found()
+
+    def _wrong_type_found(self) -> None:
         if self.on_wrong_type is not None:
             self.on_wrong_type()
 
     def _blocking_wait(self) -> bool:
-        """Block on the queue when the fetcher can (one queue): a pushed job starts at once."""
+        """Block when the fetcher can: one queue, on the queue itself (a pushed job starts at once);
+        several, on a push's wake-up message (no command blocks on many lists and moves atomically)."""
         if not self.fetcher.can_block:
             return False
         if self.fetcher.wait_returns_job:
             return self._hand_wait_to_a_job_thread()
         try:
-            work = self.fetcher.wait(BLOCK_TIMEOUT_S)
+            self.fetcher.wait_for_wake(BLOCK_TIMEOUT_S)
         except Exception as exc:
-            if not self._fall_back_if_unsupported(exc):
-                self._outages.report("Fetch", exc)
-                self._wake.wait(OUTAGE_RETRY_S)
-            return True
-        if work is None:
-            return True
-        if self._quiet or self._stopping:
-            # Quiet (or stop) arrived while we were blocked: this job was never ours to start.
-            self._give_back(work)
-            return True
-        self._enqueue([work])
+            self._outages.report("Fetch", exc)
+            self._wake.wait(OUTAGE_RETRY_S)
         return True
 
     def _hand_wait_to_a_job_thread(self) -> bool:
@@ -294,22 +334,27 @@ class Manager:
 
     def _take_wait_turn(self, ident: int) -> Work | None:
         """On a job thread: the blocking wait. Returns the job to run (already counted as running
-        here), or None (timed out, failed, or quiet/stop came meanwhile)."""
-        work: Work | None = None
+        here), or None (timed out, failed, or quiet/stop/pause came meanwhile)."""
+        waited = Waited()
         error: Exception | None = None
         with self._cond:
             skip = self._quiet or self._stopping
             self._turn_blocking = not skip
         if not skip:
             try:
-                work = self.fetcher.wait(BLOCK_TIMEOUT_S)
+                waited = self.fetcher.wait(BLOCK_TIMEOUT_S)
             except Exception as exc:
                 error = exc
+                # Redis may have moved a job onto our list and lost the reply.
+                self.reconciler.lost_reply()
+        work = waited.work
+        if work is not None:
+            self.reconciler.hold([work.raw])
         with self._cond:
             self._queued -= 1
             self._turn_open = False
             self._turn_error = error
-            keep = work is not None and not (self._quiet or self._stopping)
+            keep = work is not None and not (self._quiet or self._stopping or waited.paused)
             if work is not None and keep:
                 self._running[ident] = Running(work, time.time())
             if work is None or keep:
@@ -317,8 +362,8 @@ class Manager:
             self._cond.notify_all()
         if work is None or keep:
             return work
-        # Quiet (or stop) arrived while we were blocked: this job was never ours to start. A stop
-        # waits for this give-back (_turn_blocking) before it hands anything back itself.
+        # Quiet, stop or a pause of the queue arrived while we were blocked: this job was never ours
+        # to start. A stop waits for this give-back (_turn_blocking) before it hands anything back.
         try:
             self._give_back(work)
         finally:
@@ -339,6 +384,7 @@ class Manager:
     def _enqueue(self, works: list[Work]) -> None:
         if not works:
             return
+        self.reconciler.hold(work.raw for work in works)
         with self._cond:
             self._queued += len(works)
         for work in works:
@@ -371,8 +417,11 @@ class Manager:
 
     def _give_back(self, work: Work) -> None:
         """A job taken but never started goes back to its queue; if Redis is away it stays on our
-        in-progress list, where recovery finds it."""
+        in-progress list, and the next reconcile (or the requeue at stop) puts it back."""
         try:
             self.fetcher.give_back(work)
         except Exception as exc:
+            self.reconciler.lost_reply()
             self._outages.report("Fetch", exc)
+        finally:
+            self.reconciler.release(work.raw)

@@ -14,6 +14,7 @@ from cogworker.direct import DirectConnection
 
 _NAMES = (
     "fetch",
+    "reconcile",
     "settle",
     "give_back",
     "requeue",

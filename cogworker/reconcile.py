@@ -1,0 +1,155 @@
+"""Squaring a live process's in-progress list with the jobs it holds (reliable fetch).
+
+A fetch script or BLMOVE whose reply is lost (Redis stalled past COGWORKER_REDIS_TIMEOUT_S and ran
+the command after the client gave up) leaves jobs on this process's list that it never learns of.
+Orphan recovery only takes dead processes' lists, so on a live process they would wait until it
+stopped. The same goes for a give-back that failed, and for a job whose thread failed outside the
+processor. So every failure of that kind schedules a reconcile: one script (reconcile.lua) puts back
+on its queue every entry the process doesn't hold.
+
+What the process holds is this ledger (jobs fetched and not yet finished or given back: queued for a
+thread, running, on their way back) plus what its settler still has to settle (acknowledgements not
+yet sent, filings not yet made). A job leaves the ledger only after the settler has it, and the
+ledger is read first, so a reconcile may count a job twice (it then keeps it) but never misses one.
+
+A command sent before a failure can still run after Redis answered the reconcile (it sat in a socket
+Redis read later), so a reconcile after a failure is followed by one more, RECONCILE_CONFIRM_S later.
+Between failures one runs every COGWORKER_ORPHAN_CHECK_INTERVAL_S, a backstop for any path missed.
+Only the fetcher thread runs it, between fetches and never during a blocking wait: a job moved by a
+fetch in flight would look unheld.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+import structlog
+
+from cogworker.fetch import Fetcher, Reconciled
+from cogworker.outage import Outages
+from cogworker.settings import Settings
+from cogworker.settle import Settler
+
+log = structlog.get_logger("cogworker.reconcile")
+
+RECONCILE_CONFIRM_S = 2.0
+# A reconcile that failed, or left a job behind a wrong-type key, is tried again this soon.
+FAILED_RETRY_S = 1.0
+KEPT_RETRY_S = 5.0
+
+
+class Reconciler:
+    def __init__(
+        self,
+        settings: Settings,
+        outages: Outages,
+        settler: Settler,
+        on_wrong_type: Callable[[], None] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._outages = outages
+        self._settler = settler
+        self._on_wrong_type = on_wrong_type
+        self.on_buried: Callable[[list[str]], None] | None = None
+        # A leaf lock: nothing is called while it is held.
+        self._lock = threading.Lock()
+        self._held: Counter[str] = Counter()
+        self._thread_failed: Counter[str] = Counter()
+        self._failures = 0  # failures that may have left an unknown entry on the list
+        self._answered = 0  # ... of which the last successful reconcile ran after this many
+        self._due = time.monotonic() + settings.orphan_check_interval_s
+
+    # The ledger -----------------------------------------------------------------------------
+    def hold(self, raws: Iterable[str]) -> None:
+        """Fetched jobs this process now holds (call before anything can run or give them back)."""
+        with self._lock:
+            self._held.update(raws)
+
+    def release(self, raw: str) -> None:
+        """A job no longer held here: finished (the settler has it), filed, or given back."""
+        with self._lock:
+            self._release(raw)
+
+    def _release(self, raw: str) -> None:
+        self._held[raw] -= 1
+        if self._held[raw] <= 0:
+            del self._held[raw]
+
+    def lost_reply(self) -> None:
+        """A command that may have moved jobs onto our list failed: what it did is unknown."""
+        with self._lock:
+            self._failures += 1
+            self._due = 0.0
+
+    def thread_failed(self, raw: str) -> None:
+        """A job thread failed outside the processor: the job goes back counting an orphaning (unless
+        the settler holds it), so one that keeps failing its thread ends in dead."""
+        with self._lock:
+            self._release(raw)
+            self._thread_failed[raw] += 1
+            self._failures += 1
+            self._due = 0.0
+
+    @property
+    def due(self) -> bool:
+        return time.monotonic() >= self._due
+
+    # The reconcile --------------------------------------------------------------------------
+    def run_if_due(self, fetcher: Fetcher) -> None:
+        """On the fetcher thread, between fetches. A failure is retried soon; it never blocks."""
+        if not self.due:
+            return
+        with self._lock:
+            held = Counter(self._held)
+            failed = Counter(self._thread_failed)
+            failures = self._failures
+        held.update(self._settler.holding())
+        try:
+            result = fetcher.reconcile(held.elements(), failed.elements(), self._settings.max_orphanings)
+        except Exception as exc:
+            self._outages.report("Reconcile", exc)
+            with self._lock:
+                self._due = min(self._due, time.monotonic() + FAILED_RETRY_S)
+            return
+        self._outages.recovered("Reconcile")
+        self._schedule_next(result, failures, failed)
+        self._report(result)
+
+    def _schedule_next(self, result: Reconciled, failures: int, failed: Counter[str]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._thread_failed -= failed
+            if self._failures != failures:
+                due = now  # another failure came meanwhile
+            elif self._answered != failures:
+                self._answered = failures
+                due = now + RECONCILE_CONFIRM_S
+            else:
+                due = now + self._settings.orphan_check_interval_s
+            if result.kept:
+                due = min(due, now + KEPT_RETRY_S)
+            self._due = due
+
+    def _report(self, result: Reconciled) -> None:
+        if result.requeued or result.buried:
+            log.warning(
+                "requeued_unknown_jobs",
+                requeued=result.requeued,
+                dead=len(result.buried),
+                note="on this process's in-progress list but not held here (a lost fetch reply or a "
+                "failed job thread): back on their queues",
+            )
+        if result.wrong_type_keys:
+            log.error(
+                "reconcile_kept_jobs",
+                count=result.kept,
+                keys=result.wrong_type_keys,
+                note="a key of the wrong type stopped their requeue; retried once the key guard moves it",
+            )
+            if self._on_wrong_type is not None:
+                self._on_wrong_type()
+        if result.buried and self.on_buried is not None:
+            self.on_buried(result.buried)

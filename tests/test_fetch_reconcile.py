@@ -1,0 +1,139 @@
+"""A live worker whose fetch reply was lost (Redis stalled past the command timeout after the fetch
+was sent) finds the jobs the fetch moved onto its in-progress list and puts them back on their queue;
+a job thread whose job escaped the processor requeues it counting an orphaning.
+
+The stall is `DEBUG SLEEP` on a private server, sent in one write with an LPUSH: Redis runs the LPUSH
+right after the sleep, before the fetches the worker sent (and gave up on) meanwhile, so those stale
+fetches find jobs to move and their replies go to closed sockets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from cogworker import codec, keys, payload
+from cogworker.connection import connect
+from cogworker.context import RedisContext
+from cogworker.fetch import ReliableFetch, Work
+from cogworker.manager import Manager
+from cogworker.processor import Stats
+from cogworker.recovery import Recovery
+from cogworker.settings import load_settings
+from cogworker.settle import Settler
+from tests.redis_server import RedisServer, wait_until
+from tests.workers import Worker, WorkerPool
+
+# Commands give up after 1 s (a blocking wait after its block time plus 2 s): a stall of 4 s loses
+# the replies of both the fetch script and a BLMOVE.
+QUICK = {"COGWORKER_REDIS_TIMEOUT_S": "1", "COGWORKER_CONCURRENCY": "2"}
+STALL_S = 4
+
+
+@pytest.fixture
+def debug_redis() -> Iterator[RedisServer]:
+    server = RedisServer(extra=("--enable-debug-command", "yes"))
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def raw_job(job: str, args: list[object], queue: str = "default") -> str:
+    return codec.dumps(payload.build(job, args, {}, queue=queue, retry=True))
+
+
+def stall_then_push(server: RedisServer, raws: list[str], queue: str = "default") -> None:
+    """Stall Redis for STALL_S seconds, then push `raws` before anything else runs."""
+    client = redis.Redis(
+        host="127.0.0.1", port=server.port, decode_responses=True, socket_timeout=STALL_S + 10
+    )
+    try:
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command("DEBUG", "SLEEP", STALL_S)
+        pipe.lpush(keys.queue(queue), *raws)
+        pipe.execute()
+    finally:
+        client.close()
+
+
+def identity_of(worker: Worker) -> str:
+    ready = wait_until(lambda: worker.events_named("worker_ready"), timeout=15, message="the worker")
+    return str(ready[0]["identity"])
+
+
+def assert_all_ran_once_and_none_stranded(r: redis.Redis, worker: Worker, identity: str, count: int) -> None:
+    wait_until(lambda: r.llen("test:ran") >= count, timeout=15, message=f"all {count} jobs to run")
+    wait_until(lambda: r.llen(keys.in_progress(identity)) == 0, timeout=10, message="every ack")
+    tags = sorted(str(item).split()[0] for item in r.lrange("test:ran", 0, -1))
+    assert tags == sorted(f"j{i}" for i in range(count))  # each exactly once
+    assert worker.proc.poll() is None
+    lost = [e for e in worker.events_named("redis_outage_started") if e.get("component") == "Fetch"]
+    assert lost, "the stall should have cost the worker a fetch reply"
+
+
+@pytest.mark.parametrize(
+    "queues",
+    ["default", "default,other"],
+    ids=["one-queue-blmove", "several-queues-fetch-script"],
+)
+def test_jobs_moved_by_a_fetch_whose_reply_was_lost_still_run(
+    debug_redis: RedisServer, workers: WorkerPool, queues: str
+) -> None:
+    r = debug_redis.client()
+    worker = workers.start(debug_redis.url, COGWORKER_QUEUES=queues, **QUICK)
+    identity = identity_of(worker)
+    if queues == "default":
+        waiting = lambda: any(c.get("cmd") == "blmove" for c in r.client_list())  # noqa: E731
+    else:
+        waiting = lambda: r.pubsub_numsub(keys.WAKE_CHANNEL) == [(keys.WAKE_CHANNEL, 1)]  # noqa: E731
+    wait_until(waiting, timeout=15, message="the worker to wait for work")
+    stall_then_push(debug_redis, [raw_job("demo_jobs.record", [f"j{i}"]) for i in range(6)])
+    assert_all_ran_once_and_none_stranded(r, worker, identity, 6)
+    assert worker.stop() == 0
+
+
+class Escaped(BaseException):
+    """Stands for whatever still escapes the processor on a job thread."""
+
+
+def test_a_job_whose_thread_fails_is_requeued_counting_orphanings_until_dead(
+    redis_server: RedisServer, r: redis.Redis
+) -> None:
+    """A job thread that fails outside the processor doesn't leave its job stranded in progress on
+    a live process: the job goes back to its queue, each time counting an orphaning, and a job
+    that keeps doing it ends in dead like any poison pill. The manager runs in this process, with a
+    job runner that fails (the seam for a failure no job can cause once the processor catches
+    everything), against a real Redis."""
+    settings = load_settings(redis_url=redis_server.url, concurrency=1, max_orphanings=2)
+    identity = "test:reconcile:0"
+    ctx = RedisContext.build(settings)
+    fetcher = ReliableFetch(
+        ctx.client, connect(settings, extra_timeout_s=2.0), ctx.scripts, identity, settings.queue_spec
+    )
+    settler = Settler(ctx, fetcher.in_progress_key)
+    runs: list[str] = []
+
+    def failing_thread(work: Work) -> None:
+        runs.append(work.raw)
+        raise Escaped("escaped the processor")
+
+    manager = Manager(settings, fetcher, settler, ctx.outages, Stats(), run_job=failing_thread)
+    manager.reconciler.on_buried = Recovery(ctx, identity).complete_burials
+    raw = raw_job("demo_jobs.record", ["poison"])
+    jid = str(codec.loads_dict(raw)["jid"])  # type: ignore[index]
+    r.lpush(keys.queue("default"), raw)
+    manager.start()
+    try:
+        [entry] = wait_until(lambda: r.zrange(keys.DEAD, 0, -1), timeout=10, message="the job in dead")
+    finally:
+        manager.stop(time.monotonic() + 2)
+    dead = codec.loads_dict(entry)
+    assert dead is not None and dead["jid"] == jid and dead["error_class"] == "cogworker.ProcessDied"
+    assert runs == [raw] * 3  # the first run and two requeues (max_orphanings=2), then dead
+    assert r.llen(keys.queue("default")) == 0
+    assert r.llen(fetcher.in_progress_key) == 0
+    assert not r.exists(keys.orphanings(jid))
