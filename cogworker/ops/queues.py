@@ -74,8 +74,12 @@ def pause(client: redis.Redis, name: str) -> bool:
 
 
 def resume(client: redis.Redis, name: str) -> bool:
-    """True when it was paused before."""
-    return bool(client.srem(keys.PAUSED, name))
+    """True when it was paused before. Idle workers reading the queue are woken to fetch at once."""
+    pipe = client.pipeline(transaction=False)
+    pipe.srem(keys.PAUSED, name)
+    pipe.publish(keys.WAKE_CHANNEL, name)
+    removed, _woken = pipe.execute()
+    return bool(removed)
 
 
 def size(client: redis.Redis, name: str) -> int:
