@@ -21,7 +21,7 @@ from typing import Any
 import redis
 import structlog
 
-from cogworker import keys
+from cogworker import keys, scripts
 from cogworker.settings import Settings
 
 log = structlog.get_logger("cogworker.key_guard")
@@ -156,17 +156,16 @@ def check(
     for key in candidates:
         pipe.type(key)
     moved: list[str] = []
+    move = client.register_script(scripts.source("quarantine"))
     for key, kind in zip(candidates, pipe.execute(), strict=True):
         want = expected_type(key)
         if kind == "none" or want is None or kind == want:
             continue
         target = keys.quarantine(f"{key.removeprefix(keys.PREFIX)}:{time.time():.6f}")
-        try:
-            client.rename(key, target)
-        except redis.ResponseError:
-            continue  # gone or renamed by another process's guard first
-        client.expire(target, int(settings.quarantine_ttl_s))
-        log.error("wrong_type_key_quarantined", key=key, found=kind, expected=want, moved_to=target)
+        found = move(keys=[key, target], args=[want, int(settings.quarantine_ttl_s)], client=client)
+        if found is None:
+            continue  # moved by another process's guard first (and maybe made anew, rightly typed)
+        log.error("wrong_type_key_quarantined", key=key, found=str(found), expected=want, moved_to=target)
         moved.append(target)
     return moved
 

@@ -11,7 +11,7 @@ import demo_jobs
 import pytest
 import redis
 
-from cogworker import codec, key_guard, keys, retry
+from cogworker import codec, key_guard, keys, retry, scripts
 from cogworker.fetch import ReliableFetch, Work
 from cogworker.settings import load_settings
 from cogworker.settle import Settler
@@ -344,3 +344,16 @@ def test_one_wrong_type_in_progress_list_doesnt_stop_recovery_of_the_others(r, s
     assert parts.recovery.recover_orphans() == 1
     assert json.loads(r.lindex(keys.queue("default"), 0))["jid"] == "g1"
     assert keys.in_progress("bad:1:x") in r.smembers(keys.GUARD_REQUESTS)
+
+
+def test_the_guard_checks_and_moves_a_key_in_one_step(r, settings) -> None:
+    """A guard whose type check is stale (another guard moved the key, a push made it anew, with a
+    job) must not quarantine the healthy key: the move re-checks the type in the same script."""
+    move = r.register_script(scripts.source("quarantine"))
+    r.lpush(keys.queue("default"), payload("fresh"))
+    assert move(keys=[keys.queue("default"), keys.quarantine("x")], args=["list", 60]) is None
+    assert r.llen(keys.queue("default")) == 1 and r.exists(keys.quarantine("x")) == 0
+    r.delete(keys.queue("default"))
+    r.set(keys.queue("default"), "not a list")
+    assert move(keys=[keys.queue("default"), keys.quarantine("x")], args=["list", 60]) == "string"
+    assert 0 < r.ttl(keys.quarantine("x")) <= 60
