@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -296,7 +296,23 @@ def load_env_file(path: str) -> None:
 def load_or_exit(**overrides: object) -> Settings:
     """For commands: a bad setting prints one line and exits 78 before anything starts."""
     try:
-        return load_settings(**overrides)
+        settings = load_settings(**overrides)
     except ConfigError as exc:
         print(f"cogworker: configuration error: {exc}", file=sys.stderr)
         raise SystemExit(exitcodes.CONFIG_ERROR) from None
+    unknown = unknown_variables(os.environ)
+    if unknown:
+        # A warning, not an error: the variable may be meant for a newer version. But a typo
+        # (COGWORKER_TIMEOUT for COGWORKER_TIMEOUT_S) must not silently leave the default in force.
+        print(f"cogworker: warning: not a setting, ignored: {', '.join(unknown)}", file=sys.stderr)
+    return settings
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """COGWORKER_* variables that name no setting (the names are case-insensitive, as pydantic reads them)."""
+    prefix = Settings.model_config.get("env_prefix", "")
+    return sorted(
+        name
+        for name in environ
+        if name.upper().startswith(prefix) and name[len(prefix) :].lower() not in Settings.model_fields
+    )

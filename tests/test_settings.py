@@ -208,3 +208,13 @@ def test_timeout_nan_exits_78_before_anything_starts(argv: list[str], redis_serv
     client = redis_server.client()
     assert client.scard("cogworker:processes") == 0  # no worker ever registered
     client.close()
+
+
+def test_a_misspelt_variable_is_named_not_silently_ignored(redis_server: RedisServer) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    env.update(COGWORKER_REDIS_URL=redis_server.url, COGWORKER_TIMEOUT="60", COGWORKER_CONCURENCY="3")
+    done = subprocess.run(
+        [sys.executable, "-m", "cogworker", "queues"], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert "COGWORKER_CONCURENCY, COGWORKER_TIMEOUT" in done.stderr
