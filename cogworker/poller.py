@@ -160,10 +160,10 @@ class Poller:
         now = time.time()
         for set_key in SETS:
             while True:
-                due = self._client.zrangebyscore(set_key, "-inf", now, start=0, num=BATCH)
+                due = self._due(set_key, now)
                 if not due:
                     break
-                graduated, wrong = self._graduate(set_key, [str(raw) for raw in due])
+                graduated, wrong = self._graduate(set_key, due)
                 moved += graduated
                 if wrong:
                     self._guard_now(wrong)
@@ -171,6 +171,18 @@ class Poller:
                 if len(due) < BATCH:
                     break
         return moved
+
+    def _due(self, set_key: str, now: float) -> list[str]:
+        """Up to BATCH due entries; none when the set itself has the wrong type (the guard moves it
+        aside now, so the other set is still served and the next poll reads a sorted set again)."""
+        try:
+            due = self._client.zrangebyscore(set_key, "-inf", now, start=0, num=BATCH)
+        except redis.ResponseError as exc:
+            if not key_guard.is_wrong_type(exc):
+                raise
+            self._guard_now([set_key])
+            return []
+        return [str(raw) for raw in due]
 
     def _graduate(self, set_key: str, entries: list[str]) -> tuple[int, list[str]]:
         """Returns how many moved, and the keys of the wrong type that stopped others."""

@@ -357,3 +357,13 @@ def test_the_guard_checks_and_moves_a_key_in_one_step(r, settings) -> None:
     r.set(keys.queue("default"), "not a list")
     assert move(keys=[keys.queue("default"), keys.quarantine("x")], args=["list", 60]) == "string"
     assert 0 < r.ttl(keys.quarantine("x")) <= 60
+
+
+def test_a_string_schedule_set_is_moved_aside_by_the_poller_that_meets_it(r, settings) -> None:
+    """It used to fail every poll until the guard's own pass, minutes later, and stop the retry set
+    behind it from being served."""
+    r.set(keys.SCHEDULE, "not a sorted set")
+    r.zadd(keys.RETRY, {payload("r2"): 0})
+    parts = components.build(settings)
+    assert parts.poller.enqueue_due() == 1  # the retry set is still served
+    assert quarantined_from(r, keys.SCHEDULE) and r.exists(keys.SCHEDULE) == 0
