@@ -255,7 +255,9 @@ class Launcher:
             fetcher = self.manager.fetcher
             if fetcher.keeps_in_progress:
                 result = self.recovery.requeue(self.identity, if_dead_for=None, count_orphans=False)
-                list_empty = result.failed == 0
+                # A reply lost just before the stop, or a wait still blocked on the queue, may put a
+                # job on the list after this requeue: then the list stays registered for recovery.
+                list_empty = result.failed == 0 and not self.manager.may_have_strays
                 if result.moved:
                     log.info("requeued_own_jobs", count=result.moved)
             else:

@@ -123,6 +123,14 @@ class Manager:
         with self._cond:
             return len(self._running)
 
+    @property
+    def may_have_strays(self) -> bool:
+        """After stop: a lost reply no reconcile has answered yet, or a thread still blocked on the
+        queue, may leave a job on our list (or still move one there) after the final requeue."""
+        with self._cond:
+            blocking = self._turn_blocking
+        return blocking or self.reconciler.unanswered
+
     def running(self) -> list[tuple[str, Running]]:
         with self._cond:
             return [(f"t{ident}", r) for ident, r in self._running.items()]

@@ -94,6 +94,12 @@ class Reconciler:
             self._due = 0.0
 
     @property
+    def unanswered(self) -> bool:
+        """A failure came after the last successful reconcile began."""
+        with self._lock:
+            return self._failures != self._answered
+
+    @property
     def due(self) -> bool:
         return time.monotonic() >= self._due
 
