@@ -8,7 +8,7 @@ supervisor small: those live in the fork server, and its children share them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -21,6 +21,7 @@ class SwarmConfig:
     phased_restart: bool
     graceful_stop_timeout_s: float
     restart_ready_timeout_s: float
+    boot_timeout_s: float  # a child's first line (and a fork server's `ready`) must come within this
     healthy_uptime_s: float
     respawn_base_delay_s: float
     respawn_max_delay_s: float
@@ -29,7 +30,9 @@ class SwarmConfig:
     memory_check_interval_s: float
     metrics_port: int | None
     metrics_host: str
-    redis_url: str  # for the metrics scrape only
+    # For the metrics scrape only. Kept out of the repr: it may hold the Redis password.
+    redis_url: str = field(repr=False)
+    redis_timeout_s: float  # a requeue in the fork server may wait this long on Redis
     log_level: str
     log_format: str
 

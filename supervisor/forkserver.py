@@ -1,4 +1,4 @@
-"""The supervisor's handle on its fork server, and the messages the two exchange.
+"""The supervisor's handle on one fork server, and the messages the two exchange.
 
 The fork server (template.py) is a process the supervisor starts with `python -m supervisor.template`.
 It validates the settings, imports the worker code (and the app, with COGWORKER_PRELOAD), then waits
@@ -8,24 +8,24 @@ descriptor riding along where one is needed.
     supervisor -> fork server   {"op": "spawn", "slot", "nonce", "quiet"} + the state pipe's write end
                                 {"op": "requeue", "identity"}
     fork server -> supervisor   {"op": "ready", "settings"}
-                                {"op": "spawned", "slot", "pid"} or {"op": "spawn_failed", "error"}
+                                {"op": "spawned", "slot", "nonce", "pid"}
+                                {"op": "spawn_failed", "slot", "nonce", "error"}
                                 {"op": "requeued", "identity", "ok", "moved", "dead", "kept", "error"}
 
-Requests are answered in order. A spawn waits for its answer (a fork takes a millisecond or two);
-requeue answers are read by the supervisor's loop. Closing the supervisor's sending side tells the
-fork server to exit once it has answered everything already sent.
+Requests are answered one each, in order. The supervisor never waits for an answer: its socket is
+non-blocking, and answers are read by its loop when they come. This handle counts what the fork
+server owes, so a fork server that stops answering can be told from a busy one (forkserver_keeper.py
+replaces it). Closing the supervisor's sending side tells the fork server to exit once it has answered
+everything already sent.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import selectors
 import signal
 import socket
 import sys
-import time
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -37,7 +37,7 @@ TITLE = "cogworker-swarm fork server"  # its process title, as `ps` shows it
 CONTROL_FD_VARIABLE = "COGWORKER_FORKSERVER_FD"
 SUPERVISOR_PID_VARIABLE = "COGWORKER_SUPERVISOR_PID"
 MAX_MESSAGE = 1 << 20
-SPAWN_TIMEOUT_S = 10.0
+ANSWERS = frozenset({"spawned", "spawn_failed", "requeued", "error"})  # one per request
 
 
 def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -59,12 +59,6 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
     return message, fds
 
 
-@dataclass(frozen=True, slots=True)
-class Spawned:
-    pid: int
-    fd: int  # read end of the child's state pipe, non-blocking
-
-
 class ForkServer:
     """One fork server process. A restart starts a new one; the old one exits when told to retire."""
 
@@ -72,14 +66,19 @@ class ForkServer:
         self.generation = generation
         self.pid = 0
         self.sock: socket.socket | None = None
-        self.ready = False
-        self.retiring = False
+        self.started_at = 0.0
+        self.loaded = False  # it said `ready` once: the code is imported
+        self.ready = False  # loaded, and taking requests
+        self.retiring = False  # told to exit (or killed): it takes no more requests
+        self.killed = False  # SIGKILLed (hung, or not exiting at the end): nothing it says counts
         self.gone = False  # its end of the socket is closed: it has exited, or is about to
         self.settings: dict[str, Any] = {}
-        self._backlog: list[dict[str, Any]] = []  # answers read while a spawn waited for its own
+        self.owed = 0  # requests sent and not answered yet
+        self.owed_since = 0.0  # when it last answered (or was asked, owing nothing before)
+        self.requeues: set[str] = set()  # identities whose requeue it owes
 
     # Start and stop ---------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, now: float) -> None:
         """Start the process. Raises OSError."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -104,8 +103,13 @@ class ForkServer:
             raise
         finally:
             theirs.close()
-        ours.setblocking(False)
-        self.sock = ours
+        self.attach(ours, now)
+
+    def attach(self, sock: socket.socket, now: float) -> None:
+        """Talk to it over `sock` (start() does this; tests attach a socket they answer themselves)."""
+        sock.setblocking(False)  # a full socket buffer must never block the supervisor's loop
+        self.sock = sock
+        self.started_at = now
 
     def retire(self) -> None:
         """No more requests: it exits once it has answered the ones already sent."""
@@ -114,6 +118,13 @@ class ForkServer:
         if self.sock is not None:
             with contextlib.suppress(OSError):
                 self.sock.shutdown(socket.SHUT_WR)
+
+    def kill(self) -> None:
+        self.killed = self.retiring = True
+        self.ready = False
+        if self.pid > 0:  # never os.kill(0, ...): that is our whole process group
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
 
     def close(self) -> None:
         self.ready = False
@@ -124,39 +135,10 @@ class ForkServer:
     def fileno(self) -> int:
         return self.sock.fileno() if self.sock is not None else -1
 
-    # Messages ---------------------------------------------------------------------------------
-    @property
-    def has_backlog(self) -> bool:
-        return bool(self._backlog)
-
-    def read(self) -> list[dict[str, Any]]:
-        """Every message waiting now (backlog first). At end of stream, `gone` turns true; the caller
-        unregisters the socket, then closes it."""
-        out, self._backlog = self._backlog, []
-        while self.sock is not None and not self.gone:
-            try:
-                message = self._receive()
-            except BlockingIOError:
-                break
-            if message is None:
-                break
-            if message.get("op") == "ready":
-                self.ready = not self.retiring
-                self.settings = dict(message.get("settings") or {})
-            out.append(message)
-        return out
-
-    def requeue(self, identity: str) -> bool:
-        if not self.ready or self.sock is None:
-            return False
-        try:
-            send(self.sock, {"op": "requeue", "identity": identity})
-        except OSError:
-            return False
-        return True
-
-    def spawn(self, slot: int, nonce: str, *, quiet: bool) -> Spawned:
-        """Have the fork server fork a worker for `slot`. Raises OSError when it can't."""
+    # Requests ---------------------------------------------------------------------------------
+    def request_spawn(self, slot: int, nonce: str, *, quiet: bool, now: float) -> int:
+        """Ask for a worker for `slot`; returns the read end of its state pipe (non-blocking). The
+        answer comes later. Raises OSError when the request can't be sent."""
         if not self.ready or self.sock is None:
             raise OSError("no fork server is ready")
         read_fd, write_fd = os.pipe()
@@ -167,35 +149,59 @@ class ForkServer:
             raise
         finally:
             os.close(write_fd)  # the worker holds the only write end: its exit is our end of file
-        try:
-            answer = self._await_spawn_answer()
-        except OSError:
-            os.close(read_fd)
-            raise
-        if answer.get("op") != "spawned":
-            os.close(read_fd)
-            raise OSError(f"fork server could not fork: {answer.get('error', answer)}")
         os.set_blocking(read_fd, False)
-        return Spawned(int(answer["pid"]), read_fd)
+        self._asked(now)
+        return read_fd
 
-    def _await_spawn_answer(self) -> dict[str, Any]:
-        assert self.sock is not None
-        deadline = time.monotonic() + SPAWN_TIMEOUT_S
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.sock, selectors.EVENT_READ)
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not selector.select(left):
-                    raise OSError(f"fork server gave no answer within {SPAWN_TIMEOUT_S:g} s")
-                try:
-                    message = self._receive()
-                except BlockingIOError:
-                    continue
-                if message is None:
-                    raise OSError("fork server went away")
-                if message.get("op") in ("spawned", "spawn_failed"):
-                    return message
-                self._backlog.append(message)
+    def request_requeue(self, identity: str, now: float) -> bool:
+        if not self.ready or self.sock is None:
+            return False
+        try:
+            send(self.sock, {"op": "requeue", "identity": identity})
+        except OSError:  # BlockingIOError too: a full buffer means it isn't reading
+            return False
+        self._asked(now)
+        self.requeues.add(identity)
+        return True
+
+    def _asked(self, now: float) -> None:
+        if self.owed == 0:
+            self.owed_since = now
+        self.owed += 1
+
+    def overdue(self, now: float, *, answer_timeout_s: float, boot_timeout_s: float) -> str | None:
+        """Why it counts as hung now, or None: not ready within the boot timeout, or owing an answer
+        and silent for longer than the answer timeout."""
+        if self.pid <= 0 or self.gone or self.killed:
+            return None
+        if not self.loaded and now - self.started_at > boot_timeout_s:
+            return f"not ready within {boot_timeout_s:g} s"
+        if self.owed and now - self.owed_since > answer_timeout_s:
+            return f"owes {self.owed} answers and was silent for {now - self.owed_since:.1f} s"
+        return None
+
+    # Answers ----------------------------------------------------------------------------------
+    def read(self, now: float) -> list[dict[str, Any]]:
+        """Every message waiting now. At end of stream, `gone` turns true; the caller unregisters the
+        socket, then closes it."""
+        out: list[dict[str, Any]] = []
+        while self.sock is not None and not self.gone:
+            try:
+                message = self._receive()
+            except BlockingIOError:
+                break
+            if message is None:
+                break
+            op = message.get("op")
+            if op == "ready":
+                self.loaded = True
+                self.ready = not self.retiring
+                self.settings = dict(message.get("settings") or {})
+            elif op in ANSWERS and self.owed:
+                self.owed -= 1
+                self.owed_since = now
+            out.append(message)
+        return out
 
     def _receive(self) -> dict[str, Any] | None:
         """One message; None at end of stream (or an unreadable one), which marks it gone. Raises
@@ -213,7 +219,3 @@ class ForkServer:
             self.gone = True
             self.ready = False
         return message
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)

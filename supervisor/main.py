@@ -8,6 +8,7 @@ import gc
 import os
 import selectors
 import sys
+import time
 
 import structlog
 
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     signal_pipe.install()
     server = ForkServer(generation=0)
     try:
-        server.start()
+        server.start(time.monotonic())
     except OSError as exc:
         print(f"cogworker-swarm: can't start the fork server: {exc}", file=sys.stderr)
         return exitcodes.FAILURE
@@ -153,7 +154,7 @@ def await_forkserver(server: ForkServer, signal_pipe: signals.SignalPipe) -> int
                         os.waitpid(server.pid, 0)
                         return exitcodes.OK
                     continue
-                for message in server.read():
+                for message in server.read(time.monotonic()):
                     if message.get("op") == "ready":
                         return None
                 if server.gone:

@@ -1,34 +1,33 @@
-"""The OS side of the children: have them forked, read their pipes, send them signals.
+"""The OS side of the children: track them, read their pipes, send them signals.
 
 swarm.py decides what should happen; this module makes it happen, and keeps the roster and the
-selector in step with the processes that exist. The fork itself happens in the fork server
-(forkserver.py); the child is ours all the same: our child to reap, our pipe to read.
+selector in step with the processes that exist. The fork itself happens in the fork server (asked
+through forkserver_keeper.py); the child is ours all the same: our child to reap, our pipe to read.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import selectors
 import signal
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
 from cogworker.identity import make_identity
 from supervisor.child import Child, Phase
 from supervisor.config import SwarmConfig
-from supervisor.forkserver import Spawned
 from supervisor.protocol import Garbage, Message
 from supervisor.roster import Roster
+
+if TYPE_CHECKING:
+    from supervisor.forkserver_keeper import SpawnRequest
 
 log = structlog.get_logger("cogworker.swarm")
 
 READ_BYTES = 65536
-
-# (slot, nonce, start quiet) -> the forked child; raises OSError
-Spawner = Callable[[int, str, bool], Spawned]
 
 
 class ChildProcesses:
@@ -37,46 +36,33 @@ class ChildProcesses:
         settings: SwarmConfig,
         roster: Roster,
         selector: selectors.BaseSelector,
-        spawner: Spawner,
         clock: Callable[[], float],
     ) -> None:
         self._settings = settings
         self._roster = roster
         self._selector = selector
-        self._spawner = spawner
         self._clock = clock
 
-    def fork(
-        self,
-        slot: int,
-        purpose: str,
-        *,
-        generation: int,
-        quiet: bool,
-        replaces: Child | None = None,
-    ) -> Child:
-        """Fork a child for `slot`: its current child, or a replacement for `replaces`. Raises OSError."""
-        # Chosen here, so the supervisor knows the child's identity (and its in-progress list) even if
-        # the child dies before saying a word.
-        nonce = secrets.token_hex(4)
-        spawned = self._spawner(slot, nonce, quiet)
+    def adopt(self, request: SpawnRequest, pid: int, *, replaces: Child | None, current: bool) -> Child:
+        """The fork server forked `pid` for `request`: track it as its slot's current child, or as a
+        replacement for `replaces`."""
         now = self._clock()
         child = Child(
-            spawned.pid,
-            slot,
-            make_identity(spawned.pid, nonce),
-            spawned.fd,
+            pid,
+            request.slot,
+            make_identity(pid, request.nonce),
+            request.read_fd,
             started_at=now,
             last_heard=now,
-            generation=generation,
-            purpose=purpose,
-            quiet_requested=quiet,
+            generation=request.generation,
+            purpose=request.purpose,
+            quiet_requested=request.quiet,
         )
         if replaces is not None:
             child.replaces = replaces.pid
             child.ready_deadline = now + self._settings.restart_ready_timeout_s
-        self.add(child, current=replaces is None)
-        log.info("child_started", purpose=purpose, replaces=child.replaces, **child.describe())
+        self.add(child, current=current)
+        log.info("child_started", purpose=request.purpose, replaces=child.replaces, **child.describe())
         return child
 
     def add(self, child: Child, *, current: bool) -> None:

@@ -2,8 +2,10 @@
 
 A replacement is forked next to the child it replaces and only becomes its slot's current child when
 it reports ready; then the old child is retired (asked to stop, to drain its jobs). A replacement that
-exits, or is not ready within `restart_ready_timeout_s`, is given up on: the old child keeps serving
-and a restart in progress ends as failed, so a broken deploy never takes capacity down with it.
+can't be forked, exits, or is not ready within `restart_ready_timeout_s`, is given up on: the old
+child keeps serving and a restart in progress ends as failed, so a broken deploy never takes capacity
+down with it. Forking is asked of the fork server and answered later, so a slot with a spawn in
+flight (`spawning`) is left alone until the answer comes.
 restart.py holds the plan a restart follows; this module carries it out.
 """
 
@@ -24,8 +26,8 @@ from supervisor.roster import Roster
 
 log = structlog.get_logger("cogworker.swarm")
 
-# (slot, purpose, the child replaced) -> the replacement, or None when fork failed
-Fork = Callable[[int, str, Child], Child | None]
+# (slot, purpose, the child replaced) -> whether the fork server was asked for the replacement
+Fork = Callable[[int, str, Child], bool]
 
 
 class Replacements:
@@ -38,6 +40,7 @@ class Replacements:
         hooks: SwarmHooks,
         *,
         fork: Fork,
+        spawning: Callable[[int], bool],
         on_replaced: Callable[[int, str], None],
         clock: Callable[[], float],
     ) -> None:
@@ -47,6 +50,7 @@ class Replacements:
         self._backoff = backoff
         self._hooks = hooks
         self._fork = fork
+        self._spawning = spawning
         self._on_replaced = on_replaced
         self._clock = clock
         self.generation = 0  # bumped by each restart; every child remembers the one it was forked in
@@ -72,22 +76,29 @@ class Replacements:
         if phased:
             return
         for child in self._roster:
-            if self._roster.is_current(child) and child.generation < self.generation and not child.stopping:
-                self.retire(child, "restart", respawn=True)
-            elif child.replaces is not None and not child.abandoned:
+            if child.replaces is not None and not child.abandoned:
                 self.give_up(child, "superseded by a restart of every child")
+        self._retire_old_code()
 
     def advance(self) -> None:
         """Each loop turn: start the next slot's replacement, or end the restart when it is done."""
         plan = self.plan
         if plan is None:
             return
-        slot = plan.next_slot(self._roster) if plan.phased else None
+        if not plan.phased:
+            self._retire_old_code()  # a child forked from the old fork server after the restart began
+        slot = plan.next_slot(self._roster, self._spawning) if plan.phased else None
         old = self._roster.current(slot) if slot is not None else None
-        if old is not None and self._fork(old.slot, "restart", old) is None:
+        if old is not None and not self._fork(old.slot, "restart", old):
             self.end_restart(ok=False, reason="fork failed")
         elif plan.finished(self._roster):
             self.end_restart(ok=True)
+
+    def _retire_old_code(self) -> None:
+        """Not phased: every current child of an older generation stops, and its slot is forked again."""
+        for child in self._roster.currents():
+            if child.generation < self.generation and not child.stopping:
+                self.retire(child, "restart", respawn=True)
 
     def end_restart(self, *, ok: bool, reason: str = "") -> None:
         if self.plan is None:
@@ -129,16 +140,17 @@ class Replacements:
         child.abandoned = True
         if alive:  # never signal a reaped pid: it may belong to another process by now
             self._procs.terminate(child)
-        log.error(
-            "replacement_failed",
-            purpose=child.purpose,
-            reason=why,
-            old_pid=child.replaces,
-            **child.describe(),
-        )
-        if child.purpose == "memory":
-            self._memory_hold[child.slot] = self._clock() + self._settings.respawn_max_delay_s
-        if self.plan is not None and self.plan.in_flight == child.slot:
+        self._failed(child.purpose, why, old_pid=child.replaces, **child.describe())
+
+    def spawn_failed(self, slot: int, purpose: str, why: str) -> None:
+        """The fork server could not fork a replacement (or was lost before it answered)."""
+        self._failed(purpose, why, slot=slot)
+
+    def _failed(self, purpose: str, why: str, *, slot: int, **fields: object) -> None:
+        log.error("replacement_failed", purpose=purpose, reason=why, slot=slot, **fields)
+        if purpose == "memory":
+            self._memory_hold[slot] = self._clock() + self._settings.respawn_max_delay_s
+        if self.plan is not None and self.plan.in_flight == slot:
             self.end_restart(ok=False, reason=why)
 
     def check_ready_deadlines(self) -> None:
@@ -163,6 +175,7 @@ class Replacements:
             if c.phase is Phase.READY
             and c.retire_reason is None
             and self._roster.replacement_for(c.slot) is None
+            and not self._spawning(c.slot)
             and now >= self._memory_hold.get(c.slot, 0.0)
         ]
 

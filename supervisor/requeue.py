@@ -4,12 +4,13 @@ When the supervisor reaps a child that died abnormally (killed by a signal, cras
 as hung or a straggler), it asks the fork server to requeue that child's in-progress list at once
 (rescue.py does the Redis work there). This module keeps the bookkeeping: an identity stays pending
 until the fork server says it is done; when Redis is down (or no fork server is up) it is retried on
-later ticks, with a growing delay between tries. Nothing here talks to Redis.
+later ticks, with a growing delay between tries, and at once when a new fork server is ready.
+Nothing here talks to Redis.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import structlog
@@ -82,9 +83,9 @@ class Requeuer:
             kept=int(answer.get("kept", 0)),
         )
 
-    def lost(self) -> None:
-        """The fork server died with requests unanswered: they wait for the next one."""
-        self.in_flight.clear()
+    def lost(self, identities: Iterable[str]) -> None:
+        """A fork server died (or was killed as hung) owing these answers: they go to the next one."""
+        self.in_flight.difference_update(identities)
         self._retry_at = self._clock()
 
     def _deferred(self, error: str) -> None:

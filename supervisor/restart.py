@@ -7,11 +7,13 @@ to stop, so ready capacity never drops below N. Not phased, every old child is s
 its slot forked again as it exits (a short dip in capacity, as in the seed).
 
 A slot that already runs new code (respawned after the restart began) is skipped; so is a slot whose
-child is gone and waiting for its respawn, which forks new code anyway.
+child is gone and waiting for its respawn, which forks new code anyway. A slot with a spawn in flight
+(a memory replacement, or a respawn asked of the old fork server) is waited for, then looked at.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from supervisor.child import Phase
@@ -25,14 +27,15 @@ class RestartPlan:
     pending: list[int] = field(default_factory=list)  # slots not yet looked at (phased)
     in_flight: int | None = None  # the slot whose replacement we wait for (phased)
 
-    def next_slot(self, roster: Roster) -> int | None:
-        """The next slot to replace now, or None (wait for a replacement in flight, or all done)."""
+    def next_slot(self, roster: Roster, spawning: Callable[[int], bool]) -> int | None:
+        """The next slot to replace now, or None (wait for a replacement in flight, or all done).
+        `spawning(slot)`: a fork server has been asked for a child for that slot and not answered."""
         if self.in_flight is not None:
             return None
         while self.pending:
             slot = self.pending[0]
-            if roster.replacement_for(slot) is not None:
-                return None  # a memory replacement is in flight there: wait, then look again
+            if roster.replacement_for(slot) is not None or spawning(slot):
+                return None  # a memory replacement or a spawn is in flight there: wait, look again
             current = roster.current(slot)
             self.pending.pop(0)
             if current is None or current.generation >= self.generation or current.stopping:

@@ -1,23 +1,24 @@
 """The swarm: one thread, one loop. Wait for an event, dispatch it, reconcile.
 
 Events are signals (through the self-pipe, signals.py), lines from children's state pipes
-(protocol.py) and answers from the fork server (forkserver.py). Reconciling is where things happen:
-reap exited children (requeueing the jobs of any that died abnormally before its slot is respawned),
-respawn slots whose backoff has run out, advance a restart, kill stragglers and hung children, watch
-memory, then tell the hooks (systemd notify, metrics) what the swarm looks like now. This module
-decides; processes.py has children forked and signals them.
+(protocol.py) and answers from the fork server (forkserver_keeper.py). Reconciling is where things
+happen: reap exited children (requeueing the jobs of any that died abnormally before its slot is
+respawned), respawn slots whose backoff has run out, advance a restart, kill stragglers and hung
+children, watch memory, then tell the hooks (systemd notify, metrics) what the swarm looks like now.
+This module decides; processes.py tracks and signals children, forkserver_keeper.py asks fork
+servers for them.
 
-A restart (HUP/USR2) first starts a new fork server, which imports the code on disk now (the app
-too, with preload); once it is ready, the old one retires and the children are replaced from the new
-one. A fork server that dies is started again, with a growing delay while it keeps failing.
+The loop never waits on another process (DESIGN §5): a spawn is a request, and the child is tracked
+when the fork server's answer comes (`spawned`). A fork server that stops answering is replaced by
+the keeper. A restart (HUP/USR2) first starts a new fork server, which imports the code on disk now
+(the app too, with preload); once it is ready, the old one retires and the children are replaced
+from the new one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import selectors
-import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -31,7 +32,8 @@ from supervisor import hooks as hook_calls
 from supervisor.backoff import RespawnBackoff
 from supervisor.child import Child, ExitOutcome, Phase, classify_exit
 from supervisor.config import SwarmConfig
-from supervisor.forkserver import ForkServer, Spawned
+from supervisor.forkserver import ForkServer
+from supervisor.forkserver_keeper import ForkServerKeeper, SpawnRequest
 from supervisor.hooks import SwarmHooks, SwarmView
 from supervisor.memory import MB, MemoryWatch
 from supervisor.processes import ChildProcesses
@@ -43,9 +45,7 @@ from supervisor.signals import ACTIONS, SignalPipe
 
 log = structlog.get_logger("cogworker.swarm")
 
-TICK_S = 0.5  # the loop wakes at least this often: liveness, replacement deadlines, memory
-FORKSERVER_RETRY_FIRST_S = 1.0
-FORKSERVER_RETRY_MAX_S = 60.0
+TICK_S = 0.5  # the loop wakes at least this often: liveness, fork server and replacement deadlines
 FINISH_WAIT_S = 10.0  # at exit: for requeue answers, then for fork servers to exit
 
 
@@ -61,23 +61,27 @@ class Swarm:
     ) -> None:
         self.settings = settings
         self.signal_pipe = signal_pipe
-        self.forkserver = forkserver  # the one children are forked from (ready, or being replaced)
-        self.loading: ForkServer | None = None  # a restart's new fork server, still importing
-        self.retired: list[ForkServer] = []  # old ones finishing their last answers
-        self._forkserver_retry_at: float | None = None  # when to start one again after it died
-        self._forkserver_retry_delay = FORKSERVER_RETRY_FIRST_S
         self.hooks = hooks or SwarmHooks()
         self.clock = clock
         self.selector = selectors.DefaultSelector()
         self.roster = Roster(settings.count)
-        self.procs = ChildProcesses(settings, self.roster, self.selector, self._spawn, clock)
+        self.procs = ChildProcesses(settings, self.roster, self.selector, clock)
         self.backoff = RespawnBackoff(
             clock,
             healthy_uptime_s=settings.healthy_uptime_s,
             base_delay_s=settings.respawn_base_delay_s,
             max_delay_s=settings.respawn_max_delay_s,
         )
-        self.requeuer = Requeuer(clock, on_done=self._on_requeued)
+        self.keeper = ForkServerKeeper(
+            forkserver,
+            self.selector,
+            Requeuer(clock, on_done=self._on_requeued),
+            self,
+            # A requeue may wait on Redis; beyond that, a fork server is held to a child's liveness.
+            answer_timeout_s=settings.liveness_timeout_s + settings.redis_timeout_s,
+            boot_timeout_s=settings.boot_timeout_s,
+            clock=clock,
+        )
         self.memory = MemoryWatch(settings.maxmem_mb, settings.memory_check_interval_s, clock)
         self.replacements = Replacements(
             settings,
@@ -86,6 +90,7 @@ class Swarm:
             self.backoff,
             self.hooks,
             fork=lambda slot, purpose, old: self._fork(slot, purpose, replaces=old),
+            spawning=lambda slot: self.keeper.spawning(slot) is not None,
             on_replaced=self._count_replaced,
             clock=clock,
         )
@@ -99,15 +104,15 @@ class Swarm:
     # The loop -------------------------------------------------------------------------------
     def run(self) -> int:
         self._start()
-        while not (self.stopping and len(self.roster) == 0):
+        while not (self.stopping and len(self.roster) == 0 and not self.keeper.requests):
             try:
                 for key, _ in self.selector.select(self._timeout()):
                     if key.data is None:
                         self._on_signals()
-                    elif isinstance(key.data, ForkServer):
-                        self._on_forkserver(key.data)
-                    else:
+                    elif isinstance(key.data, Child):
                         self._on_readable(key.data)
+                    else:
+                        self.keeper.on_readable(key.data)  # a fork server's answers
                 self._reconcile()
             except Exception:
                 self._on_loop_error()
@@ -116,11 +121,7 @@ class Swarm:
 
     def _reconcile(self) -> None:
         self._reap()
-        for server in self._forkservers():
-            if server.has_backlog:  # answers read while a spawn waited for its own
-                self._on_forkserver(server)
-        self._restart_forkserver_due()
-        self.requeuer.retry_due(self._send_requeue)
+        self.keeper.tick()  # requeue retries; a hung fork server replaced, a dead one started again
         self._respawn_due()
         if not self.stopping:
             self.replacements.advance()
@@ -143,10 +144,10 @@ class Swarm:
         except Exception:
             log.exception("hook_failed", hook="wakeup_in")
             hook_wait = None
-        waits = [TICK_S, self.backoff.next_due_in(), self.memory.next_due_in(), hook_wait]
+        waits = [TICK_S, self.memory.next_due_in(), hook_wait, self.keeper.next_due_in()]
+        if self.keeper.ready:  # else respawns wait for a fork server's `ready`, which wakes the loop
+            waits.append(self.backoff.next_due_in())
         now = self.clock()
-        if self._forkserver_retry_at is not None:
-            waits.append(self._forkserver_retry_at - now)
         # (A child already SIGKILLed keeps its passed deadline; it must not spin the loop until reaped.)
         waits += [
             c.stop_deadline - now for c in self.roster if c.stop_deadline is not None and not c.kill_reason
@@ -156,34 +157,30 @@ class Swarm:
     # Start and finish -----------------------------------------------------------------------
     def _start(self) -> None:
         self.selector.register(self.signal_pipe.fileno, selectors.EVENT_READ, None)
-        self._listen(self.forkserver)
         s = self.settings
         log.info(
             "swarm_starting",
             count=s.count,
             preload=s.preload,
             phased_restart=s.phased_restart,
-            forkserver_pid=self.forkserver.pid,
+            forkserver_pid=self.keeper.current.pid if self.keeper.current else None,
         )
         for slot in self.roster.vacant_slots():
             self._fork(slot, "start")
 
     def _finish(self) -> None:
-        self.requeuer.retry_due(self._send_requeue, force=True)
-        self._wait_for_forkservers(lambda: not self.requeuer.in_flight)
-        for server in self._forkservers():
-            server.retire()
-        self._wait_for_forkservers(lambda: not self._forkservers())
-        for server in self._forkservers():
-            log.warning("forkserver_killed", forkserver_pid=server.pid, note="it did not exit when told to")
-            server.kill()
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(server.pid, 0)
-            self._drop_forkserver(server)
-        if self.requeuer.pending:
+        keeper = self.keeper
+        keeper.send_requeues()
+        self._wait_for_forkservers(lambda: not keeper.requeuer.in_flight)
+        keeper.retire_all()
+        self._wait_for_forkservers(lambda: not keeper.servers())
+        keeper.kill_all()
+        self._wait_for_forkservers(lambda: not keeper.servers())
+        keeper.close()
+        if keeper.requeuer.pending:
             log.error(
                 "requeue_pending_at_exit",
-                identities=sorted(self.requeuer.pending),
+                identities=sorted(keeper.requeuer.pending),
                 note="Redis unreachable: heartbeat orphan recovery in any live process requeues them",
             )
             if self.exit_code == exitcodes.OK:
@@ -210,6 +207,7 @@ class Swarm:
             log.info("swarm_already_stopping")
             return
         self.stopping = True
+        self.keeper.stopping = True
         self.backoff.cancel_all()
         self.replacements.cancel()
         timeout = self.settings.graceful_stop_timeout_s
@@ -232,23 +230,18 @@ class Swarm:
         if self.stopping:
             log.info("restart_ignored", reason="stopping")
             return
-        if self.loading is not None:
+        if self.keeper.loading is not None:
             log.info("restart_ignored", reason="a restart is already loading the code")
             return
         hook_calls.call(self.hooks.restart_began, self.settings.phased_restart)
         try:
-            self.loading = self._start_forkserver()
+            server = self.keeper.load_new()
         except OSError as exc:
-            log.error(
-                "restart_failed",
-                reason=f"can't start a fork server: {exc}",
-                note="the old children keep running",
-            )
-            hook_calls.call(self.hooks.restart_ended, False)
+            self.restart_failed(f"can't start a fork server: {exc}")
             return
         log.info(
             "restart_loading",
-            forkserver_pid=self.loading.pid,
+            forkserver_pid=server.pid,
             note="a new fork server imports the code on disk now",
         )
 
@@ -295,9 +288,7 @@ class Swarm:
             if pid == 0:
                 return
             code = os.waitstatus_to_exitcode(status)
-            server = next((f for f in self._forkservers() if f.pid == pid), None)
-            if server is not None:
-                self._on_forkserver_exit(server, code)
+            if self.keeper.reaped(pid, code):
                 continue
             child = self.roster.get(pid)
             if child is None:
@@ -320,7 +311,7 @@ class Swarm:
         )
         if outcome.requeue:
             # Sent before anything is respawned (DESIGN §4.3): the fork server answers in order.
-            self.requeuer.requeue(child.identity, self._send_requeue)
+            self.keeper.requeue(child.identity)
         hook_calls.call(self.hooks.child_exited, child, outcome)
         if self.stopping:
             if not outcome.clean and self.exit_code == exitcodes.OK:
@@ -333,6 +324,8 @@ class Swarm:
         elif (replacement := self.roster.replacement_for(child.slot)) is not None:
             self.roster.promote(replacement)  # it serves the slot from now on, ready or not yet
             self.backoff.started(child.slot, at=replacement.started_at)
+        elif (request := self.keeper.spawning(child.slot)) is not None:
+            request.replaces = None  # its replacement, asked for and not forked yet, takes the slot
         elif outcome.boot_error:
             log.error(
                 "swarm_halting_boot_error",
@@ -359,146 +352,68 @@ class Swarm:
         hook_calls.call(self.hooks.jobs_requeued, identity, moved, seconds)
 
     def _respawn_due(self) -> None:
-        if self.stopping:
-            return
+        if self.stopping or not self.keeper.ready:
+            return  # due slots stay due until a fork server is ready
         for slot in self.backoff.due():
-            if self.roster.current(slot) is None and self._fork(slot, "respawn") is not None:
-                self._count_replaced(slot, self._respawn_reasons.pop(slot, "respawn"))
+            if self.roster.current(slot) is None and self.keeper.spawning(slot) is None:
+                self._fork(slot, "respawn")
 
     def _count_replaced(self, slot: int, reason: str) -> None:
         self.replaced[reason] += 1
         hook_calls.call(self.hooks.child_replaced, slot, reason)
 
-    def _fork(self, slot: int, purpose: str, *, replaces: Child | None = None) -> Child | None:
+    def _fork(self, slot: int, purpose: str, *, replaces: Child | None = None) -> bool:
+        """Ask for a child for `slot`; it is tracked when the fork server answers (`spawned`)."""
         try:
-            child = self.procs.fork(
+            self.keeper.spawn(
                 slot,
                 purpose,
-                generation=self.replacements.generation,
                 quiet=slot in self.quiet_slots,
+                generation=self.replacements.generation,
                 replaces=replaces,
             )
         except OSError as exc:
             retry = self.backoff.fork_failed(slot) if replaces is None else None
             log.error("fork_failed", slot=slot, purpose=purpose, error=str(exc), retry_in_s=retry)
-            return None
-        if replaces is None:
-            self.backoff.started(slot)
+            return False
+        return True
+
+    # The fork server's answers (forkserver_keeper.KeeperOwner) ---------------------------------
+    def spawned(self, request: SpawnRequest, pid: int) -> None:
+        old = request.replaces
+        if old is not None and not self.roster.is_current(old):
+            old = None  # it exited while its replacement was being forked: that takes the slot
+        surplus = old is None and self.roster.current(request.slot) is not None
+        takes_slot = old is None and not surplus
+        child = self.procs.adopt(request, pid, replaces=old, current=takes_slot)
+        if takes_slot:
+            self.backoff.started(request.slot, at=child.started_at)
+            if request.purpose == "respawn":
+                self._count_replaced(request.slot, self._respawn_reasons.pop(request.slot, "respawn"))
         hook_calls.call(self.hooks.child_started, child)
-        return child
+        if self.stopping or surplus:
+            self.procs.terminate(child)
 
-    # The fork servers ----------------------------------------------------------------------
-    def _forkservers(self) -> list[ForkServer]:
-        """Every fork server process still to be reaped."""
-        servers = [self.forkserver, *([self.loading] if self.loading else []), *self.retired]
-        return [s for s in servers if s.pid > 0]
+    def spawn_failed(self, request: SpawnRequest, error: str, *, server_lost: bool) -> None:
+        slot, purpose = request.slot, request.purpose
+        if purpose in ("restart", "memory"):
+            self.replacements.spawn_failed(slot, purpose, error)
+        if self.stopping or self.roster.current(slot) is not None or self.keeper.spawning(slot):
+            log.error("fork_failed", slot=slot, purpose=purpose, error=error)
+            return
+        # A lost fork server is no crash of the slot: it is forked as soon as a new one is ready.
+        retry = None if server_lost else self.backoff.fork_failed(slot)
+        if server_lost:
+            self.backoff.schedule_now(slot)
+        log.error("fork_failed", slot=slot, purpose=purpose, error=error, retry_in_s=retry)
 
-    def _start_forkserver(self) -> ForkServer:
-        server = ForkServer(max(s.generation for s in [self.forkserver, *self.retired]) + 1)
-        server.start()
-        self._listen(server)
-        return server
-
-    def _listen(self, server: ForkServer) -> None:
-        self.selector.register(server.fileno(), selectors.EVENT_READ, server)
-
-    def _unlisten(self, server: ForkServer) -> None:
-        if server.sock is not None:
-            with contextlib.suppress(KeyError, ValueError):
-                self.selector.unregister(server.fileno())
-            server.close()
-
-    def _drop_forkserver(self, server: ForkServer) -> None:
-        """Reaped: stop listening, and forget it unless it is the current one (its pid becomes 0)."""
-        self._unlisten(server)
-        server.pid = 0
-        if server in self.retired:
-            self.retired.remove(server)
-        if server is self.loading:
-            self.loading = None
-
-    def _spawn(self, slot: int, nonce: str, quiet: bool) -> Spawned:
-        return self.forkserver.spawn(slot, nonce, quiet=quiet)
-
-    def _send_requeue(self, identity: str) -> bool:
-        return self.forkserver.requeue(identity)
-
-    def _on_forkserver(self, server: ForkServer) -> None:
-        for message in server.read():
-            op = message.get("op")
-            if op == "ready":
-                self._on_forkserver_ready(server)
-            elif op == "requeued":
-                self.requeuer.on_answer(message)
-            elif op == "spawned":
-                # An answer that came after its spawn had timed out: nobody tracks that worker, and
-                # its state pipe is closed. Stop it (it holds no job yet, or requeues its own).
-                log.warning("late_spawn_stopped", child_pid=message.get("pid"), slot=message.get("slot"))
-                with contextlib.suppress(ProcessLookupError, TypeError, ValueError):
-                    os.kill(int(message["pid"]), signal.SIGTERM)
-            else:
-                log.warning("forkserver_said", message=message)
-        if server.gone:
-            self._unlisten(server)
-
-    def _on_forkserver_ready(self, server: ForkServer) -> None:
-        log.info("forkserver_ready", forkserver_pid=server.pid, generation=server.generation)
-        self._forkserver_retry_delay = FORKSERVER_RETRY_FIRST_S
-        restart = server is self.loading  # else one started after the current one died
-        if restart:
-            old, self.forkserver, self.loading = self.forkserver, server, None
-            if old.pid > 0:
-                old.retire()
-                self.retired.append(old)
-        self.requeuer.retry_due(self._send_requeue, force=True)
-        if restart and not self.stopping:
+    def forkserver_ready(self, *, restarted: bool) -> None:
+        if restarted and not self.stopping:
             self.replacements.begin_restart(announced=True)
 
-    def _on_forkserver_exit(self, server: ForkServer, code: int) -> None:
-        pid = server.pid
-        self._on_forkserver(server)  # its last answers are still in the socket
-        self._drop_forkserver(server)
-        if server.retiring:
-            log.info("forkserver_retired", forkserver_pid=pid, exit_code=code)
-            return
-        if server is not self.forkserver:  # a restart's new one, dead before it was ready
-            log.error(
-                "restart_failed",
-                reason=f"the new fork server exited {code} before it was ready (see its error above)",
-                note="the old children keep running",
-            )
-            hook_calls.call(self.hooks.restart_ended, False)
-            if self.forkserver.pid == 0 and not self.stopping:
-                self._schedule_forkserver_start()  # the old one had died meanwhile
-            return
-        self.requeuer.lost()
-        log.error(
-            "forkserver_exited",
-            forkserver_pid=pid,
-            exit_code=code,
-            note="running children go on; no child can be forked until a new fork server is ready",
-        )
-        if not self.stopping and self.loading is None:  # else a restart's new one takes over
-            self._schedule_forkserver_start()
-
-    def _schedule_forkserver_start(self) -> None:
-        delay = self._forkserver_retry_delay
-        self._forkserver_retry_delay = min(delay * 2, FORKSERVER_RETRY_MAX_S)
-        self._forkserver_retry_at = self.clock() + delay
-        log.info("forkserver_start_scheduled", in_s=delay)
-
-    def _restart_forkserver_due(self) -> None:
-        at = self._forkserver_retry_at
-        if at is None or self.clock() < at or self.stopping:
-            return
-        self._forkserver_retry_at = None
-        try:
-            server = self._start_forkserver()
-        except OSError as exc:
-            self._forkserver_retry_at = self.clock() + self._forkserver_retry_delay
-            log.error("forkserver_start_failed", error=str(exc))
-            return
-        self.forkserver = server
+    def restart_failed(self, reason: str) -> None:
+        log.error("restart_failed", reason=reason, note="the old children keep running")
+        hook_calls.call(self.hooks.restart_ended, False)
 
     def _wait_for_forkservers(self, done: Callable[[], bool]) -> None:
         """At exit, with no children left: read answers and reap fork servers until `done`."""
@@ -507,8 +422,8 @@ class Swarm:
             for key, _ in self.selector.select(min(TICK_S, max(0.0, deadline - self.clock()))):
                 if key.data is None:
                     self.signal_pipe.drain()  # stopping already; a second TERM changes nothing
-                elif isinstance(key.data, ForkServer):
-                    self._on_forkserver(key.data)
+                elif not isinstance(key.data, Child):
+                    self.keeper.on_readable(key.data)
             self._reap()
 
     # Deadlines and memory -------------------------------------------------------------------
@@ -520,7 +435,16 @@ class Swarm:
             if child.stop_deadline is not None and now >= child.stop_deadline:
                 log.warning("straggler_killed", after_s=s.graceful_stop_timeout_s, **child.describe())
                 self.procs.kill(child, "straggler")
-            elif not child.stopping and child.silent_for(now) > s.liveness_timeout_s:
+            elif child.stopping:
+                continue
+            elif child.phase is Phase.FORKED:
+                # Not a word yet: it is importing the app (without preload, each child imports it
+                # itself, and a big app takes longer than a hang would). The liveness timer starts
+                # with its first line; until then only the generous boot deadline applies.
+                if child.uptime(now) > s.boot_timeout_s:
+                    log.error("child_boot_timeout", after_s=round(child.uptime(now), 2), **child.describe())
+                    self.procs.kill(child, "boot_timeout")
+            elif child.silent_for(now) > s.liveness_timeout_s:
                 silent = round(child.silent_for(now), 2)
                 log.error("child_hung", silent_s=silent, phase=child.phase.value, **child.describe())
                 self.procs.kill(child, "hung")
@@ -543,7 +467,7 @@ class Swarm:
         return SwarmView.of(
             self.roster,
             quiet=bool(self.quiet_slots),
-            restarting=self.replacements.restarting or self.loading is not None,
+            restarting=self.replacements.restarting or self.keeper.loading is not None,
             stopping=self.stopping,
             now=self.clock(),
         )

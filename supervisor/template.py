@@ -92,11 +92,11 @@ class Template:
     def handle(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         op = message.get("op")
         if op == "spawn" and len(fds) == 1:
-            slot = int(message["slot"])
+            slot, nonce = int(message["slot"]), str(message["nonce"])
             order = WorkerOrder(
                 self.settings,
                 slot,
-                str(message["nonce"]),
+                nonce,
                 fds[0],
                 self.supervisor_pid,
                 self.app_loaded,
@@ -105,8 +105,8 @@ class Template:
             try:
                 pid = spawn(order, close_in_child=self.sock.close)
             except OSError as exc:
-                return {"op": "spawn_failed", "slot": slot, "error": str(exc)}
-            return {"op": "spawned", "slot": slot, "pid": pid}
+                return {"op": "spawn_failed", "slot": slot, "nonce": nonce, "error": str(exc)}
+            return {"op": "spawned", "slot": slot, "nonce": nonce, "pid": pid}
         if op == "requeue":
             identity = str(message.get("identity"))
             try:

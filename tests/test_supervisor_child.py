@@ -134,13 +134,17 @@ def test_promoting_a_replacement_keeps_capacity_and_demotes_the_old_child() -> N
 
 
 # Restart plans ---------------------------------------------------------------------------------
+def nothing_spawning(slot: int) -> bool:
+    return False
+
+
 def test_phased_plan_replaces_one_old_slot_at_a_time() -> None:
     roster = Roster(3)
     for slot in range(3):
         roster.add(ready(make(10 + slot, slot)), current=True)
     plan = RestartPlan(generation=1, phased=True, pending=[0, 1, 2])
-    assert plan.next_slot(roster) == 0
-    assert plan.next_slot(roster) is None  # waiting for slot 0's replacement
+    assert plan.next_slot(roster, nothing_spawning) == 0
+    assert plan.next_slot(roster, nothing_spawning) is None  # waiting for slot 0's replacement
     new0 = ready(make(20, 0, generation=1))
     roster.add(new0, current=False)
     roster.promote(new0)
@@ -148,10 +152,10 @@ def test_phased_plan_replaces_one_old_slot_at_a_time() -> None:
     # Slot 1 crashed and was respawned after the restart began: it already runs new code.
     roster.pop(11)
     roster.add(ready(make(21, 1, generation=1)), current=True)
-    assert plan.next_slot(roster) == 2
+    assert plan.next_slot(roster, nothing_spawning) == 2
     assert not plan.finished(roster)
     plan.slot_done(2)
-    assert plan.next_slot(roster) is None and plan.finished(roster)
+    assert plan.next_slot(roster, nothing_spawning) is None and plan.finished(roster)
 
 
 def test_phased_plan_waits_for_a_memory_replacement_in_flight() -> None:
@@ -161,9 +165,19 @@ def test_phased_plan_waits_for_a_memory_replacement_in_flight() -> None:
     mem.replaces = 1
     roster.add(mem, current=False)
     plan = RestartPlan(generation=1, phased=True, pending=[0])
-    assert plan.next_slot(roster) is None and plan.pending == [0]
+    assert plan.next_slot(roster, nothing_spawning) is None and plan.pending == [0]
     mem.abandoned = True
-    assert plan.next_slot(roster) == 0
+    assert plan.next_slot(roster, nothing_spawning) == 0
+
+
+def test_phased_plan_waits_for_a_spawn_in_flight_then_replaces_what_it_forked() -> None:
+    # A respawn asked of the old fork server just before the restart began: the slot is looked at
+    # once the answer is in, and the child it brought (old code) is replaced like any other.
+    roster = Roster(1)
+    plan = RestartPlan(generation=1, phased=True, pending=[0])
+    assert plan.next_slot(roster, lambda slot: slot == 0) is None and plan.pending == [0]
+    roster.add(ready(make(1, 0, generation=0)), current=True)
+    assert plan.next_slot(roster, nothing_spawning) == 0
 
 
 def test_all_at_once_plan_finishes_when_every_slot_is_new_and_ready() -> None:

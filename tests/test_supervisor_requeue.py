@@ -108,7 +108,7 @@ def test_failures_retry_with_growing_delays_and_a_lost_server_resends() -> None:
 
     # The fork server dies with the request unanswered; none is up for a while, then the swarm
     # forces a retry the moment a new one is ready.
-    requeuer.lost()
+    requeuer.lost({"h:2:dead"})
     server.up = False
     requeuer.retry_due(server)
     assert requeuer.pending == {"h:2:dead"} and requeuer.in_flight == set()

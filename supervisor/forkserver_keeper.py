@@ -1,0 +1,433 @@
+"""Keeping a fork server answering: the fork servers' lifecycle, and the requests sent to them.
+
+The supervisor's loop never waits for a fork server (DESIGN §5). A spawn or a requeue is a request
+sent on a non-blocking socket; its answer is handled when the loop sees it come in, and meanwhile the
+loop goes on dispatching signals, reaping children and feeding the watchdog. This module keeps:
+
+- the fork servers: `current` takes the requests; `loading` is a restart's new one, still importing
+  the code; `retired` ones finish the answers they owe, then exit;
+- the spawns asked for and not answered yet (`requests`), and the requeues (through the Requeuer);
+- the rules for one that stops answering. A fork server that owes an answer and has said nothing for
+  COGWORKER_LIVENESS_TIMEOUT_S (plus COGWORKER_REDIS_TIMEOUT_S: a requeue may wait on Redis), or is
+  not ready COGWORKER_BOOT_TIMEOUT_S after it started, is hung, and is SIGKILLed like a hung child.
+  The spawns it owed fail (their slots are forked again from the next one), the requeues it owed go
+  to the next one, and a new one is started at once. One that dies is started again, with a growing
+  delay while it keeps dying.
+
+A worker can still be forked for a spawn given up on (the fork server was slow, not dead, or died
+between the fork and its answer). Nobody tracks that worker, so it is stopped: by the pid in the late
+answer, or by the pid its first line gives on its state pipe, which is kept open for that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import selectors
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from supervisor.child import Child
+from supervisor.forkserver import ForkServer
+from supervisor.protocol import LineBuffer, Message
+from supervisor.requeue import Requeuer
+
+log = structlog.get_logger("cogworker.swarm")
+
+RETRY_FIRST_S = 1.0  # a fork server that died is started again after this, doubling while it dies
+RETRY_MAX_S = 60.0
+READ_BYTES = 65536
+
+
+@dataclass(eq=False)
+class SpawnRequest:
+    """A worker asked of a fork server and not answered yet."""
+
+    slot: int
+    purpose: str  # start, respawn, restart, memory
+    nonce: str  # chosen here: with the pid, the worker's identity (and its in-progress list)
+    quiet: bool
+    generation: int  # the restart generation it is forked in
+    replaces: Child | None  # the child it is to replace; None: it takes the slot
+    server: ForkServer
+    read_fd: int  # the read end of its state pipe
+    sent_at: float
+
+
+@dataclass(eq=False)
+class UnclaimedPipe:
+    """The state pipe of a spawn given up on: a worker forked for it anyway says its pid here."""
+
+    fd: int
+    nonce: str
+    lines: LineBuffer = field(default_factory=LineBuffer)
+    stopped: bool = False
+
+
+class KeeperOwner(Protocol):
+    """What the swarm does with the keeper's news (swarm.py implements it)."""
+
+    def forkserver_ready(self, *, restarted: bool) -> None: ...
+
+    def spawned(self, request: SpawnRequest, pid: int) -> None: ...
+
+    def spawn_failed(self, request: SpawnRequest, error: str, *, server_lost: bool) -> None: ...
+
+    def restart_failed(self, reason: str) -> None: ...
+
+
+# (generation, now) -> a started fork server; raises OSError. Tests attach their own.
+Launch = Callable[[int, float], ForkServer]
+
+
+def launch(generation: int, now: float) -> ForkServer:
+    server = ForkServer(generation)
+    server.start(now)
+    return server
+
+
+class ForkServerKeeper:
+    def __init__(
+        self,
+        first: ForkServer,
+        selector: selectors.BaseSelector,
+        requeuer: Requeuer,
+        owner: KeeperOwner,
+        *,
+        answer_timeout_s: float,
+        boot_timeout_s: float,
+        clock: Callable[[], float],
+        launch: Launch = launch,
+    ) -> None:
+        self.current: ForkServer | None = first
+        self.loading: ForkServer | None = None
+        self.retired: list[ForkServer] = []  # told to exit (or killed), not reaped yet
+        self.requests: dict[str, SpawnRequest] = {}  # nonce -> request, oldest first
+        self.requeuer = requeuer
+        self.stopping = False
+        self._unclaimed: dict[str, UnclaimedPipe] = {}
+        self._selector = selector
+        self._owner = owner
+        self._answer_timeout_s = answer_timeout_s
+        self._boot_timeout_s = boot_timeout_s
+        self._clock = clock
+        self._launch = launch
+        self._generation = first.generation
+        self._start_at: float | None = None  # when to start a new one (the current one is gone)
+        self._start_delay = RETRY_FIRST_S
+        self._listen(first)
+
+    # What the swarm asks -------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        """A fork server takes spawn requests now."""
+        return self.current is not None and self.current.ready
+
+    def servers(self) -> list[ForkServer]:
+        """Every fork server process not reaped yet."""
+        found = [self.current, self.loading, *self.retired]
+        return [s for s in found if s is not None and s.pid > 0]
+
+    def spawning(self, slot: int) -> SpawnRequest | None:
+        return next((r for r in self.requests.values() if r.slot == slot), None)
+
+    def next_due_in(self) -> float | None:
+        return None if self._start_at is None else max(0.0, self._start_at - self._clock())
+
+    # Requests ------------------------------------------------------------------------------
+    def spawn(
+        self, slot: int, purpose: str, *, quiet: bool, generation: int, replaces: Child | None = None
+    ) -> SpawnRequest:
+        """Ask the current fork server for a worker; the owner hears the answer. Raises OSError."""
+        if self.current is None:
+            raise OSError("no fork server is running")
+        now = self._clock()
+        nonce = secrets.token_hex(4)
+        read_fd = self.current.request_spawn(slot, nonce, quiet=quiet, now=now)
+        request = SpawnRequest(slot, purpose, nonce, quiet, generation, replaces, self.current, read_fd, now)
+        self.requests[nonce] = request
+        return request
+
+    def requeue(self, identity: str) -> None:
+        """A child died holding `identity`'s list: have it requeued (now, or by the next fork server)."""
+        self.requeuer.requeue(identity, self._send_requeue)
+
+    def send_requeues(self) -> None:
+        """Send every requeue still waiting, without waiting for its retry delay (at exit)."""
+        self.requeuer.retry_due(self._send_requeue, force=True)
+
+    def _send_requeue(self, identity: str) -> bool:
+        return self.current is not None and self.current.request_requeue(identity, self._clock())
+
+    # Answers -------------------------------------------------------------------------------
+    def on_readable(self, source: ForkServer | UnclaimedPipe) -> None:
+        if isinstance(source, UnclaimedPipe):
+            self._read_unclaimed(source)
+            return
+        for message in source.read(self._clock()):
+            op = message.get("op")
+            if op == "ready":
+                self._on_ready(source)
+            elif op == "requeued":
+                self._on_requeued(source, message)
+            elif op in ("spawned", "spawn_failed"):
+                self._on_spawn_answer(source, message)
+            else:
+                log.warning("forkserver_said", forkserver_pid=source.pid, message=message)
+        if source.gone:
+            self._unlisten(source)
+
+    def _on_ready(self, server: ForkServer) -> None:
+        if server.retiring:
+            return  # killed as hung a moment before: too late
+        log.info("forkserver_ready", forkserver_pid=server.pid, generation=server.generation)
+        self._start_delay = RETRY_FIRST_S
+        restarted = server is self.loading
+        if restarted:
+            old, self.current, self.loading = self.current, server, None
+            if old is not None:
+                self._retire(old)
+        # Requeues before anything is forked from it: a dead child's list goes back to its queue
+        # before its slot is forked again (DESIGN §4.3); the fork server answers in order.
+        self.send_requeues()
+        self._owner.forkserver_ready(restarted=restarted)
+
+    def _on_requeued(self, server: ForkServer, answer: dict[str, Any]) -> None:
+        identity = str(answer.get("identity", ""))
+        if identity not in server.requeues:
+            # From a fork server killed as hung: the request went to the next one, which answers it.
+            log.info("requeue_answer_ignored", forkserver_pid=server.pid, child_identity=identity)
+            return
+        server.requeues.discard(identity)
+        self.requeuer.on_answer(answer)
+
+    def _on_spawn_answer(self, server: ForkServer, answer: dict[str, Any]) -> None:
+        request = self._claim(server, answer.get("nonce"))
+        if request is None:
+            if answer.get("op") == "spawned":
+                self._stop_unclaimed(answer.get("pid"), str(answer.get("nonce")), "a late answer")
+            return
+        if answer.get("op") == "spawned":
+            try:
+                pid = int(answer["pid"])
+            except (KeyError, TypeError, ValueError):
+                pid = 0
+            if pid > 0:
+                self._owner.spawned(request, pid)
+                return
+            answer = {**answer, "error": f"an answer without a pid: {answer!r}"}
+        os.close(request.read_fd)
+        self._owner.spawn_failed(request, str(answer.get("error", "unknown error")), server_lost=False)
+
+    def _claim(self, server: ForkServer, nonce: object) -> SpawnRequest | None:
+        """The request `server` answers, or None when nobody waits for that answer any more."""
+        if nonce is None:  # a fork server from before answers named their nonce: they come in order
+            nonce = next((n for n, r in self.requests.items() if r.server is server), None)
+        request = self.requests.get(str(nonce))
+        if request is None or request.server is not server:
+            return None
+        del self.requests[request.nonce]
+        return request
+
+    # Workers nobody waits for --------------------------------------------------------------
+    def _watch_unclaimed(self, request: SpawnRequest) -> None:
+        pipe = UnclaimedPipe(request.read_fd, request.nonce)
+        self._unclaimed[request.nonce] = pipe
+        self._selector.register(pipe.fd, selectors.EVENT_READ, pipe)
+
+    def _read_unclaimed(self, pipe: UnclaimedPipe) -> None:
+        # Read to the end of file (the worker, if there is one, has exited): a pipe left full would
+        # block the worker's next line, and it must get as far as its stop.
+        while True:
+            try:
+                data = os.read(pipe.fd, READ_BYTES)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._close_unclaimed(pipe)
+                return
+            for item in pipe.lines.feed(data):
+                if isinstance(item, Message) and "pid" in item.fields:
+                    self._stop_unclaimed(item.fields["pid"], pipe.nonce, "its first line")
+
+    def _stop_unclaimed(self, pid: object, nonce: str, source: str) -> None:
+        pipe = self._unclaimed.get(nonce)
+        if pipe is not None and pipe.stopped:
+            return
+        try:
+            number = int(pid)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            return
+        if number <= 0:
+            return
+        log.warning(
+            "late_spawn_stopped",
+            child_pid=number,
+            nonce=nonce,
+            learned_from=source,
+            note="forked for a spawn given up on; nobody tracks it, so it is stopped",
+        )
+        # It is our child (we are its subreaper) and unreaped, so the pid is still its own.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(number, signal.SIGTERM)
+        if pipe is not None:
+            pipe.stopped = True
+
+    def _close_unclaimed(self, pipe: UnclaimedPipe) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(pipe.fd)
+        os.close(pipe.fd)
+        self._unclaimed.pop(pipe.nonce, None)
+
+    # Every loop turn -----------------------------------------------------------------------
+    def tick(self) -> None:
+        self.requeuer.retry_due(self._send_requeue)
+        self._kill_hung()
+        self._start_due()
+
+    def _kill_hung(self) -> None:
+        now = self._clock()
+        for server in self.servers():
+            reason = server.overdue(
+                now, answer_timeout_s=self._answer_timeout_s, boot_timeout_s=self._boot_timeout_s
+            )
+            if reason is not None:
+                self._kill(server, reason)
+
+    def _kill(self, server: ForkServer, reason: str) -> None:
+        log.error(
+            "forkserver_hung",
+            forkserver_pid=server.pid,
+            generation=server.generation,
+            reason=reason,
+            note="killed; its spawns are asked of a new one, and its requeues sent to it",
+        )
+        server.kill()
+        self._lose(server, f"the fork server hung ({reason})")
+        if server not in self.retired:
+            self.retired.append(server)  # until it is reaped
+        if server is self.loading:
+            self.loading = None
+            self._owner.restart_failed(f"the new fork server hung ({reason})")
+        elif server is self.current:
+            self.current = None
+        if self.current is None and self.loading is None and not self.stopping:
+            self._start_at = self._clock()  # at once: the hang took long enough to notice
+
+    def _lose(self, server: ForkServer, why: str) -> None:
+        """It won't answer what it owes: requeues go to the next one, spawns fail."""
+        self.requeuer.lost(server.requeues)
+        server.requeues.clear()
+        for request in [r for r in self.requests.values() if r.server is server]:
+            del self.requests[request.nonce]
+            self._watch_unclaimed(request)
+            self._owner.spawn_failed(request, why, server_lost=True)
+
+    def _start_due(self) -> None:
+        at = self._start_at
+        if at is None or self._clock() < at or self.stopping:
+            return
+        self._start_at = None
+        if self.current is not None or self.loading is not None:
+            return  # a restart's new fork server, loading, takes over
+        try:
+            self.current = self._start()
+        except OSError as exc:
+            self._start_at = self._clock() + self._start_delay
+            log.error("forkserver_start_failed", error=str(exc))
+
+    # Processes -----------------------------------------------------------------------------
+    def load_new(self) -> ForkServer:
+        """A restart: start a fork server that imports the code on disk now. Raises OSError."""
+        self.loading = self._start()
+        return self.loading
+
+    def _start(self) -> ForkServer:
+        self._generation += 1
+        server = self._launch(self._generation, self._clock())
+        self._listen(server)
+        log.info("forkserver_started", forkserver_pid=server.pid, generation=server.generation)
+        return server
+
+    def reaped(self, pid: int, code: int) -> bool:
+        """The swarm reaped `pid`: True when it was one of ours."""
+        server = next((s for s in self.servers() if s.pid == pid), None)
+        if server is None:
+            return False
+        self.on_readable(server)  # its last answers are still in the socket
+        self._drop(server)
+        if server.retiring:
+            log.info("forkserver_retired", forkserver_pid=pid, exit_code=code, killed=server.killed)
+            return True
+        self._lose(server, f"the fork server exited {code}")
+        if server is self.loading:
+            self.loading = None
+            self._owner.restart_failed(
+                f"the new fork server exited {code} before it was ready (see its error above)"
+            )
+        else:
+            self.current = None
+            log.error(
+                "forkserver_exited",
+                forkserver_pid=pid,
+                exit_code=code,
+                note="running children go on; no child can be forked until a new fork server is ready",
+            )
+        if self.current is None and self.loading is None and not self.stopping:
+            self._schedule_start()
+        return True
+
+    def _schedule_start(self) -> None:
+        delay = self._start_delay
+        self._start_delay = min(delay * 2, RETRY_MAX_S)
+        self._start_at = self._clock() + delay
+        log.info("forkserver_start_scheduled", in_s=delay)
+
+    def _retire(self, server: ForkServer) -> None:
+        server.retire()
+        if server.pid > 0:
+            self.retired.append(server)
+        else:
+            self._unlisten(server)
+
+    def retire_all(self) -> None:
+        """At exit: every fork server exits once it has answered what it owes."""
+        for server in self.servers():
+            server.retire()
+
+    def kill_all(self) -> None:
+        """At exit, for those that did not exit when told to."""
+        for server in self.servers():
+            log.warning("forkserver_killed", forkserver_pid=server.pid, note="it did not exit when told to")
+            server.kill()
+
+    def close(self) -> None:
+        """At exit: let go of every pipe still held."""
+        for request in self.requests.values():
+            os.close(request.read_fd)
+        self.requests.clear()
+        for pipe in list(self._unclaimed.values()):
+            self._close_unclaimed(pipe)
+
+    def _drop(self, server: ForkServer) -> None:
+        """Reaped: stop listening, and forget it (its pid becomes 0)."""
+        self._unlisten(server)
+        server.pid = 0
+        if server in self.retired:
+            self.retired.remove(server)
+
+    def _listen(self, server: ForkServer) -> None:
+        self._selector.register(server.fileno(), selectors.EVENT_READ, server)
+
+    def _unlisten(self, server: ForkServer) -> None:
+        if server.sock is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(server.fileno())
+            server.close()
