@@ -110,6 +110,10 @@ class Poller:
             result = step()
         except Exception as exc:
             self._outages.report(component, exc)
+            if key_guard.is_wrong_type(exc):
+                # A registry or set this step reads (cogworker:inprogress-identities, :unsettled,
+                # ...) has the wrong type: every poll would fail the same way until the guard's pass.
+                self.check_keys_soon()
             return
         if result != "skipped":
             self._outages.recovered(component)

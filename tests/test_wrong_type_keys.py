@@ -367,3 +367,17 @@ def test_a_string_schedule_set_is_moved_aside_by_the_poller_that_meets_it(r, set
     parts = components.build(settings)
     assert parts.poller.enqueue_due() == 1  # the retry set is still served
     assert quarantined_from(r, keys.SCHEDULE) and r.exists(keys.SCHEDULE) == 0
+
+
+def test_a_poll_step_failing_on_a_wrong_type_registry_runs_the_guard_within_seconds(r, settings) -> None:
+    """A string at cogworker:inprogress-identities failed orphan recovery on every poll until the
+    guard's own pass (300 s): no dead process's jobs came back meanwhile."""
+    s = load_settings(redis_url=settings.redis_url, poll_interval_s=0.2, orphan_check_interval_s=0.2)
+    parts = components.build(s)
+    parts.poller.poll_once()  # the guard's own pass is done: the next is 300 s away
+    r.set(keys.IN_PROGRESS_IDENTITIES, "not a set")
+    parts.poller.start()
+    try:
+        wait_until(lambda: quarantined_from(r, keys.IN_PROGRESS_IDENTITIES), timeout=5, message="the move")
+    finally:
+        parts.poller.stop()
