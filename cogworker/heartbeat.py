@@ -148,13 +148,21 @@ class Heartbeat:
         failed = int(reply[1])
         if failed:
             self._report_failed_keys([str(k) for k in reply[2 : 2 + failed]])
-        for command in reply[2 + failed :]:
-            command = str(command)
+        self._handle_commands([str(c) for c in reply[2 + failed :]])
+
+    def _handle_commands(self, commands: list[str]) -> None:
+        """Handle remote commands (oldest first), then trim them off their list. If the trim fails
+        they come again with the next beat: handling one twice changes nothing (quiet, resume, stop)."""
+        if not commands:
+            return
+        for command in commands:
             if command in REMOTE_COMMANDS:
                 log.info("remote_command", command=command)
                 self._on_command(command)
             else:
                 log.warning("unknown_remote_command", command=command)
+        # Newer commands are pushed at the head: the ones handled are the oldest, at the tail.
+        self._client.ltrim(keys.signals(self.identity), 0, -(len(commands) + 1))
 
     def _work_entries(self) -> list[str]:
         entries: list[str] = []

@@ -11,9 +11,10 @@ import demo_jobs
 import pytest
 import redis
 
+from cogworker import keys
 from cogworker.fetch import queue_order
 from cogworker.settings import parse_queues
-from tests.redis_server import wait_until
+from tests.redis_server import RedisServer, wait_until
 from tests.workers import WorkerPool
 
 
@@ -195,3 +196,54 @@ def test_term_during_a_slow_app_import_is_a_clean_stop(tmp_path, r: redis.Redis,
     worker.signal(signal.SIGTERM)
     assert worker.proc.wait(timeout=15) == 0
     assert r.keys("cogworker:process:*") == []
+
+
+def test_remote_commands_apply_in_the_order_they_were_sent(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    """`cogworker quiet` then `cogworker resume`, both before the worker's next beat: it ends
+    resumed (the commands were delivered newest first, so a resume sent right after a quiet left
+    the worker quiet)."""
+    worker = workers.start(COGWORKER_HEARTBEAT_INTERVAL_S="0.2")
+    identity = wait_until(lambda: worker.events_named("worker_ready"), timeout=15, message="ready")[0][
+        "identity"
+    ]
+    # What `cogworker quiet` then `cogworker resume` write, in one step so no beat falls between.
+    pipe = r.pipeline(transaction=True)
+    for command in ("quiet", "resume"):
+        pipe.lpush(keys.signals(identity), command)
+    pipe.execute()
+    wait_until(lambda: len(worker.events_named("remote_command")) == 2, timeout=10, message="both commands")
+    assert [e["command"] for e in worker.events_named("remote_command")] == ["quiet", "resume"]
+    wait_until(lambda: r.hget(keys.process(identity), "quiet") == "0", timeout=5, message="a resumed beat")
+    demo_jobs.record.perform_async("after-resume")
+    wait_until(lambda: r.llen("test:ran") == 1, timeout=10, message="a job after the resume")
+    assert worker.stop() == 0
+
+
+def test_a_remote_command_survives_a_lost_heartbeat_reply(workers: WorkerPool) -> None:
+    """The beat that takes a remote command can lose its reply (Redis stalled past the timeout and
+    ran it anyway): the command must still reach the worker."""
+    server = RedisServer(extra=("--enable-debug-command", "yes"))
+    try:
+        r = server.client()
+        worker = workers.start(
+            server.url, COGWORKER_REDIS_TIMEOUT_S="1", COGWORKER_HEARTBEAT_INTERVAL_S="0.2"
+        )
+        identity = wait_until(lambda: worker.events_named("worker_ready"), timeout=15, message="ready")[0][
+            "identity"
+        ]
+        wait_until(lambda: r.hget(keys.process(identity), "quiet") == "0", timeout=10, message="a beat")
+        # The stall ends with the command pushed, before the beats sent (and given up on) meanwhile.
+        stalling = redis.Redis(host="127.0.0.1", port=server.port, decode_responses=True, socket_timeout=15)
+        pipe = stalling.pipeline(transaction=False)
+        pipe.execute_command("DEBUG", "SLEEP", 3)
+        pipe.lpush(keys.signals(identity), "quiet")
+        pipe.execute()
+        stalling.close()
+        wait_until(lambda: worker.events_named("quieting"), timeout=10, message="the quiet to arrive")
+        wait_until(lambda: r.hget(keys.process(identity), "quiet") == "1", timeout=5, message="a quiet beat")
+        assert worker.events_named("redis_outage_started"), "the stall should have cost the worker a reply"
+        assert worker.stop() == 0
+    finally:
+        server.close()

@@ -18,7 +18,9 @@
 -- ARGV[8]  number of queue names that follow
 -- ARGV[9..8+n]   queue names
 -- ARGV[9+n..]    the running jobs as pairs: thread key, JSON summary
--- Returns {now, n, <n keys a write to failed>..., <remote commands>...}.
+-- Returns {now, n, <n keys a write to failed>..., <remote commands, oldest first>...}. The commands
+-- are read, not taken: the caller trims the ones it handled, so a beat whose reply is lost (Redis
+-- stalled past the client's timeout and ran it anyway) loses no command; it comes again next beat.
 --
 -- Each key's writes are tried on their own (pcall): one key of the wrong type must not stop the
 -- rest of the beat -- a process whose presence stops being written looks dead, and recovery would
@@ -55,17 +57,13 @@ if #ARGV >= first then
   redis.call("HSET", KEYS[6], unpack(ARGV, first))
   redis.call("EXPIRE", KEYS[6], ARGV[2])
 end
-local commands = {}
-while true do
-  local cmd = redis.pcall("LPOP", KEYS[7])
-  if type(cmd) == "table" and cmd.err then
-    failed[#failed + 1] = KEYS[7]
-    break
-  end
-  if not cmd then break end
-  commands[#commands + 1] = cmd
+local commands = redis.pcall("LRANGE", KEYS[7], 0, -1)
+if type(commands) == "table" and commands.err then
+  failed[#failed + 1] = KEYS[7]
+  commands = {}
 end
 local reply = {now, #failed}
 for _, key in ipairs(failed) do reply[#reply + 1] = key end
-for _, cmd in ipairs(commands) do reply[#reply + 1] = cmd end
+-- Senders LPUSH: the oldest command is at the tail.
+for i = #commands, 1, -1 do reply[#reply + 1] = commands[i] end
 return reply
