@@ -49,7 +49,11 @@ variables (all COGWORKER_*; see DESIGN §7 for the full list):
   PHASED_RESTART             HUP/USR2 replace children one at a time (default true)
   MAXMEM_MB                  restart a child whose RSS is above this (default off)
   MEMORY_CHECK_INTERVAL_S    how often RSS is checked (default 5)
-  LIVENESS_TIMEOUT_S         a child silent this long is hung: killed, requeued, respawned (30)
+  LIVENESS_TIMEOUT_S         a child silent this long (counted from its first line) is hung:
+                             killed, requeued, respawned; the fork server gets this plus
+                             REDIS_TIMEOUT_S to answer a request, or is killed and replaced (30)
+  BOOT_TIMEOUT_S             a new child's first line (it imports the app first, without preload)
+                             and a new fork server's `ready` must come within this (120)
   HEALTHY_UPTIME_S, RESPAWN_BASE_DELAY_S, RESPAWN_MAX_DELAY_S
                              respawn backoff: none for the first crash after HEALTHY_UPTIME_S up,
                              then BASE doubling to MAX while a slot keeps dying young (30, 1, 60)
