@@ -381,3 +381,13 @@ def test_a_poll_step_failing_on_a_wrong_type_registry_runs_the_guard_within_seco
         wait_until(lambda: quarantined_from(r, keys.IN_PROGRESS_IDENTITIES), timeout=5, message="the move")
     finally:
         parts.poller.stop()
+
+
+def test_the_cli_names_a_wrong_type_key_and_the_fix(cli, r) -> None:
+    r.set(keys.queue("default"), "not a list")
+    pushed = cli("enqueue", "demo_jobs.record", '["x"]')
+    assert pushed.code == 1
+    assert pushed.err.startswith("cogworker: cogworker:queue:default holds a string, not a list")
+    r.set(keys.PAUSED, "not a set")
+    paused = cli("queue", "pause", "default")
+    assert paused.code == 1 and "WRONGTYPE" in paused.err and "cogworker doctor --fix" in paused.err

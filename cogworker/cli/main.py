@@ -14,7 +14,7 @@ import sys
 
 import redis
 
-from cogworker import exitcodes, logs
+from cogworker import exitcodes, key_guard, logs
 from cogworker.cli import doctor, enqueue, processes, queues, sets, status
 from cogworker.cli.common import Context, Failure, json_flag
 from cogworker.connection import is_unavailable
@@ -91,9 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     except redis.RedisError as exc:
         if is_unavailable(exc):
             return _fail(f"can't reach Redis at {safe_url(settings.redis_url)}: {exc}", exitcodes.FAILURE)
-        return _fail(
-            f"Redis refused a command: {exc} (`cogworker doctor` checks key types)", exitcodes.FAILURE
-        )
+        if isinstance(exc, key_guard.WrongTypeKey):
+            return _fail(str(exc), exitcodes.FAILURE)  # it names the key and says what to do
+        hint = "`cogworker doctor` checks key types; `cogworker doctor --fix` moves wrong ones aside"
+        return _fail(f"Redis refused a command: {exc} ({hint})", exitcodes.FAILURE)
     finally:
         ctx.close()
 
