@@ -130,3 +130,18 @@ def test_cli_kill(cli: CLI, r: redis.Redis) -> None:
     assert cli("retry", "kill", "x", "--all", "--yes").code == 2
     assert cli("dead", "kill", "x").code == 2  # dead has no kill action
     assert codec.loads(r.zrange(keys.DEAD, 0, 0)[0])["killed_at"] > 0
+
+
+def test_delete_all_refuses_a_key_that_isnt_the_set(r: redis.Redis) -> None:
+    """MULTI with ZCARD then DEL deleted it anyway (a transaction runs the commands after a failed one)."""
+    r.set(keys.RETRY, "not a sorted set")
+    try:
+        set_ops.delete_all(r, "retry")
+    except set_ops.WrongTypeKey as exc:
+        assert "cogworker:retry holds a string" in str(exc)
+    else:
+        raise AssertionError("expected WrongTypeKey")
+    assert r.get(keys.RETRY) == "not a sorted set"
+    r.delete(keys.RETRY)
+    add(r, keys.RETRY, retry_job("y"))
+    assert set_ops.delete_all(r, "retry").done == 1 and r.exists(keys.RETRY) == 0

@@ -338,10 +338,14 @@ def delete_all(client: redis.Redis, set_name: str, match: Filter | None = None) 
     """Delete every entry that matches (without a filter: the whole set, in one step)."""
     key = set_key(set_name)
     if match is None or match.empty:
-        pipe = client.pipeline(transaction=True)
-        pipe.zcard(key)
-        pipe.delete(key)
-        removed, _ = pipe.execute()
+        # One command that counts what it removes and refuses a key of another type. (MULTI with
+        # ZCARD then DEL ran the DEL after the ZCARD failed, deleting a key that wasn't the set.)
+        try:
+            removed = client.zremrangebyrank(key, 0, -1)
+        except redis.ResponseError as exc:
+            if key_guard.is_wrong_type(exc):
+                raise WrongTypeKey(str(key_guard.wrong_type_error(client, key))) from exc
+            raise
         return BulkResult(int(removed), 0, 0)
     chosen = [e.raw for e in entries(client, set_name, match)]
     done = 0
