@@ -22,7 +22,7 @@ from cogworker.fetch import ReliableFetch, Work
 from cogworker.manager import Manager
 from cogworker.processor import Stats
 from cogworker.recovery import Recovery
-from cogworker.settings import load_settings
+from cogworker.settings import Settings, load_settings
 from cogworker.settle import Settler
 from tests.redis_server import RedisServer, wait_until
 from tests.workers import Worker, WorkerPool
@@ -137,3 +137,59 @@ def test_a_job_whose_thread_fails_is_requeued_counting_orphanings_until_dead(
     assert r.llen(keys.queue("default")) == 0
     assert r.llen(fetcher.in_progress_key) == 0
     assert not r.exists(keys.orphanings(jid))
+
+
+def reliable_fetch(settings: Settings, identity: str = "test:reconcile:1") -> ReliableFetch:
+    ctx = RedisContext.build(settings)
+    return ReliableFetch(ctx.client, connect(settings), ctx.scripts, identity, settings.queue_spec)
+
+
+def test_reconcile_puts_back_what_is_not_held_counting_copies(settings: Settings, r: redis.Redis) -> None:
+    fetcher = reliable_fetch(settings)
+    a, b, c = (raw_job("demo_jobs.record", [tag]) for tag in "abc")
+    # Newest at the head, as LMOVE leaves them: c was fetched last. Two copies of a.
+    r.rpush(fetcher.in_progress_key, c, a, b, a)
+    result = fetcher.reconcile([a, c], [], max_orphanings=3)
+    assert (result.requeued, result.kept, result.buried) == (2, 0, [])
+    assert sorted(r.lrange(fetcher.in_progress_key, 0, -1)) == sorted([a, c])
+    # Put back on the end popped next, the oldest popped first.
+    assert r.lrange(keys.queue("default"), 0, -1) == [b, a]
+    assert r.rpop(keys.queue("default")) == a
+
+
+def test_reconcile_routes_by_payload_and_keeps_what_it_cannot_write(
+    settings: Settings, r: redis.Redis
+) -> None:
+    fetcher = reliable_fetch(settings)
+    other = raw_job("demo_jobs.on_other", ["x"], queue="other")
+    blocked = raw_job("demo_jobs.record", ["y"], queue="broken")
+    unreadable = "not json {"
+    r.set(keys.queue("broken"), "a string where a queue belongs")
+    r.rpush(fetcher.in_progress_key, other, blocked, unreadable)
+    result = fetcher.reconcile([], [], max_orphanings=3)
+    assert (result.requeued, result.kept) == (2, 1)
+    assert result.wrong_type_keys == [keys.queue("broken")]
+    assert r.lrange(keys.queue("other"), 0, -1) == [other]
+    assert r.lrange(keys.queue("default"), 0, -1) == [unreadable]  # the processor buries it from there
+    assert r.lrange(fetcher.in_progress_key, 0, -1) == [blocked]  # kept, never lost
+    assert {"other", "default"} <= r.smembers(keys.QUEUES)
+
+
+def test_reconcile_counts_a_failed_thread_as_an_orphaning_and_buries_past_the_limit(
+    settings: Settings, r: redis.Redis
+) -> None:
+    fetcher = reliable_fetch(settings)
+    raw = raw_job("demo_jobs.record", ["pill"])
+    jid = str(codec.loads_dict(raw)["jid"])  # type: ignore[index]
+    r.rpush(fetcher.in_progress_key, raw)
+    assert fetcher.reconcile([], [raw], max_orphanings=1).requeued == 1
+    assert r.get(keys.orphanings(jid)) == "1"
+    r.lmove(keys.queue("default"), fetcher.in_progress_key, "RIGHT", "LEFT")
+    result = fetcher.reconcile([], [raw], max_orphanings=1)
+    assert (result.requeued, result.buried) == (0, [raw])
+    assert r.zrange(keys.DEAD, 0, -1) == [raw]
+    assert r.llen(fetcher.in_progress_key) == 0 and r.llen(keys.queue("default")) == 0
+    # A failed thread whose job the process still holds (its ack is pending) changes nothing.
+    r.rpush(fetcher.in_progress_key, raw)
+    assert fetcher.reconcile([raw], [raw], max_orphanings=1).requeued == 0
+    assert r.lrange(fetcher.in_progress_key, 0, -1) == [raw]
