@@ -391,3 +391,15 @@ def test_the_cli_names_a_wrong_type_key_and_the_fix(cli, r) -> None:
     r.set(keys.PAUSED, "not a set")
     paused = cli("queue", "pause", "default")
     assert paused.code == 1 and "WRONGTYPE" in paused.err and "cogworker doctor --fix" in paused.err
+
+
+def test_clearing_a_queue_leaves_a_key_of_another_type_alone(r) -> None:
+    from cogworker.ops import queues as queue_ops
+
+    r.hset(keys.queue("odd"), "a", "hash")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        queue_ops.clear(r, "odd")
+    assert r.hgetall(keys.queue("odd")) == {"a": "hash"}  # for the guard to move aside, not deleted
+    r.delete(keys.queue("odd"))
+    r.lpush(keys.queue("odd"), "a", "b")
+    assert queue_ops.clear(r, "odd") == 2 and r.exists(keys.queue("odd")) == 0

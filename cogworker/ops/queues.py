@@ -91,9 +91,11 @@ def clear(client: redis.Redis, name: str) -> int:
 
     The name leaves `cogworker:queues` too (the next push lists it again). Jobs already fetched sit
     on in-progress lists and are not touched."""
+    # LTRIM, not DEL: a transaction runs every command after a failed one, and a DEL would delete a
+    # key of another type that the LLEN refused (LTRIM refuses it too; the key guard moves it aside).
     pipe = client.pipeline(transaction=True)
     pipe.llen(keys.queue(name))
-    pipe.delete(keys.queue(name))
+    pipe.ltrim(keys.queue(name), 1, 0)
     pipe.srem(keys.QUEUES, name)
     removed, _, _ = pipe.execute()
     return int(removed)
