@@ -208,21 +208,20 @@ class ForkServerKeeper:
 
     def _on_spawn_answer(self, server: ForkServer, answer: dict[str, Any]) -> None:
         request = self._claim(server, answer.get("nonce"))
+        pid = _pid(answer.get("pid"))
         if request is None:
-            if answer.get("op") == "spawned":
-                self._stop_unclaimed(answer.get("pid"), str(answer.get("nonce")), "a late answer")
+            if answer.get("op") == "spawned" and pid is not None:
+                self._stop_unclaimed(pid, str(answer.get("nonce")), "a late answer")
             return
-        if answer.get("op") == "spawned":
-            try:
-                pid = int(answer["pid"])
-            except (KeyError, TypeError, ValueError):
-                pid = 0
-            if pid > 0:
-                self._owner.spawned(request, pid)
-                return
-            answer = {**answer, "error": f"an answer without a pid: {answer!r}"}
-        os.close(request.read_fd)
-        self._owner.spawn_failed(request, str(answer.get("error", "unknown error")), server_lost=False)
+        if answer.get("op") == "spawned" and pid is not None:
+            self._owner.spawned(request, pid)
+        elif answer.get("op") == "spawned":  # forked, but which pid? Its first line will say.
+            self._watch_unclaimed(request)
+            self._owner.spawn_failed(request, f"an answer without a pid: {answer!r}", server_lost=False)
+        else:
+            os.close(request.read_fd)
+            error = str(answer.get("error", "unknown error"))
+            self._owner.spawn_failed(request, error, server_lost=False)
 
     def _claim(self, server: ForkServer, nonce: object) -> SpawnRequest | None:
         """The request `server` answers, or None when nobody waits for that answer any more."""
@@ -254,29 +253,23 @@ class ForkServerKeeper:
                 self._close_unclaimed(pipe)
                 return
             for item in pipe.lines.feed(data):
-                if isinstance(item, Message) and "pid" in item.fields:
-                    self._stop_unclaimed(item.fields["pid"], pipe.nonce, "its first line")
+                if isinstance(item, Message) and (pid := _pid(item.fields.get("pid"))) is not None:
+                    self._stop_unclaimed(pid, pipe.nonce, "its first line")
 
-    def _stop_unclaimed(self, pid: object, nonce: str, source: str) -> None:
+    def _stop_unclaimed(self, pid: int, nonce: str, source: str) -> None:
         pipe = self._unclaimed.get(nonce)
         if pipe is not None and pipe.stopped:
             return
-        try:
-            number = int(pid)  # type: ignore[call-overload]
-        except (TypeError, ValueError):
-            return
-        if number <= 0:
-            return
         log.warning(
             "late_spawn_stopped",
-            child_pid=number,
+            child_pid=pid,
             nonce=nonce,
             learned_from=source,
             note="forked for a spawn given up on; nobody tracks it, so it is stopped",
         )
         # It is our child (we are its subreaper) and unreaped, so the pid is still its own.
         with contextlib.suppress(ProcessLookupError):
-            os.kill(number, signal.SIGTERM)
+            os.kill(pid, signal.SIGTERM)
         if pipe is not None:
             pipe.stopped = True
 
@@ -431,3 +424,14 @@ class ForkServerKeeper:
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(server.fileno())
             server.close()
+
+
+def _pid(value: object) -> int | None:
+    """A pid from a message, or None when it isn't one (never 0 or less: os.kill would signal a group)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return None
+    try:
+        pid = int(value)
+    except ValueError:
+        return None
+    return pid if pid > 0 else None

@@ -138,10 +138,15 @@ def test_a_stopped_forkserver_never_blocks_the_loop_and_is_replaced(
 
     # Nothing lost: the killed children's jobs were requeued (the quiet swarm leaves them queued).
     identities = swarm.identities()
+    requeued_at = []
     for pid in victims.values():
         done = swarm.wait_event("child_jobs_requeued", child_identity=identities[pid])
         assert done[0]["moved"] == 1
         assert r.llen(f"cogworker:inprogress:{identities[pid]}") == 0
+        requeued_at.append(at(done[0]))
+    # Requeue before respawn: the new fork server got the requeues first, and answers in order.
+    respawned_at = [at(e) for e in swarm.supervisor_events("child_started", purpose="respawn")]
+    assert len(respawned_at) == 3 and max(requeued_at) <= min(respawned_at)
     wait_until(lambda: sorted(queued_jids(r)) == sorted(jids.values()), message="the three jobs queued")
     stays(lambda: sorted(queued_jids(r)) == sorted(jids.values()), 0.5, "the jobs stay queued (quiet)")
     assert all(r.get(f"cogworker:orphanings:{jid}") == "1" for jid in jids.values())
