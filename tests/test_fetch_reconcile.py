@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
+import demo_jobs
 import pytest
 import redis
 
+import cogworker
 from cogworker import codec, keys, payload
 from cogworker.connection import connect
 from cogworker.context import RedisContext
@@ -71,8 +74,7 @@ def assert_all_ran_once_and_none_stranded(r: redis.Redis, worker: Worker, identi
     tags = sorted(str(item).split()[0] for item in r.lrange("test:ran", 0, -1))
     assert tags == sorted(f"j{i}" for i in range(count))  # each exactly once
     assert worker.proc.poll() is None
-    lost = [e for e in worker.events_named("redis_outage_started") if e.get("component") == "Fetch"]
-    assert lost, "the stall should have cost the worker a fetch reply"
+    assert fetch_outage(worker), "the stall should have cost the worker a fetch reply"
 
 
 @pytest.mark.parametrize(
@@ -193,3 +195,37 @@ def test_reconcile_counts_a_failed_thread_as_an_orphaning_and_buries_past_the_li
     r.rpush(fetcher.in_progress_key, raw)
     assert fetcher.reconcile([raw], [raw], max_orphanings=1).requeued == 0
     assert r.lrange(fetcher.in_progress_key, 0, -1) == [raw]
+
+
+def test_every_job_finishes_after_redis_is_stopped_mid_run(tmp_path: Path, workers: WorkerPool) -> None:
+    """The issue's reproduction: a busy worker, Redis SIGSTOPped past the command timeout and
+    continued. Every job finishes while the worker lives, without waiting for the orphan threshold."""
+    server = RedisServer()
+    try:
+        cogworker.configure(load_settings(redis_url=server.url))
+        out = tmp_path / "ran.txt"
+        jobs = 300
+        demo_jobs.to_file.perform_async(str(out), "first")
+        worker = workers.start(server.url, COGWORKER_REDIS_TIMEOUT_S="1", COGWORKER_CONCURRENCY="4")
+        wait_until(lambda: out.exists(), timeout=15, message="the worker to run a job")
+        cogworker.push_bulk(demo_jobs.to_file, [(str(out), f"j{i}", 0.01) for i in range(jobs)])
+        server.pause()
+        try:
+            # A fetch given up on: Redis runs it when continued, and its reply goes nowhere.
+            wait_until(lambda: fetch_outage(worker), timeout=10, message="a fetch to time out")
+        finally:
+            server.resume()
+        wait_until(lambda: len(set(ran(out))) == jobs + 1, timeout=20, message="every job")
+        assert worker.proc.poll() is None
+        assert sorted(ran(out)) == sorted(["first", *(f"j{i}" for i in range(jobs))])  # each once
+        assert worker.stop() == 0
+    finally:
+        server.close()
+
+
+def fetch_outage(worker: Worker) -> bool:
+    return any(e.get("component") == "Fetch" for e in worker.events_named("redis_outage_started"))
+
+
+def ran(out: Path) -> list[str]:
+    return [line.split()[0] for line in out.read_text().splitlines()] if out.exists() else []
