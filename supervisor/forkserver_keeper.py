@@ -34,6 +34,7 @@ import structlog
 
 from supervisor.child import Child
 from supervisor.forkserver import ForkServer
+from supervisor.processes import MAX_READ_PER_TURN, READ_BYTES
 from supervisor.protocol import LineBuffer, Message
 from supervisor.requeue import Requeuer
 
@@ -41,7 +42,6 @@ log = structlog.get_logger("cogworker.swarm")
 
 RETRY_FIRST_S = 1.0  # a fork server that died is started again after this, doubling while it dies
 RETRY_MAX_S = 60.0
-READ_BYTES = 65536
 
 
 @dataclass(eq=False)
@@ -240,9 +240,11 @@ class ForkServerKeeper:
         self._selector.register(pipe.fd, selectors.EVENT_READ, pipe)
 
     def _read_unclaimed(self, pipe: UnclaimedPipe) -> None:
-        # Read to the end of file (the worker, if there is one, has exited): a pipe left full would
-        # block the worker's next line, and it must get as far as its stop.
-        while True:
+        # Read until the end of file (the worker, if there is one, has exited): a pipe left full
+        # would block the worker's next line, and it must get as far as its stop. At most
+        # MAX_READ_PER_TURN per loop turn, as for any child.
+        left = MAX_READ_PER_TURN
+        while left > 0:
             try:
                 data = os.read(pipe.fd, READ_BYTES)
             except BlockingIOError:
@@ -252,6 +254,7 @@ class ForkServerKeeper:
             if not data:
                 self._close_unclaimed(pipe)
                 return
+            left -= len(data)
             for item in pipe.lines.feed(data):
                 if isinstance(item, Message) and (pid := _pid(item.fields.get("pid"))) is not None:
                     self._stop_unclaimed(pid, pipe.nonce, "its first line")

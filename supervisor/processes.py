@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger("cogworker.swarm")
 
 READ_BYTES = 65536
+# A child writing without end (a job printing to the inherited pipe fd, a runaway loop) must not hold
+# the loop in one read: past this, the rest waits for the next turn (the selector reports it again).
+MAX_READ_PER_TURN = 1 << 20
 
 
 class ChildProcesses:
@@ -72,9 +75,12 @@ class ChildProcesses:
 
     # Pipes ----------------------------------------------------------------------------------
     def read(self, child: Child) -> list[Message | Garbage]:
-        """Everything the child's pipe holds now; closes the pipe at end of file."""
+        """What the child's pipe holds now, up to MAX_READ_PER_TURN bytes (a pipe holds less, so a
+        reaped child's last lines are all there, unless something it left behind keeps writing);
+        closes the pipe at end of file."""
         out: list[Message | Garbage] = []
-        while child.fd >= 0:
+        left = MAX_READ_PER_TURN
+        while child.fd >= 0 and left > 0:
             try:
                 data = os.read(child.fd, READ_BYTES)
             except BlockingIOError:
@@ -85,6 +91,7 @@ class ChildProcesses:
                 self.close_pipe(child)
                 break
             out += child.lines.feed(data)
+            left -= len(data)
         return out
 
     def close_pipe(self, child: Child) -> None:
