@@ -318,7 +318,8 @@ class ReliableFetch:
 
 class BasicFetch:
     """`BRPOP`: the job is only in this process's memory until it finishes. Kept for Redis < 6.2;
-    a process killed mid-job loses the job, which is why reliable fetch is the default."""
+    a process killed mid-job loses the job, and so does a BRPOP whose reply is lost (Redis stalled
+    past the client's timeout and popped anyway), which is why reliable fetch is the default."""
 
     keeps_in_progress = False
 
@@ -353,7 +354,8 @@ class BasicFetch:
         if not popped:
             return FetchResult(acked=len(acks))
         work = Work(keys.queue_name(str(popped[0])), str(popped[1]))
-        if isinstance(paused_now, list) and work.queue in paused_now and self._hand_back(work):
+        paused_read = not isinstance(paused_now, redis.ResponseError)
+        if paused_read and work.queue in paused_now and self._hand_back(work):
             return FetchResult(acked=len(acks), all_paused=all(n in paused_now for n in order))
         return FetchResult([work], len(acks))
 
