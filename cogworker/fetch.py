@@ -234,6 +234,9 @@ class ReliableFetch:
         if len(self._spec.names) != 1:
             self.wait_for_wake(timeout_s)
             return Waited()
+        # Subscribed while the queue was paused: unread wake-ups would pile up in Redis's output
+        # buffer until it dropped the connection. (The fetcher thread, its other user, waits.)
+        self._wake.close()
         return self._blmove(self._spec.names[0], timeout_s)
 
     def _blmove(self, name: str, timeout_s: float) -> Waited:
@@ -345,6 +348,8 @@ class BasicFetch:
         order = [n for n in queue_order(self._spec, self._rng) if n not in paused]
         if not order:
             return FetchResult(acked=len(acks), all_paused=True)
+        # Subscribed while every queue was paused: unread wake-ups would pile up in Redis.
+        self._wake.close()
         # The paused set is read again right behind the BRPOP, in the same write: a pause that
         # lands while BRPOP waits is seen at no extra round trip.
         popped, paused_now = self._blocking_direct.call_many(

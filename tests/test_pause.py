@@ -112,7 +112,18 @@ def test_one_queue_worker_fetches_nothing_from_its_paused_queue(
         wait_until(lambda: blocked_on(r, "blmove"), timeout=15, message="a thread blocked on the queue")
         queue_ops.pause(r, "default")
     push_and_check_paused(r, identity, push_five)
+    assert_stopped_listening(r)
     assert worker.stop() == 0
+
+
+def assert_stopped_listening(r: redis.Redis) -> None:
+    """Resumed, a one-queue worker blocks on the queue again: it drops the wake-up channel it
+    listened to while paused (unread messages would pile up in Redis until it cut the connection)."""
+    wait_until(
+        lambda: r.pubsub_numsub(keys.WAKE_CHANNEL) == [(keys.WAKE_CHANNEL, 0)],
+        timeout=5,
+        message="the wake-up subscription to end",
+    )
 
 
 def test_several_queues_skip_the_paused_one_and_serve_the_others(
@@ -144,4 +155,5 @@ def test_basic_fetch_fetches_nothing_from_a_paused_queue(
     wait_until(lambda: blocked_on(r, "brpop"), timeout=15, message="a fetcher blocked on the queue")
     queue_ops.pause(r, "default")
     push_and_check_paused(r, identity, push_five)
+    assert_stopped_listening(r)
     assert worker.stop() == 0
