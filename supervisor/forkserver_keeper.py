@@ -314,7 +314,7 @@ class ForkServerKeeper:
             self._owner.restart_failed(f"the new fork server hung ({reason})")
         elif server is self.current:
             self.current = None
-        if self.current is None and self.loading is None and not self.stopping:
+        if self.current is None and self.loading is None and self._wanted():
             self._start_at = self._clock()  # at once: the hang took long enough to notice
 
     def _lose(self, server: ForkServer, why: str) -> None:
@@ -328,7 +328,7 @@ class ForkServerKeeper:
 
     def _start_due(self) -> None:
         at = self._start_at
-        if at is None or self._clock() < at or self.stopping:
+        if at is None or self._clock() < at or not self._wanted():
             return
         self._start_at = None
         if self.current is not None or self.loading is not None:
@@ -376,9 +376,23 @@ class ForkServerKeeper:
                 exit_code=code,
                 note="running children go on; no child can be forked until a new fork server is ready",
             )
-        if self.current is None and self.loading is None and not self.stopping:
+        if self.current is None and self.loading is None and self._wanted():
             self._schedule_start()
         return True
+
+    def _wanted(self) -> bool:
+        """Whether a new fork server is needed: while the swarm runs, and while it stops with dead
+        children's jobs still to requeue (else they wait for heartbeat orphan recovery, minutes)."""
+        return not self.stopping or bool(self.requeuer.pending)
+
+    def requeues_settled(self) -> bool:
+        """At exit: every requeue was answered, or none can be (no fork server is on its way)."""
+        if self.requeuer.in_flight:
+            return False
+        if not self.requeuer.pending or self.ready:
+            return True  # (pending with a ready fork server: Redis refused them; no more tries now)
+        coming = self.current is not None and self.current.pid > 0 and not self.current.retiring
+        return not coming and self._start_at is None
 
     def _schedule_start(self) -> None:
         delay = self._start_delay

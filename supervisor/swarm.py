@@ -171,7 +171,7 @@ class Swarm:
     def _finish(self) -> None:
         keeper = self.keeper
         keeper.send_requeues()
-        self._wait_for_forkservers(lambda: not keeper.requeuer.in_flight)
+        self._wait_for_forkservers(keeper.requeues_settled)
         keeper.retire_all()
         self._wait_for_forkservers(lambda: not keeper.servers())
         keeper.kill_all()
@@ -425,6 +425,7 @@ class Swarm:
                 elif not isinstance(key.data, Child):
                     self.keeper.on_readable(key.data)
             self._reap()
+            self.keeper.tick()  # a hung fork server is still replaced, for the requeues
 
     # Deadlines and memory -------------------------------------------------------------------
     def _enforce_deadlines(self) -> None:

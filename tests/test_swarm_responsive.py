@@ -151,3 +151,36 @@ def test_a_stopped_forkserver_never_blocks_the_loop_and_is_replaced(
     stays(lambda: sorted(queued_jids(r)) == sorted(jids.values()), 0.5, "the jobs stay queued (quiet)")
     assert all(r.get(f"cogworker:orphanings:{jid}") == "1" for jid in jids.values())
     assert swarm.stop() == exitcodes.OK
+
+
+def test_a_stop_with_a_stopped_forkserver_still_requeues_the_dead_childs_jobs(
+    swarms: SwarmRunner, r: redis.Redis, configured: object
+) -> None:
+    import demo_jobs
+
+    swarm = swarms.start(
+        COGWORKER_COUNT="2",
+        COGWORKER_CONCURRENCY="1",
+        COGWORKER_LIVENESS_TIMEOUT_S="2",
+        COGWORKER_REDIS_TIMEOUT_S="1",
+    )
+    swarm.wait_ready()
+    jid = demo_jobs.sleepy.perform_async("lost", 60)
+    victim = wait_until(lambda: started(r).get("lost"), message="the job to start")
+    [server] = swarm.forkservers()
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        os.kill(victim, signal.SIGKILL)
+        swarm.wait_event("child_exited", child_pid=victim)
+        swarm.signal(signal.SIGTERM)  # the requeue is owed by a fork server that will never answer
+        # It is replaced even though the swarm is stopping, so the dead child's job goes back now
+        # rather than after the orphan threshold (5 min), and the stop is a clean one.
+        assert swarm.wait(timeout=30) == exitcodes.OK
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server.pid, signal.SIGCONT)
+    identity = swarm.identities()[victim]
+    assert swarm.supervisor_events("forkserver_hung")[0]["forkserver_pid"] == server.pid
+    assert swarm.supervisor_events("child_jobs_requeued", child_identity=identity)[0]["moved"] == 1
+    assert queued_jids(r) == [jid] and r.keys("cogworker:inprogress:*") == []
+    assert not swarm.supervisor_events("requeue_pending_at_exit")
