@@ -82,6 +82,11 @@ class Template:
                 return exitcodes.FAILURE
             if message is None:
                 return exitcodes.OK  # the supervisor is done with us
+            for fd in fds:
+                # Descriptors passed over a socket arrive inheritable: a program a job execs (with
+                # os.system, or close_fds=False) would get the child's state pipe, to write to the
+                # supervisor as if it were the child, and to hold open after the child is gone.
+                os.set_inheritable(fd, False)
             try:
                 answer = self.handle(message, fds)
             finally:

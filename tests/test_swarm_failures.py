@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import signal
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from cogworker import exitcodes
+from cogworker import codec, exitcodes, payload
 from tests.redis_server import RedisServer, wait_until
 from tests.test_swarm_harness import SwarmRunner, stays, swarm_runner
 
@@ -300,3 +301,34 @@ def test_a_child_that_never_finishes_importing_is_killed_at_the_boot_deadline(sw
     assert exited["reason"] == "boot_timeout" and exited["signal"] == "SIGKILL"
     swarm.wait_event("child_started", count=2)  # its slot is forked again (with crash backoff)
     # (No stop here: a child stops once its import is done, 60 s from now; teardown kills the session.)
+
+
+def pipes_of(pid: int) -> set[str]:
+    found = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("pipe:"):
+                found.add(target)
+    return found
+
+
+def test_a_program_a_job_runs_is_not_handed_the_childs_state_pipe(
+    swarms: SwarmRunner, r: redis.Redis
+) -> None:
+    # What a job execs must not be able to write to the supervisor as if it were the child (nor keep
+    # the pipe open after the child is gone).
+    swarm = swarms.start(COGWORKER_COUNT="1", COGWORKER_REQUIRE="swarm_exec")
+    swarm.wait_ready()
+    [child] = swarm.children()
+    state_pipe = pipes_of(child.pid) & pipes_of(swarm.pid)  # the one pipe they share
+    assert len(state_pipe) == 1
+    r.lpush(
+        "cogworker:queue:default",
+        codec.dumps(payload.build("swarm_exec.inherited_fds", ("x",), {}, queue="default", retry=False)),
+    )
+    line = wait_until(lambda: r.lrange("test:exec_fds", 0, -1), message="the job's report")[0]
+    _tag, pid, *handed = line.split()
+    assert int(pid) == child.pid and "pipe:" in " ".join(handed)  # (it lists its own stdout pipe)
+    assert not state_pipe & set(handed)
+    assert swarm.stop() == exitcodes.OK
