@@ -38,6 +38,7 @@ from cogworker.settings import QueueSpec
 log = structlog.get_logger("cogworker.fetch")
 
 MIN_RELIABLE_VERSION = (6, 2)
+DRAIN_EVERY_S = 1.0
 
 
 @dataclass(slots=True)
@@ -119,12 +120,19 @@ def _raise_refused(reply: Any) -> None:
 
 class WakeListener:
     """Waits for a push's (or a resume's) wake-up message naming one of our queues. A missed message
-    costs at most the timeout, never a job."""
+    costs at most the timeout, never a job.
+
+    While the process is busy nobody waits, and wake-ups pile up unread: Redis cuts a subscriber
+    whose output buffer stays past its pubsub limit (8 MB for 60 s by default), and an idle fetcher
+    would then fetch once per stale message. So the backlog is read in one go: at the start of each
+    wait, and every DRAIN_EVERY_S while busy (`discard_backlog`, before a fetch, whose script sees
+    the jobs those messages announced)."""
 
     def __init__(self, client: redis.Redis, names: frozenset[str]) -> None:
         self._client = client
         self._names = names
         self._pubsub: PubSub | None = None
+        self._next_drain = 0.0
 
     def wait(self, timeout_s: float) -> None:
         if self._pubsub is None:
@@ -132,6 +140,8 @@ class WakeListener:
             self._pubsub.subscribe(keys.WAKE_CHANNEL)
         deadline = time.monotonic() + timeout_s
         try:
+            if self._drain(self._pubsub):
+                return
             while (left := deadline - time.monotonic()) > 0:
                 message = self._pubsub.get_message(timeout=left)
                 if message is not None and message.get("data") in self._names:
@@ -139,6 +149,22 @@ class WakeListener:
         except Exception:
             self.close()
             raise
+
+    def discard_backlog(self) -> None:
+        if self._pubsub is None or time.monotonic() < self._next_drain:
+            return
+        try:
+            self._drain(self._pubsub)
+        except Exception:
+            self.close()  # the next wait subscribes again
+
+    def _drain(self, pubsub: PubSub) -> bool:
+        """Read every wake-up already here; True when one named our queues."""
+        self._next_drain = time.monotonic() + DRAIN_EVERY_S
+        ours = False
+        while (message := pubsub.get_message(timeout=0)) is not None:
+            ours = ours or message.get("data") in self._names
+        return ours
 
     def close(self) -> None:
         if self._pubsub is not None:
@@ -179,6 +205,8 @@ class ReliableFetch:
 
     def fetch(self, limit: int, acks: list[tuple[str, str]]) -> FetchResult:
         """Acknowledge `acks` ((raw, jid) pairs) and move up to `limit` jobs onto our list."""
+        if limit > 0:  # on the fetcher thread (a final ack flush may come from another)
+            self._wake.discard_backlog()
         queue_keys = [keys.queue(name) for name in queue_order(self._spec, self._rng)]
         day = today()
         args: list[str | int] = [limit, len(acks)]
@@ -255,6 +283,10 @@ class ReliableFetch:
 
     def wait_for_wake(self, timeout_s: float) -> None:
         self._wake.wait(timeout_s)
+
+    def discard_backlog(self) -> None:
+        """On the fetcher thread, while busy: drop wake-ups that piled up (WakeListener says why)."""
+        self._wake.discard_backlog()
 
     def reconcile(self, held: Iterable[str], failed: Iterable[str], max_orphanings: int) -> Reconciled:
         """Put every entry of our in-progress list that `held` (payloads, once per copy) doesn't
@@ -387,6 +419,10 @@ class BasicFetch:
 
     def wait_for_wake(self, timeout_s: float) -> None:
         self._wake.wait(timeout_s)
+
+    def discard_backlog(self) -> None:
+        """On the fetcher thread, while busy: drop wake-ups that piled up (WakeListener says why)."""
+        self._wake.discard_backlog()
 
     def reconcile(self, held: Iterable[str], failed: Iterable[str], max_orphanings: int) -> Reconciled:
         """Basic fetch keeps no in-progress list: nothing to square."""

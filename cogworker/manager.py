@@ -236,6 +236,7 @@ class Manager:
             self.reconciler.run_if_due(self.fetcher)
             free = self._await_room()
             if free is None:
+                self.fetcher.discard_backlog()
                 continue
             found = self._fetch_once(free)
             if found is None:  # Redis failed: wait a little, interruptibly

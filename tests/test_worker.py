@@ -11,9 +11,10 @@ import demo_jobs
 import pytest
 import redis
 
+import cogworker
 from cogworker import keys
 from cogworker.fetch import queue_order
-from cogworker.settings import parse_queues
+from cogworker.settings import load_settings, parse_queues
 from tests.redis_server import RedisServer, wait_until
 from tests.workers import WorkerPool
 
@@ -244,6 +245,37 @@ def test_a_remote_command_survives_a_lost_heartbeat_reply(workers: WorkerPool) -
         wait_until(lambda: worker.events_named("quieting"), timeout=10, message="the quiet to arrive")
         wait_until(lambda: r.hget(keys.process(identity), "quiet") == "1", timeout=5, message="a quiet beat")
         assert worker.events_named("redis_outage_started"), "the stall should have cost the worker a reply"
+        assert worker.stop() == 0
+    finally:
+        server.close()
+
+
+def test_wake_ups_that_pile_up_while_busy_are_drained(workers: WorkerPool) -> None:
+    """A busy worker reading several queues doesn't wait on its wake-up channel, and pushes keep
+    publishing to it: unread, the messages grew in Redis's output buffer until Redis cut the
+    subscriber (logged as a fetch outage). A small pubsub buffer limit shows it in seconds."""
+    server = RedisServer(extra=("--client-output-buffer-limit", "pubsub 0 64kb 2"))
+    try:
+        r = server.client()
+        cogworker.configure(load_settings(redis_url=server.url))
+        worker = workers.start(server.url, COGWORKER_QUEUES="default,other", COGWORKER_CONCURRENCY="1")
+        wait_until(
+            lambda: r.pubsub_numsub(keys.WAKE_CHANNEL) == [(keys.WAKE_CHANNEL, 1)], timeout=15, message="idle"
+        )
+        demo_jobs.sleepy.perform_async("busy", 6)
+        wait_until(lambda: r.llen("test:started") == 1, timeout=10, message="the long job to start")
+        # 2.5 MB a second of messages for 4 s (big ones: the kernel's socket buffers take the
+        # first few MB before Redis's own buffer grows).
+        for _ in range(40):
+            pipe = r.pipeline(transaction=False)
+            for _ in range(25):
+                pipe.publish(keys.WAKE_CHANNEL, "x" * 10_000)
+            pipe.execute()
+            time.sleep(0.1)  # pacing the load, not waiting for anything
+        wait_until(lambda: r.llen("test:ran") == 1, timeout=10, message="the long job to end")
+        demo_jobs.on_other.perform_async("after")
+        wait_until(lambda: "other:after" in r.lrange("test:ran", 0, -1), timeout=10, message="a later job")
+        assert worker.events_named("redis_outage_started") == []
         assert worker.stop() == 0
     finally:
         server.close()
