@@ -270,7 +270,8 @@ class ForkServerKeeper:
             learned_from=source,
             note="forked for a spawn given up on; nobody tracks it, so it is stopped",
         )
-        # It is our child (we are its subreaper) and unreaped, so the pid is still its own.
+        # It is our child (we are its subreaper): its pid stays its own until we reap it, and a pid
+        # freed by a reap this very turn is not handed out again in the milliseconds since.
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         if pipe is not None:
@@ -415,8 +416,9 @@ class ForkServerKeeper:
     def kill_all(self) -> None:
         """At exit, for those that did not exit when told to."""
         for server in self.servers():
-            log.warning("forkserver_killed", forkserver_pid=server.pid, note="it did not exit when told to")
-            server.kill()
+            if not server.killed:  # (one killed as hung is only waiting to be reaped)
+                log.warning("forkserver_killed", forkserver_pid=server.pid, note="it did not exit when told to")
+                server.kill()
 
     def close(self) -> None:
         """At exit: let go of every pipe still held."""
