@@ -416,9 +416,10 @@ class ForkServerKeeper:
     def kill_all(self) -> None:
         """At exit, for those that did not exit when told to."""
         for server in self.servers():
-            if not server.killed:  # (one killed as hung is only waiting to be reaped)
-                log.warning("forkserver_killed", forkserver_pid=server.pid, note="it did not exit when told to")
-                server.kill()
+            if server.killed:
+                continue  # killed as hung already: only waiting to be reaped
+            log.warning("forkserver_killed", forkserver_pid=server.pid, note="it did not exit when told to")
+            server.kill()
 
     def close(self) -> None:
         """At exit: let go of every pipe still held."""
