@@ -167,9 +167,9 @@ class WakeListener:
         return ours
 
     def close(self) -> None:
-        if self._pubsub is not None:
-            self._pubsub.close()
-            self._pubsub = None
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            pubsub.close()
 
 
 def server_supports_reliable(client: redis.Redis) -> bool:
