@@ -12,6 +12,7 @@ import selectors
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -297,3 +298,26 @@ def test_a_dead_fork_server_is_started_again_with_a_growing_delay(world: World) 
     second.proc.kill()  # dies before it is ready: the next try waits longer
     world.reap(second)
     assert world.keeper.next_due_in() == 2.0
+
+
+def test_a_fork_server_that_reads_nothing_never_blocks_a_send(world: World) -> None:
+    # Its socket buffer fills up; every further request fails at once (and leaks no descriptor)
+    # instead of blocking the supervisor's loop until the fork server reads again.
+    [first] = world.fakes
+    world.ready(first)
+    sent = 0
+    while first.handle.request_requeue(f"h:{sent}:dead", world.clock()):
+        sent += 1
+        assert sent < 1_000_000, "the socket never filled up"
+    open_fds = len(os.listdir("/proc/self/fd"))
+    started = time.monotonic()
+    with pytest.raises(OSError):
+        world.keeper.spawn(0, "respawn", quiet=False, generation=0)
+    assert not first.handle.request_requeue("h:more:dead", world.clock())
+    assert time.monotonic() - started < 0.5
+    assert len(os.listdir("/proc/self/fd")) == open_fds
+    assert world.keeper.spawning(0) is None
+    # Owing all those answers, it is hung once silent past its deadline.
+    world.clock.now += ANSWER_TIMEOUT_S + 1
+    world.dispatch()
+    assert first.killed()
