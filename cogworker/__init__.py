@@ -7,48 +7,33 @@ client, pydantic and the job machinery that only its fork server and workers use
 
 from __future__ import annotations
 
-import sys
-import types
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from cogworker import middleware
-from cogworker.middleware import client_chain, server_chain
+from cogworker.api import middleware
+from cogworker.api.middleware import client_chain, server_chain
 
 if TYPE_CHECKING:
-    from cogworker.client import configure, push_bulk
-    from cogworker.jobs import JobFunction, JobNotFound, job
-    from cogworker.periodic import periodic
+    from cogworker.api.client import configure, push_bulk
+    from cogworker.api.decorator import JobFunction, JobNotFound, job
+    from cogworker.api.job_status import status
+    from cogworker.api.periodic import periodic
     from cogworker.settings import ConfigError, Settings, load_settings
-    from cogworker.status import status
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "configure": "cogworker.client",
-    "push_bulk": "cogworker.client",
-    "JobFunction": "cogworker.jobs",
-    "JobNotFound": "cogworker.jobs",
-    "job": "cogworker.jobs",
-    "periodic": "cogworker.periodic",
+    "configure": "cogworker.api.client",
+    "push_bulk": "cogworker.api.client",
+    "JobFunction": "cogworker.api.decorator",
+    "JobNotFound": "cogworker.api.decorator",
+    "job": "cogworker.api.decorator",
+    "periodic": "cogworker.api.periodic",
     "ConfigError": "cogworker.settings",
     "Settings": "cogworker.settings",
     "load_settings": "cogworker.settings",
-    "status": "cogworker.status",
+    "status": "cogworker.api.job_status",
 }
-
-
-class _Package(types.ModuleType):
-    """`cogworker.status` and `cogworker.periodic` are functions that share their module's name.
-    Importing a submodule binds it on the package; this keeps the function in that place instead."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and name in ("status", "periodic"):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:
@@ -67,8 +52,8 @@ def install_builtin_middleware() -> None:
     inside them, whenever it was added: a unique job's duplicate never reaches it, and its "queued"
     status is written before it. Call this again after clearing the chains (tests do) to restore them.
     """
-    from cogworker.status import on_push, on_run
-    from cogworker.unique import claim, release_when_done
+    from cogworker.api.job_status import on_push, on_run
+    from cogworker.api.unique import claim, release_when_done
 
     client_chain.add_outermost(claim, on_push)
     server_chain.add_outermost(on_run, release_when_done)

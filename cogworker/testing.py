@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from cogworker import codec
-from cogworker.middleware import run_server_chain
+from cogworker.api.middleware import run_server_chain
 
 Mode = Literal["fake", "inline"]
 
@@ -83,7 +83,7 @@ def clear_all() -> None:
 
 
 def perform(job: dict[str, Any]) -> None:
-    from cogworker.jobs import resolve
+    from cogworker.api.decorator import resolve
 
     # Only jobs this process registered: it pushed them, so their modules are imported already.
     fn = resolve(job["class"], allowed=())

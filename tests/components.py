@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 import redis
 
-from cogworker.context import RedisContext
-from cogworker.locks import Locks
-from cogworker.outage import Outages
-from cogworker.poller import Poller
-from cogworker.recovery import Recovery
-from cogworker.scripts import Scripts
 from cogworker.settings import Settings
+from cogworker.store.locks import Locks
+from cogworker.store.outage import Outages
+from cogworker.store.redis_context import RedisContext
+from cogworker.store.scripts import Scripts
+from cogworker.worker.poller import Poller
+from cogworker.worker.recovery import Recovery
 
 
 @dataclass

@@ -13,8 +13,9 @@ import pytest
 import redis
 
 import cogworker
-from cogworker import client as cw_client
-from cogworker import logs, middleware, testing
+from cogworker import logs, testing
+from cogworker.api import client as cw_client
+from cogworker.api import middleware
 from cogworker.settings import Settings, load_settings
 from tests.redis_server import RedisServer
 from tests.workers import WorkerPool

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import redis
 
-from cogworker import keys
-from cogworker.fetch import Work
-from cogworker.processor import Stats, process
 from cogworker.settings import Settings
-from cogworker.settle import Settler
+from cogworker.store import keys
+from cogworker.worker.fetch import Work
+from cogworker.worker.processor import Stats, process
+from cogworker.worker.settle import Settler
 from tests.components import Parts, build
 
 IN_PROGRESS = keys.in_progress("inproc:0:0")

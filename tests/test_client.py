@@ -12,7 +12,8 @@ import pytest
 import redis
 
 import cogworker
-from cogworker import job, middleware
+from cogworker import job
+from cogworker.api import middleware
 from tests.cli_runner import CLI, cli_fixture  # noqa: F401
 
 

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from cogworker import codec
-from cogworker.retry import backoff_s, on_failure
+from cogworker.api.retry import backoff_s, on_failure
 from tests.redis_server import wait_until
 from tests.workers import WorkerPool
 
@@ -102,7 +102,7 @@ def test_a_job_that_cant_be_imported_is_filed_with_a_clear_error(
     workers.start()
     wait_until(lambda: r.zcard("cogworker:dead") == 1, timeout=15, message="dead")
     dead = json.loads(r.zrange("cogworker:dead", 0, -1)[0])
-    assert dead["error_class"] == "cogworker.jobs.JobNotFound"
+    assert dead["error_class"] == "cogworker.api.decorator.JobNotFound"
     assert "nowhere_module" in dead["error_message"]
     wait_until(lambda: r.llen("test:ran") == 1, timeout=10, message="the job behind it")
 
@@ -271,7 +271,7 @@ def test_middleware_sees_a_base_exception_and_odd_fields_as_the_jobs_failure(
 ) -> None:
     import hostile_jobs
 
-    from cogworker.status import details
+    from cogworker.api.job_status import details
 
     exits = hostile_jobs.tracked_exit.perform_async("x")
     assert exits is not None and r.keys("cogworker:unique:*")
@@ -297,7 +297,7 @@ ODD_VALUES += [float("nan"), float("inf")]
 
 @pytest.mark.parametrize("value", ODD_VALUES, ids=repr)
 def test_filing_reads_around_any_retry_count_or_retry(value: Any) -> None:
-    from cogworker import retry
+    from cogworker.api import retry
 
     for fields in ({"retry_count": value}, {"retry": value}, {"retry_count": value, "retry": value}):
         job = {"class": "x", "jid": "j", "queue": "default", "args": [], **fields}

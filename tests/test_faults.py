@@ -15,8 +15,8 @@ import pytest
 import redis
 
 import cogworker
-from cogworker import keys
 from cogworker.settings import load_settings
+from cogworker.store import keys
 from tests.redis_server import RedisServer, wait_until
 from tests.workers import WorkerPool
 

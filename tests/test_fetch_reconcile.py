@@ -18,15 +18,17 @@ import pytest
 import redis
 
 import cogworker
-from cogworker import codec, keys, payload
-from cogworker.connection import connect
-from cogworker.context import RedisContext
-from cogworker.fetch import ReliableFetch, Work
-from cogworker.manager import Manager
-from cogworker.processor import Stats
-from cogworker.recovery import Recovery
+from cogworker import codec
+from cogworker.api import payload
 from cogworker.settings import Settings, load_settings
-from cogworker.settle import Settler
+from cogworker.store import keys
+from cogworker.store.connection import connect
+from cogworker.store.redis_context import RedisContext
+from cogworker.worker.fetch import ReliableFetch, Work
+from cogworker.worker.manager import Manager
+from cogworker.worker.processor import Stats
+from cogworker.worker.recovery import Recovery
+from cogworker.worker.settle import Settler
 from tests.redis_server import RedisServer, wait_until
 from tests.workers import Worker, WorkerPool
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import demo_jobs
 import redis
 
-from cogworker import codec, keys
-from cogworker.heartbeat import SUMMARY_ARGS_CHARS, summarize
+from cogworker import codec
 from cogworker.ops import processes as process_ops
+from cogworker.store import keys
+from cogworker.worker.heartbeat import SUMMARY_ARGS_CHARS, summarize
 from tests.redis_server import wait_until
 
 BIG = 5_000_000

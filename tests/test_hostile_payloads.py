@@ -17,9 +17,10 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from cogworker import codec, keys
+from cogworker import codec
 from cogworker.ops import sets as set_ops
 from cogworker.settings import load_settings
+from cogworker.store import keys
 from supervisor.metrics import SwarmMetrics
 from tests import components
 from tests.cli_runner import CLI, cli_fixture  # noqa: F401
@@ -225,7 +226,7 @@ def test_a_push_names_the_argument_json_cant_carry(configured: object) -> None:
 
 
 def test_a_status_message_with_a_lone_surrogate_is_sent_escaped() -> None:
-    from cogworker.report import Reporter
+    from cogworker.worker.supervisor_events import Reporter
 
     read_end, write_end = os.pipe()
     try:
@@ -238,8 +239,8 @@ def test_a_status_message_with_a_lone_surrogate_is_sent_escaped() -> None:
 
 
 def test_text_read_from_non_utf8_bytes_is_sent_back_as_the_same_bytes(settings: Any, rb: redis.Redis) -> None:
-    from cogworker.connection import connect
-    from cogworker.direct import DirectConnection
+    from cogworker.store.connection import connect
+    from cogworker.store.direct_connection import DirectConnection
 
     client = connect(settings)  # hiredis encodes text strictly: the client must still send these back
     rb.rpush("l", BAD_GARBAGE, BAD_JOB, b"ok")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cogworker.jobstats import MAX_ENTRIES_PER_MESSAGE, JobCounts, bucket_key
+from cogworker.worker.job_stats import MAX_ENTRIES_PER_MESSAGE, JobCounts, bucket_key
 
 
 def test_bucket_keys() -> None:

@@ -8,12 +8,13 @@ import threading
 
 import redis
 
-from cogworker import codec, keys
-from cogworker.locks import held_locks
+from cogworker import codec
 from cogworker.ops import NotFound
 from cogworker.ops import sets as set_ops
-from cogworker.scripts import Scripts
 from cogworker.settings import Settings
+from cogworker.store import keys
+from cogworker.store.locks import held_locks
+from cogworker.store.scripts import Scripts
 from tests.cli_runner import CLI, cli_fixture  # noqa: F401
 from tests.test_ops_sets import add, dead_job
 

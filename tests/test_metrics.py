@@ -12,8 +12,8 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from cogworker.jobstats import bucket_key
 from cogworker.settings import Settings, load_settings
+from cogworker.worker.job_stats import bucket_key
 from supervisor import metrics as metrics_module
 from supervisor.metrics import SwarmMetrics
 from tests.redis_server import RedisServer, free_port, wait_until

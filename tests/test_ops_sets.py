@@ -13,7 +13,7 @@ import redis
 from cogworker import codec
 from cogworker.ops import NotFound
 from cogworker.ops import sets as set_ops
-from cogworker.scripts import Scripts
+from cogworker.store.scripts import Scripts
 
 
 def dead_job(jid: str, **fields: Any) -> dict[str, Any]:

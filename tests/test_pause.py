@@ -12,9 +12,9 @@ import pytest
 import redis
 
 import cogworker
-from cogworker import keys
 from cogworker.ops import queues as queue_ops
 from cogworker.settings import load_settings
+from cogworker.store import keys
 from tests.redis_server import RedisServer, wait_until
 from tests.workers import Worker, WorkerPool
 

@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 import cogworker
 from cogworker import job
-from cogworker.periodic import Entry, Ticker, entries, periodic, unregister
+from cogworker.api.periodic import Entry, Ticker, entries, periodic, unregister
 from cogworker.settings import Settings
 from tests.components import build
 from tests.inproc import Runner

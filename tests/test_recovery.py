@@ -9,8 +9,9 @@ import time
 import redis
 import structlog
 
-from cogworker import codec, keys
+from cogworker import codec
 from cogworker.settings import load_settings
+from cogworker.store import keys
 from tests import components
 from tests.redis_server import RedisServer
 
@@ -81,7 +82,7 @@ def test_poison_pill_goes_to_dead_and_releases_its_locks(r: redis.Redis, setting
     s = load_settings(redis_url=settings.redis_url, max_orphanings=2)
     parts = components.build(s)
     pill = job("pill", unique="until_executed")
-    from cogworker.locks import held_locks
+    from cogworker.store.locks import held_locks
 
     [(lock_key, owner)] = held_locks(codec.loads(pill))
     r.set(lock_key, owner)
@@ -174,7 +175,7 @@ def test_a_wrong_type_queue_keeps_the_job_for_the_next_pass(r: redis.Redis, sett
 
 
 def test_acknowledging_clears_the_orphan_counter(r: redis.Redis, settings) -> None:
-    from cogworker.fetch import ReliableFetch
+    from cogworker.worker.fetch import ReliableFetch
 
     parts = components.build(settings)
     raw = job("a")
@@ -191,8 +192,8 @@ def test_acknowledging_clears_the_orphan_counter(r: redis.Redis, settings) -> No
 
 
 def test_paused_queues_are_skipped(r: redis.Redis, settings) -> None:
-    from cogworker.fetch import ReliableFetch
     from cogworker.settings import parse_queues
+    from cogworker.worker.fetch import ReliableFetch
 
     parts = components.build(settings)
     r.lpush(keys.queue("a"), job("in-a", queue="a"))
@@ -208,7 +209,7 @@ def test_paused_queues_are_skipped(r: redis.Redis, settings) -> None:
 def test_fetch_reloads_its_script_after_the_script_cache_is_flushed(r: redis.Redis, settings) -> None:
     """The fetch runs on the fetcher's own connection, outside redis-py's script helper; a Redis
     restarted without its script cache must still get the script (EVAL after NOSCRIPT)."""
-    from cogworker.fetch import ReliableFetch
+    from cogworker.worker.fetch import ReliableFetch
 
     parts = components.build(settings)
     fetch = ReliableFetch(parts.client, parts.client, parts.scripts, "me:1:1", settings.queue_spec)
@@ -225,7 +226,7 @@ def test_fetch_reloads_its_script_after_the_script_cache_is_flushed(r: redis.Red
 def test_fetch_from_a_second_thread_while_the_fetcher_holds_its_connection(r: redis.Redis, settings) -> None:
     """A final acknowledgement flush can run while the fetcher thread is still inside a call; it
     goes through the client's pool rather than sharing the fetcher's socket."""
-    from cogworker.fetch import ReliableFetch
+    from cogworker.worker.fetch import ReliableFetch
 
     parts = components.build(settings)
     fetch = ReliableFetch(parts.client, parts.client, parts.scripts, "me:1:1", settings.queue_spec)

@@ -7,9 +7,11 @@ import json
 
 import pytest
 
-from cogworker import codec, keys, retry
+from cogworker import codec
+from cogworker.api import retry
 from cogworker.settings import load_settings
-from cogworker.settle import Settler, file_unsettled
+from cogworker.store import keys
+from cogworker.worker.settle import Settler, file_unsettled
 from tests import components
 from tests.redis_server import RedisServer
 

@@ -10,13 +10,13 @@ import status_jobs
 from structlog.testing import capture_logs
 
 import cogworker
-from cogworker import client as cw_client
 from cogworker import server_chain, testing
-from cogworker.fetch import Work
-from cogworker.processor import Stats, process
+from cogworker.api import client as cw_client
+from cogworker.api.job_status import details, on_push, on_run
 from cogworker.settings import Settings, load_settings
-from cogworker.settle import Settler
-from cogworker.status import details, on_push, on_run
+from cogworker.worker.fetch import Work
+from cogworker.worker.processor import Stats, process
+from cogworker.worker.settle import Settler
 from tests.components import build
 from tests.inproc import Runner
 from tests.redis_server import RedisServer, wait_until

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import redis
 
-from cogworker import codec, exitcodes, payload
+from cogworker import codec, exitcodes
+from cogworker.api import payload
 from tests.redis_server import RedisServer, wait_until
 from tests.test_swarm_harness import SwarmRunner, stays, swarm_runner
 
@@ -172,7 +173,8 @@ def test_a_child_that_drains_past_its_own_timeout_requeues_and_stops_cleanly(
 def test_requeue_waits_for_redis_when_a_child_dies_during_an_outage(
     swarms: SwarmRunner, tmp_path: Path
 ) -> None:
-    from cogworker import codec, payload
+    from cogworker import codec
+    from cogworker.api import payload
 
     server = RedisServer(persistent=True)  # survives its own restart with every job
     client = server.client()

@@ -74,7 +74,8 @@ def test_forks_n_children_that_run_jobs_and_stop_cleanly(
 def test_children_never_inherit_systemds_notify_variables(swarms: SwarmRunner, r: redis.Redis) -> None:
     import json
 
-    from cogworker import codec, payload
+    from cogworker import codec
+    from cogworker.api import payload
 
     names = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "COGWORKER_COUNT"]
     swarm = swarms.start(

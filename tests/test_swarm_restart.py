@@ -12,7 +12,8 @@ import psutil
 import pytest
 import redis
 
-from cogworker import codec, exitcodes, payload
+from cogworker import codec, exitcodes
+from cogworker.api import payload
 from tests.redis_server import RedisServer, wait_until
 from tests.test_swarm_harness import Swarm, SwarmRunner, swarm_runner
 

@@ -14,11 +14,12 @@ import redis
 import unique_jobs
 
 import cogworker
-from cogworker import client as cw_client
-from cogworker import keys, testing
-from cogworker.locks import unique_digest
+from cogworker import testing
+from cogworker.api import client as cw_client
+from cogworker.api.unique import deferred_releases, release_when_done, retry_deferred_releases
 from cogworker.settings import Settings, load_settings
-from cogworker.unique import deferred_releases, release_when_done, retry_deferred_releases
+from cogworker.store import keys
+from cogworker.store.locks import unique_digest
 from tests.inproc import Runner
 from tests.redis_server import RedisServer, wait_until
 from tests.workers import WorkerPool

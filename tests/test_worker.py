@@ -12,9 +12,9 @@ import pytest
 import redis
 
 import cogworker
-from cogworker import keys
-from cogworker.fetch import queue_order
 from cogworker.settings import load_settings, parse_queues
+from cogworker.store import keys
+from cogworker.worker.fetch import queue_order
 from tests.redis_server import RedisServer, wait_until
 from tests.workers import WorkerPool
 

@@ -11,10 +11,12 @@ import demo_jobs
 import pytest
 import redis
 
-from cogworker import codec, key_guard, keys, retry, scripts
-from cogworker.fetch import ReliableFetch, Work
+from cogworker import codec
+from cogworker.api import retry
 from cogworker.settings import load_settings
-from cogworker.settle import Settler
+from cogworker.store import key_guard, keys, scripts
+from cogworker.worker.fetch import ReliableFetch, Work
+from cogworker.worker.settle import Settler
 from tests import components
 from tests.cli_runner import cli_fixture  # noqa: F401
 from tests.redis_server import wait_until
@@ -179,7 +181,7 @@ def test_requeue_keeps_what_it_cannot_write_and_names_the_keys(r, settings) -> N
 
 
 def test_a_beat_writes_everything_but_a_wrong_type_key(r, settings) -> None:
-    from cogworker.heartbeat import Heartbeat
+    from cogworker.worker.heartbeat import Heartbeat
 
     parts = components.build(settings)
     r.set(keys.LIVE_QUEUES, "not a sorted set")
@@ -253,7 +255,7 @@ def test_a_push_whose_job_was_written_stands_when_only_the_registry_fails(r, con
 
 def test_push_bulk_writes_all_of_a_batch_or_none(r, configured) -> None:
     import cogworker
-    from cogworker.client import _write_batch, build_job
+    from cogworker.api.client import _write_batch, build_job
 
     r.set(keys.queue("other"), "not a list")
     with pytest.raises(key_guard.WrongTypeKey, match="cogworker:queue:other holds a string, not a list"):
@@ -275,7 +277,7 @@ def test_push_bulk_writes_all_of_a_batch_or_none(r, configured) -> None:
 def test_a_unique_claim_key_of_the_wrong_type_is_an_error_naming_it(r, configured) -> None:
     import unique_jobs
 
-    from cogworker.locks import unique_digest
+    from cogworker.store.locks import unique_digest
 
     key = keys.unique(unique_digest({"class": unique_jobs.rebuild.name, "queue": "default", "args": [7]}))
     r.hset(key, "a", "hash")

@@ -13,9 +13,9 @@ import orjson
 import redis
 
 from cogworker import codec, exitcodes
-from cogworker.connection import connect
-from cogworker.scripts import Scripts
 from cogworker.settings import Settings
+from cogworker.store.connection import connect
+from cogworker.store.scripts import Scripts
 
 
 class Failure(Exception):

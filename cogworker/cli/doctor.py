@@ -7,9 +7,10 @@ from typing import Any
 
 import redis
 
-from cogworker import exitcodes, key_guard
+from cogworker import exitcodes
 from cogworker.cli.common import Context
 from cogworker.ops import doctor as doctor_ops
+from cogworker.store import key_guard
 
 
 def register(sub: Any, parents: list[argparse.ArgumentParser]) -> None:

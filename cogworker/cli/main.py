@@ -14,13 +14,14 @@ import sys
 
 import redis
 
-from cogworker import exitcodes, key_guard, logs
+from cogworker import exitcodes, logs
 from cogworker.cli import doctor, enqueue, processes, queues, sets, status
 from cogworker.cli.common import Context, Failure, json_flag
-from cogworker.connection import is_unavailable
 from cogworker.ops import OpsError
 from cogworker.redact import safe_url
 from cogworker.settings import ConfigError, load_env_file, load_or_exit
+from cogworker.store import key_guard
+from cogworker.store.connection import is_unavailable
 
 VERB_GROUPS = (status, queues, sets, enqueue, processes, doctor)
 
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else exitcodes.CONFIG_ERROR
     if args.verb == "run":
-        from cogworker.worker import main as run_main
+        from cogworker.worker.main import main as run_main
 
         return run_main(settings)
     # Logs go to stderr: stdout carries the verb's output (--json must stay parseable).

@@ -7,11 +7,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from cogworker import keys
 from cogworker.cli.common import Context, duration, short, size_bytes, table
 from cogworker.ops import processes as process_ops
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
+from cogworker.store import keys
 
 
 @dataclass(frozen=True, slots=True)

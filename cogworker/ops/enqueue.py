@@ -18,11 +18,11 @@ from typing import Any
 import orjson
 import redis
 
-from cogworker import client, payload
-from cogworker.jobs import JobFunction, JobNotFound, is_registered, resolve, under_modules
+from cogworker.api import client, payload
+from cogworker.api.decorator import JobFunction, JobNotFound, is_registered, resolve, under_modules
 from cogworker.ops import OpsError
 from cogworker.settings import Settings
-from cogworker.worker import BootError, import_app
+from cogworker.worker.main import BootError, import_app
 
 
 class BadArguments(OpsError):

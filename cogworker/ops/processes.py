@@ -13,15 +13,16 @@ from typing import Any, cast
 
 import redis
 
-from cogworker import codec, keys
-from cogworker.context import RedisContext
-from cogworker.heartbeat import REMOTE_COMMANDS
-from cogworker.locks import Locks
+from cogworker import codec
 from cogworker.ops import NotFound, OpsError, redis_time
-from cogworker.outage import Outages
-from cogworker.recovery import Recovery
-from cogworker.scripts import Scripts
 from cogworker.settings import Settings
+from cogworker.store import keys
+from cogworker.store.locks import Locks
+from cogworker.store.outage import Outages
+from cogworker.store.redis_context import RedisContext
+from cogworker.store.scripts import Scripts
+from cogworker.worker.heartbeat import REMOTE_COMMANDS
+from cogworker.worker.recovery import Recovery
 
 # A command for a process that died before reading it must not wait for a later process forever.
 SIGNAL_TTL_S = 60

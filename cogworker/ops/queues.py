@@ -9,7 +9,8 @@ from typing import Any, cast
 
 import redis
 
-from cogworker import codec, keys
+from cogworker import codec
+from cogworker.store import keys
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,13 +19,14 @@ from typing import Any, cast
 
 import redis
 
-from cogworker import codec, key_guard, keys
-from cogworker.locks import Locks
+from cogworker import codec
+from cogworker.api.job_status import record_failed
 from cogworker.ops import NotFound, OpsError
-from cogworker.outage import Outages
-from cogworker.scripts import Scripts
 from cogworker.settings import Settings
-from cogworker.status import record_failed
+from cogworker.store import key_guard, keys
+from cogworker.store.locks import Locks
+from cogworker.store.outage import Outages
+from cogworker.store.scripts import Scripts
 
 SETS = {"retry": keys.RETRY, "scheduled": keys.SCHEDULE, "dead": keys.DEAD}
 UNREADABLE = "cogworker.UnreadablePayload"

@@ -62,7 +62,7 @@ class _Pusher:
     options: dict[str, Any]
 
     def _push(self, args: Sequence[Any], kwargs: dict[str, Any], at: float | None) -> str | None:
-        from cogworker import client
+        from cogworker.api import client
 
         return client.push(self.job, args, kwargs, at=at, options=self.options)
 

@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
-from cogworker.fetch import Fetcher, Reconciled
-from cogworker.outage import Outages
 from cogworker.settings import Settings
-from cogworker.settle import Settler
+from cogworker.store.outage import Outages
+from cogworker.worker.fetch import Fetcher, Reconciled
+from cogworker.worker.settle import Settler
 
 log = structlog.get_logger("cogworker.reconcile")
 

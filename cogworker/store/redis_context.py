@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import redis
 
-from cogworker.connection import connect
-from cogworker.locks import Locks
-from cogworker.outage import Outages
-from cogworker.scripts import Scripts
 from cogworker.settings import Settings
+from cogworker.store.connection import connect
+from cogworker.store.locks import Locks
+from cogworker.store.outage import Outages
+from cogworker.store.scripts import Scripts
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,13 +20,14 @@ from typing import Any
 import redis
 import structlog
 
-from cogworker import codec, key_guard, keys
-from cogworker.connection import is_unavailable
-from cogworker.context import RedisContext
-from cogworker.locks import Locks
-from cogworker.retry import Filing, encoded, storable
-from cogworker.scripts import Scripts
+from cogworker import codec
+from cogworker.api.retry import Filing, encoded, storable
 from cogworker.settings import Settings
+from cogworker.store import key_guard, keys
+from cogworker.store.connection import is_unavailable
+from cogworker.store.locks import Locks
+from cogworker.store.redis_context import RedisContext
+from cogworker.store.scripts import Scripts
 
 log = structlog.get_logger("cogworker.settle")
 

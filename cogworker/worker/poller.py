@@ -17,10 +17,12 @@ from collections.abc import Callable
 import redis
 import structlog
 
-from cogworker import codec, key_guard, keys, retry
-from cogworker.context import RedisContext
-from cogworker.recovery import Recovery
-from cogworker.settle import file_unsettled
+from cogworker import codec
+from cogworker.api import retry
+from cogworker.store import key_guard, keys
+from cogworker.store.redis_context import RedisContext
+from cogworker.worker.recovery import Recovery
+from cogworker.worker.settle import file_unsettled
 
 log = structlog.get_logger("cogworker.poller")
 

@@ -29,11 +29,11 @@ import redis
 import structlog
 from redis.client import PubSub
 
-from cogworker import key_guard, keys
-from cogworker.direct import DirectConnection
-from cogworker.recovery import DEFAULT_QUEUE, ORPHANINGS_TTL_S, PERIODIC_RUNNING_TTL_S
-from cogworker.scripts import Scripts
 from cogworker.settings import QueueSpec
+from cogworker.store import key_guard, keys
+from cogworker.store.direct_connection import DirectConnection
+from cogworker.store.scripts import Scripts
+from cogworker.worker.recovery import DEFAULT_QUEUE, ORPHANINGS_TTL_S, PERIODIC_RUNNING_TTL_S
 
 log = structlog.get_logger("cogworker.fetch")
 

@@ -10,12 +10,13 @@ from types import FrameType
 
 import structlog
 
-from cogworker import client, exitcodes, logs
-from cogworker.commands import CommandPipe
-from cogworker.identity import make_identity
-from cogworker.launcher import Launcher
-from cogworker.report import Reporter
+from cogworker import exitcodes, logs
+from cogworker.api import client
 from cogworker.settings import Settings
+from cogworker.worker.command_pipe import CommandPipe
+from cogworker.worker.identity import make_identity
+from cogworker.worker.launcher import Launcher
+from cogworker.worker.supervisor_events import Reporter
 
 log = structlog.get_logger("cogworker.worker")
 

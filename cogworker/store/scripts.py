@@ -10,7 +10,7 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from cogworker.direct import DirectConnection
+from cogworker.store.direct_connection import DirectConnection
 
 _NAMES = (
     "fetch",
@@ -31,7 +31,7 @@ _NAMES = (
 
 @cache
 def source(name: str) -> str:
-    return resources.files("cogworker").joinpath(f"lua/{name}.lua").read_text()
+    return resources.files("cogworker.store").joinpath(f"lua/{name}.lua").read_text()
 
 
 class Scripts:

@@ -20,20 +20,21 @@ import redis
 import structlog
 from setproctitle import setproctitle
 
-from cogworker import __version__, exitcodes, unique
-from cogworker.commands import CommandPipe
-from cogworker.connection import connect
-from cogworker.context import RedisContext
-from cogworker.fetch import BasicFetch, Fetcher, ReliableFetch, server_supports_reliable
-from cogworker.heartbeat import Heartbeat
-from cogworker.manager import BLOCK_TIMEOUT_S, Manager
-from cogworker.periodic import Ticker
-from cogworker.poller import Poller
-from cogworker.processor import Stats
-from cogworker.recovery import Recovery
-from cogworker.report import Reporter
+from cogworker import __version__, exitcodes
+from cogworker.api import unique
+from cogworker.api.periodic import Ticker
 from cogworker.settings import Settings
-from cogworker.settle import Settler
+from cogworker.store.connection import connect
+from cogworker.store.redis_context import RedisContext
+from cogworker.worker.command_pipe import CommandPipe
+from cogworker.worker.fetch import BasicFetch, Fetcher, ReliableFetch, server_supports_reliable
+from cogworker.worker.heartbeat import Heartbeat
+from cogworker.worker.manager import BLOCK_TIMEOUT_S, Manager
+from cogworker.worker.poller import Poller
+from cogworker.worker.processor import Stats
+from cogworker.worker.recovery import Recovery
+from cogworker.worker.settle import Settler
+from cogworker.worker.supervisor_events import Reporter
 
 log = structlog.get_logger("cogworker.launcher")
 

@@ -11,12 +11,14 @@ import redis
 import structlog
 from redis.commands.core import Script
 
-from cogworker import codec, key_guard, keys, payload, scripts
-from cogworker.middleware import compose_client_chain, run_client_chain
+from cogworker import codec
+from cogworker.api import payload
+from cogworker.api.middleware import compose_client_chain, run_client_chain
 from cogworker.settings import Settings, load_settings
+from cogworker.store import key_guard, keys, scripts
 
 if TYPE_CHECKING:
-    from cogworker.jobs import JobFunction
+    from cogworker.api.decorator import JobFunction
 
 BULK_BATCH = 1000
 
@@ -33,7 +35,7 @@ _redis: redis.Redis | None = None
 def configure(settings: Settings | None = None, client: redis.Redis | None = None) -> None:
     """Point the job API at a Redis. Without a call, the first push reads COGWORKER_* settings."""
     global _settings, _redis
-    from cogworker.connection import connect
+    from cogworker.store.connection import connect
 
     new_settings = settings or load_settings()
     new_client = client or connect(new_settings)
@@ -71,7 +73,7 @@ def connection() -> redis.Redis:
     current = _redis
     if current is not None:
         return current
-    from cogworker.connection import connect
+    from cogworker.store.connection import connect
 
     built = connect(settings())
     with _lock:
@@ -193,8 +195,8 @@ def _abandon(batch: list[dict[str, Any]]) -> None:
     """A batch that went through the client chain but wasn't written: give back what the chain took
     for it (unique claims, "queued" statuses), or a retried push_bulk would find every job a
     duplicate of one that was never pushed."""
-    from cogworker.status import abandon as forget_statuses
-    from cogworker.unique import abandon as free_claims
+    from cogworker.api.job_status import abandon as forget_statuses
+    from cogworker.api.unique import abandon as free_claims
 
     free_claims(batch)
     forget_statuses(batch)

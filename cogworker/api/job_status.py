@@ -31,12 +31,14 @@ from typing import Any
 
 import redis
 
-from cogworker import client, key_guard, keys, testing
-from cogworker.jobs import DEFAULT_RETRIES
-from cogworker.middleware import ClientNext, ServerNext
-from cogworker.outage import Outages
-from cogworker.payload import retry_count, terminal_failure
-from cogworker.retry import error_fields
+from cogworker import testing
+from cogworker.api import client
+from cogworker.api.decorator import DEFAULT_RETRIES
+from cogworker.api.middleware import ClientNext, ServerNext
+from cogworker.api.payload import retry_count, terminal_failure
+from cogworker.api.retry import error_fields
+from cogworker.store import key_guard, keys
+from cogworker.store.outage import Outages
 
 STATES = ("queued", "working", "retrying", "complete", "failed")
 

@@ -21,8 +21,8 @@ from typing import Any
 import redis
 import structlog
 
-from cogworker import keys, scripts
 from cogworker.settings import Settings
+from cogworker.store import keys, scripts
 
 log = structlog.get_logger("cogworker.key_guard")
 

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 import structlog
 
-from cogworker import key_guard
-from cogworker.fetch import BasicFetch, Fetcher, Waited, Work
-from cogworker.outage import Outages
-from cogworker.processor import Stats, process
-from cogworker.reconcile import Reconciler
 from cogworker.settings import Settings
-from cogworker.settle import Settler
+from cogworker.store import key_guard
+from cogworker.store.outage import Outages
+from cogworker.worker.fetch import BasicFetch, Fetcher, Waited, Work
+from cogworker.worker.processor import Stats, process
+from cogworker.worker.reconcile import Reconciler
+from cogworker.worker.settle import Settler
 
 log = structlog.get_logger("cogworker.manager")
 
@@ -382,7 +382,7 @@ class Manager:
         return None
 
     def _fall_back_if_unsupported(self, exc: Exception) -> bool:
-        from cogworker.fetch import UnsupportedError
+        from cogworker.worker.fetch import UnsupportedError
 
         if not isinstance(exc, UnsupportedError) or self._fallback is None:
             return False

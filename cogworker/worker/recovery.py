@@ -17,9 +17,11 @@ from typing import Any
 import redis
 import structlog
 
-from cogworker import codec, key_guard, keys, retry
-from cogworker.context import RedisContext
-from cogworker.status import record_failed
+from cogworker import codec
+from cogworker.api import retry
+from cogworker.api.job_status import record_failed
+from cogworker.store import key_guard, keys
+from cogworker.store.redis_context import RedisContext
 
 log = structlog.get_logger("cogworker.recovery")
 

@@ -43,13 +43,15 @@ from typing import Any
 import redis
 import structlog
 
-from cogworker import client, key_guard, keys, testing
-from cogworker.jobs import DEFAULT_RETRIES
-from cogworker.locks import UNTIL_EXECUTED, Locks, held_locks, unique_digest
-from cogworker.middleware import ClientNext, ServerNext
-from cogworker.outage import Outages
-from cogworker.payload import terminal_failure
-from cogworker.scripts import Scripts
+from cogworker import testing
+from cogworker.api import client
+from cogworker.api.decorator import DEFAULT_RETRIES
+from cogworker.api.middleware import ClientNext, ServerNext
+from cogworker.api.payload import terminal_failure
+from cogworker.store import key_guard, keys
+from cogworker.store.locks import UNTIL_EXECUTED, Locks, held_locks, unique_digest
+from cogworker.store.outage import Outages
+from cogworker.store.scripts import Scripts
 
 log = structlog.get_logger("cogworker.unique")
 

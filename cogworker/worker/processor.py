@@ -12,12 +12,13 @@ from typing import Any
 
 import structlog
 
-from cogworker import codec, logs, retry
-from cogworker.fetch import Work
-from cogworker.jobs import resolve
-from cogworker.jobstats import JobCounts
-from cogworker.middleware import run_server_chain
-from cogworker.settle import Settler
+from cogworker import codec, logs
+from cogworker.api import retry
+from cogworker.api.decorator import resolve
+from cogworker.api.middleware import run_server_chain
+from cogworker.worker.fetch import Work
+from cogworker.worker.job_stats import JobCounts
+from cogworker.worker.settle import Settler
 
 log = structlog.get_logger("cogworker.job")
 

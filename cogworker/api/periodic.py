@@ -56,15 +56,17 @@ import redis
 import structlog
 from croniter import croniter
 
-from cogworker import client, codec, key_guard, keys
-from cogworker.connection import is_unavailable
-from cogworker.jobs import JobFunction
-from cogworker.middleware import run_client_chain
+from cogworker import codec
+from cogworker.api import client
+from cogworker.api.decorator import JobFunction
+from cogworker.api.middleware import run_client_chain
+from cogworker.api.payload import check_arguments
 from cogworker.names import QUEUE_NAME_RULE, is_queue_name
-from cogworker.payload import check_arguments
-from cogworker.recovery import PERIODIC_RUNNING_TTL_S
-from cogworker.scripts import Scripts
 from cogworker.settings import Settings
+from cogworker.store import key_guard, keys
+from cogworker.store.connection import is_unavailable
+from cogworker.store.scripts import Scripts
+from cogworker.worker.recovery import PERIODIC_RUNNING_TTL_S
 
 log = structlog.get_logger("cogworker.periodic")
 

@@ -16,9 +16,10 @@ from typing import Any
 import redis
 import structlog
 
-from cogworker import codec, key_guard, keys
-from cogworker.outage import Outages
-from cogworker.scripts import Scripts
+from cogworker import codec
+from cogworker.store import key_guard, keys
+from cogworker.store.outage import Outages
+from cogworker.store.scripts import Scripts
 
 log = structlog.get_logger("cogworker.locks")
 

@@ -11,7 +11,7 @@ import time
 
 import structlog
 
-from cogworker.connection import is_unavailable
+from cogworker.store.connection import is_unavailable
 
 log = structlog.get_logger("cogworker.outage")
 

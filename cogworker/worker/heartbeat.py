@@ -18,8 +18,9 @@ from typing import Any
 import psutil
 import structlog
 
-from cogworker import codec, key_guard, keys
-from cogworker.context import RedisContext
+from cogworker import codec
+from cogworker.store import key_guard, keys
+from cogworker.store.redis_context import RedisContext
 
 log = structlog.get_logger("cogworker.heartbeat")
 

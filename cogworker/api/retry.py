@@ -14,9 +14,10 @@ import traceback
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cogworker import codec, keys
-from cogworker.jobs import DEFAULT_RETRIES
-from cogworker.payload import odd_retry, retry_count, retry_limit
+from cogworker import codec
+from cogworker.api.decorator import DEFAULT_RETRIES
+from cogworker.api.payload import odd_retry, retry_count, retry_limit
+from cogworker.store import keys
 
 BACKTRACE_LINES = 20
 ERROR_MESSAGE_CHARS = 10_000
