@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cogworker import exitcodes
-from supervisor.protocol import LineBuffer, Message
+from supervisor.wire.child_lines import LineBuffer, Message
 
 
 class Phase(enum.Enum):

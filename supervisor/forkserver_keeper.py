@@ -6,7 +6,7 @@ loop goes on dispatching signals, reaping children and feeding the watchdog. Thi
 
 - the fork servers: `current` takes the requests; `loading` is a restart's new one, still importing
   the code; `retired` ones finish the answers they owe, then exit;
-- the spawns asked for and not answered yet (`requests`), and the requeues (through the Requeuer);
+- the spawns asked for and not answered yet (`requests`), and the requeues (through the RequeueRequests);
 - the rules for one that stops answering. A fork server that owes an answer and has said nothing for
   COGWORKER_LIVENESS_TIMEOUT_S (plus COGWORKER_REDIS_TIMEOUT_S: a requeue may wait on Redis), or is
   not ready COGWORKER_BOOT_TIMEOUT_S after it started, is hung, and is SIGKILLed like a hung child.
@@ -33,10 +33,10 @@ from typing import Any, Protocol
 import structlog
 
 from supervisor.child import Child
-from supervisor.forkserver import ForkServer
-from supervisor.processes import MAX_READ_PER_TURN, READ_BYTES
-from supervisor.protocol import LineBuffer, Message
-from supervisor.requeue import Requeuer
+from supervisor.child_processes import MAX_READ_PER_TURN, READ_BYTES
+from supervisor.forkserver_handle import ForkServerHandle
+from supervisor.requeue_requests import RequeueRequests
+from supervisor.wire.child_lines import LineBuffer, Message
 
 log = structlog.get_logger("cogworker.swarm")
 
@@ -54,7 +54,7 @@ class SpawnRequest:
     quiet: bool
     generation: int  # the restart generation it is forked in
     replaces: Child | None  # the child it is to replace; None: it takes the slot
-    server: ForkServer
+    server: ForkServerHandle
     read_fd: int  # the read end of its state pipe
     sent_at: float
 
@@ -82,11 +82,11 @@ class KeeperOwner(Protocol):
 
 
 # (generation, now) -> a started fork server; raises OSError. Tests attach their own.
-Launch = Callable[[int, float], ForkServer]
+Launch = Callable[[int, float], ForkServerHandle]
 
 
-def launch(generation: int, now: float) -> ForkServer:
-    server = ForkServer(generation)
+def launch(generation: int, now: float) -> ForkServerHandle:
+    server = ForkServerHandle(generation)
     server.start(now)
     return server
 
@@ -94,9 +94,9 @@ def launch(generation: int, now: float) -> ForkServer:
 class ForkServerKeeper:
     def __init__(
         self,
-        first: ForkServer,
+        first: ForkServerHandle,
         selector: selectors.BaseSelector,
-        requeuer: Requeuer,
+        requeuer: RequeueRequests,
         owner: KeeperOwner,
         *,
         answer_timeout_s: float,
@@ -104,9 +104,9 @@ class ForkServerKeeper:
         clock: Callable[[], float],
         launch: Launch = launch,
     ) -> None:
-        self.current: ForkServer | None = first
-        self.loading: ForkServer | None = None
-        self.retired: list[ForkServer] = []  # told to exit (or killed), not reaped yet
+        self.current: ForkServerHandle | None = first
+        self.loading: ForkServerHandle | None = None
+        self.retired: list[ForkServerHandle] = []  # told to exit (or killed), not reaped yet
         self.requests: dict[str, SpawnRequest] = {}  # nonce -> request, oldest first
         self.requeuer = requeuer
         self.stopping = False
@@ -128,7 +128,7 @@ class ForkServerKeeper:
         """A fork server takes spawn requests now."""
         return self.current is not None and self.current.ready
 
-    def servers(self) -> list[ForkServer]:
+    def servers(self) -> list[ForkServerHandle]:
         """Every fork server process not reaped yet."""
         found = [self.current, self.loading, *self.retired]
         return [s for s in found if s is not None and s.pid > 0]
@@ -165,7 +165,7 @@ class ForkServerKeeper:
         return self.current is not None and self.current.request_requeue(identity, self._clock())
 
     # Answers -------------------------------------------------------------------------------
-    def on_readable(self, source: ForkServer | UnclaimedPipe) -> None:
+    def on_readable(self, source: ForkServerHandle | UnclaimedPipe) -> None:
         if isinstance(source, UnclaimedPipe):
             self._read_unclaimed(source)
             return
@@ -182,7 +182,7 @@ class ForkServerKeeper:
         if source.gone:
             self._unlisten(source)
 
-    def _on_ready(self, server: ForkServer) -> None:
+    def _on_ready(self, server: ForkServerHandle) -> None:
         if server.retiring:
             return  # killed as hung a moment before: too late
         log.info("forkserver_ready", forkserver_pid=server.pid, generation=server.generation)
@@ -197,7 +197,7 @@ class ForkServerKeeper:
         self.send_requeues()
         self._owner.forkserver_ready(restarted=restarted)
 
-    def _on_requeued(self, server: ForkServer, answer: dict[str, Any]) -> None:
+    def _on_requeued(self, server: ForkServerHandle, answer: dict[str, Any]) -> None:
         identity = str(answer.get("identity", ""))
         if identity not in server.requeues:
             # From a fork server killed as hung: the request went to the next one, which answers it.
@@ -206,7 +206,7 @@ class ForkServerKeeper:
         server.requeues.discard(identity)
         self.requeuer.on_answer(answer)
 
-    def _on_spawn_answer(self, server: ForkServer, answer: dict[str, Any]) -> None:
+    def _on_spawn_answer(self, server: ForkServerHandle, answer: dict[str, Any]) -> None:
         request = self._claim(server, answer.get("nonce"))
         pid = _pid(answer.get("pid"))
         if request is None:
@@ -223,7 +223,7 @@ class ForkServerKeeper:
             error = str(answer.get("error", "unknown error"))
             self._owner.spawn_failed(request, error, server_lost=False)
 
-    def _claim(self, server: ForkServer, nonce: object) -> SpawnRequest | None:
+    def _claim(self, server: ForkServerHandle, nonce: object) -> SpawnRequest | None:
         """The request `server` answers, or None when nobody waits for that answer any more."""
         if nonce is None:  # a fork server from before answers named their nonce: they come in order
             nonce = next((n for n, r in self.requests.items() if r.server is server), None)
@@ -298,7 +298,7 @@ class ForkServerKeeper:
             if reason is not None:
                 self._kill(server, reason)
 
-    def _kill(self, server: ForkServer, reason: str) -> None:
+    def _kill(self, server: ForkServerHandle, reason: str) -> None:
         log.error(
             "forkserver_hung",
             forkserver_pid=server.pid,
@@ -318,7 +318,7 @@ class ForkServerKeeper:
         if self.current is None and self.loading is None and self._wanted():
             self._start_at = self._clock()  # at once: the hang took long enough to notice
 
-    def _lose(self, server: ForkServer, why: str) -> None:
+    def _lose(self, server: ForkServerHandle, why: str) -> None:
         """It won't answer what it owes: requeues go to the next one, spawns fail."""
         self.requeuer.lost(server.requeues)
         server.requeues.clear()
@@ -341,12 +341,12 @@ class ForkServerKeeper:
             log.error("forkserver_start_failed", error=str(exc))
 
     # Processes -----------------------------------------------------------------------------
-    def load_new(self) -> ForkServer:
+    def load_new(self) -> ForkServerHandle:
         """A restart: start a fork server that imports the code on disk now. Raises OSError."""
         self.loading = self._start()
         return self.loading
 
-    def _start(self) -> ForkServer:
+    def _start(self) -> ForkServerHandle:
         self._generation += 1
         server = self._launch(self._generation, self._clock())
         self._listen(server)
@@ -401,7 +401,7 @@ class ForkServerKeeper:
         self._start_at = self._clock() + delay
         log.info("forkserver_start_scheduled", in_s=delay)
 
-    def _retire(self, server: ForkServer) -> None:
+    def _retire(self, server: ForkServerHandle) -> None:
         server.retire()
         if server.pid > 0:
             self.retired.append(server)
@@ -429,17 +429,17 @@ class ForkServerKeeper:
         for pipe in list(self._unclaimed.values()):
             self._close_unclaimed(pipe)
 
-    def _drop(self, server: ForkServer) -> None:
+    def _drop(self, server: ForkServerHandle) -> None:
         """Reaped: stop listening, and forget it (its pid becomes 0)."""
         self._unlisten(server)
         server.pid = 0
         if server in self.retired:
             self.retired.remove(server)
 
-    def _listen(self, server: ForkServer) -> None:
+    def _listen(self, server: ForkServerHandle) -> None:
         self._selector.register(server.fileno(), selectors.EVENT_READ, server)
 
-    def _unlisten(self, server: ForkServer) -> None:
+    def _unlisten(self, server: ForkServerHandle) -> None:
         if server.sock is not None:
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(server.fileno())

@@ -15,8 +15,8 @@ import structlog
 from cogworker import exitcodes, logs
 from supervisor import signals
 from supervisor.config import SwarmConfig
-from supervisor.forkserver import ForkServer
-from supervisor.hooks import SwarmHooks
+from supervisor.forkserver_handle import ForkServerHandle
+from supervisor.integrations.hooks import SwarmHooks
 from supervisor.swarm import Swarm
 
 log = structlog.get_logger("cogworker.swarm")
@@ -83,13 +83,14 @@ PR_SET_CHILD_SUBREAPER = 36
 
 def build_hooks(settings: SwarmConfig) -> SwarmHooks:
     """systemd notify (a no-op without NOTIFY_SOCKET) and, with COGWORKER_METRICS_PORT, Prometheus."""
-    from supervisor.integrations import AllHooks, MetricsHooks, NotifyHooks
-    from supervisor.notify import Notifier
+    from supervisor.integrations.hooks import AllHooks
+    from supervisor.integrations.notify import Notifier
+    from supervisor.integrations.systemd import NotifyHooks
 
     hooks: list[SwarmHooks] = [NotifyHooks(Notifier())]
     if settings.metrics_port is not None:
         # Only here: metrics scrape Redis, and the client and prometheus_client cost ~15 MB.
-        from supervisor.metrics import SwarmMetrics
+        from supervisor.integrations.metrics import MetricsHooks, SwarmMetrics
 
         metrics = SwarmMetrics(settings)
         port = metrics.start()
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         return exitcodes.FAILURE
     signal_pipe = signals.SignalPipe()
     signal_pipe.install()
-    server = ForkServer(generation=0)
+    server = ForkServerHandle(generation=0)
     try:
         server.start(time.monotonic())
     except OSError as exc:
@@ -143,7 +144,7 @@ def become_subreaper() -> bool:
         return False
 
 
-def await_forkserver(server: ForkServer, signal_pipe: signals.SignalPipe) -> int | None:
+def await_forkserver(server: ForkServerHandle, signal_pipe: signals.SignalPipe) -> int | None:
     """Wait for the first fork server to load the settings and the code: None once it is ready, else
     the exit code to stop with. Its own exit code is passed on (78 for a bad setting, BOOT_ERROR for an
     app that won't import with preload): it has printed why."""

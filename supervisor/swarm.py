@@ -28,20 +28,20 @@ import structlog
 from setproctitle import setproctitle
 
 from cogworker import exitcodes
-from supervisor import hooks as hook_calls
-from supervisor.backoff import RespawnBackoff
 from supervisor.child import Child, ExitOutcome, Phase, classify_exit
+from supervisor.child_processes import ChildProcesses
 from supervisor.config import SwarmConfig
-from supervisor.forkserver import ForkServer
+from supervisor.forkserver_handle import ForkServerHandle
 from supervisor.forkserver_keeper import ForkServerKeeper, SpawnRequest
-from supervisor.hooks import SwarmHooks, SwarmView
-from supervisor.memory import MB, MemoryWatch
-from supervisor.processes import ChildProcesses
-from supervisor.protocol import Garbage, Message
+from supervisor.integrations import hooks as hook_calls
+from supervisor.integrations.hooks import SwarmHooks, SwarmView
+from supervisor.memory_watch import MB, MemoryWatch
 from supervisor.replacements import Replacements
-from supervisor.requeue import Requeuer
+from supervisor.requeue_requests import RequeueRequests
+from supervisor.respawn_backoff import RespawnBackoff
 from supervisor.roster import Roster
 from supervisor.signals import ACTIONS, SignalPipe
+from supervisor.wire.child_lines import Garbage, Message
 
 log = structlog.get_logger("cogworker.swarm")
 
@@ -54,7 +54,7 @@ class Swarm:
         self,
         settings: SwarmConfig,
         signal_pipe: SignalPipe,
-        forkserver: ForkServer,
+        forkserver: ForkServerHandle,
         *,
         hooks: SwarmHooks | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -75,7 +75,7 @@ class Swarm:
         self.keeper = ForkServerKeeper(
             forkserver,
             self.selector,
-            Requeuer(clock, on_done=self._on_requeued),
+            RequeueRequests(clock, on_done=self._on_requeued),
             self,
             # A requeue may wait on Redis; beyond that, a fork server is held to a child's liveness.
             answer_timeout_s=settings.liveness_timeout_s + settings.redis_timeout_s,

@@ -21,7 +21,7 @@ from cogworker import codec
 from cogworker.ops import sets as set_ops
 from cogworker.settings import load_settings
 from cogworker.store import keys
-from supervisor.metrics import SwarmMetrics
+from supervisor.integrations.metrics import SwarmMetrics
 from tests import components
 from tests.cli_runner import CLI, cli_fixture  # noqa: F401
 from tests.redis_server import RedisServer, free_port, wait_until

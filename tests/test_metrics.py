@@ -1,4 +1,4 @@
-"""supervisor/metrics.py: fed child messages as the supervisor would, scraped over real HTTP."""
+"""supervisor/integrations/metrics.py: fed child messages as the supervisor would, scraped over real HTTP."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cogworker.settings import Settings, load_settings
 from cogworker.worker.job_stats import bucket_key
-from supervisor import metrics as metrics_module
-from supervisor.metrics import SwarmMetrics
+from supervisor.integrations import metrics as metrics_module
+from supervisor.integrations.metrics import SwarmMetrics
 from tests.redis_server import RedisServer, free_port, wait_until
 
 

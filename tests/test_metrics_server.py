@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from cogworker.settings import load_settings
-from supervisor.metrics import SwarmMetrics
+from supervisor.integrations.metrics import SwarmMetrics
 from tests.redis_server import RedisServer, free_port, wait_until
 
 IDLE_CONNECTIONS = 300

@@ -1,4 +1,4 @@
-"""supervisor/notify.py against a real datagram listener at NOTIFY_SOCKET."""
+"""supervisor/integrations/notify.py against a real datagram listener at NOTIFY_SOCKET."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 import sdnotify
 from structlog.testing import capture_logs
 
-from supervisor.notify import CHILD_ENV_SCRUB, Notifier, scrub_child_env
+from supervisor.integrations.notify import CHILD_ENV_SCRUB, Notifier, scrub_child_env
 
 
 @dataclass
@@ -317,7 +317,7 @@ def test_the_transport_imports_nothing_heavy() -> None:
     # The supervisor stays small (RSS <= 30 MB): importing notify must not pull in a Redis client,
     # pydantic or anything of the sort; sdnotify itself uses only the standard library.
     code = (
-        "import sys; before = set(sys.modules); import supervisor.notify; "
+        "import sys; before = set(sys.modules); import supervisor.integrations.notify; "
         "print(' '.join(sorted(set(sys.modules) - before)))"
     )
     result = subprocess.run(

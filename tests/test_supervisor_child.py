@@ -7,12 +7,12 @@ import signal
 
 from cogworker import exitcodes
 from supervisor.child import Child, Phase, classify_exit
-from supervisor.hooks import SwarmView
-from supervisor.memory import MB, MemoryWatch
-from supervisor.protocol import Message
-from supervisor.restart import RestartPlan
+from supervisor.integrations.hooks import SwarmView
+from supervisor.memory_watch import MB, MemoryWatch
+from supervisor.restart_plan import RestartPlan
 from supervisor.roster import Roster
 from supervisor.signals import SignalPipe
+from supervisor.wire.child_lines import Message
 
 
 def make(pid: int = 100, slot: int = 0, *, at: float = 0.0, generation: int = 0) -> Child:

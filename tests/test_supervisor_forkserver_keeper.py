@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from supervisor import forkserver
-from supervisor.forkserver import ForkServer
+from supervisor.forkserver_handle import ForkServerHandle
 from supervisor.forkserver_keeper import ForkServerKeeper, SpawnRequest, UnclaimedPipe
-from supervisor.requeue import Requeuer
+from supervisor.requeue_requests import RequeueRequests
+from supervisor.wire import forkserver_messages
 
 ANSWER_TIMEOUT_S = 10.0
 BOOT_TIMEOUT_S = 60.0
@@ -43,19 +43,19 @@ class FakeForkServer:
         processes.append(self.proc)
         ours, self.theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.theirs.setblocking(False)
-        self.handle = ForkServer(generation)
+        self.handle = ForkServerHandle(generation)
         self.handle.pid = self.proc.pid
         self.handle.attach(ours, now)
         self.write_fds: list[int] = []  # state pipes' write ends that came with spawn requests
 
     def say(self, **message: Any) -> None:
-        forkserver.send(self.theirs, message)
+        forkserver_messages.send(self.theirs, message)
 
     def requests(self) -> list[dict[str, Any]]:
         found = []
         while True:
             try:
-                message, fds = forkserver.receive(self.theirs)
+                message, fds = forkserver_messages.receive(self.theirs)
             except BlockingIOError:
                 return found
             assert message is not None
@@ -100,7 +100,9 @@ class World:
         self.keeper = ForkServerKeeper(
             first,
             self.selector,
-            Requeuer(self.clock, on_done=lambda identity, moved, _s: self.requeued.append((identity, moved))),
+            RequeueRequests(
+                self.clock, on_done=lambda identity, moved, _s: self.requeued.append((identity, moved))
+            ),
             self.owner,
             answer_timeout_s=ANSWER_TIMEOUT_S,
             boot_timeout_s=BOOT_TIMEOUT_S,
@@ -108,7 +110,7 @@ class World:
             launch=self.launch,
         )
 
-    def launch(self, generation: int, now: float) -> ForkServer:
+    def launch(self, generation: int, now: float) -> ForkServerHandle:
         fake = FakeForkServer(generation, now, self.processes)
         self.fakes.append(fake)
         return fake.handle

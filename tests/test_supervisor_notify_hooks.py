@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.hooks import SwarmView
-from supervisor.integrations import AllHooks, NotifyHooks
-from supervisor.notify import CHILD_ENV_SCRUB, Notifier
+from supervisor.integrations.hooks import AllHooks, SwarmView
+from supervisor.integrations.notify import CHILD_ENV_SCRUB, Notifier
+from supervisor.integrations.systemd import NotifyHooks
 
 
 class Clock:

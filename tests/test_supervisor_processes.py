@@ -10,10 +10,10 @@ import time
 
 from cogworker.settings import load_settings
 from supervisor.child import Child
+from supervisor.child_processes import MAX_READ_PER_TURN, READ_BYTES, ChildProcesses
 from supervisor.config import SwarmConfig
-from supervisor.processes import MAX_READ_PER_TURN, READ_BYTES, ChildProcesses
-from supervisor.protocol import Garbage
 from supervisor.roster import Roster
+from supervisor.wire.child_lines import Garbage
 
 
 def test_a_child_that_never_stops_writing_gets_one_bounded_read_per_turn() -> None:

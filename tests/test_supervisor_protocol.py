@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from supervisor.protocol import MAX_LINE_BYTES, Garbage, LineBuffer, Message, parse_line
+from supervisor.wire.child_lines import MAX_LINE_BYTES, Garbage, LineBuffer, Message, parse_line
 
 
 def test_whole_lines_become_messages() -> None:

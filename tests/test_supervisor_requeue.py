@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from cogworker import codec, payload
+from cogworker import codec
+from cogworker.api import payload
 from cogworker.settings import load_settings
-from supervisor.requeue import RETRY_FIRST_S, Requeuer
-from supervisor.rescue import Rescue
+from supervisor.forkserver.redis_requeue import RedisRequeue
+from supervisor.requeue_requests import RETRY_FIRST_S, RequeueRequests
 from tests.redis_server import RedisServer
 
 
@@ -30,10 +31,10 @@ def strand(client, identity: str, tag: str) -> str:  # type: ignore[no-untyped-d
 
 def test_rescue_requeues_counting_orphanings_and_leaves_no_socket_open(private_redis: RedisServer) -> None:
     client = private_redis.client()
-    rescue = Rescue(load_settings(redis_url=private_redis.url))
+    rescue = RedisRequeue(load_settings(redis_url=private_redis.url))
     jid = strand(client, "h:1:dead", "a")
 
-    result = rescue.requeue("h:1:dead")
+    result = rescue.requeue_dead_child("h:1:dead")
 
     assert result.moved == 1 and result.failed == 0
     assert client.llen("cogworker:queue:default") == 1
@@ -45,14 +46,14 @@ def test_rescue_requeues_counting_orphanings_and_leaves_no_socket_open(private_r
 
 
 def test_rescue_raises_while_redis_is_down_and_works_once_it_is_back(private_redis: RedisServer) -> None:
-    rescue = Rescue(load_settings(redis_url=private_redis.url))
+    rescue = RedisRequeue(load_settings(redis_url=private_redis.url))
     private_redis.stop()
     with pytest.raises(Exception):  # noqa: B017 - whatever redis-py raises for a refused connection
-        rescue.requeue("h:2:dead")
+        rescue.requeue_dead_child("h:2:dead")
     private_redis.start()
     client = private_redis.client()
     strand(client, "h:2:dead", "b")
-    assert rescue.requeue("h:2:dead").moved == 1
+    assert rescue.requeue_dead_child("h:2:dead").moved == 1
     client.close()
 
 
@@ -72,7 +73,7 @@ class FakeServer:
 def test_an_identity_stays_pending_until_answered_and_reports_latency() -> None:
     clock, server = Clock(), FakeServer()
     done: list[tuple[str, int, float]] = []
-    requeuer = Requeuer(clock, on_done=lambda *a: done.append(a))
+    requeuer = RequeueRequests(clock, on_done=lambda *a: done.append(a))
 
     requeuer.requeue("h:1:dead", server)
     assert server.sent == ["h:1:dead"] and requeuer.pending == {"h:1:dead"}
@@ -87,7 +88,7 @@ def test_an_identity_stays_pending_until_answered_and_reports_latency() -> None:
 def test_failures_retry_with_growing_delays_and_a_lost_server_resends() -> None:
     clock, server = Clock(), FakeServer()
     done: list[tuple[str, int, float]] = []
-    requeuer = Requeuer(clock, on_done=lambda *a: done.append(a))
+    requeuer = RequeueRequests(clock, on_done=lambda *a: done.append(a))
 
     requeuer.requeue("h:2:dead", server)
     requeuer.on_answer({"identity": "h:2:dead", "ok": False, "error": "Connection refused"})

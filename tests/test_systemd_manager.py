@@ -1,4 +1,4 @@
-"""The systemd fixture works, and supervisor/notify.py speaks to a real systemd 252 manager."""
+"""The systemd fixture works, and supervisor/integrations/notify.py speaks to a real systemd 252 manager."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # watchdog fed, and answers SIGHUP the way the swarm answers a reload.
 SERVICE_CODE = """\
 import signal, time
-from supervisor.notify import Notifier
+from supervisor.integrations.notify import Notifier
 
 n = Notifier()
 reloads = 0

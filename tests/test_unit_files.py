@@ -327,7 +327,7 @@ HARDENED_CODE = """\
 import ctypes, os, time
 import redis
 from supervisor.main import become_subreaper
-from supervisor.notify import Notifier
+from supervisor.integrations.notify import Notifier
 
 n = Notifier()
 pong = redis.Redis.from_url(os.environ["COGWORKER_REDIS_URL"]).ping()

@@ -1,11 +1,10 @@
-"""Prometheus metrics for the swarm, served over HTTP by background threads (supervisor/metrics_server.py).
+"""Prometheus metrics for the swarm, served over HTTP by background threads (metrics_server.py).
 
 The supervisor feeds an instance from its event loop: every child message (`observe_status`), the
 children it starts and reaps, restarts by reason, jobs it recovered. Each of those calls only
 updates counters under a short lock, so the loop never waits on a scrape. Queue sizes and latencies
-are read from Redis by a collector at scrape time, on an HTTP handler thread, with a short timeout,
-and one read serves every scrape for REDIS_CACHE_S; a Redis that is down or slow makes
-`cogworker_redis_up` 0, never a failed scrape.
+are read from Redis by a collector at scrape time (metrics_redis.py), and one read serves every
+scrape for REDIS_CACHE_S. MetricsHooks, at the end, is what feeds it from the loop's hook points.
 
 Children report job counts as deltas in their status messages (one a second), per (queue, job):
 
@@ -27,24 +26,20 @@ from __future__ import annotations
 
 import math
 import threading
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cogworker import codec
-from cogworker.connection import text_options
-from cogworker.jobstats import DURATION_BUCKETS_S, format_bound
-from cogworker.ops import queues as queue_ops
-from cogworker.ops import sets as set_ops
-from cogworker.outage import Outages
+from cogworker.worker.job_stats import DURATION_BUCKETS_S, format_bound
+from supervisor.child import Child, ExitOutcome
 from supervisor.config import SwarmConfig
-from supervisor.metrics_server import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, MetricsServer
+from supervisor.integrations.hooks import SwarmHooks
+from supervisor.integrations.metrics_redis import RedisCollector
+from supervisor.integrations.metrics_server import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, MetricsServer
 
 RECOVERY_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 CHILD_STATES = ("booting", "ready", "quiet", "stopping")
@@ -159,113 +154,6 @@ class _SwarmCollector(Collector):
         yield durations
 
 
-@dataclass(frozen=True, slots=True)
-class _RedisReading:
-    """What one scrape read from Redis; `queues` and `sets` are empty when Redis was unreadable."""
-
-    up: bool
-    queues: tuple[queue_ops.QueueInfo, ...] = ()
-    sets: tuple[tuple[str, int], ...] = ()
-
-
-class _RedisCollector(Collector):
-    """Queue sizes and latencies and the retry/scheduled/dead sizes, read when scraped.
-
-    One read at a time, over one connection, and its result (an outage too) serves every scrape for
-    `cache_s`: concurrent scrapes wait for the read in flight instead of each opening a connection.
-    """
-
-    def __init__(
-        self, redis_url: str, timeout_s: float, cache_s: float, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._url = redis_url
-        self._timeout_s = timeout_s
-        self._cache_s = cache_s
-        self._clock = clock
-        self._client: redis.Redis | None = None
-        # Held during the Redis read (bounded by the socket timeout); nothing called under it takes it.
-        self._lock = threading.Lock()
-        self._reading: _RedisReading | None = None
-        self._read_at = 0.0
-        self._outages = Outages()
-
-    def _connection(self) -> redis.Redis:
-        if self._client is None:
-            self._client = redis.Redis.from_url(
-                self._url,
-                socket_timeout=self._timeout_s,
-                socket_connect_timeout=self._timeout_s,
-                retry_on_timeout=False,
-                retry=None,
-                health_check_interval=0,
-                # Reads are one at a time (the lock): a second connection would be a bug, not a need.
-                max_connections=1,
-                # Decoded as the workers decode: a payload or name that isn't UTF-8 can't fail it.
-                **text_options(),
-            )
-        return self._client
-
-    def reading(self) -> _RedisReading:
-        with self._lock:
-            now = self._clock()
-            if self._reading is None or now - self._read_at >= self._cache_s:
-                self._reading = self._read()
-                self._read_at = self._clock()
-            return self._reading
-
-    def _read(self) -> _RedisReading:
-        try:
-            client = self._connection()
-            infos = queue_ops.queue_infos(client)
-            pipe = client.pipeline(transaction=False)
-            for key in set_ops.SETS.values():
-                pipe.zcard(key)
-            sizes = tuple((name, int(n)) for name, n in zip(set_ops.SETS, pipe.execute(), strict=True))
-        except Exception as exc:
-            # Never a failed scrape: redis_up says 0, and the log says so once per outage.
-            self._outages.report("Metrics scrape", exc)
-            return _RedisReading(up=False)
-        self._outages.recovered("Metrics scrape")
-        return _RedisReading(up=True, queues=tuple(infos), sets=sizes)
-
-    def describe(self) -> Iterable[Metric]:
-        # Without it, registering the collector (auto_describe) would read Redis, and that reading
-        # would then be served, stale, to the first scrapes.
-        return _redis_families(_RedisReading(up=True))
-
-    def collect(self) -> Iterable[Metric]:
-        return _redis_families(self.reading())
-
-
-def _redis_families(reading: _RedisReading) -> Iterable[Metric]:
-    """cogworker_redis_up and, when Redis was read, the queue and set gauges."""
-    up = GaugeMetricFamily("cogworker_redis_up", "1 when the scrape could read queues from Redis.")
-    up.add_metric([], 1 if reading.up else 0)
-    yield up
-    if not reading.up:
-        return
-    size = GaugeMetricFamily("cogworker_queue_size", "Jobs waiting in the queue.", labels=["queue"])
-    latency = GaugeMetricFamily(
-        "cogworker_queue_latency_seconds",
-        "How long the job popped next has waited (0 when the queue is empty).",
-        labels=["queue"],
-    )
-    paused = GaugeMetricFamily("cogworker_queue_paused", "1 when the queue is paused.", labels=["queue"])
-    for info in reading.queues:
-        # A queue name that isn't UTF-8 (pushed by something else) is shown escaped: the exposition
-        # format is UTF-8, and a lone surrogate in a label would fail the whole scrape.
-        name = codec.escape(info.name)
-        size.add_metric([name], info.size)
-        latency.add_metric([name], info.latency_s or 0.0)
-        paused.add_metric([name], 1 if info.paused else 0)
-    sets = GaugeMetricFamily(
-        "cogworker_set_size", "Entries in the retry, scheduled and dead sets.", labels=["set"]
-    )
-    for name, n in reading.sets:
-        sets.add_metric([name], n)
-    yield from (size, latency, paused, sets)
-
-
 class SwarmMetrics:
     """The swarm's metrics: its own registry, fed by the supervisor, served on
     COGWORKER_METRICS_HOST:COGWORKER_METRICS_PORT (off when the port is unset)."""
@@ -324,7 +212,7 @@ class SwarmMetrics:
             registry=self.registry,
         )
         self.registry.register(_SwarmCollector(self))
-        self.registry.register(_RedisCollector(settings.redis_url, scrape_timeout_s, redis_cache_s))
+        self.registry.register(RedisCollector(settings.redis_url, scrape_timeout_s, redis_cache_s))
 
     # Serving -----------------------------------------------------------------------------------
     def start(self) -> int | None:
@@ -458,3 +346,25 @@ class SwarmMetrics:
         if buckets:
             self.durations.add(labels, sum_s, buckets)
         return True
+
+
+class MetricsHooks(SwarmHooks):
+    """Feeds SwarmMetrics from children's lines, exits, replacements and recoveries."""
+
+    def __init__(self, metrics: SwarmMetrics) -> None:
+        self.metrics = metrics
+
+    def child_started(self, child: Child) -> None:
+        self.metrics.child_started(child.slot, child.pid)
+
+    def child_event(self, child: Child, event: str, fields: Mapping[str, Any]) -> None:
+        self.metrics.observe_status(child.slot, {"event": event, **fields}, pid=child.pid)
+
+    def child_exited(self, child: Child, outcome: ExitOutcome) -> None:
+        self.metrics.child_exited(child.slot, child.pid)
+
+    def child_replaced(self, slot: int, reason: str) -> None:
+        self.metrics.child_restarted(reason)
+
+    def jobs_requeued(self, identity: str, moved: int, seconds: float) -> None:
+        self.metrics.jobs_recovered(moved, seconds)

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from cogworker.identity import make_identity
+from cogworker.worker.identity import make_identity
 from supervisor.child import Child, Phase
 from supervisor.config import SwarmConfig
-from supervisor.protocol import Garbage, Message
 from supervisor.roster import Roster
+from supervisor.wire.child_lines import Garbage, Message
 
 if TYPE_CHECKING:
     from supervisor.forkserver_keeper import SpawnRequest

@@ -1,4 +1,4 @@
-"""Forking a worker child (in the fork server), and everything the child does before it is a worker.
+"""In the fork server: forking a worker, and everything the worker does before it runs jobs.
 
 The fork server forks twice: an intermediate process forks the worker and exits at once, so the
 worker is re-parented to the supervisor, which is a child subreaper (PR_SET_CHILD_SUBREAPER). The
@@ -26,11 +26,12 @@ from dataclasses import dataclass
 
 from setproctitle import setproctitle
 
-from cogworker import client, exitcodes, logs
-from cogworker.identity import make_identity
+from cogworker import exitcodes, logs
+from cogworker.api import client
 from cogworker.settings import Settings
+from cogworker.worker.identity import make_identity
 from supervisor import signals
-from supervisor.notify import scrub_child_env
+from supervisor.integrations.notify import scrub_child_env
 
 PR_SET_PDEATHSIG = 1
 REPARENT_TIMEOUT_S = 5.0
@@ -49,7 +50,7 @@ class WorkerOrder:
     quiet: bool
 
 
-def spawn(order: WorkerOrder, close_in_child: Callable[[], None]) -> int:
+def fork_worker(order: WorkerOrder, close_in_child: Callable[[], None]) -> int:
     """Fork a worker; returns its pid once it is the supervisor's child. Raises OSError when a fork
     fails. The caller closes `order.report_fd`."""
     pid_read, pid_write = os.pipe()
@@ -115,7 +116,7 @@ def _become_worker(order: WorkerOrder) -> int:
     # non-blocking write of it could be cut short, losing the line and garbling the next. Only the
     # child's main thread writes, and the supervisor's loop reads at once; the 64 KiB pipe buffer
     # holds minutes of lines should it stall.
-    from cogworker.worker import run_worker
+    from cogworker.worker.main import run_worker
 
     return run_worker(
         settings,

@@ -1,11 +1,11 @@
-"""Immediate requeue, the supervisor's side: which dead children's jobs still wait to go back.
+"""The requeue requests: which dead children's jobs the supervisor still waits to see go back.
 
 When the supervisor reaps a child that died abnormally (killed by a signal, crashed, or killed by us
 as hung or a straggler), it asks the fork server to requeue that child's in-progress list at once
-(rescue.py does the Redis work there). This module keeps the bookkeeping: an identity stays pending
-until the fork server says it is done; when Redis is down (or no fork server is up) it is retried on
-later ticks, with a growing delay between tries, and at once when a new fork server is ready.
-Nothing here talks to Redis.
+(forkserver/redis_requeue.py does the Redis work there). This module keeps the bookkeeping: an
+identity stays pending until the fork server says it is done; when Redis is down (or no fork server
+is up) it is retried on later ticks, with a growing delay between tries, and at once when a new fork
+server is ready. Nothing here talks to Redis.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ RETRY_MAX_S = 30.0
 Send = Callable[[str], bool]
 
 
-class Requeuer:
+class RequeueRequests:
     def __init__(
         self,
         clock: Callable[[], float],

@@ -1,8 +1,10 @@
-"""In the fork server: put a dead child's jobs back on their queues (the Redis side of requeue.py).
+"""In the fork server: put a dead child's jobs back on their queues, in Redis.
 
-The supervisor knows first when a child dies abnormally (DESIGN §4.3) and asks the fork server, which
-has the Redis client, to requeue that child's in-progress list, counting orphanings so a poison pill
-ends in dead. Heartbeat-based orphan recovery in the live children stays the backstop.
+The supervisor knows first when a child dies abnormally, and asks the fork server (which has the Redis
+client) to requeue that child's in-progress list at once (supervisor/requeue_requests.py keeps track
+of what was asked), counting orphanings so a poison pill ends in dead. Heartbeat-based orphan
+recovery in the live children stays the backstop, minutes later; see "A child dies" in
+docs/architecture.md.
 
 The client is built lazily and disconnected after every use: an open socket would be inherited by
 the next fork, and the children must never share it. Requeues are rare (only abnormal deaths), so
@@ -15,16 +17,16 @@ import contextlib
 
 import redis
 
-from cogworker.connection import connect
-from cogworker.context import RedisContext
-from cogworker.locks import Locks
-from cogworker.outage import Outages
-from cogworker.recovery import Recovery, RequeueResult
-from cogworker.scripts import Scripts
 from cogworker.settings import Settings
+from cogworker.store.connection import connect
+from cogworker.store.locks import Locks
+from cogworker.store.outage import Outages
+from cogworker.store.redis_context import RedisContext
+from cogworker.store.scripts import Scripts
+from cogworker.worker.recovery import Recovery, RequeueResult
 
 
-class Rescue:
+class RedisRequeue:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._client: redis.Redis | None = None
@@ -32,7 +34,7 @@ class Rescue:
         self._locks: Locks | None = None
         self._outages = Outages()
 
-    def requeue(self, identity: str) -> RequeueResult:
+    def requeue_dead_child(self, identity: str) -> RequeueResult:
         """Requeue `identity`'s list now. Raises when Redis can't be reached (the supervisor retries)."""
         try:
             recovery = self._ensure()

@@ -1,22 +1,11 @@
-"""The supervisor's handle on one fork server, and the messages the two exchange.
+"""The supervisor's handle on one fork server process: start it, send it requests, read its answers.
 
-The fork server (template.py) is a process the supervisor starts with `python -m supervisor.template`.
-It validates the settings, imports the worker code (and the app, with COGWORKER_PRELOAD), then waits
-for requests on a Unix SOCK_SEQPACKET socket pair: one datagram per message, JSON, with a file
-descriptor riding along where one is needed.
-
-    supervisor -> fork server   {"op": "spawn", "slot", "nonce", "quiet"} + the state pipe's write end
-                                {"op": "requeue", "identity"}
-    fork server -> supervisor   {"op": "ready", "settings"}
-                                {"op": "spawned", "slot", "nonce", "pid"}
-                                {"op": "spawn_failed", "slot", "nonce", "error"}
-                                {"op": "requeued", "identity", "ok", "moved", "dead", "kept", "error"}
-
-Requests are answered one each, in order. The supervisor never waits for an answer: its socket is
-non-blocking, and answers are read by its loop when they come. This handle counts what the fork
-server owes, so a fork server that stops answering can be told from a busy one (forkserver_keeper.py
-replaces it). Closing the supervisor's sending side tells the fork server to exit once it has answered
-everything already sent.
+The fork server (supervisor/forkserver/) is a process the supervisor starts with
+`python -m supervisor.forkserver.main`. It validates the settings, imports the worker code (and the
+app, with COGWORKER_PRELOAD), then waits for requests on a socket pair (the messages are in
+wire/forkserver_messages.py). The supervisor never waits for an answer: its socket is non-blocking,
+and answers are read by its loop when they come. This handle counts what the fork server owes, so a
+fork server that stops answering can be told from a busy one (forkserver_keeper.py replaces it).
 """
 
 from __future__ import annotations
@@ -28,38 +17,20 @@ import socket
 import sys
 from typing import Any
 
-import orjson
-
 from supervisor import signals
-from supervisor.notify import scrub_child_env
+from supervisor.integrations.notify import scrub_child_env
+from supervisor.wire.forkserver_messages import (
+    ANSWERS,
+    CONTROL_FD_VARIABLE,
+    SUPERVISOR_PID_VARIABLE,
+    receive,
+    send,
+)
 
-TITLE = "cogworker-swarm fork server"  # its process title, as `ps` shows it
-CONTROL_FD_VARIABLE = "COGWORKER_FORKSERVER_FD"
-SUPERVISOR_PID_VARIABLE = "COGWORKER_SUPERVISOR_PID"
-MAX_MESSAGE = 1 << 20
-ANSWERS = frozenset({"spawned", "spawn_failed", "requeued", "error"})  # one per request
-
-
-def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
-    data = orjson.dumps(message)
-    if fds:
-        socket.send_fds(sock, [data], fds)
-    else:
-        sock.send(data)
+FORKSERVER_MODULE = "supervisor.forkserver.main"  # run with `python -m`
 
 
-def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    """One message and the descriptors that came with it; (None, []) at end of stream."""
-    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 1)
-    if not data:
-        return None, fds
-    message = orjson.loads(data)
-    if not isinstance(message, dict):
-        raise ValueError(f"fork server message is not an object: {data[:80]!r}")
-    return message, fds
-
-
-class ForkServer:
+class ForkServerHandle:
     """One fork server process. A restart starts a new one; the old one exits when told to retire."""
 
     def __init__(self, generation: int) -> None:
@@ -93,7 +64,7 @@ class ForkServer:
             # signals to the supervisor, and its workers unblock them once their own handlers are in.
             self.pid = os.posix_spawn(
                 sys.executable,
-                [sys.executable, "-m", "supervisor.template"],
+                [sys.executable, "-m", FORKSERVER_MODULE],
                 env,
                 setsigmask=signals.HANDLED,
                 setsigdef=signals.HANDLED,

@@ -13,7 +13,7 @@ Hooks run on the event loop's thread and must not block (or raise: the swarm log
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,3 +131,52 @@ def call(hook: Callable[..., None], *args: Any) -> None:
         hook(*args)
     except Exception:
         log.exception("hook_failed", hook=getattr(hook, "__qualname__", repr(hook)))
+
+
+class AllHooks(SwarmHooks):
+    """Several hooks as one: each called in turn, one failing doesn't stop the others; the loop
+    wakes for the soonest."""
+
+    def __init__(self, hooks: Sequence[SwarmHooks]) -> None:
+        self.hooks = list(hooks)
+
+    def _each(self, name: str, *args: Any) -> None:
+        for hook in self.hooks:
+            call(getattr(hook, name), *args)
+
+    def wakeup_in(self) -> float | None:
+        waits = [w for h in self.hooks if (w := h.wakeup_in()) is not None]
+        return min(waits) if waits else None
+
+    def tick(self, view: SwarmView) -> None:
+        self._each("tick", view)
+
+    def state_changed(self, view: SwarmView) -> None:
+        self._each("state_changed", view)
+
+    def child_started(self, child: Child) -> None:
+        self._each("child_started", child)
+
+    def child_status(self, child: Child, status: Mapping[str, Any]) -> None:
+        self._each("child_status", child, status)
+
+    def child_event(self, child: Child, event: str, fields: Mapping[str, Any]) -> None:
+        self._each("child_event", child, event, fields)
+
+    def child_exited(self, child: Child, outcome: ExitOutcome) -> None:
+        self._each("child_exited", child, outcome)
+
+    def jobs_requeued(self, identity: str, moved: int, seconds: float) -> None:
+        self._each("jobs_requeued", identity, moved, seconds)
+
+    def child_replaced(self, slot: int, reason: str) -> None:
+        self._each("child_replaced", slot, reason)
+
+    def restart_began(self, phased: bool) -> None:
+        self._each("restart_began", phased)
+
+    def restart_ended(self, ok: bool) -> None:
+        self._each("restart_ended", ok)
+
+    def stop_began(self, deadline_s: float) -> None:
+        self._each("stop_began", deadline_s)
