@@ -10,29 +10,31 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from cogworker.api import middleware
 from cogworker.api.middleware import client_chain, server_chain
 
 if TYPE_CHECKING:
-    from cogworker.api.client import configure, push_bulk
-    from cogworker.api.decorator import JobFunction, JobNotFound, job
+    from cogworker.api.client import configure
+    from cogworker.api.decorator import JobFunction, job, push_bulk
+    from cogworker.api.features import install_builtin_middleware
     from cogworker.api.job_status import status
     from cogworker.api.periodic import periodic
+    from cogworker.api.registry import JobNotFound
     from cogworker.settings import ConfigError, Settings, load_settings
 
 __version__ = "0.1.0"
 
 _LAZY = {
     "configure": "cogworker.api.client",
-    "push_bulk": "cogworker.api.client",
+    "push_bulk": "cogworker.api.decorator",
     "JobFunction": "cogworker.api.decorator",
-    "JobNotFound": "cogworker.api.decorator",
+    "JobNotFound": "cogworker.api.registry",
     "job": "cogworker.api.decorator",
     "periodic": "cogworker.api.periodic",
     "ConfigError": "cogworker.settings",
     "Settings": "cogworker.settings",
     "load_settings": "cogworker.settings",
     "status": "cogworker.api.job_status",
+    "install_builtin_middleware": "cogworker.api.features",
 }
 
 
@@ -44,23 +46,6 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
-
-def install_builtin_middleware() -> None:
-    """Put the built-in middleware (unique claims, job status) in the chains, outermost.
-
-    Runs by itself before the first push or job (middleware.py asks for it). Your own middleware runs
-    inside them, whenever it was added: a unique job's duplicate never reaches it, and its "queued"
-    status is written before it. Call this again after clearing the chains (tests do) to restore them.
-    """
-    from cogworker.api.job_status import on_push, on_run
-    from cogworker.api.unique import claim, release_when_done
-
-    client_chain.add_outermost(claim, on_push)
-    server_chain.add_outermost(on_run, release_when_done)
-    middleware.builtins_installed = True
-
-
-middleware.install_builtins = install_builtin_middleware
 
 __all__ = [
     "ConfigError",

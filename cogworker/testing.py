@@ -19,7 +19,9 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from cogworker import codec
+from cogworker.api import client, features
 from cogworker.api.middleware import run_server_chain
+from cogworker.api.registry import resolve
 
 Mode = Literal["fake", "inline"]
 
@@ -36,6 +38,8 @@ def set_mode(new: Mode | None) -> None:
     if new not in (None, "fake", "inline"):
         raise ValueError(f"testing mode must be 'fake', 'inline' or None, not {new!r}")
     mode = new
+    # The mode's step replaces the write to Redis at the end of every push.
+    client.install_push_step(record if new is not None else None)
 
 
 @contextlib.contextmanager
@@ -83,11 +87,10 @@ def clear_all() -> None:
 
 
 def perform(job: dict[str, Any]) -> None:
-    from cogworker.api.decorator import resolve
-
     # Only jobs this process registered: it pushed them, so their modules are imported already.
     fn = resolve(job["class"], allowed=())
     args, kwargs = copy.deepcopy(job.get("args", [])), copy.deepcopy(job.get("kwargs", {}))
+    features.ensure_installed()
     run_server_chain(job, lambda: fn.func(*args, **kwargs))
 
 

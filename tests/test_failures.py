@@ -102,7 +102,7 @@ def test_a_job_that_cant_be_imported_is_filed_with_a_clear_error(
     workers.start()
     wait_until(lambda: r.zcard("cogworker:dead") == 1, timeout=15, message="dead")
     dead = json.loads(r.zrange("cogworker:dead", 0, -1)[0])
-    assert dead["error_class"] == "cogworker.api.decorator.JobNotFound"
+    assert dead["error_class"] == "cogworker.JobNotFound"
     assert "nowhere_module" in dead["error_message"]
     wait_until(lambda: r.llen("test:ran") == 1, timeout=10, message="the job behind it")
 

@@ -16,8 +16,9 @@ from structlog.testing import capture_logs
 
 import cogworker
 from cogworker import job
-from cogworker.api.periodic import Entry, Ticker, entries, periodic, unregister
+from cogworker.api.periodic import Entry, entries, periodic, unregister
 from cogworker.settings import Settings
+from cogworker.worker.ticker import Ticker
 from tests.components import build
 from tests.inproc import Runner
 from tests.redis_server import RedisServer, wait_until

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from cogworker import codec
-from cogworker.api.decorator import JobNotFound, resolve
+from cogworker.api.registry import JobNotFound, resolve
 from cogworker.redact import safe_url
 from cogworker.settings import ConfigError, Settings, load_settings
 from tests.cli_runner import CLI, cli_fixture  # noqa: F401
@@ -48,7 +48,7 @@ def test_a_payload_cannot_make_a_worker_import_a_module(
     dead = {d["jid"]: d for d in map(json.loads, r.zrange("cogworker:dead", 0, -1))}
     assert set(dead) == {"side", "zen", "runner"}
     for entry in dead.values():
-        assert entry["error_class"] == "cogworker.api.decorator.JobNotFound"
+        assert entry["error_class"] == "cogworker.JobNotFound"
         assert NOT_REGISTERED in entry["error_message"]
     assert not marker.exists()
     assert "Zen of Python" not in worker.log_text()

@@ -118,7 +118,8 @@ def test_status_writes_failing_never_fail_the_job_or_the_push(private_redis: Red
     cw_client.configure(settings)
     jid = status_jobs.tracked.perform_async("i")
     assert jid is not None
-    job = cw_client.build_job(status_jobs.tracked, ("j",), {}, status_jobs.tracked.options, None)
+    tracked = status_jobs.tracked
+    job = cw_client.build_job(tracked.name, ("j",), {}, queue=tracked.queue, options=tracked.options, at=None)
     ran: list[str] = []
 
     private_redis.stop()

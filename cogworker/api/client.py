@@ -1,11 +1,15 @@
-"""Pushing jobs to Redis: one job, a job at a time, or many in one round trip per batch."""
+"""Pushing jobs to Redis: one job, or many in one round trip per batch.
+
+The client knows job names, queues and payload options, not the `@job` decorator or the features
+built on the middleware chains. A testing mode replaces the last step of a push (writing to Redis)
+with its own through `install_push_step`, as Sidekiq's testing client is prepended to its client."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import redis
 import structlog
@@ -13,12 +17,10 @@ from redis.commands.core import Script
 
 from cogworker import codec
 from cogworker.api import payload
-from cogworker.api.middleware import compose_client_chain, run_client_chain
+from cogworker.api.middleware import abandon, compose_client_chain, run_client_chain
 from cogworker.settings import Settings, load_settings
 from cogworker.store import key_guard, keys, scripts
-
-if TYPE_CHECKING:
-    from cogworker.api.decorator import JobFunction
+from cogworker.store.connection import connect
 
 BULK_BATCH = 1000
 
@@ -31,12 +33,14 @@ _lock = threading.Lock()
 _settings: Settings | None = None
 _redis: redis.Redis | None = None
 
+PushStep = Callable[[dict[str, Any]], str]
+# What a testing mode put in place of the write to Redis, or None.
+_push_step: PushStep | None = None
+
 
 def configure(settings: Settings | None = None, client: redis.Redis | None = None) -> None:
     """Point the job API at a Redis. Without a call, the first push reads COGWORKER_* settings."""
     global _settings, _redis
-    from cogworker.store.connection import connect
-
     new_settings = settings or load_settings()
     new_client = client or connect(new_settings)
     with _lock:
@@ -73,8 +77,6 @@ def connection() -> redis.Redis:
     current = _redis
     if current is not None:
         return current
-    from cogworker.store.connection import connect
-
     built = connect(settings())
     with _lock:
         if _redis is None:
@@ -82,39 +84,50 @@ def connection() -> redis.Redis:
         return _redis
 
 
+def install_push_step(step: PushStep | None) -> None:
+    """Replace the write to Redis at the end of every push with `step` (None: write to Redis again)."""
+    global _push_step
+    _push_step = step
+
+
+def redis_in_use() -> bool:
+    """False while a testing mode stands in for Redis: features then neither write nor read it."""
+    return _push_step is None
+
+
 def build_job(
-    fn: JobFunction, args: Sequence[Any], kwargs: dict[str, Any], options: dict[str, Any], at: float | None
+    name: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    *,
+    queue: str,
+    options: dict[str, Any],
+    at: float | None,
 ) -> dict[str, Any]:
-    extra: dict[str, Any] = {}
-    for key in ("unique", "unique_for", "status", "backtrace"):
-        if options.get(key) is not None:
-            extra[key] = options[key]
+    """The payload: `options` that are set (retry, and those of features: unique, status...) ride
+    in it for the workers and the middleware."""
+    extra = {
+        key: value for key, value in options.items() if key not in ("queue", "retry") and value is not None
+    }
     if at is not None and at > time.time():
         extra["at"] = at
     return payload.build(
-        fn.name,
-        tuple(args),
-        dict(kwargs),
-        queue=str(options.get("queue") or fn.queue),
-        retry=options.get("retry", True),
-        extra=extra,
+        name, tuple(args), dict(kwargs), queue=queue, retry=options.get("retry", True), extra=extra
     )
 
 
 def push(
-    fn: JobFunction,
+    name: str,
     args: Sequence[Any],
     kwargs: dict[str, Any],
     *,
+    queue: str,
+    options: dict[str, Any],
     at: float | None = None,
-    options: dict[str, Any] | None = None,
 ) -> str | None:
     """Push one job; returns its jid, or None when a client middleware stopped the push."""
-    job = build_job(fn, args, kwargs, options or fn.options, at)
-    from cogworker import testing
-
-    push_step = testing.record if testing.mode is not None else _write_one
-    jid: str | None = run_client_chain(job, push_step)
+    job = build_job(name, args, kwargs, queue=queue, options=options, at=at)
+    jid: str | None = run_client_chain(job, _push_step or _write_one)
     return jid
 
 
@@ -154,23 +167,22 @@ def _write_one(job: dict[str, Any]) -> str:
 
 
 def push_bulk(
-    fn: JobFunction,
+    name: str,
     arg_lists: Iterable[Sequence[Any]],
     *,
+    queue: str,
+    options: dict[str, Any],
     at: float | None = None,
-    queue: str | None = None,
 ) -> list[str | None]:
     """Push one job per argument tuple; one round trip per batch of up to 1,000 jobs.
 
     Every argument is checked before anything is written, so a bad one pushes nothing. Returns
     the jids in order (None where a client middleware stopped that job).
     """
-    from cogworker import testing
-
-    options = fn.set(queue=queue).options if queue is not None else dict(fn.options)
-    jobs = [build_job(fn, tuple(args), {}, options, at) for args in arg_lists]
-    if testing.mode is not None:
-        return [run_client_chain(job, testing.record) for job in jobs]
+    jobs = [build_job(name, tuple(args), {}, queue=queue, options=options, at=at) for args in arg_lists]
+    step = _push_step
+    if step is not None:
+        return [run_client_chain(job, step) for job in jobs]
     conn = connection()
     jids: list[str | None] = []
     for start in range(0, len(jobs), BULK_BATCH):
@@ -186,20 +198,11 @@ def push_bulk(
         try:
             _write_batch(conn, batch)
         except Exception:
-            _abandon(batch)
+            # Give back what the chain took for the batch (unique claims, "queued" statuses), or a
+            # retried push_bulk would find every job a duplicate of one that was never pushed.
+            abandon(batch)
             raise
     return jids
-
-
-def _abandon(batch: list[dict[str, Any]]) -> None:
-    """A batch that went through the client chain but wasn't written: give back what the chain took
-    for it (unique claims, "queued" statuses), or a retried push_bulk would find every job a
-    duplicate of one that was never pushed."""
-    from cogworker.api.job_status import abandon as forget_statuses
-    from cogworker.api.unique import abandon as free_claims
-
-    free_claims(batch)
-    forget_statuses(batch)
 
 
 def _write_batch(conn: redis.Redis, batch: list[dict[str, Any]]) -> None:

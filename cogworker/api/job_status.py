@@ -26,17 +26,15 @@ Testing modes (cogworker.testing): nothing is written and `status()` answers Non
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
 
-from cogworker import testing
 from cogworker.api import client
-from cogworker.api.decorator import DEFAULT_RETRIES
 from cogworker.api.middleware import ClientNext, ServerNext
-from cogworker.api.payload import retry_count, terminal_failure
-from cogworker.api.retry import error_fields
+from cogworker.api.payload import DEFAULT_RETRIES, error_fields, retry_count, terminal_failure
+from cogworker.api.retry import longest_backoff_s
 from cogworker.store import key_guard, keys
 from cogworker.store.outage import Outages
 
@@ -45,10 +43,14 @@ STATES = ("queued", "working", "retrying", "complete", "failed")
 _outages = Outages()
 COMPONENT = "Status"
 
+# The job option this feature reads from a payload, with the check `@job(...)` runs on it (none:
+# only `True` turns tracking on, anything else leaves it off).
+OPTIONS: dict[str, Callable[[Any], None] | None] = {"status": None}
+
 
 def status(jid: str) -> str | None:
     """The job's status, or None for an unknown or expired jid (and in the testing modes)."""
-    if testing.mode is not None:
+    if not client.redis_in_use():
         return None
     value = client.connection().hget(keys.status(jid), "status")
     return str(value) if value is not None else None
@@ -56,7 +58,7 @@ def status(jid: str) -> str | None:
 
 def details(jid: str) -> dict[str, str] | None:
     """Everything recorded for the jid (status, class, queue, updated_at, error_*), or None."""
-    if testing.mode is not None:
+    if not client.redis_in_use():
         return None
     found: dict[str, str] = client.connection().hgetall(keys.status(jid))  # type: ignore[assignment]
     return found or None
@@ -128,7 +130,7 @@ def _forget(jobs: Iterable[dict[str, Any]]) -> None:
 
 def on_push(job: dict[str, Any], call_next: ClientNext) -> Any:
     """Client middleware: decide whether the job is tracked; write "queued" before it is pushed."""
-    if testing.mode is not None:
+    if not client.redis_in_use():
         return call_next(job)
     if "status" not in job and client.settings().status_all:
         job["status"] = True
@@ -148,20 +150,19 @@ def on_push(job: dict[str, Any], call_next: ClientNext) -> Any:
 
 def abandon(jobs: Iterable[dict[str, Any]]) -> None:
     """Forget "queued" for jobs that went through the chain but were never written (push_bulk)."""
-    if testing.mode is None:
+    if client.redis_in_use():
         _forget(job for job in jobs if tracked(job))
 
 
 def _retry_wait_bound_s(job: dict[str, Any]) -> float:
-    """The longest the job can wait for its next try (retry.backoff_s at its maximum jitter)."""
+    """The longest the job can wait for its next try."""
     previous = retry_count(job)  # never raises: a payload's retry_count may be anything
-    count = previous + 1 if previous is not None else 0
-    return float(count**4 + 15 + 9 * (count + 1))
+    return longest_backoff_s(previous + 1 if previous is not None else 0)
 
 
 def on_run(job: dict[str, Any], call_next: ServerNext) -> None:
     """Server middleware: "working" around the run, then "complete", "retrying" or "failed"."""
-    if testing.mode is not None or not tracked(job):
+    if not client.redis_in_use() or not tracked(job):
         call_next()
         return
     _write(job, "working")

@@ -4,6 +4,10 @@ A client middleware is `mw(job, call_next) -> jid | None`: it may change the pay
 `call_next(job)` to go on to the push, or return None to stop the push (a duplicate unique job).
 A server middleware is `mw(job, call_next) -> None` around the job's execution; an exception from
 the job passes through it.
+
+A feature that takes something for a job in the client chain (a unique claim, a "queued" status)
+also adds an abandon hook: push_bulk calls the hooks with a batch that went through the chain but
+wasn't written, so each feature gives back what it took.
 """
 
 from __future__ import annotations
@@ -45,16 +49,19 @@ class Chain(Generic[M]):
 client_chain: Chain[ClientMiddleware] = Chain()
 server_chain: Chain[ServerMiddleware] = Chain()
 
-# The built-in middleware (unique, status) is installed on the first push or job, not at import:
-# it pulls in the Redis client, and `import cogworker.<small module>` must not (cogworker/__init__.py
-# sets `install_builtins`).
-builtins_installed = False
-install_builtins: Callable[[], None] | None = None
+AbandonHook = Callable[[list[dict[str, Any]]], None]
+abandon_hooks: list[AbandonHook] = []
 
 
-def _ensure_builtins() -> None:
-    if not builtins_installed and install_builtins is not None:
-        install_builtins()
+def add_abandon_hook(hook: AbandonHook) -> None:
+    if hook not in abandon_hooks:
+        abandon_hooks.append(hook)
+
+
+def abandon(batch: list[dict[str, Any]]) -> None:
+    """Give back what the client chain took for jobs that were never written."""
+    for hook in abandon_hooks:
+        hook(batch)
 
 
 def run_client_chain(job: dict[str, Any], push: ClientNext) -> Any:
@@ -64,7 +71,6 @@ def run_client_chain(job: dict[str, Any], push: ClientNext) -> Any:
 def compose_client_chain(push: ClientNext) -> ClientNext:
     """The client chain as one callable that ends in `push`. push_bulk builds it once per batch,
     so each job costs one call per middleware, not a closure per step."""
-    _ensure_builtins()
     call = push
     for middleware in reversed(client_chain.entries):
         call = _link(middleware, call)
@@ -76,7 +82,6 @@ def _link(middleware: ClientMiddleware, call_next: ClientNext) -> ClientNext:
 
 
 def run_server_chain(job: dict[str, Any], perform: ServerNext) -> None:
-    _ensure_builtins()
     entries = server_chain.entries
     if not entries:
         perform()

@@ -9,6 +9,11 @@ from typing import Any
 
 from cogworker import codec
 
+# The queue a job goes to, and the retries it gets, when its options don't say.
+DEFAULT_QUEUE = "default"
+DEFAULT_RETRIES = 25
+ERROR_MESSAGE_CHARS = 10_000
+
 _NATIVE_SCALARS = (str, int, float, bool, type(None))
 
 
@@ -124,3 +129,17 @@ def terminal_failure(job: dict[str, Any], default_retries: int) -> bool:
     """Would failing now send this job to dead (rather than to retry)?"""
     count = retry_count(job)
     return (count + 1 if count is not None else 0) >= retry_limit(job, default_retries)
+
+
+def error_fields(exc: BaseException) -> dict[str, Any]:
+    """The error's class and message as text JSON can hold, even for an exception whose str()
+    raises or holds lone surrogates."""
+    try:
+        message = str(exc)
+    except Exception as failure:
+        message = f"<the exception's message could not be read: {type(failure).__name__}>"
+    kind = type(exc)
+    return {
+        "error_class": codec.escape(f"{kind.__module__}.{kind.__qualname__}".removeprefix("builtins.")),
+        "error_message": codec.escape(message[:ERROR_MESSAGE_CHARS]),
+    }

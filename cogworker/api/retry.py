@@ -11,16 +11,32 @@ from __future__ import annotations
 import random
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from cogworker import codec
-from cogworker.api.decorator import DEFAULT_RETRIES
-from cogworker.api.payload import odd_retry, retry_count, retry_limit
+from cogworker.api.payload import (
+    DEFAULT_RETRIES,
+    ERROR_MESSAGE_CHARS,
+    error_fields,
+    odd_retry,
+    retry_count,
+    retry_limit,
+)
 from cogworker.store import keys
 
 BACKTRACE_LINES = 20
-ERROR_MESSAGE_CHARS = 10_000
+
+
+def _check_retry(value: Any) -> None:
+    if value is not None and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):
+        raise TypeError(f"retry must be True, False or a number of retries >= 0, not {value!r}")
+
+
+# The job options filing reads from a payload, each with the check `@job(...)` runs on it
+# (`backtrace` is kept as given: filing stores a backtrace either way).
+OPTIONS: dict[str, Callable[[Any], None] | None] = {"retry": _check_retry, "backtrace": None}
 NOTES = "cogworker_notes"
 # The fields a filing writes itself: sanitising only these leaves the job as it was, still retryable.
 OWN_FIELDS = frozenset(
@@ -28,9 +44,20 @@ OWN_FIELDS = frozenset(
 )
 
 
+MAX_JITTER = 9
+
+
 def backoff_s(count: int, rng: random.Random | None = None) -> float:
     """Sidekiq's curve: count**4 + 15 + rand(10) * (count + 1) seconds (count starts at 0)."""
-    jitter = (rng or random).randrange(10)
+    return _curve(count, (rng or random).randint(0, MAX_JITTER))
+
+
+def longest_backoff_s(count: int) -> float:
+    """The longest `backoff_s(count)` can be: the curve at its largest jitter."""
+    return float(_curve(count, MAX_JITTER))
+
+
+def _curve(count: int, jitter: int) -> int:
     return count**4 + 15 + jitter * (count + 1)
 
 
@@ -47,20 +74,6 @@ class Filing:
     @property
     def dead(self) -> bool:
         return self.set_key == keys.DEAD
-
-
-def error_fields(exc: BaseException) -> dict[str, Any]:
-    """The error's class and message as text JSON can hold, even for an exception whose str()
-    raises or holds lone surrogates."""
-    try:
-        message = str(exc)
-    except Exception as failure:
-        message = f"<the exception's message could not be read: {type(failure).__name__}>"
-    kind = type(exc)
-    return {
-        "error_class": codec.escape(f"{kind.__module__}.{kind.__qualname__}".removeprefix("builtins.")),
-        "error_message": codec.escape(message[:ERROR_MESSAGE_CHARS]),
-    }
 
 
 def backtrace(exc: BaseException) -> list[str]:

@@ -37,23 +37,35 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
 import structlog
 
-from cogworker import testing
 from cogworker.api import client
-from cogworker.api.decorator import DEFAULT_RETRIES
 from cogworker.api.middleware import ClientNext, ServerNext
-from cogworker.api.payload import terminal_failure
+from cogworker.api.payload import DEFAULT_RETRIES, terminal_failure
 from cogworker.store import key_guard, keys
 from cogworker.store.locks import UNTIL_EXECUTED, Locks, held_locks, unique_digest
 from cogworker.store.outage import Outages
 from cogworker.store.scripts import Scripts
 
 log = structlog.get_logger("cogworker.unique")
+
+
+def _check_unique(value: Any) -> None:
+    if value not in (None, UNTIL_EXECUTED):
+        raise TypeError(f"unique must be 'until_executed' or None, not {value!r}")
+
+
+def _check_unique_for(value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
+        raise TypeError(f"unique_for must be a number of seconds above 0, not {value!r}")
+
+
+# The job options this feature reads from a payload, each with the check `@job(...)` runs on it.
+OPTIONS: dict[str, Callable[[Any], None] | None] = {"unique": _check_unique, "unique_for": _check_unique_for}
 
 
 class _Releaser:
@@ -101,7 +113,7 @@ def lock_ttl_ms(job: dict[str, Any], default_s: float, now: float) -> int:
 
 def claim(job: dict[str, Any], call_next: ClientNext) -> Any:
     """Client middleware: take the claim, or stop a duplicate push (returns None)."""
-    if job.get("unique") != UNTIL_EXECUTED or testing.mode is not None:
+    if job.get("unique") != UNTIL_EXECUTED or not client.redis_in_use():
         return call_next(job)
     conn = client.connection()
     key = keys.unique(unique_digest(job))
@@ -155,7 +167,7 @@ def _give_back(key: str, jid: str) -> None:
 
 def abandon(jobs: Iterable[dict[str, Any]]) -> None:
     """Free the claims of jobs that went through the chain but were never written (push_bulk)."""
-    if testing.mode is not None:
+    if not client.redis_in_use():
         return
     for job in jobs:
         if job.get("unique") == UNTIL_EXECUTED:
@@ -165,7 +177,7 @@ def abandon(jobs: Iterable[dict[str, Any]]) -> None:
 def release_when_done(job: dict[str, Any], call_next: ServerNext) -> None:
     """Server middleware: free the job's locks once it has run — its unique claim and, for a
     periodic `until_executed` entry, the entry's running lock (both listed by `held_locks`)."""
-    if testing.mode is not None or not held_locks(job):
+    if not client.redis_in_use() or not held_locks(job):
         call_next()
         return
     try:

@@ -1,7 +1,7 @@
 """`cogworker enqueue`: push a job by its registered name with JSON arguments.
 
 The job is looked up the way a worker would (COGWORKER_REQUIRE imported first, then
-`jobs.resolve`), so its own options (queue, retry, unique) and the client middleware apply. When its
+`registry.resolve`), so its own options (queue, retry, unique) and the client middleware apply. When its
 module can't be imported here (an ops host without the app) it is pushed by name with a warning:
 the workers that can import it will run it. When its module imports but holds no such job, it is a
 typo, and nothing is pushed.
@@ -18,8 +18,10 @@ from typing import Any
 import orjson
 import redis
 
-from cogworker.api import client, payload
-from cogworker.api.decorator import JobFunction, JobNotFound, is_registered, resolve, under_modules
+from cogworker.api import client, features, payload
+from cogworker.api.decorator import JobFunction
+from cogworker.api.payload import DEFAULT_QUEUE
+from cogworker.api.registry import JobNotFound, RegisteredJob, is_registered, resolve, under_modules
 from cogworker.ops import OpsError
 from cogworker.settings import Settings
 from cogworker.worker.main import BootError, import_app
@@ -72,7 +74,7 @@ def _push_by_name(*args: Any, **kwargs: Any) -> None:
     raise RuntimeError("a job pushed by name runs only in a worker that can import it")
 
 
-def lookup(name: str, settings: Settings) -> tuple[JobFunction, list[str]]:
+def lookup(name: str, settings: Settings) -> tuple[RegisteredJob, list[str]]:
     """The job named `name`, or a stand-in that pushes by name, with warnings to show."""
     warnings = []
     try:
@@ -117,17 +119,22 @@ def enqueue(
     if in_s is not None and (not math.isfinite(in_s) or in_s < 0):
         raise BadArguments(f"--in must be a number of seconds, 0 or more, not {in_s}")
     fn, warnings = lookup(name, settings)
-    try:
-        options = fn.set(queue=queue).options if queue is not None else dict(fn.options)
-    except TypeError as exc:
-        raise BadArguments(str(exc)) from None
+    options = dict(fn.options)
+    if queue is not None:
+        try:
+            features.check_options({"queue": queue})
+        except TypeError as exc:
+            raise BadArguments(str(exc)) from None
+        options["queue"] = queue
     client.configure(settings, conn)
+    features.ensure_installed()
     at = time.time() + in_s if in_s else None
-    jid = client.push(fn, args, kwargs, at=at, options=options)
+    queue_name = str(options.get("queue") or DEFAULT_QUEUE)
+    jid = client.push(fn.name, args, kwargs, queue=queue_name, options=options, at=at)
     return Enqueued(
         jid=jid,
         job=fn.name,
-        queue=str(options.get("queue") or fn.queue),
+        queue=queue_name,
         at=at,
         resolved=fn.func is not _push_by_name,
         warnings=warnings,

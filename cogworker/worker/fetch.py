@@ -29,11 +29,12 @@ import redis
 import structlog
 from redis.client import PubSub
 
+from cogworker.api.payload import DEFAULT_QUEUE
 from cogworker.settings import QueueSpec
 from cogworker.store import key_guard, keys
 from cogworker.store.direct_connection import DirectConnection
 from cogworker.store.scripts import Scripts
-from cogworker.worker.recovery import DEFAULT_QUEUE, ORPHANINGS_TTL_S, PERIODIC_RUNNING_TTL_S
+from cogworker.worker.recovery import ORPHANINGS_TTL_S, PERIODIC_RUNNING_TTL_S
 
 log = structlog.get_logger("cogworker.fetch")
 

@@ -22,7 +22,6 @@ from setproctitle import setproctitle
 
 from cogworker import __version__, exitcodes
 from cogworker.api import unique
-from cogworker.api.periodic import Ticker
 from cogworker.settings import Settings
 from cogworker.store.connection import connect
 from cogworker.store.redis_context import RedisContext
@@ -35,6 +34,7 @@ from cogworker.worker.processor import Stats
 from cogworker.worker.recovery import Recovery
 from cogworker.worker.settle import Settler
 from cogworker.worker.supervisor_events import Reporter
+from cogworker.worker.ticker import Ticker
 
 log = structlog.get_logger("cogworker.launcher")
 

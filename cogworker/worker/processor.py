@@ -13,9 +13,9 @@ from typing import Any
 import structlog
 
 from cogworker import codec, logs
-from cogworker.api import retry
-from cogworker.api.decorator import resolve
+from cogworker.api import features, retry
 from cogworker.api.middleware import run_server_chain
+from cogworker.api.registry import resolve
 from cogworker.worker.fetch import Work
 from cogworker.worker.job_stats import JobCounts
 from cogworker.worker.settle import Settler
@@ -47,6 +47,7 @@ def process(work: Work, settler: Settler, stats: Stats, *, allowed: tuple[str, .
     verbose = logs.enabled("info")
     if verbose:
         log.info("job_start")
+    features.ensure_installed()
     try:
         run_server_chain(job, lambda: _perform(job, allowed))
     except BaseException as exc:

@@ -20,13 +20,13 @@ import structlog
 from cogworker import codec
 from cogworker.api import retry
 from cogworker.api.job_status import record_failed
+from cogworker.api.payload import DEFAULT_QUEUE
 from cogworker.store import key_guard, keys
 from cogworker.store.redis_context import RedisContext
 
 log = structlog.get_logger("cogworker.recovery")
 
 ORPHANINGS_TTL_S = 7 * 24 * 3600
-DEFAULT_QUEUE = "default"
 PERIODIC_RUNNING_TTL_S = 24 * 3600
 
 

@@ -1,0 +1,80 @@
+"""The jobs this process knows, by name, and `resolve`: the job a payload names, imported safely."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+
+class JobNotFound(Exception):
+    """A payload names a job this process doesn't have, or may not import."""
+
+
+# Its public name: the error class a dead job records, whatever module defines it.
+JobNotFound.__module__ = "cogworker"
+
+NOT_REGISTERED = "not a registered job; add its module to COGWORKER_REQUIRE"
+
+
+class RegisteredJob:
+    """What a name resolves to: the function a worker calls and the options it was declared with.
+    `@job` makes one (cogworker.api.decorator.JobFunction)."""
+
+    name: str
+    func: Callable[..., Any]
+    options: dict[str, Any]
+
+
+_registry: dict[str, RegisteredJob] = {}
+
+
+def register(job: RegisteredJob) -> None:
+    _registry[job.name] = job
+
+
+def resolve(name: str, *, allowed: Iterable[str]) -> RegisteredJob:
+    """The job registered under `name`, importing its module first if that module is one of
+    `allowed` (COGWORKER_REQUIRE) or a submodule of one.
+
+    A payload is data anyone who can write to Redis controls. Importing whatever module it names
+    would run that module's top-level code in the worker (`this.x` printed the Zen of Python), so any
+    other name is JobNotFound, raised before anything is imported.
+    """
+    found = _registry.get(name)
+    if found is not None:
+        return found
+    module_name, _, attr = name.rpartition(".")
+    if not under_modules(module_name, allowed):
+        raise JobNotFound(f"{name!r} is {NOT_REGISTERED}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise JobNotFound(
+            f"can't import {module_name!r} for job {name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    # Looked up in each object's own namespace, not with getattr: a name from a payload must not
+    # reach a module's __getattr__ (lazy loaders import on attribute access) or run a property.
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = vars(target).get(part)
+        except TypeError:  # no namespace to look into
+            target = None
+    if isinstance(target, RegisteredJob):
+        return target
+    found = _registry.get(name)
+    if found is not None:
+        return found
+    raise JobNotFound(f"{name!r} is not a @job function (found {type(target).__name__})")
+
+
+def under_modules(module_name: str, allowed: Iterable[str]) -> bool:
+    """`module_name` is a dotted name, and one of `allowed` or a submodule of one."""
+    if not module_name or not all(part.isidentifier() for part in module_name.split(".")):
+        return False
+    return any(module_name == root or module_name.startswith(f"{root}.") for root in allowed)
+
+
+def is_registered(name: str) -> bool:
+    return name in _registry
