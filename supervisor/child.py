@@ -111,8 +111,9 @@ class ExitOutcome:
             return f"signal {-self.code}"
 
     @property
-    def requeue(self) -> bool:
-        """Whatever was on its in-progress list is stranded: requeue it now (DESIGN §4.3)."""
+    def jobs_stranded(self) -> bool:
+        """Whatever was on its in-progress list is stranded there: the swarm has it requeued at
+        once, rather than leaving it to heartbeat orphan recovery minutes later."""
         return not self.clean
 
 

@@ -2,7 +2,7 @@
 
 swarm.py decides what should happen; this module makes it happen, and keeps the roster and the
 selector in step with the processes that exist. The fork itself happens in the fork server (asked
-through forkserver_keeper.py); the child is ours all the same: our child to reap, our pipe to read.
+through spawner.py); the child is ours all the same: our child to reap, our pipe to read.
 """
 
 from __future__ import annotations
@@ -12,18 +12,16 @@ import os
 import selectors
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import structlog
 
 from cogworker.worker.identity import make_identity
+from supervisor import system
 from supervisor.child import Child, Phase
 from supervisor.config import SwarmConfig
 from supervisor.roster import Roster
+from supervisor.spawner import SpawnRequest
 from supervisor.wire.child_lines import Garbage, Message
-
-if TYPE_CHECKING:
-    from supervisor.forkserver_keeper import SpawnRequest
 
 log = structlog.get_logger("cogworker.swarm")
 
@@ -40,11 +38,13 @@ class ChildProcesses:
         roster: Roster,
         selector: selectors.BaseSelector,
         clock: Callable[[], float],
+        send_signal: Callable[[int, int], None] = system.send_signal,
     ) -> None:
         self._settings = settings
         self._roster = roster
         self._selector = selector
         self._clock = clock
+        self._send_signal = send_signal
 
     def adopt(self, request: SpawnRequest, pid: int, *, replaces: Child | None, current: bool) -> Child:
         """The fork server forked `pid` for `request`: track it as its slot's current child, or as a
@@ -129,8 +129,5 @@ class ChildProcesses:
         child.kill_reason = reason
         self.send(child, signal.SIGKILL)
 
-    @staticmethod
-    def send(child: Child, signum: signal.Signals) -> None:
-        # The pid can't have been reused: an unreaped child keeps it, even as a zombie.
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signum)
+    def send(self, child: Child, signum: signal.Signals) -> None:
+        self._send_signal(child.pid, signum)

@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from supervisor import signals
@@ -190,3 +191,14 @@ class ForkServerHandle:
             self.gone = True
             self.ready = False
         return message
+
+
+# (generation, now) -> a started fork server; raises OSError. Tests pass their own to the keeper.
+Launch = Callable[[int, float], ForkServerHandle]
+
+
+def launch(generation: int, now: float) -> ForkServerHandle:
+    """Start a fork server process. Raises OSError."""
+    server = ForkServerHandle(generation)
+    server.start(now)
+    return server

@@ -1,8 +1,9 @@
 """Keeping a fork server answering: the fork servers' lifecycle, and the requests sent to them.
 
-The supervisor's loop never waits for a fork server (DESIGN §5). A spawn or a requeue is a request
-sent on a non-blocking socket; its answer is handled when the loop sees it come in, and meanwhile the
-loop goes on dispatching signals, reaping children and feeding the watchdog. This module keeps:
+The supervisor's loop never waits for a fork server: a fork server busy with a slow Redis must not
+stop it from reaping, relaying signals and feeding systemd's watchdog. A spawn or a requeue is a
+request sent on a non-blocking socket; its answer is handled when the loop sees it come in. The
+keeper is the Spawner the swarm uses (spawner.py). It keeps:
 
 - the fork servers: `current` takes the requests; `loading` is a restart's new one, still importing
   the code; `retired` ones finish the answers they owe, then exit;
@@ -14,9 +15,7 @@ loop goes on dispatching signals, reaping children and feeding the watchdog. Thi
   to the next one, and a new one is started at once. One that dies is started again, with a growing
   delay while it keeps dying.
 
-A worker can still be forked for a spawn given up on (the fork server was slow, not dead, or died
-between the fork and its answer). Nobody tracks that worker, so it is stopped: by the pid in the late
-answer, or by the pid its first line gives on its state pipe, which is kept open for that.
+A worker forked for a spawn given up on is stopped (late_spawns.py).
 """
 
 from __future__ import annotations
@@ -25,18 +24,17 @@ import contextlib
 import os
 import secrets
 import selectors
-import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
 from supervisor.child import Child
-from supervisor.child_processes import MAX_READ_PER_TURN, READ_BYTES
-from supervisor.forkserver_handle import ForkServerHandle
+from supervisor.config import SwarmConfig
+from supervisor.forkserver_handle import ForkServerHandle, Launch, launch
+from supervisor.late_spawns import LateSpawns, UnclaimedPipe, pid_from
 from supervisor.requeue_requests import RequeueRequests
-from supervisor.wire.child_lines import LineBuffer, Message
+from supervisor.spawner import ExitStep, MakeSpawner, Spawner, SpawnerOwner, SpawnRequest
 
 log = structlog.get_logger("cogworker.swarm")
 
@@ -44,51 +42,21 @@ RETRY_FIRST_S = 1.0  # a fork server that died is started again after this, doub
 RETRY_MAX_S = 60.0
 
 
-@dataclass(eq=False)
-class SpawnRequest:
-    """A worker asked of a fork server and not answered yet."""
+def keeper_for(first: ForkServerHandle, settings: SwarmConfig) -> MakeSpawner:
+    """How the swarm makes its spawner: a keeper of fork servers, starting with `first`."""
 
-    slot: int
-    purpose: str  # start, respawn, restart, memory
-    nonce: str  # chosen here: with the pid, the worker's identity (and its in-progress list)
-    quiet: bool
-    generation: int  # the restart generation it is forked in
-    replaces: Child | None  # the child it is to replace; None: it takes the slot
-    server: ForkServerHandle
-    read_fd: int  # the read end of its state pipe
-    sent_at: float
+    def make(selector: selectors.BaseSelector, owner: SpawnerOwner, clock: Callable[[], float]) -> Spawner:
+        return ForkServerKeeper(
+            first,
+            selector,
+            owner,
+            # A requeue may wait on Redis; beyond that, a fork server is held to a child's liveness.
+            answer_timeout_s=settings.liveness_timeout_s + settings.redis_timeout_s,
+            boot_timeout_s=settings.boot_timeout_s,
+            clock=clock,
+        )
 
-
-@dataclass(eq=False)
-class UnclaimedPipe:
-    """The state pipe of a spawn given up on: a worker forked for it anyway says its pid here."""
-
-    fd: int
-    nonce: str
-    lines: LineBuffer = field(default_factory=LineBuffer)
-    stopped: bool = False
-
-
-class KeeperOwner(Protocol):
-    """What the swarm does with the keeper's news (swarm.py implements it)."""
-
-    def forkserver_ready(self, *, restarted: bool) -> None: ...
-
-    def spawned(self, request: SpawnRequest, pid: int) -> None: ...
-
-    def spawn_failed(self, request: SpawnRequest, error: str, *, server_lost: bool) -> None: ...
-
-    def restart_failed(self, reason: str) -> None: ...
-
-
-# (generation, now) -> a started fork server; raises OSError. Tests attach their own.
-Launch = Callable[[int, float], ForkServerHandle]
-
-
-def launch(generation: int, now: float) -> ForkServerHandle:
-    server = ForkServerHandle(generation)
-    server.start(now)
-    return server
+    return make
 
 
 class ForkServerKeeper:
@@ -96,8 +64,7 @@ class ForkServerKeeper:
         self,
         first: ForkServerHandle,
         selector: selectors.BaseSelector,
-        requeuer: RequeueRequests,
-        owner: KeeperOwner,
+        owner: SpawnerOwner,
         *,
         answer_timeout_s: float,
         boot_timeout_s: float,
@@ -108,9 +75,9 @@ class ForkServerKeeper:
         self.loading: ForkServerHandle | None = None
         self.retired: list[ForkServerHandle] = []  # told to exit (or killed), not reaped yet
         self.requests: dict[str, SpawnRequest] = {}  # nonce -> request, oldest first
-        self.requeuer = requeuer
+        self.requeues = RequeueRequests(clock, on_done=owner.jobs_requeued)
         self.stopping = False
-        self._unclaimed: dict[str, UnclaimedPipe] = {}
+        self._late = LateSpawns(selector)
         self._selector = selector
         self._owner = owner
         self._answer_timeout_s = answer_timeout_s
@@ -127,6 +94,18 @@ class ForkServerKeeper:
     def ready(self) -> bool:
         """A fork server takes spawn requests now."""
         return self.current is not None and self.current.ready
+
+    @property
+    def restart_loading(self) -> bool:
+        return self.loading is not None
+
+    @property
+    def awaiting_spawns(self) -> bool:
+        return bool(self.requests)
+
+    @property
+    def current_pid(self) -> int | None:
+        return self.current.pid if self.current is not None else None
 
     def servers(self) -> list[ForkServerHandle]:
         """Every fork server process not reaped yet."""
@@ -153,22 +132,23 @@ class ForkServerKeeper:
         self.requests[nonce] = request
         return request
 
-    def requeue(self, identity: str) -> None:
+    def requeue_jobs_of(self, identity: str) -> None:
         """A child died holding `identity`'s list: have it requeued (now, or by the next fork server)."""
-        self.requeuer.requeue(identity, self._send_requeue)
+        self.requeues.ask(identity, self._send_requeue)
 
     def send_requeues(self) -> None:
         """Send every requeue still waiting, without waiting for its retry delay (at exit)."""
-        self.requeuer.retry_due(self._send_requeue, force=True)
+        self.requeues.retry_due(self._send_requeue, force=True)
 
     def _send_requeue(self, identity: str) -> bool:
         return self.current is not None and self.current.request_requeue(identity, self._clock())
 
     # Answers -------------------------------------------------------------------------------
-    def on_readable(self, source: ForkServerHandle | UnclaimedPipe) -> None:
+    def on_readable(self, source: object) -> None:
         if isinstance(source, UnclaimedPipe):
-            self._read_unclaimed(source)
+            self._late.read(source)
             return
+        assert isinstance(source, ForkServerHandle), source
         for message in source.read(self._clock()):
             op = message.get("op")
             if op == "ready":
@@ -193,7 +173,8 @@ class ForkServerKeeper:
             if old is not None:
                 self._retire(old)
         # Requeues before anything is forked from it: a dead child's list goes back to its queue
-        # before its slot is forked again (DESIGN §4.3); the fork server answers in order.
+        # before its slot is forked again, so a job is never run by two workers at once; the fork
+        # server answers in order ("A child dies" in docs/architecture.md).
         self.send_requeues()
         self._owner.forkserver_ready(restarted=restarted)
 
@@ -204,19 +185,19 @@ class ForkServerKeeper:
             log.info("requeue_answer_ignored", forkserver_pid=server.pid, child_identity=identity)
             return
         server.requeues.discard(identity)
-        self.requeuer.on_answer(answer)
+        self.requeues.on_answer(answer)
 
     def _on_spawn_answer(self, server: ForkServerHandle, answer: dict[str, Any]) -> None:
         request = self._claim(server, answer.get("nonce"))
-        pid = _pid(answer.get("pid"))
+        pid = pid_from(answer.get("pid"))
         if request is None:
             if answer.get("op") == "spawned" and pid is not None:
-                self._stop_unclaimed(pid, str(answer.get("nonce")), "a late answer")
+                self._late.stop(pid, str(answer.get("nonce")), "a late answer")
             return
         if answer.get("op") == "spawned" and pid is not None:
             self._owner.spawned(request, pid)
         elif answer.get("op") == "spawned":  # forked, but which pid? Its first line will say.
-            self._watch_unclaimed(request)
+            self._late.watch(request)
             self._owner.spawn_failed(request, f"an answer without a pid: {answer!r}", server_lost=False)
         else:
             os.close(request.read_fd)
@@ -233,59 +214,9 @@ class ForkServerKeeper:
         del self.requests[request.nonce]
         return request
 
-    # Workers nobody waits for --------------------------------------------------------------
-    def _watch_unclaimed(self, request: SpawnRequest) -> None:
-        pipe = UnclaimedPipe(request.read_fd, request.nonce)
-        self._unclaimed[request.nonce] = pipe
-        self._selector.register(pipe.fd, selectors.EVENT_READ, pipe)
-
-    def _read_unclaimed(self, pipe: UnclaimedPipe) -> None:
-        # Read until the end of file (the worker, if there is one, has exited): a pipe left full
-        # would block the worker's next line, and it must get as far as its stop. At most
-        # MAX_READ_PER_TURN per loop turn, as for any child.
-        left = MAX_READ_PER_TURN
-        while left > 0:
-            try:
-                data = os.read(pipe.fd, READ_BYTES)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._close_unclaimed(pipe)
-                return
-            left -= len(data)
-            for item in pipe.lines.feed(data):
-                if isinstance(item, Message) and (pid := _pid(item.fields.get("pid"))) is not None:
-                    self._stop_unclaimed(pid, pipe.nonce, "its first line")
-
-    def _stop_unclaimed(self, pid: int, nonce: str, source: str) -> None:
-        pipe = self._unclaimed.get(nonce)
-        if pipe is not None and pipe.stopped:
-            return
-        log.warning(
-            "late_spawn_stopped",
-            child_pid=pid,
-            nonce=nonce,
-            learned_from=source,
-            note="forked for a spawn given up on; nobody tracks it, so it is stopped",
-        )
-        # It is our child (we are its subreaper): its pid stays its own until we reap it, and a pid
-        # freed by a reap this very turn is not handed out again in the milliseconds since.
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        if pipe is not None:
-            pipe.stopped = True
-
-    def _close_unclaimed(self, pipe: UnclaimedPipe) -> None:
-        with contextlib.suppress(KeyError, ValueError):
-            self._selector.unregister(pipe.fd)
-        os.close(pipe.fd)
-        self._unclaimed.pop(pipe.nonce, None)
-
     # Every loop turn -----------------------------------------------------------------------
     def tick(self) -> None:
-        self.requeuer.retry_due(self._send_requeue)
+        self.requeues.retry_due(self._send_requeue)
         self._kill_hung()
         self._start_due()
 
@@ -320,11 +251,11 @@ class ForkServerKeeper:
 
     def _lose(self, server: ForkServerHandle, why: str) -> None:
         """It won't answer what it owes: requeues go to the next one, spawns fail."""
-        self.requeuer.lost(server.requeues)
+        self.requeues.lost(server.requeues)
         server.requeues.clear()
         for request in [r for r in self.requests.values() if r.server is server]:
             del self.requests[request.nonce]
-            self._watch_unclaimed(request)
+            self._late.watch(request)
             self._owner.spawn_failed(request, why, server_lost=True)
 
     def _start_due(self) -> None:
@@ -341,10 +272,17 @@ class ForkServerKeeper:
             log.error("forkserver_start_failed", error=str(exc))
 
     # Processes -----------------------------------------------------------------------------
-    def load_new(self) -> ForkServerHandle:
+    def load_new_code(self) -> None:
         """A restart: start a fork server that imports the code on disk now. Raises OSError."""
         self.loading = self._start()
-        return self.loading
+        log.info(
+            "restart_loading",
+            forkserver_pid=self.loading.pid,
+            note="a new fork server imports the code on disk now",
+        )
+
+    def begin_stop(self) -> None:
+        self.stopping = True
 
     def _start(self) -> ForkServerHandle:
         self._generation += 1
@@ -384,13 +322,13 @@ class ForkServerKeeper:
     def _wanted(self) -> bool:
         """Whether a new fork server is needed: while the swarm runs, and while it stops with dead
         children's jobs still to requeue (else they wait for heartbeat orphan recovery, minutes)."""
-        return not self.stopping or bool(self.requeuer.pending)
+        return not self.stopping or bool(self.requeues.pending)
 
     def requeues_settled(self) -> bool:
         """At exit: every requeue was answered, or none can be (no fork server is on its way)."""
-        if self.requeuer.in_flight:
+        if self.requeues.in_flight:
             return False
-        if not self.requeuer.pending or self.ready:
+        if not self.requeues.pending or self.ready:
             return True  # (pending with a ready fork server: Redis refused them; no more tries now)
         coming = self.current is not None and self.current.pid > 0 and not self.current.retiring
         return not coming and self._start_at is None
@@ -421,13 +359,26 @@ class ForkServerKeeper:
             log.warning("forkserver_killed", forkserver_pid=server.pid, note="it did not exit when told to")
             server.kill()
 
-    def close(self) -> None:
-        """At exit: let go of every pipe still held."""
+    def exit_steps(self) -> list[ExitStep]:
+        """Requeues first (the new fork server the keeper starts for them too), then every fork
+        server is told to exit, then killed if it did not."""
+
+        def no_servers() -> bool:
+            return not self.servers()
+
+        return [
+            (self.send_requeues, self.requeues_settled),
+            (self.retire_all, no_servers),
+            (self.kill_all, no_servers),
+        ]
+
+    def close(self) -> set[str]:
+        """At exit: let go of every pipe still held; returns the requeues never done."""
         for request in self.requests.values():
             os.close(request.read_fd)
         self.requests.clear()
-        for pipe in list(self._unclaimed.values()):
-            self._close_unclaimed(pipe)
+        self._late.close_all()
+        return set(self.requeues.pending)
 
     def _drop(self, server: ForkServerHandle) -> None:
         """Reaped: stop listening, and forget it (its pid becomes 0)."""
@@ -444,14 +395,3 @@ class ForkServerKeeper:
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(server.fileno())
             server.close()
-
-
-def _pid(value: object) -> int | None:
-    """A pid from a message, or None when it isn't one (never 0 or less: os.kill would signal a group)."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        return None
-    try:
-        pid = int(value)
-    except ValueError:
-        return None
-    return pid if pid > 0 else None

@@ -16,6 +16,7 @@ from cogworker import exitcodes, logs
 from supervisor import signals
 from supervisor.config import SwarmConfig
 from supervisor.forkserver_handle import ForkServerHandle
+from supervisor.forkserver_keeper import keeper_for
 from supervisor.integrations.hooks import SwarmHooks
 from supervisor.swarm import Swarm
 
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return exitcodes.FAILURE
-    return Swarm(settings, signal_pipe, server, hooks=hooks).run()
+    return Swarm(settings, signal_pipe, keeper_for(server, settings), hooks=hooks).run()
 
 
 def become_subreaper() -> bool:

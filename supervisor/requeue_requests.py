@@ -39,7 +39,7 @@ class RequeueRequests:
         self._retry_at = 0.0
         self._retry_delay = RETRY_FIRST_S
 
-    def requeue(self, identity: str, send: Send) -> None:
+    def ask(self, identity: str, send: Send) -> None:
         """A child died holding `identity`'s list: ask for it to be requeued now."""
         self.pending.add(identity)
         self._since.setdefault(identity, self._clock())

@@ -1,46 +1,43 @@
 """The swarm: one thread, one loop. Wait for an event, dispatch it, reconcile.
 
 Events are signals (through the self-pipe, signals.py), lines from children's state pipes
-(protocol.py) and answers from the fork server (forkserver_keeper.py). Reconciling is where things
-happen: reap exited children (requeueing the jobs of any that died abnormally before its slot is
-respawned), respawn slots whose backoff has run out, advance a restart, kill stragglers and hung
-children, watch memory, then tell the hooks (systemd notify, metrics) what the swarm looks like now.
-This module decides; processes.py tracks and signals children, forkserver_keeper.py asks fork
-servers for them.
+(wire/child_lines.py) and the spawner's answers (spawner.py). Reconciling is where things happen:
+reap exited children (requeueing the jobs of any that died abnormally before its slot is respawned),
+respawn slots whose backoff has run out, advance a restart, kill stragglers and hung children
+(child_deadlines.py), watch memory, then tell the hooks (systemd notify, metrics) what the swarm
+looks like now. This module decides; child_processes.py tracks and signals children, the spawner
+(forkserver_keeper.py) asks fork servers for them.
 
-The loop never waits on another process (DESIGN §5): a spawn is a request, and the child is tracked
-when the fork server's answer comes (`spawned`). A fork server that stops answering is replaced by
-the keeper. A restart (HUP/USR2) first starts a new fork server, which imports the code on disk now
-(the app too, with preload); once it is ready, the old one retires and the children are replaced
-from the new one.
+The loop never waits on another process, so that a slow fork server or Redis never delays reaping,
+signal relaying or the systemd watchdog: a spawn is a request, and the child is tracked when the
+answer comes (`spawned`). A restart (HUP/USR2) first has new code loaded (a new fork server imports
+it, the app too with preload); once it is ready, the children are replaced from it.
 """
 
 from __future__ import annotations
 
-import os
 import selectors
 import time
-from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 import structlog
-from setproctitle import setproctitle
 
 from cogworker import exitcodes
 from supervisor.child import Child, ExitOutcome, Phase, classify_exit
+from supervisor.child_deadlines import overdue
 from supervisor.child_processes import ChildProcesses
 from supervisor.config import SwarmConfig
-from supervisor.forkserver_handle import ForkServerHandle
-from supervisor.forkserver_keeper import ForkServerKeeper, SpawnRequest
 from supervisor.integrations import hooks as hook_calls
 from supervisor.integrations.hooks import SwarmHooks, SwarmView
 from supervisor.memory_watch import MB, MemoryWatch
+from supervisor.publishing import Publisher
 from supervisor.replacements import Replacements
-from supervisor.requeue_requests import RequeueRequests
 from supervisor.respawn_backoff import RespawnBackoff
+from supervisor.respawns import Respawns
 from supervisor.roster import Roster
 from supervisor.signals import ACTIONS, SignalPipe
+from supervisor.spawner import MakeSpawner, SpawnRequest
+from supervisor.system import DEFAULT_SYSTEM, System
 from supervisor.wire.child_lines import Garbage, Message
 
 log = structlog.get_logger("cogworker.swarm")
@@ -54,34 +51,29 @@ class Swarm:
         self,
         settings: SwarmConfig,
         signal_pipe: SignalPipe,
-        forkserver: ForkServerHandle,
+        spawner: MakeSpawner,
         *,
         hooks: SwarmHooks | None = None,
         clock: Callable[[], float] = time.monotonic,
+        system: System = DEFAULT_SYSTEM,
     ) -> None:
+        """`spawner` (forkserver_keeper.keeper_for in production), `clock` and `system` are the
+        seams tests run the swarm in process through."""
         self.settings = settings
         self.signal_pipe = signal_pipe
         self.hooks = hooks or SwarmHooks()
         self.clock = clock
+        self.system = system
         self.selector = selectors.DefaultSelector()
         self.roster = Roster(settings.count)
-        self.procs = ChildProcesses(settings, self.roster, self.selector, clock)
+        self.procs = ChildProcesses(settings, self.roster, self.selector, clock, system.send_signal)
         self.backoff = RespawnBackoff(
             clock,
             healthy_uptime_s=settings.healthy_uptime_s,
             base_delay_s=settings.respawn_base_delay_s,
             max_delay_s=settings.respawn_max_delay_s,
         )
-        self.keeper = ForkServerKeeper(
-            forkserver,
-            self.selector,
-            RequeueRequests(clock, on_done=self._on_requeued),
-            self,
-            # A requeue may wait on Redis; beyond that, a fork server is held to a child's liveness.
-            answer_timeout_s=settings.liveness_timeout_s + settings.redis_timeout_s,
-            boot_timeout_s=settings.boot_timeout_s,
-            clock=clock,
-        )
+        self.keeper = spawner(self.selector, self, clock)
         self.memory = MemoryWatch(settings.maxmem_mb, settings.memory_check_interval_s, clock)
         self.replacements = Replacements(
             settings,
@@ -89,45 +81,61 @@ class Swarm:
             self.procs,
             self.backoff,
             self.hooks,
-            fork=lambda slot, purpose, old: self._fork(slot, purpose, replaces=old),
+            fork=lambda slot, purpose, old: self.respawns.fork(slot, purpose, replaces=old),
             spawning=lambda slot: self.keeper.spawning(slot) is not None,
-            on_replaced=self._count_replaced,
+            on_replaced=lambda slot, reason: self.respawns.count_replaced(slot, reason),
             clock=clock,
         )
         self.quiet_slots: set[int] = set()
+        self.respawns = Respawns(
+            self.roster,
+            self.procs,
+            self.backoff,
+            self.keeper,
+            self.hooks,
+            quiet_slots=self.quiet_slots,
+            generation=lambda: self.replacements.generation,
+        )
         self.stopping = False
         self.exit_code = exitcodes.OK
-        self.replaced = Counter[str]()  # why slots got new children: crash, hung, memory, restart…
-        self._respawn_reasons: dict[int, str] = {}
-        self._last_view: SwarmView | None = None
+        self.publisher = Publisher(self.hooks, system.set_title)
 
     # The loop -------------------------------------------------------------------------------
     def run(self) -> int:
-        self._start()
-        while not (self.stopping and len(self.roster) == 0 and not self.keeper.requests):
-            try:
-                for key, _ in self.selector.select(self._timeout()):
-                    if key.data is None:
-                        self._on_signals()
-                    elif isinstance(key.data, Child):
-                        self._on_readable(key.data)
-                    else:
-                        self.keeper.on_readable(key.data)  # a fork server's answers
-                self._reconcile()
-            except Exception:
-                self._on_loop_error()
-        self._finish()
+        self.start()
+        while not self.done:
+            self.turn(self._timeout())
+        self.finish()
         return self.exit_code
+
+    @property
+    def done(self) -> bool:
+        """Stopping, no child left, and none asked for that may still come."""
+        return self.stopping and len(self.roster) == 0 and not self.keeper.awaiting_spawns
+
+    def turn(self, timeout: float) -> None:
+        """One loop turn: wait up to `timeout` for events, dispatch them, reconcile."""
+        try:
+            for key, _ in self.selector.select(timeout):
+                if key.data is None:
+                    self._on_signals()
+                elif isinstance(key.data, Child):
+                    self._on_readable(key.data)
+                else:
+                    self.keeper.on_readable(key.data)  # a fork server's answers
+            self._reconcile()
+        except Exception:
+            self._on_loop_error()
 
     def _reconcile(self) -> None:
         self._reap()
         self.keeper.tick()  # requeue retries; a hung fork server replaced, a dead one started again
-        self._respawn_due()
+        self.respawns.respawn_due()
         if not self.stopping:
             self.replacements.advance()
         self._enforce_deadlines()
         self._watch_memory()
-        self._publish()
+        self.publisher.publish(self.view())
 
     def _on_loop_error(self) -> None:
         """A bug in the loop: stop gracefully rather than die, since dying SIGKILLs every child
@@ -155,7 +163,7 @@ class Swarm:
         return max(0.0, min(w for w in waits if w is not None))
 
     # Start and finish -----------------------------------------------------------------------
-    def _start(self) -> None:
+    def start(self) -> None:
         self.selector.register(self.signal_pipe.fileno, selectors.EVENT_READ, None)
         s = self.settings
         log.info(
@@ -163,24 +171,21 @@ class Swarm:
             count=s.count,
             preload=s.preload,
             phased_restart=s.phased_restart,
-            forkserver_pid=self.keeper.current.pid if self.keeper.current else None,
+            forkserver_pid=self.keeper.current_pid,
         )
         for slot in self.roster.vacant_slots():
-            self._fork(slot, "start")
+            self.respawns.fork(slot, "start")
 
-    def _finish(self) -> None:
-        keeper = self.keeper
-        keeper.send_requeues()
-        self._wait_for_forkservers(keeper.requeues_settled)
-        keeper.retire_all()
-        self._wait_for_forkservers(lambda: not keeper.servers())
-        keeper.kill_all()
-        self._wait_for_forkservers(lambda: not keeper.servers())
-        keeper.close()
-        if keeper.requeuer.pending:
+    def finish(self) -> None:
+        """At exit, with no children left: the requeues still owed, then the fork servers' exit."""
+        for step, done in self.keeper.exit_steps():
+            step()
+            self._wait_for_forkservers(done)
+        stranded = self.keeper.close()
+        if stranded:
             log.error(
                 "requeue_pending_at_exit",
-                identities=sorted(keeper.requeuer.pending),
+                identities=sorted(stranded),
                 note="Redis unreachable: heartbeat orphan recovery in any live process requeues them",
             )
             if self.exit_code == exitcodes.OK:
@@ -206,8 +211,8 @@ class Swarm:
         if self.stopping:
             log.info("swarm_already_stopping")
             return
-        self.stopping = True
-        self.keeper.stopping = True
+        self.stopping = self.respawns.stopping = True
+        self.keeper.begin_stop()
         self.backoff.cancel_all()
         self.replacements.cancel()
         timeout = self.settings.graceful_stop_timeout_s
@@ -218,7 +223,7 @@ class Swarm:
 
     def quiet(self) -> None:
         """Stop fetching everywhere, now and in every child forked from now on."""
-        self.quiet_slots = set(range(self.settings.count))
+        self.quiet_slots.update(range(self.settings.count))
         log.info(
             "swarm_quiet", note="children finish running jobs and fetch no more; undo with remote resume"
         )
@@ -230,20 +235,14 @@ class Swarm:
         if self.stopping:
             log.info("restart_ignored", reason="stopping")
             return
-        if self.keeper.loading is not None:
+        if self.keeper.restart_loading:
             log.info("restart_ignored", reason="a restart is already loading the code")
             return
         hook_calls.call(self.hooks.restart_began, self.settings.phased_restart)
         try:
-            server = self.keeper.load_new()
+            self.keeper.load_new_code()
         except OSError as exc:
             self.restart_failed(f"can't start a fork server: {exc}")
-            return
-        log.info(
-            "restart_loading",
-            forkserver_pid=server.pid,
-            note="a new fork server imports the code on disk now",
-        )
 
     # Child pipes ----------------------------------------------------------------------------
     def _on_readable(self, child: Child) -> None:
@@ -280,24 +279,20 @@ class Swarm:
 
     # Reaping --------------------------------------------------------------------------------
     def _reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            code = os.waitstatus_to_exitcode(status)
-            if self.keeper.reaped(pid, code):
-                continue
-            child = self.roster.get(pid)
-            if child is None:
-                log.warning("unknown_child_reaped", pid=pid, exit_code=code)
-                continue
-            self._on_readable(child)  # its last lines (boot_error, stopped) are still in the pipe
-            self.procs.close_pipe(child)
-            _, was_current = self.roster.pop(pid)
-            self._on_exit(child, was_current, classify_exit(child, code))
+        for pid, code in self.system.reap():
+            self._on_reaped(pid, code)
+
+    def _on_reaped(self, pid: int, code: int) -> None:
+        if self.keeper.reaped(pid, code):
+            return
+        child = self.roster.get(pid)
+        if child is None:
+            log.warning("unknown_child_reaped", pid=pid, exit_code=code)
+            return
+        self._on_readable(child)  # its last lines (boot_error, stopped) are still in the pipe
+        self.procs.close_pipe(child)
+        _, was_current = self.roster.pop(pid)
+        self._on_exit(child, was_current, classify_exit(child, code))
 
     def _on_exit(self, child: Child, was_current: bool, outcome: ExitOutcome) -> None:
         (log.info if outcome.clean else log.warning)(
@@ -306,12 +301,13 @@ class Swarm:
             exit_code=outcome.code,
             signal=outcome.signal_name,
             uptime_s=round(child.uptime(self.clock()), 3),
-            requeue=outcome.requeue,
+            requeue=outcome.jobs_stranded,
             **child.describe(),
         )
-        if outcome.requeue:
-            # Sent before anything is respawned (DESIGN §4.3): the fork server answers in order.
-            self.keeper.requeue(child.identity)
+        if outcome.jobs_stranded:
+            # Asked before anything is respawned, and the fork server answers in order: a dead
+            # child's jobs are back on their queues before its slot fetches again.
+            self.keeper.requeue_jobs_of(child.identity)
         hook_calls.call(self.hooks.child_exited, child, outcome)
         if self.stopping:
             if not outcome.clean and self.exit_code == exitcodes.OK:
@@ -335,77 +331,16 @@ class Swarm:
             self.stop("boot_error")
             self.exit_code = exitcodes.BOOT_ERROR
         else:
-            self._respawn_reasons[child.slot] = outcome.reason
-            if child.respawn_on_exit:
-                self.backoff.schedule_now(child.slot)  # a restart in place is no crash
-            else:
-                crash = self.backoff.crashed(child.slot)
-                log.warning(
-                    "respawn_scheduled",
-                    slot=child.slot,
-                    delay_s=crash.delay_s,
-                    streak=crash.streak,
-                    after=outcome.reason,
-                )
+            self.respawns.schedule(child, outcome)
 
-    def _on_requeued(self, identity: str, moved: int, seconds: float) -> None:
-        hook_calls.call(self.hooks.jobs_requeued, identity, moved, seconds)
-
-    def _respawn_due(self) -> None:
-        if self.stopping or not self.keeper.ready:
-            return  # due slots stay due until a fork server is ready
-        for slot in self.backoff.due():
-            if self.roster.current(slot) is None and self.keeper.spawning(slot) is None:
-                self._fork(slot, "respawn")
-
-    def _count_replaced(self, slot: int, reason: str) -> None:
-        self.replaced[reason] += 1
-        hook_calls.call(self.hooks.child_replaced, slot, reason)
-
-    def _fork(self, slot: int, purpose: str, *, replaces: Child | None = None) -> bool:
-        """Ask for a child for `slot`; it is tracked when the fork server answers (`spawned`)."""
-        try:
-            self.keeper.spawn(
-                slot,
-                purpose,
-                quiet=slot in self.quiet_slots,
-                generation=self.replacements.generation,
-                replaces=replaces,
-            )
-        except OSError as exc:
-            retry = self.backoff.fork_failed(slot) if replaces is None else None
-            log.error("fork_failed", slot=slot, purpose=purpose, error=str(exc), retry_in_s=retry)
-            return False
-        return True
-
-    # The fork server's answers (forkserver_keeper.KeeperOwner) ---------------------------------
+    # The spawner's answers (spawner.SpawnerOwner) -----------------------------------------------
     def spawned(self, request: SpawnRequest, pid: int) -> None:
-        old = request.replaces
-        if old is not None and not self.roster.is_current(old):
-            old = None  # it exited while its replacement was being forked: that takes the slot
-        surplus = old is None and self.roster.current(request.slot) is not None
-        takes_slot = old is None and not surplus
-        child = self.procs.adopt(request, pid, replaces=old, current=takes_slot)
-        if takes_slot:
-            self.backoff.started(request.slot, at=child.started_at)
-            if request.purpose == "respawn":
-                self._count_replaced(request.slot, self._respawn_reasons.pop(request.slot, "respawn"))
-        hook_calls.call(self.hooks.child_started, child)
-        if self.stopping or surplus:
-            self.procs.terminate(child)
+        self.respawns.spawned(request, pid)
 
     def spawn_failed(self, request: SpawnRequest, error: str, *, server_lost: bool) -> None:
-        slot, purpose = request.slot, request.purpose
-        if purpose in ("restart", "memory"):
-            self.replacements.spawn_failed(slot, purpose, error)
-        if self.stopping or self.roster.current(slot) is not None or self.keeper.spawning(slot):
-            log.error("fork_failed", slot=slot, purpose=purpose, error=error)
-            return
-        # A lost fork server is no crash of the slot: it is forked as soon as a new one is ready.
-        retry = None if server_lost else self.backoff.fork_failed(slot)
-        if server_lost:
-            self.backoff.schedule_now(slot)
-        log.error("fork_failed", slot=slot, purpose=purpose, error=error, retry_in_s=retry)
+        if request.purpose in ("restart", "memory"):
+            self.replacements.spawn_failed(request.slot, request.purpose, error)
+        self.respawns.spawn_failed(request, error, server_lost=server_lost)
 
     def forkserver_ready(self, *, restarted: bool) -> None:
         if restarted and not self.stopping:
@@ -414,6 +349,9 @@ class Swarm:
     def restart_failed(self, reason: str) -> None:
         log.error("restart_failed", reason=reason, note="the old children keep running")
         hook_calls.call(self.hooks.restart_ended, False)
+
+    def jobs_requeued(self, identity: str, moved: int, seconds: float) -> None:
+        hook_calls.call(self.hooks.jobs_requeued, identity, moved, seconds)
 
     def _wait_for_forkservers(self, done: Callable[[], bool]) -> None:
         """At exit, with no children left: read answers and reap fork servers until `done`."""
@@ -429,26 +367,12 @@ class Swarm:
 
     # Deadlines and memory -------------------------------------------------------------------
     def _enforce_deadlines(self) -> None:
-        now, s = self.clock(), self.settings
+        now = self.clock()
         for child in self.roster:
-            if child.kill_reason is not None:
-                continue
-            if child.stop_deadline is not None and now >= child.stop_deadline:
-                log.warning("straggler_killed", after_s=s.graceful_stop_timeout_s, **child.describe())
-                self.procs.kill(child, "straggler")
-            elif child.stopping:
-                continue
-            elif child.phase is Phase.FORKED:
-                # Not a word yet: it is importing the app (without preload, each child imports it
-                # itself, and a big app takes longer than a hang would). The liveness timer starts
-                # with its first line; until then only the generous boot deadline applies.
-                if child.uptime(now) > s.boot_timeout_s:
-                    log.error("child_boot_timeout", after_s=round(child.uptime(now), 2), **child.describe())
-                    self.procs.kill(child, "boot_timeout")
-            elif child.silent_for(now) > s.liveness_timeout_s:
-                silent = round(child.silent_for(now), 2)
-                log.error("child_hung", silent_s=silent, phase=child.phase.value, **child.describe())
-                self.procs.kill(child, "hung")
+            late = overdue(child, now, self.settings)
+            if late is not None:
+                (log.warning if late.expected else log.error)(late.event, **late.fields, **child.describe())
+                self.procs.kill(child, late.reason)
         self.replacements.check_ready_deadlines()
 
     def _watch_memory(self) -> None:
@@ -468,23 +392,7 @@ class Swarm:
         return SwarmView.of(
             self.roster,
             quiet=bool(self.quiet_slots),
-            restarting=self.replacements.restarting or self.keeper.loading is not None,
+            restarting=self.replacements.restarting or self.keeper.restart_loading,
             stopping=self.stopping,
             now=self.clock(),
         )
-
-    def latest_status(self) -> dict[int, dict[str, Any]]:
-        """pid -> the child's latest status line (for metrics)."""
-        return {c.pid: dict(c.status) for c in self.roster}
-
-    def _publish(self) -> None:
-        view, last = self.view(), self._last_view
-        if last is None or (view.children, view.ready, view.state) != (last.children, last.ready, last.state):
-            log.info(
-                "swarm_capacity", children=view.children, ready=view.ready, count=view.count, state=view.state
-            )
-            setproctitle(f"cogworker-swarm [{view.children} children, {view.ready} ready] {view.state}")
-        if view != last:
-            hook_calls.call(self.hooks.state_changed, view)
-        self._last_view = view
-        hook_calls.call(self.hooks.tick, view)

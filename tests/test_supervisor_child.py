@@ -70,9 +70,9 @@ def test_boot_error_is_remembered() -> None:
 def test_exit_classification() -> None:
     child = ready(make())
     assert classify_exit(child, 0).reason == "exit" and classify_exit(child, 0).clean
-    assert classify_exit(child, 1).reason == "crash" and classify_exit(child, 1).requeue
+    assert classify_exit(child, 1).reason == "crash" and classify_exit(child, 1).jobs_stranded
     killed = classify_exit(child, -signal.SIGKILL)
-    assert killed.reason == "signal" and killed.requeue and killed.signal_name == "SIGKILL"
+    assert killed.reason == "signal" and killed.jobs_stranded and killed.signal_name == "SIGKILL"
     assert not classify_exit(child, -signal.SIGTERM).clean  # nobody asked it to stop
     boot = classify_exit(make(), exitcodes.BOOT_ERROR)
     assert boot.boot_error and boot.reason == "boot_error"
@@ -95,7 +95,7 @@ def test_exits_after_our_sigkill_carry_its_reason_and_requeue() -> None:
     child.term_sent_at = 1.0
     child.kill_reason = "straggler"
     outcome = classify_exit(child, -signal.SIGKILL)
-    assert outcome.reason == "straggler" and outcome.requeue and not outcome.clean
+    assert outcome.reason == "straggler" and outcome.jobs_stranded and not outcome.clean
 
 
 # Roster ----------------------------------------------------------------------------------------

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 from supervisor.forkserver_handle import ForkServerHandle
-from supervisor.forkserver_keeper import ForkServerKeeper, SpawnRequest, UnclaimedPipe
-from supervisor.requeue_requests import RequeueRequests
+from supervisor.forkserver_keeper import ForkServerKeeper
+from supervisor.late_spawns import UnclaimedPipe
+from supervisor.spawner import SpawnRequest
 from supervisor.wire import forkserver_messages
 
 ANSWER_TIMEOUT_S = 10.0
@@ -74,6 +75,7 @@ class Owner:
         self.spawns: list[tuple[SpawnRequest, int]] = []
         self.failed: list[tuple[SpawnRequest, str, bool]] = []
         self.restart_failures: list[str] = []
+        self.requeued: list[tuple[str, int]] = []
 
     def forkserver_ready(self, *, restarted: bool) -> None:
         self.ready.append(restarted)
@@ -87,6 +89,9 @@ class Owner:
     def restart_failed(self, reason: str) -> None:
         self.restart_failures.append(reason)
 
+    def jobs_requeued(self, identity: str, moved: int, seconds: float) -> None:
+        self.requeued.append((identity, moved))
+
 
 class World:
     def __init__(self) -> None:
@@ -95,14 +100,10 @@ class World:
         self.fakes: list[FakeForkServer] = []
         self.selector = selectors.DefaultSelector()
         self.owner = Owner()
-        self.requeued: list[tuple[str, int]] = []
         first = self.launch(0, self.clock())
         self.keeper = ForkServerKeeper(
             first,
             self.selector,
-            RequeueRequests(
-                self.clock, on_done=lambda identity, moved, _s: self.requeued.append((identity, moved))
-            ),
             self.owner,
             answer_timeout_s=ANSWER_TIMEOUT_S,
             boot_timeout_s=BOOT_TIMEOUT_S,
@@ -155,7 +156,7 @@ def test_answers_reach_the_owner_and_a_busy_fork_server_is_not_hung(world: World
     world.ready(first)
     assert world.keeper.ready and world.owner.ready == [False]
 
-    world.keeper.requeue("h:1:dead")
+    world.keeper.requeue_jobs_of("h:1:dead")
     request = world.keeper.spawn(0, "respawn", quiet=False, generation=0)
     assert world.keeper.spawning(0) is request
     asked = first.requests()
@@ -170,7 +171,7 @@ def test_answers_reach_the_owner_and_a_busy_fork_server_is_not_hung(world: World
     first.say(op="spawned", slot=0, nonce=request.nonce, pid=4242)
     world.dispatch()
     assert first.proc.poll() is None
-    assert world.requeued == [("h:1:dead", 2)]
+    assert world.owner.requeued == [("h:1:dead", 2)]
     assert world.owner.spawns == [(request, 4242)] and world.keeper.spawning(0) is None
 
     # Owing nothing, silence is fine however long it lasts.
@@ -185,7 +186,7 @@ def test_a_fork_server_silent_past_its_deadline_is_killed_and_its_requests_go_to
 ) -> None:
     [first] = world.fakes
     world.ready(first)
-    world.keeper.requeue("h:1:dead")
+    world.keeper.requeue_jobs_of("h:1:dead")
     request = world.keeper.spawn(3, "respawn", quiet=True, generation=0)
     world.clock.now += ANSWER_TIMEOUT_S
     world.dispatch()
@@ -217,7 +218,7 @@ def test_late_answers_from_a_killed_fork_server_count_for_nothing_and_its_worker
 ) -> None:
     [first] = world.fakes
     world.ready(first)
-    world.keeper.requeue("h:1:dead")
+    world.keeper.requeue_jobs_of("h:1:dead")
     request = world.keeper.spawn(0, "respawn", quiet=False, generation=0)
     world.clock.now += ANSWER_TIMEOUT_S + 1
     world.dispatch()
@@ -229,9 +230,9 @@ def test_late_answers_from_a_killed_fork_server_count_for_nothing_and_its_worker
     first.say(op="spawned", slot=0, nonce=request.nonce, pid=worker.pid)
     world.reap(first)  # reading its last answers first
     assert worker.wait(timeout=5) == -signal.SIGTERM  # nobody tracks it: stopped
-    assert world.owner.spawns == [] and world.requeued == []
+    assert world.owner.spawns == [] and world.owner.requeued == []
     # The requeue is still pending, for the next fork server to do.
-    assert world.keeper.requeuer.pending == {"h:1:dead"}
+    assert world.keeper.requeues.pending == {"h:1:dead"}
 
 
 def test_a_worker_forked_for_a_given_up_spawn_is_stopped_when_it_speaks(world: World) -> None:
@@ -262,7 +263,9 @@ def test_a_worker_forked_for_a_given_up_spawn_is_stopped_when_it_speaks(world: W
 def test_a_restarts_fork_server_not_ready_within_the_boot_timeout_fails_the_restart(world: World) -> None:
     [first] = world.fakes
     world.ready(first)
-    loading = world.keeper.load_new()
+    world.keeper.load_new_code()
+    loading = world.keeper.loading
+    assert loading is not None
     world.clock.now += BOOT_TIMEOUT_S + 1
     world.dispatch()
     assert world.fakes[1].killed()
@@ -275,7 +278,7 @@ def test_a_restarts_fork_server_not_ready_within_the_boot_timeout_fails_the_rest
 def test_a_restarts_fork_server_takes_over_when_ready_and_the_old_one_retires(world: World) -> None:
     [first] = world.fakes
     world.ready(first)
-    world.keeper.load_new()
+    world.keeper.load_new_code()
     second = world.fakes[1]
     world.ready(second)
     assert world.owner.ready == [False, True]

@@ -75,7 +75,7 @@ def test_an_identity_stays_pending_until_answered_and_reports_latency() -> None:
     done: list[tuple[str, int, float]] = []
     requeuer = RequeueRequests(clock, on_done=lambda *a: done.append(a))
 
-    requeuer.requeue("h:1:dead", server)
+    requeuer.ask("h:1:dead", server)
     assert server.sent == ["h:1:dead"] and requeuer.pending == {"h:1:dead"}
     requeuer.retry_due(server, force=True)
     assert server.sent == ["h:1:dead"]  # in flight: not sent twice
@@ -90,7 +90,7 @@ def test_failures_retry_with_growing_delays_and_a_lost_server_resends() -> None:
     done: list[tuple[str, int, float]] = []
     requeuer = RequeueRequests(clock, on_done=lambda *a: done.append(a))
 
-    requeuer.requeue("h:2:dead", server)
+    requeuer.ask("h:2:dead", server)
     requeuer.on_answer({"identity": "h:2:dead", "ok": False, "error": "Connection refused"})
     assert requeuer.pending == {"h:2:dead"} and requeuer.in_flight == set()
     clock.now += RETRY_FIRST_S / 2
