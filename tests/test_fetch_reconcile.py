@@ -24,10 +24,11 @@ from cogworker.settings import Settings, load_settings
 from cogworker.store import keys
 from cogworker.store.connection import connect
 from cogworker.store.redis_context import RedisContext
-from cogworker.worker.fetch import ReliableFetch, Work
+from cogworker.worker.fetch import Work
 from cogworker.worker.manager import Manager
 from cogworker.worker.processor import Stats
 from cogworker.worker.recovery import Recovery
+from cogworker.worker.reliable_fetch import ReliableFetch
 from cogworker.worker.settle import Settler
 from tests.redis_server import RedisServer, wait_until
 from tests.workers import Worker, WorkerPool

@@ -9,7 +9,7 @@ import threading
 import redis
 
 from cogworker import codec
-from cogworker.ops import NotFound
+from cogworker.ops import NotFound, set_actions
 from cogworker.ops import sets as set_ops
 from cogworker.settings import Settings
 from cogworker.store import keys
@@ -33,7 +33,7 @@ def test_kill_moves_a_retry_entry_to_dead_and_releases_its_lock(r: redis.Redis, 
     r.set(lock_key, owner)
     r.hset(keys.status("k1"), mapping={"status": "retrying"})
 
-    entry = set_ops.kill(r, Scripts(r), settings, "retry", "k1")
+    entry = set_actions.kill(r, Scripts(r), settings, "retry", "k1")
     assert entry.raw == raw
     assert r.zcard(keys.RETRY) == 0
     [(dead_raw, score)] = r.zrange(keys.DEAD, 0, -1, withscores=True)
@@ -46,9 +46,9 @@ def test_kill_moves_a_retry_entry_to_dead_and_releases_its_lock(r: redis.Redis, 
 
 def test_a_killed_scheduled_job_says_it_was_killed(r: redis.Redis, settings: Settings) -> None:
     add(r, keys.SCHEDULE, {"class": "demo_jobs.record", "jid": "s1", "queue": "default", "args": ["x"]})
-    set_ops.kill(r, Scripts(r), settings, "scheduled", "s1")
+    set_actions.kill(r, Scripts(r), settings, "scheduled", "s1")
     dead = json.loads(r.zrange(keys.DEAD, 0, -1)[0])
-    assert dead["error_class"] == set_ops.KILLED
+    assert dead["error_class"] == set_actions.KILLED
     assert "killed by an operator" in dead["error_message"]
 
 
@@ -58,7 +58,7 @@ def _operator(
     client = redis.Redis(connection_pool=r.connection_pool)
     barrier.wait()
     try:
-        set_ops.kill(client, Scripts(client), settings, "retry", jid)
+        set_actions.kill(client, Scripts(client), settings, "retry", jid)
         outcomes.append("killed")
     except NotFound:
         outcomes.append("not found")
@@ -85,8 +85,8 @@ def test_kill_with_dead_a_string_loses_nothing(r: redis.Redis, settings: Setting
     raw = add(r, keys.RETRY, retry_job("w1"))
     r.set(keys.DEAD, "not a sorted set")
     try:
-        set_ops.kill(r, Scripts(r), settings, "retry", "w1")
-    except set_ops.WrongTypeKey as exc:
+        set_actions.kill(r, Scripts(r), settings, "retry", "w1")
+    except set_actions.WrongTypeKey as exc:
         assert "cogworker:dead holds a string, not a sorted set" in str(exc)
     else:
         raise AssertionError("expected WrongTypeKey")
@@ -98,10 +98,10 @@ def test_kill_all_with_filters(r: redis.Redis, settings: Settings) -> None:
         add(r, keys.RETRY, retry_job(f"m{i}", queue="mail"))
     add(r, keys.RETRY, retry_job("o1", queue="other"))
     add(r, keys.RETRY, "{unreadable")
-    result = set_ops.kill_all(r, Scripts(r), settings, "retry", set_ops.Filter(queue="mail"))
+    result = set_actions.kill_all(r, Scripts(r), settings, "retry", set_ops.Filter(queue="mail"))
     assert (result.done, result.gone) == (3, 0)
     assert r.zcard(keys.RETRY) == 2
-    result = set_ops.kill_all(r, Scripts(r), settings, "retry")
+    result = set_actions.kill_all(r, Scripts(r), settings, "retry")
     assert result.done == 2 and r.zcard(keys.RETRY) == 0
     assert "{unreadable" in [json.loads(e).get("raw") for e in r.zrange(keys.DEAD, 0, -1)]
 
@@ -137,12 +137,12 @@ def test_delete_all_refuses_a_key_that_isnt_the_set(r: redis.Redis) -> None:
     """MULTI with ZCARD then DEL deleted it anyway (a transaction runs the commands after a failed one)."""
     r.set(keys.RETRY, "not a sorted set")
     try:
-        set_ops.delete_all(r, "retry")
-    except set_ops.WrongTypeKey as exc:
+        set_actions.delete_all(r, "retry")
+    except set_actions.WrongTypeKey as exc:
         assert "cogworker:retry holds a string" in str(exc)
     else:
         raise AssertionError("expected WrongTypeKey")
     assert r.get(keys.RETRY) == "not a sorted set"
     r.delete(keys.RETRY)
     add(r, keys.RETRY, retry_job("y"))
-    assert set_ops.delete_all(r, "retry").done == 1 and r.exists(keys.RETRY) == 0
+    assert set_actions.delete_all(r, "retry").done == 1 and r.exists(keys.RETRY) == 0

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from cogworker import codec
-from cogworker.ops import NotFound
+from cogworker.ops import NotFound, set_actions
 from cogworker.ops import sets as set_ops
 from cogworker.store.scripts import Scripts
 
@@ -45,7 +45,7 @@ def add(r: redis.Redis, key: str, job: dict[str, Any] | str, score: float = 100.
 def test_retry_now_moves_a_dead_job_to_its_queue_like_sidekiq(r: redis.Redis) -> None:
     add(r, "cogworker:dead", dead_job("j1", queue="mail"))
     before = time.time()
-    entry = set_ops.retry_now(r, Scripts(r), "dead", "j1")
+    entry = set_actions.retry_now(r, Scripts(r), "dead", "j1")
     assert entry.jid == "j1"
     assert r.zcard("cogworker:dead") == 0
     assert r.sismember("cogworker:queues", "mail")
@@ -62,7 +62,7 @@ def _operator(
     client = redis.Redis(connection_pool=r.connection_pool)
     barrier.wait()
     try:
-        set_ops.retry_now(client, scripts, "dead", jid)
+        set_actions.retry_now(client, scripts, "dead", jid)
         outcomes.append("retried")
     except NotFound:
         outcomes.append("not found")
@@ -96,7 +96,7 @@ def test_an_entry_swapped_meanwhile_is_found_again(r: redis.Redis) -> None:
     entry = set_ops.get(r, "dead", "j1")
     Scripts(r).run("swap_dead", ["cogworker:dead"], [raw, 5.0, codec.dumps(dead_job("j1", error_class="X"))])
     assert entry.raw not in r.zrange("cogworker:dead", 0, -1)
-    set_ops.retry_now(r, Scripts(r), "dead", "j1")
+    set_actions.retry_now(r, Scripts(r), "dead", "j1")
     assert json.loads(r.lindex("cogworker:queue:default", 0))["error_class"] == "X"
 
 
@@ -114,12 +114,12 @@ def test_unreadable_entries_are_shown_and_deleted_but_never_retried(r: redis.Red
     found = set_ops.entries(r, "dead")
     assert [e.readable for e in found] == [False, False]
     assert all(e.ref.startswith("raw-") for e in found)
-    with pytest.raises(set_ops.NotRetryable, match="unreadable"):
-        set_ops.retry_now(r, Scripts(r), "dead", found[0].ref)
+    with pytest.raises(set_actions.NotRetryable, match="unreadable"):
+        set_actions.retry_now(r, Scripts(r), "dead", found[0].ref)
     assert set_ops.get(r, "dead", found[1].ref).raw == "plain garbage"
-    result = set_ops.retry_all(r, Scripts(r), "dead")
+    result = set_actions.retry_all(r, Scripts(r), "dead")
     assert (result.done, result.unreadable) == (0, 2)
-    set_ops.delete(r, "dead", found[1].ref)
+    set_actions.delete(r, "dead", found[1].ref)
     assert r.zcard("cogworker:dead") == 1
 
 
@@ -132,10 +132,10 @@ def test_filters_and_bulk_actions(r: redis.Redis) -> None:
     assert [e.jid for e in set_ops.entries(r, "retry", set_ops.Filter(job="mail"))] == ["b", "c"]
     assert [e.jid for e in set_ops.entries(r, "retry", set_ops.Filter(error="smtp"))] == ["a"]
     assert [e.jid for e in set_ops.entries(r, "retry", limit=1)] == ["a"]
-    result = set_ops.retry_all(r, Scripts(r), "retry", set_ops.Filter(queue="q1"))
+    result = set_actions.retry_all(r, Scripts(r), "retry", set_ops.Filter(queue="q1"))
     assert result.done == 2
     assert r.llen("cogworker:queue:q1") == 2
-    assert set_ops.delete_all(r, "retry").done == 1
+    assert set_actions.delete_all(r, "retry").done == 1
     assert r.exists("cogworker:retry") == 0
 
 
@@ -148,12 +148,12 @@ def test_scheduled_retry_now_keeps_it_a_first_run(r: redis.Redis) -> None:
         "at": time.time() + 600,
     }
     add(r, "cogworker:schedule", job, job["at"])
-    set_ops.retry_now(r, Scripts(r), "scheduled", "s1")
+    set_actions.retry_now(r, Scripts(r), "scheduled", "s1")
     pushed = json.loads(r.lindex("cogworker:queue:default", 0))
     assert "at" not in pushed
     assert "retried_at" not in pushed
     with pytest.raises(NotFound):
-        set_ops.retry_now(r, Scripts(r), "scheduled", "s1")
+        set_actions.retry_now(r, Scripts(r), "scheduled", "s1")
 
 
 def test_jid_search_is_exact(r: redis.Redis) -> None:

@@ -175,7 +175,7 @@ def test_a_wrong_type_queue_keeps_the_job_for_the_next_pass(r: redis.Redis, sett
 
 
 def test_acknowledging_clears_the_orphan_counter(r: redis.Redis, settings) -> None:
-    from cogworker.worker.fetch import ReliableFetch
+    from cogworker.worker.reliable_fetch import ReliableFetch
 
     parts = components.build(settings)
     raw = job("a")
@@ -193,7 +193,7 @@ def test_acknowledging_clears_the_orphan_counter(r: redis.Redis, settings) -> No
 
 def test_paused_queues_are_skipped(r: redis.Redis, settings) -> None:
     from cogworker.settings import parse_queues
-    from cogworker.worker.fetch import ReliableFetch
+    from cogworker.worker.reliable_fetch import ReliableFetch
 
     parts = components.build(settings)
     r.lpush(keys.queue("a"), job("in-a", queue="a"))
@@ -209,7 +209,7 @@ def test_paused_queues_are_skipped(r: redis.Redis, settings) -> None:
 def test_fetch_reloads_its_script_after_the_script_cache_is_flushed(r: redis.Redis, settings) -> None:
     """The fetch runs on the fetcher's own connection, outside redis-py's script helper; a Redis
     restarted without its script cache must still get the script (EVAL after NOSCRIPT)."""
-    from cogworker.worker.fetch import ReliableFetch
+    from cogworker.worker.reliable_fetch import ReliableFetch
 
     parts = components.build(settings)
     fetch = ReliableFetch(parts.client, parts.client, parts.scripts, "me:1:1", settings.queue_spec)
@@ -226,7 +226,7 @@ def test_fetch_reloads_its_script_after_the_script_cache_is_flushed(r: redis.Red
 def test_fetch_from_a_second_thread_while_the_fetcher_holds_its_connection(r: redis.Redis, settings) -> None:
     """A final acknowledgement flush can run while the fetcher thread is still inside a call; it
     goes through the client's pool rather than sharing the fetcher's socket."""
-    from cogworker.worker.fetch import ReliableFetch
+    from cogworker.worker.reliable_fetch import ReliableFetch
 
     parts = components.build(settings)
     fetch = ReliableFetch(parts.client, parts.client, parts.scripts, "me:1:1", settings.queue_spec)

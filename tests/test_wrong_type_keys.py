@@ -15,7 +15,8 @@ from cogworker import codec
 from cogworker.api import retry
 from cogworker.settings import load_settings
 from cogworker.store import key_guard, keys, scripts
-from cogworker.worker.fetch import ReliableFetch, Work
+from cogworker.worker.fetch import Work
+from cogworker.worker.reliable_fetch import ReliableFetch
 from cogworker.worker.settle import Settler
 from tests import components
 from tests.cli_runner import cli_fixture  # noqa: F401
@@ -70,18 +71,18 @@ def test_an_unreadable_entry_with_dead_a_string_stays_in_its_set(r, settings) ->
 
 
 def test_retry_now_onto_a_string_queue_names_the_key_and_keeps_the_entry(r, settings) -> None:
-    from cogworker.ops import sets as set_ops
+    from cogworker.ops import set_actions
 
     raw = payload("d1", queue="broken", error_class="ValueError")
     r.zadd(keys.DEAD, {raw: 1})
     r.set(keys.queue("broken"), "not a list")
     parts = components.build(settings)
-    with pytest.raises(set_ops.WrongTypeKey, match="cogworker:queue:broken holds a string, not a list"):
-        set_ops.retry_now(r, parts.scripts, "dead", "d1")
+    with pytest.raises(set_actions.WrongTypeKey, match="cogworker:queue:broken holds a string, not a list"):
+        set_actions.retry_now(r, parts.scripts, "dead", "d1")
     assert r.zscore(keys.DEAD, raw) == 1
     assert keys.queue("broken") in r.smembers(keys.GUARD_REQUESTS)
 
-    result = set_ops.retry_all(r, parts.scripts, "dead")
+    result = set_actions.retry_all(r, parts.scripts, "dead")
     assert (result.done, result.wrong_type) == (0, (keys.queue("broken"),))
     assert r.zscore(keys.DEAD, raw) == 1
 
@@ -263,8 +264,8 @@ def test_push_bulk_writes_all_of_a_batch_or_none(r, configured) -> None:
     # One batch for two queues, one of the wrong type: nothing of it is written. (Pipelined, the
     # healthy queue's jobs were written, and the caller, told the batch failed, pushed them again.)
     batch = [
-        build_job(demo_jobs.record, ("a",), {}, demo_jobs.record.options, None),
-        build_job(demo_jobs.on_other, ("b",), {}, demo_jobs.on_other.options, None),
+        build_job(fn.name, (arg,), {}, queue=fn.queue, options=fn.options, at=None)
+        for fn, arg in ((demo_jobs.record, "a"), (demo_jobs.on_other, "b"))
     ]
     with pytest.raises(key_guard.WrongTypeKey):
         _write_batch(r, batch)

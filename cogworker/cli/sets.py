@@ -15,7 +15,7 @@ import argparse
 from typing import Any
 
 from cogworker.cli.common import Context, Failure, pretty_json, short, table, timestamp, yes_flag
-from cogworker.ops import NotFound
+from cogworker.ops import NotFound, set_actions
 from cogworker.ops import sets as set_ops
 
 SET_HELP = {
@@ -87,7 +87,7 @@ def register(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         yes_flag(delete_all)
         delete_all.set_defaults(handler=delete_all_entries)
 
-        if set_name in set_ops.KILLABLE:
+        if set_name in set_actions.KILLABLE:
             kill = actions.add_parser("kill", parents=parents, help="move entries to dead (asks first)")
             kill.add_argument("refs", metavar="JID", nargs="*")
             kill.add_argument("--all", action="store_true", help="every entry matching the filters")
@@ -168,7 +168,7 @@ def show_entry(ctx: Context) -> int:
 
 
 def retry_entry(ctx: Context) -> int:
-    entry = set_ops.retry_now(ctx.client, ctx.scripts, ctx.args.set_name, ctx.args.ref)
+    entry = set_actions.retry_now(ctx.client, ctx.scripts, ctx.args.set_name, ctx.args.ref)
     data = {"set": entry.set, "ref": entry.ref, "job": entry.job, "queue": entry.queue, "retried": True}
     ctx.emit(data, lambda _: [f"{entry.ref} ({entry.job}) moved from {entry.set} to queue {entry.queue}"])
     return 0
@@ -178,7 +178,7 @@ def delete_entry(ctx: Context) -> int:
     set_name = ctx.args.set_name
     entry = set_ops.get(ctx.client, set_name, ctx.args.ref)
     ctx.confirm(f"Delete {entry.ref} ({entry.job or 'unreadable'}) from the {set_name} set?")
-    entry = set_ops.delete(ctx.client, set_name, ctx.args.ref)
+    entry = set_actions.delete(ctx.client, set_name, ctx.args.ref)
     data = {"set": set_name, "ref": entry.ref, "job": entry.job, "deleted": True}
     ctx.emit(data, lambda _: [f"{entry.ref} deleted from the {set_name} set"])
     return 0
@@ -195,7 +195,7 @@ def _matching(ctx: Context) -> str:
 def retry_all_entries(ctx: Context) -> int:
     set_name = ctx.args.set_name
     ctx.confirm(f"Enqueue {_matching(ctx)} of the {set_name} set now?")
-    result = set_ops.retry_all(ctx.client, ctx.scripts, set_name, _filter(ctx))
+    result = set_actions.retry_all(ctx.client, ctx.scripts, set_name, _filter(ctx))
     data = {"set": set_name, "retried": result.done, "unreadable": result.unreadable, "gone": result.gone}
 
     data["wrong_type"] = list(result.wrong_type)
@@ -212,7 +212,7 @@ def retry_all_entries(ctx: Context) -> int:
     return 1 if result.wrong_type else 0
 
 
-def _wrong_type_lines(result: set_ops.BulkResult) -> list[str]:
+def _wrong_type_lines(result: set_actions.BulkResult) -> list[str]:
     if not result.wrong_type:
         return []
     return [
@@ -237,7 +237,7 @@ def kill_entries(ctx: Context) -> int:
     killed, gone = [], []
     for entry in found:
         try:
-            killed.append(set_ops.kill(ctx.client, ctx.scripts, ctx.settings, set_name, entry.ref))
+            killed.append(set_actions.kill(ctx.client, ctx.scripts, ctx.settings, set_name, entry.ref))
         except NotFound:
             gone.append(entry.ref)
     data = {"set": set_name, "killed": [e.ref for e in killed], "gone": gone}
@@ -253,7 +253,7 @@ def kill_entries(ctx: Context) -> int:
 def _kill_all(ctx: Context) -> int:
     set_name = ctx.args.set_name
     ctx.confirm(f"Kill {_matching(ctx)} of the {set_name} set (move them to dead)?")
-    result = set_ops.kill_all(ctx.client, ctx.scripts, ctx.settings, set_name, _filter(ctx))
+    result = set_actions.kill_all(ctx.client, ctx.scripts, ctx.settings, set_name, _filter(ctx))
     data = {"set": set_name, "killed": result.done, "gone": result.gone}
     data["wrong_type"] = list(result.wrong_type)
 
@@ -270,7 +270,7 @@ def _kill_all(ctx: Context) -> int:
 def delete_all_entries(ctx: Context) -> int:
     set_name = ctx.args.set_name
     ctx.confirm(f"Delete {_matching(ctx)} of the {set_name} set?")
-    result = set_ops.delete_all(ctx.client, set_name, _filter(ctx))
+    result = set_actions.delete_all(ctx.client, set_name, _filter(ctx))
     data = {"set": set_name, "deleted": result.done, "gone": result.gone}
     ctx.emit(data, lambda _: [f"{result.done} entr(ies) deleted from the {set_name} set"])
     return 0

@@ -25,16 +25,19 @@ from cogworker.api import unique
 from cogworker.settings import Settings
 from cogworker.store.connection import connect
 from cogworker.store.redis_context import RedisContext
+from cogworker.worker.basic_fetch import BasicFetch
 from cogworker.worker.command_pipe import CommandPipe
-from cogworker.worker.fetch import BasicFetch, Fetcher, ReliableFetch, server_supports_reliable
+from cogworker.worker.fetch import Fetcher, server_supports_reliable
 from cogworker.worker.heartbeat import Heartbeat
-from cogworker.worker.manager import BLOCK_TIMEOUT_S, Manager
+from cogworker.worker.manager import Manager
 from cogworker.worker.poller import Poller
 from cogworker.worker.processor import Stats
 from cogworker.worker.recovery import Recovery
+from cogworker.worker.reliable_fetch import ReliableFetch
 from cogworker.worker.settle import Settler
 from cogworker.worker.supervisor_events import Reporter
 from cogworker.worker.ticker import Ticker
+from cogworker.worker.wait_turn import BLOCK_TIMEOUT_S
 
 log = structlog.get_logger("cogworker.launcher")
 

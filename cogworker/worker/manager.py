@@ -19,41 +19,26 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import structlog
 
 from cogworker.settings import Settings
 from cogworker.store import key_guard
 from cogworker.store.outage import Outages
-from cogworker.worker.fetch import BasicFetch, Fetcher, Waited, Work
+from cogworker.worker.fetch import Fetcher, UnsupportedError, Work
 from cogworker.worker.processor import Stats, process
 from cogworker.worker.reconcile import Reconciler
 from cogworker.worker.settle import Settler
+from cogworker.worker.wait_turn import BLOCK_TIMEOUT_S, OUTAGE_RETRY_S, Running, WaitTurn, WaitTurnHandoff
 
 log = structlog.get_logger("cogworker.manager")
 
 IDLE_POLL_FIRST_S = 0.25
-BLOCK_TIMEOUT_S = 1.0
-OUTAGE_RETRY_S = 1.0
 # Under load, wait at most this long for more threads to come free before fetching for them.
 COALESCE_S = 0.001
 
 
-class _WaitTurn:
-    """Put on the work queue instead of a job: "block on the queue yourself, run what comes"."""
-
-
-WAIT_TURN = _WaitTurn()
-
-
-@dataclass(slots=True)
-class Running:
-    work: Work
-    started_at: float
-
-
-class Manager:
+class Manager(WaitTurnHandoff):
     def __init__(
         self,
         settings: Settings,
@@ -61,7 +46,7 @@ class Manager:
         settler: Settler,
         outages: Outages,
         stats: Stats,
-        fallback: Callable[[], BasicFetch] | None = None,
+        fallback: Callable[[], Fetcher] | None = None,
         run_job: Callable[[Work], None] | None = None,
     ) -> None:
         self._settings = settings
@@ -76,7 +61,7 @@ class Manager:
         # What a job thread runs; tests pass their own to make a thread fail outside the processor.
         self._run_job = run_job or self._process
         self._batch_min = max(1, settings.concurrency // 2)
-        self._work: queue.SimpleQueue[Work | _WaitTurn | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[Work | WaitTurn | None] = queue.SimpleQueue()
         self._cond = threading.Condition()
         self._queued = 0
         self._running: dict[int, Running] = {}
@@ -163,7 +148,7 @@ class Manager:
             item = self._work.get()
             if item is None:
                 return
-            if isinstance(item, _WaitTurn):
+            if isinstance(item, WaitTurn):
                 taken = self._take_wait_turn(ident)
                 if taken is None:
                     continue
@@ -316,74 +301,7 @@ class Manager:
             self._wake.wait(OUTAGE_RETRY_S)
         return True
 
-    def _hand_wait_to_a_job_thread(self) -> bool:
-        """One queue: an idle job thread blocks on it (BLMOVE) and runs the job it gets itself, so
-        a pushed job starts without waiting for a second thread to wake. The fetcher waits for the
-        turn to end, then fetches for the other threads as usual."""
-        with self._cond:
-            self._queued += 1  # the turn holds a thread, as a handed-over job would
-            self._turn_open = True
-            self._turn_error = None
-        self._work.put(WAIT_TURN)
-        with self._cond:
-            while self._turn_open and not self._stopping:
-                self._cond.wait(timeout=BLOCK_TIMEOUT_S)
-            error, self._turn_error = self._turn_error, None
-        if error is not None and not self._fall_back_if_unsupported(error):
-            self._outages.report("Fetch", error)
-            self._wake.wait(OUTAGE_RETRY_S)
-        return True
-
-    def _end_wait_turn(self, until: float) -> None:
-        """Let a thread blocked on the queue come back (it gives back what it got) before the caller
-        hands jobs back to the queue: else its BLMOVE could take one of them, just before exit."""
-        with self._cond:
-            while self._turn_blocking and (left := until - time.monotonic()) > 0:
-                self._cond.wait(timeout=left)
-
-    def _take_wait_turn(self, ident: int) -> Work | None:
-        """On a job thread: the blocking wait. Returns the job to run (already counted as running
-        here), or None (timed out, failed, or quiet/stop/pause came meanwhile)."""
-        waited = Waited()
-        error: Exception | None = None
-        with self._cond:
-            skip = self._quiet or self._stopping
-            self._turn_blocking = not skip
-        if not skip:
-            try:
-                waited = self.fetcher.wait(BLOCK_TIMEOUT_S)
-            except Exception as exc:
-                error = exc
-                # Redis may have moved a job onto our list and lost the reply.
-                self.reconciler.lost_reply()
-        work = waited.work
-        if work is not None:
-            self.reconciler.hold([work.raw])
-        with self._cond:
-            self._queued -= 1
-            self._turn_open = False
-            self._turn_error = error
-            keep = work is not None and not (self._quiet or self._stopping or waited.paused)
-            if work is not None and keep:
-                self._running[ident] = Running(work, time.time())
-            if work is None or keep:
-                self._turn_blocking = False
-            self._cond.notify_all()
-        if work is None or keep:
-            return work
-        # Quiet, stop or a pause of the queue arrived while we were blocked: this job was never ours
-        # to start. A stop waits for this give-back (_turn_blocking) before it hands anything back.
-        try:
-            self._give_back(work)
-        finally:
-            with self._cond:
-                self._turn_blocking = False
-                self._cond.notify_all()
-        return None
-
     def _fall_back_if_unsupported(self, exc: Exception) -> bool:
-        from cogworker.worker.fetch import UnsupportedError
-
         if not isinstance(exc, UnsupportedError) or self._fallback is None:
             return False
         log.warning("reliable_fetch_unsupported", error=str(exc), note="falling back to basic fetch (BRPOP)")
@@ -419,7 +337,7 @@ class Manager:
                 continue
             with self._cond:
                 self._queued -= 1
-                if isinstance(work, _WaitTurn):
+                if isinstance(work, WaitTurn):
                     self._turn_open = False
                     continue
             self._give_back(work)

@@ -1,0 +1,219 @@
+"""Reliable fetch, the default: each job moves atomically from its queue onto this process's own
+in-progress list, and leaves it only when it is acknowledged (it finished, or was filed in
+retry/dead). A process that dies mid-job leaves the job where orphan recovery (recovery.py) or the
+supervisor finds it. The price is at-least-once delivery: a job whose process died runs again from
+the start.
+
+A live process can also find jobs on its list that it doesn't know of: a fetch or BLMOVE whose reply
+was lost (Redis stalled past the client's timeout, then ran the command anyway). `reconcile` puts
+every entry the process doesn't hold back on its queue.
+
+No path takes a job from a paused queue: the fetch script skips them, and the one-queue BLMOVE reads
+the paused set in the same write, so a job taken as a pause landed is handed back unstarted.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+import structlog
+
+from cogworker.api.payload import DEFAULT_QUEUE
+from cogworker.settings import QueueSpec
+from cogworker.store import key_guard, keys
+from cogworker.store.direct_connection import DirectConnection
+from cogworker.store.scripts import Scripts
+from cogworker.worker.fetch import (
+    FetchResult,
+    Reconciled,
+    UnsupportedError,
+    Waited,
+    WakeListener,
+    Work,
+    digest,
+    queue_order,
+    raise_refused,
+    refused,
+    today,
+)
+from cogworker.worker.recovery import ORPHANINGS_TTL_S, PERIODIC_RUNNING_TTL_S
+
+log = structlog.get_logger("cogworker.fetch")
+
+
+class ReliableFetch:
+    keeps_in_progress = True
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        blocking_client: redis.Redis,
+        scripts: Scripts,
+        identity: str,
+        spec: QueueSpec,
+    ) -> None:
+        self._client = client
+        # The fetcher thread's own connection. A second caller (a final ack flush while the fetcher
+        # thread is still stuck) finds it taken and goes through the client's pool instead.
+        self._direct = DirectConnection(client)
+        self._direct_lock = threading.Lock()
+        # The BLMOVE's own connection: one wait turn at a time uses it (on a job thread).
+        self._blocking_direct = DirectConnection(blocking_client)
+        self._blocking_lock = threading.Lock()
+        self._scripts = scripts
+        self._spec = spec
+        self._rng = random.Random()
+        self.in_progress_key = keys.in_progress(identity)
+        self._wake = WakeListener(blocking_client, frozenset(spec.names))
+
+    def fetch(self, limit: int, acks: list[tuple[str, str]]) -> FetchResult:
+        """Acknowledge `acks` ((raw, jid) pairs) and move up to `limit` jobs onto our list."""
+        if limit > 0:  # on the fetcher thread (a final ack flush may come from another)
+            self._wake.discard_backlog()
+        queue_keys = [keys.queue(name) for name in queue_order(self._spec, self._rng)]
+        day = today()
+        args: list[str | int] = [limit, len(acks)]
+        for raw, jid in acks:
+            args += [raw, jid]
+        args += [keys.ORPHANINGS_PREFIX, keys.QUEUE_PREFIX]
+        try:
+            reply = self._run_script(
+                "fetch",
+                [
+                    self.in_progress_key,
+                    keys.PAUSED,
+                    keys.STAT_PROCESSED,
+                    keys.stat_processed_day(day),
+                    *queue_keys,
+                ],
+                args,
+            )
+        except redis.ResponseError as exc:
+            if refused(exc):
+                raise UnsupportedError(str(exc)) from exc
+            raise
+        n_bad = int(reply[2])
+        bad = [keys.queue_name(str(k)) for k in reply[3 : 3 + n_bad]]
+        first = 3 + n_bad
+        works = [Work(keys.queue_name(str(reply[i])), str(reply[i + 1])) for i in range(first, len(reply), 2)]
+        paused = int(reply[1])
+        return FetchResult(
+            works, int(reply[0]), all_paused=limit > 0 and paused == len(queue_keys), wrong_type_queues=bad
+        )
+
+    def _run_script(self, name: str, script_keys: list[str], args: list[str | int]) -> Any:
+        if not self._direct_lock.acquire(blocking=False):
+            return self._scripts.run(name, script_keys, args, client=self._client)
+        try:
+            return self._scripts.run_direct(self._direct, name, script_keys, args)
+        finally:
+            self._direct_lock.release()
+
+    def _ping(self) -> None:
+        if not self._direct_lock.acquire(blocking=False):
+            self._client.ping()
+            return
+        try:
+            self._direct.call("PING")
+        finally:
+            self._direct_lock.release()
+
+    def wait(self, timeout_s: float) -> Waited:
+        """Wait for work after an empty fetch. One queue: BLMOVE, atomic and instant. Several: no
+        command blocks on many lists and moves atomically, so wait for a push's wake-up message
+        (nothing: fetch again)."""
+        if len(self._spec.names) != 1:
+            self.wait_for_wake(timeout_s)
+            return Waited()
+        # Subscribed while the queue was paused: unread wake-ups would pile up in Redis's output
+        # buffer until it dropped the connection. (The fetcher thread, its other user, waits.)
+        self._wake.close()
+        return self._blmove(self._spec.names[0], timeout_s)
+
+    def _blmove(self, name: str, timeout_s: float) -> Waited:
+        """BLMOVE with the paused check behind it in the same write. Redis runs a blocked client's
+        next command as soon as the block ends, so the check sees a pause that landed while the
+        BLMOVE waited, at no extra round trip (W2 pickup latency)."""
+        with self._blocking_lock:
+            move, paused = self._blocking_direct.call_many(
+                ("BLMOVE", keys.queue(name), self.in_progress_key, "RIGHT", "LEFT", timeout_s),
+                ("SISMEMBER", keys.PAUSED, name),
+            )
+        raise_refused(move)
+        # A paused set of the wrong type reads as not paused (the fetch script fails on it, and the key
+        # guard moves it aside): raising here would forget a job already moved onto our list.
+        return Waited(Work(name, str(move)) if move is not None else None, paused=paused == 1)
+
+    def wait_for_wake(self, timeout_s: float) -> None:
+        self._wake.wait(timeout_s)
+
+    def discard_backlog(self) -> None:
+        """On the fetcher thread, while busy: drop wake-ups that piled up (WakeListener says why)."""
+        self._wake.discard_backlog()
+
+    def reconcile(self, held: Iterable[str], failed: Iterable[str], max_orphanings: int) -> Reconciled:
+        """Put every entry of our in-progress list that `held` (payloads, once per copy) doesn't
+        account for back on its queue; entries in `failed` (their job thread failed) count an
+        orphaning, so a job that keeps failing its thread ends in dead.
+
+        A PING goes first: a reconcile sent to a stalled Redis, given up on and run later, could
+        put back a job fetched in between. Sent once Redis answers, it runs at once."""
+        self._ping()
+        held_digests = [digest(raw) for raw in held]
+        args: list[str | int] = [
+            keys.QUEUE_PREFIX,
+            DEFAULT_QUEUE,
+            keys.ORPHANINGS_PREFIX,
+            ORPHANINGS_TTL_S,
+            max_orphanings,
+            keys.PERIODIC_RUNNING_PREFIX,
+            PERIODIC_RUNNING_TTL_S,
+            int(time.time()),
+            len(held_digests),
+            *held_digests,
+            *(digest(raw) for raw in failed),
+        ]
+        reply = self._run_script("reconcile", [self.in_progress_key, keys.DEAD, keys.QUEUES], args)
+        n_wrong = int(reply[2])
+        return Reconciled(
+            requeued=int(reply[0]),
+            kept=int(reply[1]),
+            wrong_type_keys=[str(k) for k in reply[3 : 3 + n_wrong]],
+            buried=[str(raw) for raw in reply[3 + n_wrong :]],
+        )
+
+    @property
+    def can_block(self) -> bool:
+        return True
+
+    @property
+    def wait_returns_job(self) -> bool:
+        """One queue: `wait` is a BLMOVE and returns the job itself. Several: it only wakes."""
+        return len(self._spec.names) == 1
+
+    def close(self) -> None:
+        self._direct.close()
+        self._wake.close()
+        # A thread still blocked on the queue keeps its connection: closing it under the BLMOVE
+        # would lose the reply of a move Redis may be making. It ends with the process.
+        if self._blocking_lock.acquire(blocking=False):
+            try:
+                self._blocking_direct.close()
+            finally:
+                self._blocking_lock.release()
+
+    def give_back(self, work: Work) -> bool:
+        """A fetched job that never started goes back to the end of its queue popped next."""
+        moved = self._scripts.run(
+            "give_back", [self.in_progress_key, keys.queue(work.queue)], [work.raw], client=self._client
+        )
+        wrong = key_guard.script_wrong_type(moved)
+        if wrong is not None:
+            # Nothing changed: the job stays in progress (requeued at stop, or by recovery).
+            raise key_guard.wrong_type_error(self._client, wrong)
+        return bool(moved)
