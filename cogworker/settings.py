@@ -1,4 +1,5 @@
-"""One typed, frozen settings object built from `COGWORKER_*` variables (DESIGN §7).
+"""One typed, frozen settings object built from `COGWORKER_*` variables (each is listed, with its
+default, in deploy/cogworker.env.example).
 
 It is built once per command and passed down explicitly; nothing deeper reads the environment.
 A bad value is reported as one line naming the variable and what it accepts, and the command
@@ -92,8 +93,8 @@ class Settings(BaseSettings):
     maxmem_mb: int | None = None
     preload: bool = False
     phased_restart: bool = True
-    # Swarm (supervisor/): respawn backoff for a slot whose child keeps dying young (the seed's
-    # constants as defaults), how long a replacement may take to report ready in a restart, how
+    # Swarm (supervisor/): respawn backoff for a slot whose child keeps dying young (1 s doubling to
+    # a minute, reset after 30 s of health), how long a replacement may take to report ready in a restart, how
     # long a child may take to say its first line (it imports the app first, without preload; the
     # liveness timeout starts after that), and how often children's memory is checked.
     respawn_base_delay_s: float = 1.0
@@ -106,7 +107,7 @@ class Settings(BaseSettings):
     max_orphanings: int = 3
     log_format: Literal["json", "console", "auto"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    # Beyond DESIGN §7: intervals the seeds hard-code, here so tests and operators can shorten them.
+    # Intervals most job systems hard-code, settings here so tests and operators can shorten them.
     heartbeat_interval_s: float = 5.0
     presence_ttl_s: float = 60.0
     poll_interval_s: float = 5.0
