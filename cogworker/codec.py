@@ -1,6 +1,6 @@
 """JSON encoding of payloads. orjson is several times faster than the stdlib on the hot path.
 
-Text read from Redis is decoded with `surrogateescape` (connection.py): a byte that isn't UTF-8
+Text read from Redis is decoded with `surrogateescape` (store/connection.py): a byte that isn't UTF-8
 becomes a lone surrogate, so the text still matches the stored bytes when sent back (an LREM or ZREM
 finds it). orjson refuses such text, and so does any UTF-8 output, so whatever shows or stores it
 goes through `escape` (or `sanitise`) first.

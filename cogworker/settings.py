@@ -122,11 +122,11 @@ class Settings(BaseSettings):
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     quarantine_ttl_s: float = 30 * 24 * 3600
-    # Job status (status.py): record it for every job, not only those with @job(status=True).
+    # Job status (api/job_status.py): record it for every job, not only those with @job(status=True).
     status_all: bool = False
-    # Periodic jobs (periodic.py): how often the poller looks for due slots (it can't look more
-    # often than it polls: lower poll_interval_s for sub-minute crons), and how late a slot missed
-    # during downtime may still be enqueued.
+    # Periodic jobs (api/periodic.py, worker/ticker.py): how often the poller looks for due slots
+    # (it can't look more often than it polls: lower poll_interval_s for sub-minute crons), and how
+    # late a slot missed during downtime may still be enqueued.
     periodic_check_interval_s: float = 1.0
     periodic_grace_s: float = 3600.0
 

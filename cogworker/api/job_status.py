@@ -168,7 +168,7 @@ def on_run(job: dict[str, Any], call_next: ServerNext) -> None:
     _write(job, "working")
     try:
         call_next()
-    except BaseException as exc:  # a job's SystemExit is a failure too (processor.py files it)
+    except BaseException as exc:  # a job's SystemExit is a failure too (worker/processor.py files it)
         error = error_fields(exc)
         error["error_message"] = error["error_message"][:1000]
         if terminal_failure(job, DEFAULT_RETRIES):

@@ -13,10 +13,9 @@ different names), `args`/`kwargs` for the job, `queue`, and `until_executed`.
 Entries are registered in code, by the decorator, in this module's registry: a worker knows the
 entries of the modules it imports (COGWORKER_REQUIRE).
 
-**One enqueue per slot.** Every worker process's poller checks the entries (the worker's
-`Ticker.poll`, cogworker/worker/ticker.py, at most
-every `periodic_check_interval_s`, and no more often than the poller polls: lower
-`poll_interval_s` for sub-minute schedules). Time is read from Redis (`TIME`), so hosts with skewed
+**One enqueue per slot.** Every worker process's poller checks the entries (`Ticker.poll` in
+cogworker/worker/ticker.py, at most every `periodic_check_interval_s`, and no more often than the
+poller polls: lower `poll_interval_s` for sub-minute schedules). Time is read from Redis (`TIME`), so hosts with skewed
 clocks agree on which slot is due. A due slot is claimed and its job pushed in one atomic script
 (lua/periodic.lua): `SET cogworker:periodic:slot:<name>:<slot> NX`, then the push — whichever
 process gets there first enqueues it, the others find it claimed. The push goes through the client

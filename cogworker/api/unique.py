@@ -182,7 +182,7 @@ def release_when_done(job: dict[str, Any], call_next: ServerNext) -> None:
         return
     try:
         call_next()
-    except BaseException:  # a job's SystemExit is a failure too (processor.py files it)
+    except BaseException:  # a job's SystemExit is a failure too (worker/processor.py files it)
         # Only a failure that sends it to dead; one going to retry is still pending. (The filing in
         # dead releases them too, after it is written; releasing twice is harmless, as owner-checked.)
         if terminal_failure(job, DEFAULT_RETRIES):

@@ -55,7 +55,7 @@ class Context:
             self._client.close()
 
     def print(self, line: str = "") -> None:
-        # Text read from Redis may hold bytes that weren't UTF-8 (codec.py): shown escaped, since
+        # Text read from Redis may hold bytes that weren't UTF-8 (cogworker/codec.py): shown escaped, since
         # writing a lone surrogate to a UTF-8 stream raises.
         print(codec.escape(line), file=self.out)
 

@@ -1,7 +1,7 @@
 """Operations on a running deployment: small functions over Redis that return plain data.
 
 The `cogworker` verbs (cogworker/cli/) format what these return as text or JSON, and the swarm's
-metrics collector (supervisor/metrics.py) reads queues through them. Nothing here prints.
+metrics collector (supervisor/integrations/metrics.py) reads queues through them. Nothing here prints.
 """
 
 from __future__ import annotations

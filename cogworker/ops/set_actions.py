@@ -26,7 +26,7 @@ from cogworker.store.locks import Locks
 from cogworker.store.outage import Outages
 from cogworker.store.scripts import Scripts
 
-# An entry replaced while we act on it (the poison-pill swap in recovery.py) is looked up again.
+# An entry replaced while we act on it (the poison-pill swap in worker/recovery.py) is looked up again.
 ATTEMPTS = 3
 
 

@@ -1,7 +1,7 @@
 """The child side of the child -> supervisor pipe: newline-delimited JSON events.
 
 Events: booted, ready, status (every second), stopping, stopped, and redis (up/down changes ride in
-status). The supervisor reads them in supervisor/protocol.py.
+status). The supervisor reads them in supervisor/wire/child_lines.py.
 """
 
 from __future__ import annotations
