@@ -15,9 +15,9 @@ entries of the modules it imports (COGWORKER_REQUIRE).
 
 **One enqueue per slot.** Every worker process's poller checks the entries (`Ticker.poll` in
 cogworker/worker/ticker.py, at most every `periodic_check_interval_s`, and no more often than the
-poller polls: lower `poll_interval_s` for sub-minute schedules). Time is read from Redis (`TIME`), so hosts with skewed
-clocks agree on which slot is due. A due slot is claimed and its job pushed in one atomic script
-(lua/periodic.lua): `SET cogworker:periodic:slot:<name>:<slot> NX`, then the push — whichever
+poller polls: lower `poll_interval_s` for sub-minute schedules). Time is read from Redis (`TIME`),
+so hosts with skewed clocks agree on which slot is due. A due slot is claimed and its job pushed in
+one atomic script (store/lua/periodic.lua): `SET cogworker:periodic:slot:<name>:<slot> NX`, then the push — whichever
 process gets there first enqueues it, the others find it claimed. The push goes through the client
 middleware chain like any other (a job's status is recorded, your middleware sees it).
 
@@ -107,7 +107,7 @@ class Entry:
         return {**self.job.options, **({"queue": self.queue} if self.queue else {})}
 
     def registration(self) -> dict[str, Any]:
-        """What Redis shows about the entry (scalars only: see lua/periodic.lua)."""
+        """What Redis shows about the entry (scalars only: see store/lua/periodic.lua)."""
         return {
             "job": self.job.name,
             "cron": self.cron,
