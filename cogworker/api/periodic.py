@@ -17,9 +17,10 @@ entries of the modules it imports (COGWORKER_REQUIRE).
 cogworker/worker/ticker.py, at most every `periodic_check_interval_s`, and no more often than the
 poller polls: lower `poll_interval_s` for sub-minute schedules). Time is read from Redis (`TIME`),
 so hosts with skewed clocks agree on which slot is due. A due slot is claimed and its job pushed in
-one atomic script (store/lua/periodic.lua): `SET cogworker:periodic:slot:<name>:<slot> NX`, then the push — whichever
-process gets there first enqueues it, the others find it claimed. The push goes through the client
-middleware chain like any other (a job's status is recorded, your middleware sees it).
+one atomic script (store/lua/periodic.lua): `SET cogworker:periodic:slot:<name>:<slot> NX`, then
+the push — whichever process gets there first enqueues it, the others find it claimed. The push
+goes through the client middleware chain like any other (a job's status is recorded, your
+middleware sees it).
 
 **until_executed=True**: a slot doesn't start while the entry's previous run is still queued or
 running. The script takes the entry's running lock (`cogworker:periodic:running:<name>`, holding the
