@@ -41,7 +41,7 @@ signals:
                stops, one slot at a time) unless COGWORKER_PHASED_RESTART=false
   TTIN         every child logs every thread's stack
 
-variables (all COGWORKER_*; see DESIGN §7 for the full list):
+variables (all COGWORKER_*; deploy/cogworker.env.example in the source lists every one):
   COUNT                      children (default: CPU count)
   REQUIRE                    modules to import so their jobs are known
   REDIS_URL, QUEUES, CONCURRENCY, TIMEOUT_S, LOG_FORMAT, LOG_LEVEL

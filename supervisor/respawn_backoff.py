@@ -5,9 +5,9 @@ No delay for the first crash after a healthy run (the child was up at least `hea
 crashes during boot (a bad deploy, a typo in the app, a broken dependency) made the supervisor fork and
 reap in a tight loop forever, burning CPU and flooding the log.
 
-The Ruby seed counted a crash after a healthy run as streak 0 and the next young crash as streak 1, so
-both respawned at once: one free respawn more than its own comment promised. Here the crash after a
-healthy run opens a streak of one; the next young crash waits `base_delay_s`.
+The crash after a healthy run opens a streak of one and is respawned at once; the next young crash
+waits `base_delay_s`. Counting the healthy-run crash as streak 0 instead would give a slot that starts
+crash-looping after a good run two free respawns, one more than the rule above promises.
 
 Pure bookkeeping with an injected clock, so tests can step through minutes of crashes instantly.
 """

@@ -4,7 +4,7 @@ Every child remembers the generation it was forked in; a restart opens a new gen
 when every slot's current child is of that generation and ready. Phased (the default), slots are
 replaced one at a time: a replacement is forked, and only when it reports ready is the old child told
 to stop, so ready capacity never drops below N. Not phased, every old child is stopped at once and
-its slot forked again as it exits (a short dip in capacity, as in the seed).
+its slot forked again as it exits (a short dip in capacity, traded for a faster restart).
 
 A slot that already runs new code (respawned after the restart began) is skipped; so is a slot whose
 child is gone and waiting for its respawn, which forks new code anyway. A slot with a spawn in flight

@@ -1,4 +1,5 @@
-"""The supervisor stays lean (DESIGN §5: RSS <= 30 MB): measured on a real swarm, systemd notify on."""
+"""The supervisor stays lean (RSS <= 30 MB, so a swarm per host costs little beyond its workers):
+measured on a real swarm, systemd notify on. See "The three processes" in docs/architecture.md."""
 
 from __future__ import annotations
 

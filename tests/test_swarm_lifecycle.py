@@ -34,6 +34,8 @@ def test_help_documents_signals_variables_and_exit_codes() -> None:
         assert text in out.stdout
     for name, code in (("OK", 0), ("FAILURE", 1), ("BOOT_ERROR", 3), ("CONFIG_ERROR", 78)):
         assert f"{code}" in out.stdout and name in out.stdout
+    # It points to what a user has (the example environment file), not to a design file they can't open.
+    assert "DESIGN" not in out.stdout and "cogworker.env.example" in out.stdout
 
 
 def test_forks_n_children_that_run_jobs_and_stop_cleanly(

@@ -1,4 +1,5 @@
-"""The supervisor's loop never waits on another process (DESIGN §5, issue 13 F).
+"""The supervisor's loop never waits on another process (issue 13 F; "The supervisor loop never waits
+on another process" in docs/architecture.md).
 
 A fork server that stops answering (here: SIGSTOPped) must not hold up the loop: deaths are still
 noticed at once, signals are still acted on, the systemd watchdog is still fed, and once the fork

@@ -27,7 +27,8 @@ ENV_EXAMPLE = ROOT / "deploy" / "cogworker.env.example"
 INSTALL = ROOT / "deploy" / "install.sh"
 RUNBOOK = ROOT / "deploy" / "RUNBOOK.md"
 
-# DESIGN §7's table, plus the ones the swarm added that operators need to know about.
+# The settings every deployment may need (deploy/cogworker.env.example documents them all), and the
+# ones the swarm added that operators need to know about.
 DOCUMENTED_VARIABLES = {
     "COGWORKER_REDIS_URL",
     "COGWORKER_REQUIRE",

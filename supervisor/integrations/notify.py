@@ -1,4 +1,4 @@
-"""systemd's notify protocol, spoken by the supervisor (DESIGN §6).
+"""systemd's notify protocol, spoken by the supervisor (what it sends, and when, is in systemd.py).
 
 The sdnotify package is the transport: it connects a datagram socket to the address in
 `NOTIFY_SOCKET` (a path, or `@name` in the abstract namespace) and sends one message per datagram.
