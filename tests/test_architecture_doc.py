@@ -37,6 +37,11 @@ RUN_MODULE = re.compile(r"python -m ([\w.]+)")
 # `docs/architecture.md, "Section"`, `docs/architecture.md ("One", "Two" and "Three")`.
 CITATION = re.compile(r"architecture\.md[\s,(:;§-]*(?:sections?\s+)?\"([^\"]+)\"")
 MORE_CITED = re.compile(r"\s*(?:,\s*and|,|and)\s*\"([^\"]+)\"")
+# `"A child dies" in docs/architecture.md`, `"Key layout" and "Lua scripts" in docs/architecture.md`.
+CITED_BEFORE = re.compile(
+    r"((?:\"[^\"]{1,80}\"(?:\s*(?:,\s*and|,|and)\s*)?)+)\s+(?:sections?\s+)?(?:in|of)\s+(?:the\s+)?(?:docs/)?architecture\.md"
+)
+QUOTED = re.compile(r"\"([^\"]+)\"")
 ANCHOR = re.compile(r"architecture\.md#([\w-]+)")
 # A class named in backticks, maybe with one of its methods: `Recovery`, `Recovery.requeue_dead`.
 NAMED_CLASS = re.compile(r"`([A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*)(?:\.(\w+))?`")
@@ -137,6 +142,8 @@ def citations(text: str) -> list[str]:
         while (more := MORE_CITED.match(rest)) is not None:
             cited.append(more.group(1))
             rest = rest[more.end() :]
+    for match in CITED_BEFORE.finditer(flat):
+        cited += QUOTED.findall(match.group(1))
     return cited
 
 
@@ -220,6 +227,12 @@ def test_every_cited_section_is_a_heading() -> None:
             '# docs/architecture.md,\n    # "Whole-host deaths: the heartbeat path"',
             ["Whole-host deaths: the heartbeat path"],
         ),
+        ('# order ("A child dies" in docs/architecture.md).', ["A child dies"]),
+        (
+            '"""Loop (issue 13; "The supervisor loop never waits\non another process" in architecture.md',
+            ["The supervisor loop never waits on another process"],
+        ),
+        ('See "Key layout" and "Lua scripts" in docs/architecture.md.', ["Key layout", "Lua scripts"]),
         ("the design is in docs/architecture.md.", []),
     ],
 )
