@@ -105,7 +105,8 @@ class ChildProcesses:
     # Signals --------------------------------------------------------------------------------
     def quiet(self, child: Child) -> None:
         # A launcher drops a quiet command before it is ready, so ready children get USR1 now and the
-        # others when they report ready. Children forked from now on start quiet (spawn's quiet=).
+        # others when they report ready. Children forked from now on start quiet (their spawn request
+        # says so).
         if child.phase is Phase.READY and not child.quiet_requested:
             self.send(child, signal.SIGUSR1)
             child.quiet_requested = True

@@ -51,13 +51,13 @@ class Swarm:
         self,
         settings: SwarmConfig,
         signal_pipe: SignalPipe,
-        spawner: MakeSpawner,
+        make_spawner: MakeSpawner,
         *,
         hooks: SwarmHooks | None = None,
         clock: Callable[[], float] = time.monotonic,
         system: System = DEFAULT_SYSTEM,
     ) -> None:
-        """`spawner` (forkserver_keeper.keeper_for in production), `clock` and `system` are the
+        """`make_spawner` (forkserver_keeper.keeper_for in production), `clock` and `system` are the
         seams tests run the swarm in process through."""
         self.settings = settings
         self.signal_pipe = signal_pipe
@@ -73,7 +73,7 @@ class Swarm:
             base_delay_s=settings.respawn_base_delay_s,
             max_delay_s=settings.respawn_max_delay_s,
         )
-        self.keeper = spawner(self.selector, self, clock)
+        self.spawner = make_spawner(self.selector, self, clock)
         self.memory = MemoryWatch(settings.maxmem_mb, settings.memory_check_interval_s, clock)
         self.replacements = Replacements(
             settings,
@@ -82,7 +82,7 @@ class Swarm:
             self.backoff,
             self.hooks,
             fork=lambda slot, purpose, old: self.respawns.fork(slot, purpose, replaces=old),
-            spawning=lambda slot: self.keeper.spawning(slot) is not None,
+            spawning=lambda slot: self.spawner.spawning(slot) is not None,
             on_replaced=lambda slot, reason: self.respawns.count_replaced(slot, reason),
             clock=clock,
         )
@@ -91,7 +91,7 @@ class Swarm:
             self.roster,
             self.procs,
             self.backoff,
-            self.keeper,
+            self.spawner,
             self.hooks,
             quiet_slots=self.quiet_slots,
             generation=lambda: self.replacements.generation,
@@ -111,7 +111,7 @@ class Swarm:
     @property
     def done(self) -> bool:
         """Stopping, no child left, and none asked for that may still come."""
-        return self.stopping and len(self.roster) == 0 and not self.keeper.awaiting_spawns
+        return self.stopping and len(self.roster) == 0 and not self.spawner.awaiting_spawns
 
     def turn(self, timeout: float) -> None:
         """One loop turn: wait up to `timeout` for events, dispatch them, reconcile."""
@@ -122,14 +122,14 @@ class Swarm:
                 elif isinstance(key.data, Child):
                     self._on_readable(key.data)
                 else:
-                    self.keeper.on_readable(key.data)  # a fork server's answers
+                    self.spawner.on_readable(key.data)  # a fork server's answers
             self._reconcile()
         except Exception:
             self._on_loop_error()
 
     def _reconcile(self) -> None:
         self._reap()
-        self.keeper.tick()  # requeue retries; a hung fork server replaced, a dead one started again
+        self.spawner.tick()  # requeue retries; a hung fork server replaced, a dead one started again
         self.respawns.respawn_due()
         if not self.stopping:
             self.replacements.advance()
@@ -152,8 +152,8 @@ class Swarm:
         except Exception:
             log.exception("hook_failed", hook="wakeup_in")
             hook_wait = None
-        waits = [TICK_S, self.memory.next_due_in(), hook_wait, self.keeper.next_due_in()]
-        if self.keeper.ready:  # else respawns wait for a fork server's `ready`, which wakes the loop
+        waits = [TICK_S, self.memory.next_due_in(), hook_wait, self.spawner.next_due_in()]
+        if self.spawner.ready:  # else respawns wait for a fork server's `ready`, which wakes the loop
             waits.append(self.backoff.next_due_in())
         now = self.clock()
         # (A child already SIGKILLed keeps its passed deadline; it must not spin the loop until reaped.)
@@ -171,17 +171,17 @@ class Swarm:
             count=s.count,
             preload=s.preload,
             phased_restart=s.phased_restart,
-            forkserver_pid=self.keeper.current_pid,
+            forkserver_pid=self.spawner.current_pid,
         )
         for slot in self.roster.vacant_slots():
             self.respawns.fork(slot, "start")
 
     def finish(self) -> None:
         """At exit, with no children left: the requeues still owed, then the fork servers' exit."""
-        for step, done in self.keeper.exit_steps():
+        for step, done in self.spawner.exit_steps():
             step()
             self._wait_for_forkservers(done)
-        stranded = self.keeper.close()
+        stranded = self.spawner.close()
         if stranded:
             log.error(
                 "requeue_pending_at_exit",
@@ -212,7 +212,7 @@ class Swarm:
             log.info("swarm_already_stopping")
             return
         self.stopping = self.respawns.stopping = True
-        self.keeper.begin_stop()
+        self.spawner.begin_stop()
         self.backoff.cancel_all()
         self.replacements.cancel()
         timeout = self.settings.graceful_stop_timeout_s
@@ -235,12 +235,12 @@ class Swarm:
         if self.stopping:
             log.info("restart_ignored", reason="stopping")
             return
-        if self.keeper.restart_loading:
+        if self.spawner.restart_loading:
             log.info("restart_ignored", reason="a restart is already loading the code")
             return
         hook_calls.call(self.hooks.restart_began, self.settings.phased_restart)
         try:
-            self.keeper.load_new_code()
+            self.spawner.load_new_code()
         except OSError as exc:
             self.restart_failed(f"can't start a fork server: {exc}")
 
@@ -283,7 +283,7 @@ class Swarm:
             self._on_reaped(pid, code)
 
     def _on_reaped(self, pid: int, code: int) -> None:
-        if self.keeper.reaped(pid, code):
+        if self.spawner.reaped(pid, code):
             return
         child = self.roster.get(pid)
         if child is None:
@@ -307,7 +307,7 @@ class Swarm:
         if outcome.jobs_stranded:
             # Asked before anything is respawned, and the fork server answers in order: a dead
             # child's jobs are back on their queues before its slot fetches again.
-            self.keeper.requeue_jobs_of(child.identity)
+            self.spawner.requeue_jobs_of(child.identity)
         hook_calls.call(self.hooks.child_exited, child, outcome)
         if self.stopping:
             if not outcome.clean and self.exit_code == exitcodes.OK:
@@ -320,7 +320,7 @@ class Swarm:
         elif (replacement := self.roster.replacement_for(child.slot)) is not None:
             self.roster.promote(replacement)  # it serves the slot from now on, ready or not yet
             self.backoff.started(child.slot, at=replacement.started_at)
-        elif (request := self.keeper.spawning(child.slot)) is not None:
+        elif (request := self.spawner.spawning(child.slot)) is not None:
             request.replaces = None  # its replacement, asked for and not forked yet, takes the slot
         elif outcome.boot_error:
             log.error(
@@ -361,9 +361,9 @@ class Swarm:
                 if key.data is None:
                     self.signal_pipe.drain()  # stopping already; a second TERM changes nothing
                 elif not isinstance(key.data, Child):
-                    self.keeper.on_readable(key.data)
+                    self.spawner.on_readable(key.data)
             self._reap()
-            self.keeper.tick()  # a hung fork server is still replaced, for the requeues
+            self.spawner.tick()  # a hung fork server is still replaced, for the requeues
 
     # Deadlines and memory -------------------------------------------------------------------
     def _enforce_deadlines(self) -> None:
@@ -392,7 +392,7 @@ class Swarm:
         return SwarmView.of(
             self.roster,
             quiet=bool(self.quiet_slots),
-            restarting=self.replacements.restarting or self.keeper.restart_loading,
+            restarting=self.replacements.restarting or self.spawner.restart_loading,
             stopping=self.stopping,
             now=self.clock(),
         )
