@@ -126,7 +126,7 @@ def test_a_job_whose_thread_fails_is_requeued_counting_orphanings_until_dead(
         runs.append(work.raw)
         raise Escaped("escaped the processor")
 
-    manager = Manager(settings, fetcher, settler, ctx.outages, Stats(), run_job=failing_thread)
+    manager = Manager(ctx, fetcher, settler, Stats(), run_job=failing_thread)
     manager.reconciler.on_buried = Recovery(ctx, identity).complete_burials
     raw = raw_job("demo_jobs.record", ["poison"])
     jid = str(codec.loads_dict(raw)["jid"])  # type: ignore[index]

@@ -37,7 +37,7 @@ def hourly(**options: Any) -> Entry:
 
 def ticker(settings: Settings, *entries_: Entry, **options: Any) -> Ticker:
     parts = build(settings)
-    return Ticker(parts.client, parts.scripts, settings, entries=entries_, **options)
+    return Ticker(parts.ctx, entries=entries_, **options)
 
 
 def queued(r: redis.Redis, queue: str = "default") -> list[dict[str, Any]]:

@@ -86,9 +86,7 @@ class Launcher:
             return exitcodes.OK
         fetcher = self._choose_fetch()
         self.settler = Settler(self.ctx, fetcher.in_progress_key)
-        self.manager = Manager(
-            self.settings, fetcher, self.settler, self.outages, self.stats, fallback=self._basic_fetch
-        )
+        self.manager = Manager(self.ctx, fetcher, self.settler, self.stats, fallback=self._basic_fetch)
         if self.start_quiet:
             self.manager.quiet()
         self.heartbeat = Heartbeat(
@@ -107,12 +105,7 @@ class Launcher:
             if self._wait_or_stop(1.0):
                 self.reporter.send("stopped", code=exitcodes.OK)
                 return exitcodes.OK
-        ticker = Ticker(
-            self.redis,
-            self.scripts,
-            self.settings,
-            quiet=lambda: self.manager.is_quiet if self.manager else False,
-        )
+        ticker = Ticker(self.ctx, quiet=lambda: self.manager.is_quiet if self.manager else False)
         self.poller = Poller(
             self.ctx,
             self.recovery,

@@ -22,9 +22,8 @@ from collections.abc import Callable
 
 import structlog
 
-from cogworker.settings import Settings
 from cogworker.store import key_guard
-from cogworker.store.outage import Outages
+from cogworker.store.redis_context import RedisContext
 from cogworker.worker.fetch import Fetcher, UnsupportedError, Work
 from cogworker.worker.processor import Stats, process
 from cogworker.worker.reconcile import Reconciler
@@ -41,18 +40,18 @@ COALESCE_S = 0.001
 class Manager(WaitTurnHandoff):
     def __init__(
         self,
-        settings: Settings,
+        ctx: RedisContext,
         fetcher: Fetcher,
         settler: Settler,
-        outages: Outages,
         stats: Stats,
         fallback: Callable[[], Fetcher] | None = None,
         run_job: Callable[[Work], None] | None = None,
     ) -> None:
+        settings = ctx.settings
         self._settings = settings
         self.fetcher = fetcher
         self._settler = settler
-        self._outages = outages
+        self._outages = ctx.outages
         self.stats = stats
         self._fallback = fallback
         self._concurrency = settings.concurrency
@@ -77,7 +76,7 @@ class Manager(WaitTurnHandoff):
         self._rng = random.Random()
         self._wrong_type_logged: dict[str, float] = {}
         self.on_wrong_type: Callable[[], None] | None = None
-        self.reconciler = Reconciler(settings, outages, settler, on_wrong_type=self._wrong_type_found)
+        self.reconciler = Reconciler(settings, ctx.outages, settler, on_wrong_type=self._wrong_type_found)
 
     # Lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:

@@ -8,17 +8,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 import structlog
 
 from cogworker import codec
 from cogworker.api import client, features
 from cogworker.api.middleware import run_client_chain
 from cogworker.api.periodic import SKIPPED_COUNT_CAP, Entry, entries
-from cogworker.settings import Settings
 from cogworker.store import key_guard, keys
 from cogworker.store.connection import is_unavailable
-from cogworker.store.scripts import Scripts
+from cogworker.store.redis_context import RedisContext
 from cogworker.worker.recovery import PERIODIC_RUNNING_TTL_S
 
 log = structlog.get_logger("cogworker.periodic")
@@ -47,16 +45,14 @@ class Ticker:
 
     def __init__(
         self,
-        client: redis.Redis,
-        scripts: Scripts,
-        settings: Settings,
+        ctx: RedisContext,
         *,
         quiet: Callable[[], bool] = lambda: False,
         entries: Iterable[Entry] | None = None,
     ) -> None:
-        self._client = client
-        self._scripts = scripts
-        self._settings = settings
+        self._client = ctx.client
+        self._scripts = ctx.scripts
+        self._settings = ctx.settings
         self._quiet = quiet
         self._entries = list(entries) if entries is not None else None
         self._seen: dict[str, _Seen] = {}
