@@ -21,7 +21,7 @@ from pydantic import ValidationError, ValidationInfo, field_validator, model_val
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cogworker import exitcodes
-from cogworker.names import QUEUE_NAME_RULE, is_queue_name
+from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 from cogworker.redact import safe_url
 
 _SCHEMES = ("redis", "rediss", "unix")

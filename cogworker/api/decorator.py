@@ -85,8 +85,6 @@ class JobFunction(_Pusher, RegisteredJob):
     # Fake testing mode (cogworker.testing): what was pushed, and running it.
     @property
     def jobs(self) -> list[dict[str, Any]]:
-        from cogworker import testing
-
         return testing.jobs_for(self.name)
 
     def clear(self) -> None:

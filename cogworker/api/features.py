@@ -12,7 +12,7 @@ from typing import Any
 
 from cogworker.api import job_status, retry, unique
 from cogworker.api.middleware import add_abandon_hook, client_chain, server_chain
-from cogworker.names import QUEUE_NAME_RULE, is_queue_name
+from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 
 
 def _check_queue(value: Any) -> None:

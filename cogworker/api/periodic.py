@@ -56,7 +56,7 @@ from croniter import croniter
 
 from cogworker.api.decorator import JobFunction
 from cogworker.api.payload import check_arguments
-from cogworker.names import QUEUE_NAME_RULE, is_queue_name
+from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 
 SKIPPED_COUNT_CAP = 1000
 
