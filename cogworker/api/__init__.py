@@ -1,0 +1,1 @@
+"""The job API: what application code imports to define, push and test jobs (no worker code)."""
