@@ -7,7 +7,7 @@ keeper is the Spawner the swarm uses (spawner.py). It keeps:
 
 - the fork servers: `current` takes the requests; `loading` is a restart's new one, still importing
   the code; `retired` ones finish the answers they owe, then exit;
-- the spawns asked for and not answered yet (`requests`), and the requeues (through the RequeueRequests);
+- the spawns asked for and not answered yet (`requests`), and the requeues (`requeues`);
 - the rules for one that stops answering. A fork server that owes an answer and has said nothing for
   COGWORKER_LIVENESS_TIMEOUT_S (plus COGWORKER_REDIS_TIMEOUT_S: a requeue may wait on Redis), or is
   not ready COGWORKER_BOOT_TIMEOUT_S after it started, is hung, and is SIGKILLed like a hung child.
