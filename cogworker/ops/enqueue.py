@@ -20,7 +20,7 @@ import redis
 
 from cogworker.api import client, features, payload
 from cogworker.api.decorator import JobFunction
-from cogworker.api.payload import DEFAULT_QUEUE
+from cogworker.api.payload import DEFAULT_QUEUE, DEFAULT_RETRIES
 from cogworker.api.registry import JobNotFound, RegisteredJob, is_registered, resolve, under_modules
 from cogworker.ops import OpsError
 from cogworker.settings import Settings
@@ -97,7 +97,7 @@ def lookup(name: str, settings: Settings) -> tuple[RegisteredJob, list[str]]:
             raise OpsError(f"{exc}; nothing pushed") from None
         warnings.append(
             f"{exc}: pushed by name, unchecked; a worker that can import it will run it "
-            "(with the default options: queue 'default' unless --queue, 25 retries)"
+            f"(with the default options: queue {DEFAULT_QUEUE!r} unless --queue, {DEFAULT_RETRIES} retries)"
         )
     return JobFunction(_push_by_name, name, {}), warnings
 
