@@ -76,7 +76,7 @@ class Manager(WaitTurnHandoff):
         self._rng = random.Random()
         self._wrong_type_logged: dict[str, float] = {}
         self.on_wrong_type: Callable[[], None] | None = None
-        self.reconciler = Reconciler(settings, ctx.outages, settler, on_wrong_type=self._wrong_type_found)
+        self.reconciler = Reconciler(ctx, settler, on_wrong_type=self._wrong_type_found)
 
     # Lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:

@@ -28,8 +28,7 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
-from cogworker.settings import Settings
-from cogworker.store.outage import Outages
+from cogworker.store.redis_context import RedisContext
 from cogworker.worker.fetch import Fetcher, Reconciled
 from cogworker.worker.settle import Settler
 
@@ -44,13 +43,12 @@ KEPT_RETRY_S = 5.0
 class Reconciler:
     def __init__(
         self,
-        settings: Settings,
-        outages: Outages,
+        ctx: RedisContext,
         settler: Settler,
         on_wrong_type: Callable[[], None] | None = None,
     ) -> None:
-        self._settings = settings
-        self._outages = outages
+        self._settings = ctx.settings
+        self._outages = ctx.outages
         self._settler = settler
         self._on_wrong_type = on_wrong_type
         self.on_buried: Callable[[list[str]], None] | None = None
@@ -60,7 +58,7 @@ class Reconciler:
         self._thread_failed: Counter[str] = Counter()
         self._failures = 0  # failures that may have left an unknown entry on the list
         self._answered = 0  # ... of which the last successful reconcile ran after this many
-        self._due = time.monotonic() + settings.orphan_check_interval_s
+        self._due = time.monotonic() + self._settings.orphan_check_interval_s
 
     # The ledger -----------------------------------------------------------------------------
     def hold(self, raws: Iterable[str]) -> None:
