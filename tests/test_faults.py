@@ -86,9 +86,8 @@ def test_a_stopped_process_within_the_threshold_keeps_its_jobs(
     owner = workers.start(**slow)
     wait_until(lambda: r.llen("test:started") == 1, timeout=15, message="the job to start")
     watcher = workers.start(COGWORKER_QUEUES="other", **slow)
-    identity = json.loads(
-        r.hget(f"cogworker:process:{owner.events_named('worker_ready')[0]['identity']}", "info")
-    )["identity"]
+    identity = owner.identity()
+    wait_until(lambda: r.exists(keys.process(identity)), timeout=5, message="the owner's heartbeat")
     owner.signal(signal.SIGSTOP)
     # Longer than the presence TTL (1 s), shorter than the orphan threshold (6 s).
     wait_until(lambda: not r.exists(keys.process(identity)), timeout=10, message="presence to expire")
@@ -158,7 +157,7 @@ def test_redis_outage_loses_nothing_and_kills_no_thread(
         demo_jobs.to_file.perform_async(str(out), "after")
         demo_jobs.to_file.perform_in(0.5, str(out), "scheduled-after")
         wait_until(lambda: {"after", "scheduled-after"} <= set(lines(out)), timeout=15, message="later jobs")
-        identity = worker.events_named("worker_ready")[0]["identity"]
+        identity = worker.identity()
         wait_until(lambda: r.exists(keys.process(identity)), timeout=5, message="the heartbeat")
         assert worker.stop() == 0
         if outage_s:

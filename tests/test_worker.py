@@ -120,15 +120,13 @@ def test_quiet_stops_fetching_but_finishes_running_jobs(
     demo_jobs.record.perform_async("after-quiet")
     wait_until(lambda: r.llen("test:ran") == 1, timeout=10, message="the running job to finish")
     wait_until(
-        lambda: (
-            r.hget(f"cogworker:process:{worker.events_named('worker_ready')[0]['identity']}", "quiet") == "1"
-        ),
+        lambda: r.hget(f"cogworker:process:{worker.identity()}", "quiet") == "1",
         timeout=10,
         message="quiet in the heartbeat",
     )
     assert r.llen("cogworker:queue:default") == 1  # not fetched while quiet
     # A remote resume (through the heartbeat) undoes it.
-    identity = worker.events_named("worker_ready")[0]["identity"]
+    identity = worker.identity()
     r.lpush(f"cogworker:signals:{identity}", "resume")
     wait_until(lambda: r.llen("test:ran") == 2, timeout=15, message="the job after resume")
     assert worker.stop() == 0
@@ -145,7 +143,7 @@ def test_a_quiet_worker_still_acknowledges_jobs_that_finish(
     wait_until(lambda: r.llen("test:started") == 2, timeout=15, message="both jobs to start")
     worker.signal(signal.SIGUSR1)
     wait_until(lambda: worker.events_named("quieting"), timeout=5, message="quiet")
-    identity = worker.events_named("worker_ready")[0]["identity"]
+    identity = worker.identity()
     wait_until(lambda: r.get("cogworker:stat:processed") == "1", timeout=5, message="the short job's ack")
     assert r.llen("test:ran") == 1  # the long job is still running
     assert r.llen(f"cogworker:inprogress:{identity}") == 1

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,16 @@ class Worker:
 
     def events_named(self, name: str) -> list[dict[str, Any]]:
         return [e for e in self.events() if e.get("event") == name]
+
+    def identity(self, timeout: float = 15) -> str:
+        """This worker's identity, from its `worker_ready` line: a job can start before that line is
+        written, so a test that saw the job start must still wait for it."""
+        deadline = time.monotonic() + timeout
+        while not (ready := self.events_named("worker_ready")):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise AssertionError(f"worker {self.pid} logged no worker_ready:\n{self.log_text()[-2000:]}")
+            time.sleep(0.02)
+        return str(ready[0]["identity"])
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
