@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from cogworker.api.periodic import periodic
     from cogworker.api.registry import JobNotFound
     from cogworker.settings import ConfigError, Settings, load_settings
+    from cogworker.store.key_guard import WrongTypeKey
 
 __version__ = "0.1.0"
 
@@ -35,6 +36,7 @@ _LAZY = {
     "load_settings": "cogworker.settings",
     "status": "cogworker.api.job_status",
     "install_builtin_middleware": "cogworker.api.features",
+    "WrongTypeKey": "cogworker.store.key_guard",
 }
 
 
@@ -52,6 +54,7 @@ __all__ = [
     "JobFunction",
     "JobNotFound",
     "Settings",
+    "WrongTypeKey",
     "__version__",
     "client_chain",
     "configure",

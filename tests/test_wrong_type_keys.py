@@ -11,6 +11,7 @@ import demo_jobs
 import pytest
 import redis
 
+import cogworker
 from cogworker import codec
 from cogworker.api import retry
 from cogworker.settings import load_settings
@@ -238,7 +239,7 @@ def test_a_periodic_slot_is_not_claimed_when_its_push_cannot_be_written(r, setti
 
 def test_perform_in_against_a_string_schedule_names_the_key(r, configured) -> None:
     r.set(keys.SCHEDULE, "not a sorted set")
-    with pytest.raises(key_guard.WrongTypeKey) as caught:
+    with pytest.raises(cogworker.WrongTypeKey) as caught:  # the public name users catch
         demo_jobs.record.perform_in(60, "later")
     message = str(caught.value)
     assert message.startswith("cogworker:schedule holds a string, not a sorted set")
