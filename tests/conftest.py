@@ -17,11 +17,9 @@ from cogworker import logs, testing
 from cogworker.api import client as cw_client
 from cogworker.api import middleware
 from cogworker.settings import Settings, load_settings
-from tests.redis_server import RedisServer
-from tests.workers import WorkerPool
-
-ROOT = Path(__file__).resolve().parent.parent
-APP_DIR = Path(__file__).resolve().parent / "apps"
+from tests.support.paths import APP_DIR, ROOT
+from tests.support.redis_server import RedisServer
+from tests.support.workers import WorkerPool
 
 # Test apps (job modules) live in tests/apps; child processes find them through PYTHONPATH.
 sys.path.insert(0, str(APP_DIR))

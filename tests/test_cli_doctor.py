@@ -11,7 +11,7 @@ import redis
 
 from cogworker.ops import doctor
 from cogworker.settings import Settings
-from tests.cli_runner import CLI, cli_fixture  # noqa: F401
+from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
 
 
 def levels(cli: CLI) -> dict[str, str]:

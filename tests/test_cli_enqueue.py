@@ -8,7 +8,7 @@ import time
 import pytest
 import redis
 
-from tests.cli_runner import CLI, cli_fixture  # noqa: F401
+from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
 
 
 def only_job(r: redis.Redis, queue: str) -> dict:

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from tests.redis_server import RedisServer, free_port
+from tests.support.redis_server import RedisServer, free_port
 
 
 def run(*argv: str, url: str, **env: str) -> subprocess.CompletedProcess[str]:

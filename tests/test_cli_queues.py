@@ -9,8 +9,7 @@ import time
 import pytest
 import redis
 
-from tests.cli_runner import CLI, cli_fixture  # noqa: F401
-from tests.test_cli_sets import FakeTerminal
+from tests.support.cli_runner import CLI, FakeTerminal, cli_fixture  # noqa: F401
 
 
 def push(r: redis.Redis, queue: str, jid: str, enqueued_at: float) -> None:

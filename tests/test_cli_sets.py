@@ -9,15 +9,8 @@ import pytest
 import redis
 
 from cogworker import codec
-from tests.cli_runner import CLI, cli_fixture  # noqa: F401
-from tests.test_ops_sets import add, dead_job
-
-
-class FakeTerminal(io.StringIO):
-    """Typed answers on a stdin that says it is a terminal."""
-
-    def isatty(self) -> bool:
-        return True
+from tests.support.cli_runner import CLI, FakeTerminal, cli_fixture  # noqa: F401
+from tests.support.set_entries import add, dead_job
 
 
 def test_list_show_and_retry_a_dead_job(cli: CLI, r: redis.Redis) -> None:

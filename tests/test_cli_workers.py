@@ -9,8 +9,8 @@ import pytest
 import redis
 
 from cogworker.settings import Settings
-from tests.cli_runner import CLI, Workers, cli_fixture, workers_fixture  # noqa: F401
-from tests.redis_server import wait_until
+from tests.support.cli_runner import CLI, Workers, cli_fixture, workers_fixture  # noqa: F401
+from tests.support.redis_server import wait_until
 
 
 def quiet_flag(r: redis.Redis, identity: str) -> str | None:

@@ -14,7 +14,7 @@ import redis
 import cogworker
 from cogworker import job
 from cogworker.api import middleware
-from tests.cli_runner import CLI, cli_fixture  # noqa: F401
+from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
 
 
 @job(queue="mailers", retry=5)

@@ -13,8 +13,8 @@ import redis
 
 from cogworker import codec
 from cogworker.api.retry import backoff_s, on_failure
-from tests.redis_server import wait_until
-from tests.workers import WorkerPool
+from tests.support.redis_server import wait_until
+from tests.support.workers import WorkerPool
 
 FAST = {"COGWORKER_POLL_INTERVAL_S": "0.1"}
 

@@ -17,8 +17,8 @@ import redis
 import cogworker
 from cogworker.settings import load_settings
 from cogworker.store import keys
-from tests.redis_server import RedisServer, wait_until
-from tests.workers import WorkerPool
+from tests.support.redis_server import RedisServer, wait_until
+from tests.support.workers import WorkerPool
 
 # Short thresholds through settings instead of long sleeps.
 QUICK = {

@@ -30,8 +30,8 @@ from cogworker.worker.processor import Stats
 from cogworker.worker.recovery import Recovery
 from cogworker.worker.reliable_fetch import ReliableFetch
 from cogworker.worker.settle import Settler
-from tests.redis_server import RedisServer, wait_until
-from tests.workers import Worker, WorkerPool
+from tests.support.redis_server import RedisServer, wait_until
+from tests.support.workers import Worker, WorkerPool
 
 # Commands give up after 1 s (a blocking wait after its block time plus 2 s): a stall of 4 s loses
 # the replies of both the fetch script and a BLMOVE.

@@ -18,7 +18,7 @@ import textwrap
 import pytest
 import redis
 
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 TIMEOUT_S = 20
 

@@ -10,7 +10,7 @@ from cogworker import codec
 from cogworker.ops import processes as process_ops
 from cogworker.store import keys
 from cogworker.worker.heartbeat import SUMMARY_ARGS_CHARS, summarize
-from tests.redis_server import wait_until
+from tests.support.redis_server import wait_until
 
 BIG = 5_000_000
 

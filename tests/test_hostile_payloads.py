@@ -22,10 +22,10 @@ from cogworker.ops import sets as set_ops
 from cogworker.settings import load_settings
 from cogworker.store import keys
 from supervisor.integrations.metrics import SwarmMetrics
-from tests import components
-from tests.cli_runner import CLI, cli_fixture  # noqa: F401
-from tests.redis_server import RedisServer, free_port, wait_until
-from tests.workers import WorkerPool
+from tests.support import components
+from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
+from tests.support.redis_server import RedisServer, free_port, wait_until
+from tests.support.workers import WorkerPool
 
 # Valid JSON around a string that isn't UTF-8, and bytes that aren't anything.
 BAD_JOB = b'{"class":"demo_jobs.record","args":["caf\xe9"],"kwargs":{},"jid":"badjid","queue":"default"}'

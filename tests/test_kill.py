@@ -15,8 +15,8 @@ from cogworker.settings import Settings
 from cogworker.store import keys
 from cogworker.store.locks import held_locks
 from cogworker.store.scripts import Scripts
-from tests.cli_runner import CLI, cli_fixture  # noqa: F401
-from tests.test_ops_sets import add, dead_job
+from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
+from tests.support.set_entries import add, dead_job
 
 
 def retry_job(jid: str, **fields: object) -> dict[str, object]:

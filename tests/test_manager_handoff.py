@@ -29,7 +29,7 @@ from cogworker.worker.manager import Manager
 from cogworker.worker.processor import Stats
 from cogworker.worker.reliable_fetch import ReliableFetch
 from cogworker.worker.settle import Settler
-from tests.redis_server import RedisServer, wait_until
+from tests.support.redis_server import RedisServer, wait_until
 
 QUEUE = keys.queue("default")
 IDENTITY = "test:handoff:0"

@@ -16,7 +16,7 @@ from cogworker.settings import Settings, load_settings
 from cogworker.worker.job_stats import bucket_key
 from supervisor.integrations import metrics as metrics_module
 from supervisor.integrations.metrics import SwarmMetrics
-from tests.redis_server import RedisServer, free_port, wait_until
+from tests.support.redis_server import RedisServer, free_port, wait_until
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

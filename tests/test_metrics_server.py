@@ -21,7 +21,7 @@ import redis
 
 from cogworker.settings import load_settings
 from supervisor.integrations.metrics import SwarmMetrics
-from tests.redis_server import RedisServer, free_port, wait_until
+from tests.support.redis_server import RedisServer, free_port, wait_until
 
 IDLE_CONNECTIONS = 300
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any
 
 import pytest
 import redis
@@ -14,32 +13,7 @@ from cogworker import codec
 from cogworker.ops import NotFound, set_actions
 from cogworker.ops import sets as set_ops
 from cogworker.store.scripts import Scripts
-
-
-def dead_job(jid: str, **fields: Any) -> dict[str, Any]:
-    job = {
-        "class": "demo_jobs.boom",
-        "args": ["x"],
-        "kwargs": {},
-        "jid": jid,
-        "queue": "default",
-        "created_at": 1.0,
-        "enqueued_at": 2.0,
-        "retry": 2,
-        "retry_count": 2,
-        "error_class": "ValueError",
-        "error_message": "x",
-        "failed_at": 3.0,
-        "died_at": 4.0,
-    }
-    job.update(fields)
-    return job
-
-
-def add(r: redis.Redis, key: str, job: dict[str, Any] | str, score: float = 100.0) -> str:
-    raw = job if isinstance(job, str) else codec.dumps(job)
-    r.zadd(key, {raw: score})
-    return raw
+from tests.support.set_entries import add, dead_job
 
 
 def test_retry_now_moves_a_dead_job_to_its_queue_like_sidekiq(r: redis.Redis) -> None:

@@ -15,8 +15,8 @@ import cogworker
 from cogworker.ops import queues as queue_ops
 from cogworker.settings import load_settings
 from cogworker.store import keys
-from tests.redis_server import RedisServer, wait_until
-from tests.workers import Worker, WorkerPool
+from tests.support.redis_server import RedisServer, wait_until
+from tests.support.workers import Worker, WorkerPool
 
 QUICK = {"COGWORKER_CONCURRENCY": "2", "COGWORKER_HEARTBEAT_INTERVAL_S": "0.2"}
 

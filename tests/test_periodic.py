@@ -19,10 +19,10 @@ from cogworker import job
 from cogworker.api.periodic import Entry, entries, periodic, unregister
 from cogworker.settings import Settings
 from cogworker.worker.ticker import Ticker
-from tests.components import build
-from tests.inproc import Runner
-from tests.redis_server import RedisServer, wait_until
-from tests.workers import WorkerPool
+from tests.support.components import build
+from tests.support.inproc import Runner
+from tests.support.redis_server import RedisServer, wait_until
+from tests.support.workers import WorkerPool
 
 
 def at(*parts: int, tz: str = "UTC") -> float:

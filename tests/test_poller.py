@@ -11,8 +11,8 @@ import redis
 import structlog
 
 from cogworker.settings import load_settings
-from tests import components
-from tests.redis_server import RedisServer, wait_until
+from tests.support import components
+from tests.support.redis_server import RedisServer, wait_until
 
 
 def test_due_entries_move_to_their_queues(r: redis.Redis, configured: object, settings) -> None:

@@ -12,8 +12,8 @@ import structlog
 from cogworker import codec
 from cogworker.settings import load_settings
 from cogworker.store import keys
-from tests import components
-from tests.redis_server import RedisServer
+from tests.support import components
+from tests.support.redis_server import RedisServer
 
 OWNER = "host:123:dead"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cogworker.cli.main import build_parser
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNBOOK = ROOT / "deploy" / "RUNBOOK.md"

@@ -22,9 +22,9 @@ from cogworker import codec
 from cogworker.api.registry import JobNotFound, resolve
 from cogworker.redact import safe_url
 from cogworker.settings import ConfigError, Settings, load_settings
-from tests.cli_runner import CLI, cli_fixture  # noqa: F401
-from tests.redis_server import wait_until
-from tests.workers import WorkerPool
+from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
+from tests.support.redis_server import wait_until
+from tests.support.workers import WorkerPool
 
 NOT_REGISTERED = "not a registered job; add its module to COGWORKER_REQUIRE"
 

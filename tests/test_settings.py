@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cogworker.settings import ConfigError, load_settings, parse_queues
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 
 def test_defaults_match_the_design() -> None:

@@ -12,8 +12,8 @@ from cogworker.api import retry
 from cogworker.settings import load_settings
 from cogworker.store import keys
 from cogworker.worker.settle import Settler, file_unsettled
-from tests import components
-from tests.redis_server import RedisServer
+from tests.support import components
+from tests.support.redis_server import RedisServer
 
 ME = "me:1:x"
 

@@ -9,7 +9,7 @@ import sys
 
 import redis
 
-from tests.redis_server import RedisServer, wait_until
+from tests.support.redis_server import RedisServer, wait_until
 
 
 def test_cogworker_run_processes_jobs(redis_server: RedisServer, r: redis.Redis, configured) -> None:

@@ -17,10 +17,10 @@ from cogworker.settings import Settings, load_settings
 from cogworker.worker.fetch import Work
 from cogworker.worker.processor import Stats, process
 from cogworker.worker.settle import Settler
-from tests.components import build
-from tests.inproc import Runner
-from tests.redis_server import RedisServer, wait_until
-from tests.workers import WorkerPool
+from tests.support.components import build
+from tests.support.inproc import Runner
+from tests.support.redis_server import RedisServer, wait_until
+from tests.support.workers import WorkerPool
 
 
 @pytest.fixture(autouse=True)

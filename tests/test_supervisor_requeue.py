@@ -10,7 +10,7 @@ from cogworker.api import payload
 from cogworker.settings import load_settings
 from supervisor.forkserver.redis_requeue import RedisRequeue
 from supervisor.requeue_requests import RETRY_FIRST_S, RequeueRequests
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 
 class Clock:

@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from cogworker import exitcodes
-from tests.redis_server import RedisServer, wait_until
-from tests.test_swarm_harness import SwarmRunner, swarm_runner
+from tests.support.redis_server import RedisServer, wait_until
+from tests.support.swarm import SwarmRunner, swarm_runner
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cogworker import codec, exitcodes
 from cogworker.api import payload
-from tests.redis_server import RedisServer, free_port, wait_until
-from tests.test_swarm_harness import Swarm, SwarmRunner, swarm_runner
+from tests.support.redis_server import RedisServer, free_port, wait_until
+from tests.support.swarm import Swarm, SwarmRunner, swarm_runner
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ import redis
 
 from cogworker import codec, exitcodes
 from cogworker.api import payload
-from tests.redis_server import RedisServer, wait_until
-from tests.test_swarm_harness import Swarm, SwarmRunner, swarm_runner
+from tests.support.redis_server import RedisServer, wait_until
+from tests.support.swarm import Swarm, SwarmRunner, swarm_runner
 
 pytestmark = pytest.mark.slow
 

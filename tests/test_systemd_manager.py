@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.systemd_manager import exec_arg, user_manager
+from tests.support.systemd_manager import exec_arg, user_manager
 
 pytestmark = pytest.mark.systemd
 

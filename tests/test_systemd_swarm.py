@@ -27,10 +27,10 @@ import pytest
 import redis
 
 from cogworker import codec
-from tests.redis_server import RedisServer, free_port, wait_until
-from tests.systemd_manager import UserManager, user_manager
-from tests.test_swarm_harness import FAST_ENV, is_forkserver, live_title
-from tests.test_unit_files import SERVICE, TARGET, _expose_interpreter
+from tests.support.redis_server import RedisServer, free_port, wait_until
+from tests.support.swarm import FAST_ENV, is_forkserver, live_title
+from tests.support.systemd_manager import UserManager, user_manager
+from tests.support.units import SERVICE, TARGET, expose_interpreter
 
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]
 
@@ -97,7 +97,7 @@ def manager(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer)
             "EnvironmentFile=\n"
             f"EnvironmentFile={made.dir}/%i.env\n"
             "User=root\n"
-            "Group=root\n" + _expose_interpreter()
+            "Group=root\n" + expose_interpreter()
         )
         # One instance with a watchdog short enough to test: 2 s of silence, restarted after 1 s,
         # and no core file from the SIGABRT systemd sends first.

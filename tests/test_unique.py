@@ -20,9 +20,9 @@ from cogworker.api.unique import deferred_releases, release_when_done, retry_def
 from cogworker.settings import Settings, load_settings
 from cogworker.store import keys
 from cogworker.store.locks import unique_digest
-from tests.inproc import Runner
-from tests.redis_server import RedisServer, wait_until
-from tests.workers import WorkerPool
+from tests.support.inproc import Runner
+from tests.support.redis_server import RedisServer, wait_until
+from tests.support.workers import WorkerPool
 
 
 @pytest.fixture(autouse=True)

@@ -17,12 +17,11 @@ import pytest
 
 from cogworker import exitcodes
 from cogworker.settings import Settings, load_settings
-from tests.redis_server import RedisServer
-from tests.systemd_manager import exec_arg, user_manager
+from tests.support.paths import ROOT
+from tests.support.redis_server import RedisServer
+from tests.support.systemd_manager import exec_arg, user_manager
+from tests.support.units import SERVICE, TARGET, expose_interpreter
 
-ROOT = Path(__file__).resolve().parent.parent
-SERVICE = ROOT / "systemd" / "cogworker@.service"
-TARGET = ROOT / "systemd" / "cogworker.target"
 ENV_EXAMPLE = ROOT / "deploy" / "cogworker.env.example"
 INSTALL = ROOT / "deploy" / "install.sh"
 RUNBOOK = ROOT / "deploy" / "RUNBOOK.md"
@@ -352,23 +351,6 @@ while True:
 """
 
 
-def _expose_interpreter() -> str:
-    """Drop-in lines that make this interpreter, its virtualenv and this checkout visible to the service.
-
-    ProtectHome=yes hides /root and /home, where a pyenv interpreter like this one lives, and
-    PrivateTmp=yes hides a checkout under /tmp (where CI may clone it); the unit's own comment gives
-    the remedy for an app in such a place, and this is it.
-    """
-    homes = ("/root/", "/home/", "/run/user/")
-    hidden = (*homes, "/tmp/", "/var/tmp/")
-    checkout = str(Path(__file__).resolve().parent.parent)
-    paths = sorted({p for p in (sys.base_prefix, sys.prefix, checkout) if p.startswith(hidden)})
-    lines = "".join(f"BindReadOnlyPaths={p}\n" for p in paths)
-    if any(p.startswith(homes) for p in paths):
-        lines = "ProtectHome=tmpfs\n" + lines
-    return lines
-
-
 @pytest.mark.systemd
 def test_shipped_unit_runs_a_python_redis_client_under_its_hardening(
     tmp_path: Path, redis_server: RedisServer
@@ -393,7 +375,7 @@ def test_shipped_unit_runs_a_python_redis_client_under_its_hardening(
             f"EnvironmentFile={env_file}\n"
             f"Environment=PYTHONPATH={ROOT}\n"
             "User=root\n"
-            "Group=root\n" + _expose_interpreter()
+            "Group=root\n" + expose_interpreter()
         )
         manager.systemctl("daemon-reload", check=True)
         # --no-block and a deadline: a service that never sends READY=1 would hold a blocking start

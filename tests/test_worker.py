@@ -15,8 +15,8 @@ import cogworker
 from cogworker.settings import load_settings, parse_queues
 from cogworker.store import keys
 from cogworker.worker.fetch import queue_order
-from tests.redis_server import RedisServer, wait_until
-from tests.workers import WorkerPool
+from tests.support.redis_server import RedisServer, wait_until
+from tests.support.workers import WorkerPool
 
 
 def test_weighted_order_favours_heavier_queues() -> None:

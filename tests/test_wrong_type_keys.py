@@ -19,9 +19,9 @@ from cogworker.store import key_guard, keys, scripts
 from cogworker.worker.fetch import Work
 from cogworker.worker.reliable_fetch import ReliableFetch
 from cogworker.worker.settle import Settler
-from tests import components
-from tests.cli_runner import cli_fixture  # noqa: F401
-from tests.redis_server import wait_until
+from tests.support import components
+from tests.support.cli_runner import cli_fixture  # noqa: F401
+from tests.support.redis_server import wait_until
 
 ME = "me:1:x"
 

@@ -30,7 +30,9 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parent / "systemd"
+from tests.support.paths import TESTS
+
+SCRIPTS = TESTS / "systemd"
 START = SCRIPTS / "start-manager.sh"
 STOP = SCRIPTS / "stop-manager.sh"
 

@@ -10,7 +10,7 @@ from cogworker.store import keys
 from cogworker.worker.fetch import Work
 from cogworker.worker.processor import Stats, process
 from cogworker.worker.settle import Settler
-from tests.components import Parts, build
+from tests.support.components import Parts, build
 
 IN_PROGRESS = keys.in_progress("inproc:0:0")
 

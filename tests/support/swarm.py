@@ -25,8 +25,8 @@ from typing import Any
 import psutil
 
 from supervisor import forkserver
-from tests.redis_server import wait_until
-from tests.workers import log_events
+from tests.support.redis_server import wait_until
+from tests.support.workers import log_events
 
 PR_SET_CHILD_SUBREAPER = 36
 

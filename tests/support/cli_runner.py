@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ import pytest
 import redis
 
 from cogworker.cli.main import main
-from tests.redis_server import RedisServer, wait_until
+from tests.support.redis_server import RedisServer, wait_until
 
 
 @dataclass
@@ -122,3 +123,10 @@ def workers_fixture(redis_server: RedisServer, r: redis.Redis) -> Iterator[Worke
         yield pool
     finally:
         pool.close()
+
+
+class FakeTerminal(io.StringIO):
+    """Typed answers on a stdin that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True

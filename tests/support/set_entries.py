@@ -1,0 +1,35 @@
+"""Entries of the retry/scheduled/dead sets, written straight into Redis for ops and CLI tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from cogworker import codec
+
+
+def dead_job(jid: str, **fields: Any) -> dict[str, Any]:
+    job = {
+        "class": "demo_jobs.boom",
+        "args": ["x"],
+        "kwargs": {},
+        "jid": jid,
+        "queue": "default",
+        "created_at": 1.0,
+        "enqueued_at": 2.0,
+        "retry": 2,
+        "retry_count": 2,
+        "error_class": "ValueError",
+        "error_message": "x",
+        "failed_at": 3.0,
+        "died_at": 4.0,
+    }
+    job.update(fields)
+    return job
+
+
+def add(r: redis.Redis, key: str, job: dict[str, Any] | str, score: float = 100.0) -> str:
+    raw = job if isinstance(job, str) else codec.dumps(job)
+    r.zadd(key, {raw: score})
+    return raw
