@@ -1,3 +1,5 @@
+"""`python -m cogworker`: the same entry point as the `cogworker` command."""
+
 import sys
 
 from cogworker.cli.main import main

@@ -1,9 +1,9 @@
 """What the swarm asks of whatever forks its children, and what it is told back.
 
 In production that is the ForkServerKeeper (forkserver_keeper.py), which asks a fork server process;
-tests run the Swarm with a fake one (tests/test_swarm_inprocess.py). The supervisor's loop never
-waits on another process: every request here returns at once, and the answer comes later, through
-the SpawnerOwner callbacks, when the loop sees it arrive.
+tests run the Swarm with a fake one (tests/unit/supervisor/test_swarm_inprocess.py). The
+supervisor's loop never waits on another process: every request here returns at once, and the
+answer comes later, through the SpawnerOwner callbacks, when the loop sees it arrive.
 """
 
 from __future__ import annotations

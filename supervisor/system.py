@@ -3,7 +3,7 @@ the children that exited, set its own process title.
 
 They are gathered in one object so that tests can run the whole Swarm in process, with a fake clock
 and a fake spawner, and see what it would have signalled and reaped without any real child (see
-tests/test_swarm_inprocess.py). Production uses the defaults.
+tests/unit/supervisor/test_swarm_inprocess.py). Production uses the defaults.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A module whose import has a side effect: it writes the file named by MARKER_ON_IMPORT. A worker
-must never import it because a payload names it (tests/test_security.py)."""
+must never import it because a payload names it (tests/unit/test_security.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A periodic entry firing every second, for the multi-process test in tests/test_periodic.py.
+"""A periodic entry firing every second, for the multi-process test in tests/unit/api/test_periodic.py.
 
 A server middleware records which slot each run belongs to (`test:slots`, "<slot> <pid>"), so the
 test can check that no slot ran twice.

@@ -1,4 +1,4 @@
-"""Plain jobs that tests/test_periodic.py schedules with periodic entries it builds itself."""
+"""Plain jobs that tests/unit/api/test_periodic.py schedules with periodic entries it builds itself."""
 
 from __future__ import annotations
 

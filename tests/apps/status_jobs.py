@@ -1,4 +1,4 @@
-"""Jobs for tests/test_status.py."""
+"""Jobs for tests/unit/api/test_status.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unique jobs for tests/test_unique.py. Each run is recorded in Redis (`test:ran`)."""
+"""Unique jobs for tests/unit/api/test_unique.py. Each run is recorded in Redis (`test:ran`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Running the real `cogworker-swarm` in end-to-end tests (the tests are in tests/test_swarm_*.py).
+"""Running the real `cogworker-swarm` in end-to-end tests (the tests are in tests/e2e/).
 
 Each swarm runs in its own session (start_new_session=True) with its stderr in a file, so tests read
 the supervisor's JSON log lines as events. At teardown the session group is killed, and the test fails

@@ -6,7 +6,7 @@ from pathlib import Path
 
 def __getattr__(name: str) -> object:
     """A lazy loader, as some packages have: attribute access runs code. Resolving a job name must
-    not reach it (tests/test_security.py)."""
+    not reach it (tests/unit/test_security.py)."""
     marker = os.environ.get("MARKER_ON_GETATTR")
     if marker:
         Path(marker).write_text(name)

@@ -1,4 +1,4 @@
-"""The cogworker package's import graph has no cycle, counting imports inside functions too.
+"""The source tree's import graph has no cycle, counting imports inside functions too.
 
 A cycle is what made the job API need workarounds (a hook filled in by the package `__init__`, a
 module class that refused to bind submodules); this keeps it from coming back.
@@ -9,7 +9,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "cogworker"
+from tests.support.paths import ROOT
+
+PACKAGE = ROOT / "cogworker"
+# The supervisor imports from cogworker, so a cycle could also run across the two packages.
+SOURCE_PACKAGES = (PACKAGE, ROOT / "supervisor")
 
 
 def module_name(path: Path) -> str:
@@ -30,8 +34,9 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
     return {name for name in found if name in modules}
 
 
-def import_graph() -> dict[str, set[str]]:
-    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+def import_graph(*packages: Path) -> dict[str, set[str]]:
+    """Module -> the modules of `packages` it imports (the cogworker package when none is given)."""
+    paths = {module_name(p): p for package in packages or (PACKAGE,) for p in package.rglob("*.py")}
     modules = set(paths)
     return {name: imports_of(path, modules) - {name} for name, path in paths.items()}
 
@@ -62,6 +67,13 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_package_has_no_import_cycle() -> None:
     graph = import_graph()
     assert "cogworker.api.client" in graph  # the walk found the package
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_supervisor_and_cogworker_together_have_no_import_cycle() -> None:
+    graph = import_graph(*SOURCE_PACKAGES)
+    assert "supervisor.swarm" in graph and "cogworker.api.client" in graph
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle or [])
 

@@ -35,7 +35,7 @@ def test_perform_async_writes_the_payload(r: redis.Redis, configured: object) ->
     jid = send_email.perform_async(42, "welcome")
     [payload] = queue(r, "mailers")
     assert payload["jid"] == jid
-    assert payload["class"] == "tests.test_client.send_email"
+    assert payload["class"] == "tests.unit.api.test_client.send_email"
     assert payload["args"] == [42, "welcome"]
     assert payload["kwargs"] == {}
     assert payload["queue"] == "mailers"

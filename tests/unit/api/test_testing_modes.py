@@ -79,7 +79,7 @@ def test_inline_runs_through_the_server_chain() -> None:
     with testing.inline():
         add.perform_async(2, 2)
         assert calls == [4]
-        assert seen == ["tests.test_testing_modes.add"]
+        assert seen == ["tests.unit.api.test_testing_modes.add"]
         with pytest.raises(KeyError):
             fails.perform_async()
 

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from cogworker.cli.main import build_parser
+from tests.support.paths import ROOT, TESTS
 from tests.support.redis_server import RedisServer
 
-ROOT = Path(__file__).resolve().parent.parent
 RUNBOOK = ROOT / "deploy" / "RUNBOOK.md"
-TESTS = Path(__file__).resolve().parent
 
 # Sample values for the placeholders the runbook uses.
 PLACEHOLDERS = {"<jid>": "0123abcd", "<identity>": "host:1:abcd"}
@@ -54,7 +53,7 @@ def test_every_cogworker_command_parses_and_is_exercised(argv: list[str]) -> Non
     build_parser().parse_args(argv)  # raises SystemExit on anything the CLI doesn't accept
     groups = {"queue", "retry", "scheduled", "dead"}  # verbs that take an action word
     verb = " ".join(argv[:2]) if argv[0] in groups else argv[0]
-    test_text = "\n".join(p.read_text() for p in TESTS.glob("test_*.py") if p.name != "test_runbook.py")
+    test_text = "\n".join(p.read_text() for p in TESTS.rglob("test_*.py") if p.name != "test_runbook.py")
     words = verb.split()
     assert any(all(f'"{w}"' in chunk for w in words) for chunk in test_text.split("\ndef ")), (
         f"no test runs `cogworker {verb}`"
@@ -62,7 +61,7 @@ def test_every_cogworker_command_parses_and_is_exercised(argv: list[str]) -> Non
 
 
 def test_every_systemctl_command_is_exercised_against_a_real_manager() -> None:
-    exercised = (TESTS / "test_systemd_swarm.py").read_text()
+    exercised = (TESTS / "e2e" / "systemd" / "test_systemd_swarm.py").read_text()
     for line in runbook_commands():
         words = shlex.split(line)
         if words[0] != "systemctl":

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import ROOT
 from tests.support.systemd_manager import exec_arg, user_manager
 
 pytestmark = pytest.mark.systemd
 
-ROOT = Path(__file__).resolve().parent.parent
 
 # The service: tells systemd it is ready (with the watchdog interval systemd gave it), keeps the
 # watchdog fed, and answers SIGHUP the way the swarm answers a reload.

@@ -5,7 +5,7 @@ One manager serves the whole module (start-up is the slow part); each test start
 needs, and a per-test teardown stops them all and fails on any process left in their cgroups. The
 units are the shipped files byte for byte, plus a drop-in that changes only what a test must: the
 program (this checkout's venv), where the env files are, the user (no `cogworker` user here), and
-the interpreter made visible under ProtectHome= (see tests/test_unit_files.py). The watchdog test
+the interpreter made visible under ProtectHome= (see tests/e2e/systemd/test_unit_files.py). The watchdog test
 adds an instance drop-in of its own with a short WatchdogSec=.
 """
 
@@ -27,6 +27,7 @@ import pytest
 import redis
 
 from cogworker import codec
+from tests.support.paths import APP_DIR, ROOT
 from tests.support.redis_server import RedisServer, free_port, wait_until
 from tests.support.swarm import FAST_ENV, is_forkserver, live_title
 from tests.support.systemd_manager import UserManager, user_manager
@@ -34,8 +35,6 @@ from tests.support.units import SERVICE, TARGET, expose_interpreter
 
 pytestmark = [pytest.mark.systemd, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parent.parent
-APP_DIR = Path(__file__).resolve().parent / "apps"
 SWARM = Path(sys.executable).parent / "cogworker-swarm"  # this checkout's venv, not /opt/cogworker
 
 APP = "cogworker@app.service"
@@ -59,7 +58,9 @@ def env_file_text(redis_url: str, **extra: str) -> str:
         "PYTHONPATH": f"{APP_DIR}{os.pathsep}{ROOT}",
         **extra,
     }
-    return "# written by tests/test_systemd_swarm.py\n" + "".join(f"{k}={v}\n" for k, v in settings.items())
+    return "# written by tests/e2e/systemd/test_systemd_swarm.py\n" + "".join(
+        f"{k}={v}\n" for k, v in settings.items()
+    )
 
 
 def enable_client_side(manager: UserManager) -> None:

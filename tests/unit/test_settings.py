@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cogworker.settings import ConfigError, load_settings, parse_queues
+from tests.support.paths import ROOT
 from tests.support.redis_server import RedisServer
 
 
@@ -93,11 +94,10 @@ def test_every_command_exits_78_on_bad_settings(argv: list[str]) -> None:
 
 
 def test_every_setting_is_in_the_example_env_file() -> None:
-    from pathlib import Path
 
     from cogworker.settings import Settings
 
-    text = (Path(__file__).resolve().parent.parent / "deploy" / "cogworker.env.example").read_text()
+    text = (ROOT / "deploy" / "cogworker.env.example").read_text()
     missing = [name for name in Settings.model_fields if f"COGWORKER_{name.upper()}" not in text]
     assert missing == []
 
