@@ -8,7 +8,8 @@ What the harness assumes of cogworker (the contract this file codes to):
 - The supervisor's direct children (psutil) are the COGWORKER_COUNT workers, each running its jobs
   in-process (on threads), so a job's os.getpid() is its child's pid.
 - SIGTERM to the supervisor stops the swarm within Context.stop's deadline (45 s); a child that is
-  SIGKILLed is replaced without the supervisor exiting, and its jobs are requeued ("A child dies" in docs/architecture.md).
+  SIGKILLed is replaced without the supervisor exiting, and its jobs are requeued ("A child dies" in
+  docs/architecture.md).
 - Client side: cogworker.configure(cogworker.load_settings(redis_url=...)), JobFunction.perform_async
   and cogworker.push_bulk(fn, [(), ...]).
 "Done" is not read from cogworker:stat:processed: every system reports through the same bench counter
