@@ -163,7 +163,12 @@ class Swarm:
         os.kill(self.pid, signum)
 
     def wait(self, timeout: float = 30) -> int:
-        return self.proc.wait(timeout=timeout)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            # The log is in the test's tmp_path, gone a few runs later: a swarm that never exits
+            # is diagnosed from what it wrote, so the failure carries it.
+            raise AssertionError(f"the swarm did not exit within {timeout} s:\n{self.tail(60)}") from exc
 
     def stop(self, timeout: float = 30) -> int:
         if self.proc.poll() is None:
