@@ -9,6 +9,7 @@ and a stop waits for that give-back (`_end_wait_turn`) before it hands anything 
 
 from __future__ import annotations
 
+import abc
 import queue
 import threading
 import time
@@ -35,8 +36,9 @@ class Running:
     started_at: float
 
 
-class WaitTurnHandoff:
-    """The wait turn's half of the Manager: its state lives on the Manager, under `_cond`."""
+class WaitTurnHandoff(abc.ABC):
+    """The wait turn's half of the Manager: its state lives on the Manager, under `_cond`, and the
+    two Manager methods it calls are declared abstract below."""
 
     fetcher: Fetcher
     reconciler: Reconciler
@@ -52,11 +54,11 @@ class WaitTurnHandoff:
     _outages: Outages
     _wake: threading.Event
 
-    def _give_back(self, work: Work) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _give_back(self, work: Work) -> None: ...
 
-    def _fall_back_if_unsupported(self, exc: Exception) -> bool:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _fall_back_if_unsupported(self, exc: Exception) -> bool: ...
 
     def _hand_wait_to_a_job_thread(self) -> bool:
         """One queue: an idle job thread blocks on it (BLMOVE) and runs the job it gets itself, so
