@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cogworker import exitcodes
@@ -129,6 +129,18 @@ class Settings(BaseSettings):
     # late a slot missed during downtime may still be enqueued.
     periodic_check_interval_s: float = 1.0
     periodic_grace_s: float = 3600.0
+    # The Web UI (cogworker/web/): where `cogworker web` listens; HTTP Basic credentials (required to
+    # listen anywhere but loopback); read-only mode (every action hidden and refused); the key that
+    # signs its session cookie (random per process when unset: flash messages then don't survive a
+    # restart); and whether the same-origin check believes a reverse proxy's X-Forwarded-Proto and
+    # X-Forwarded-Host (only behind a proxy that sets them, or a client could claim any origin).
+    web_host: str = "127.0.0.1"
+    web_port: int = 7433
+    web_username: str = ""
+    web_password: SecretStr = SecretStr("")
+    web_read_only: bool = False
+    web_session_secret: SecretStr = SecretStr("")
+    web_trust_forwarded: bool = False
 
     @field_validator("redis_url")
     @classmethod
@@ -182,6 +194,13 @@ class Settings(BaseSettings):
             raise ValueError("must be a TCP port (1 to 65535), or unset")
         return value
 
+    @field_validator("web_port")
+    @classmethod
+    def _web_port(cls, value: int) -> int:
+        if not 1 <= value <= 65535:
+            raise ValueError("must be a TCP port (1 to 65535)")
+        return value
+
     @field_validator("*")
     @classmethod
     def _seconds(cls, value: object, info: ValidationInfo) -> object:
@@ -208,6 +227,8 @@ class Settings(BaseSettings):
                     "the delays grow from one to the other",
                 )
             )
+        if bool(self.web_username) != bool(self.web_password.get_secret_value()):
+            raise ValueError("set both COGWORKER_WEB_USERNAME and COGWORKER_WEB_PASSWORD, or neither")
         return self
 
     def _order_error(self, larger: str, relation: str, smaller: str, why: str) -> str:

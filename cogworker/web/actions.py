@@ -1,0 +1,91 @@
+"""How every POST runs: refused in read-only mode, the form read, the operation run off the event
+loop (the ops functions are blocking Redis calls), its outcome flashed, and a 303 back to the page.
+
+An operation says what it did by returning the flash text; an OpsError (not found, not retryable,
+a wrong-type key) becomes an error flash with its message, and so does Redis being unreachable.
+Nothing an action does is reached by GET.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import redis
+import structlog
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from cogworker.ops import OpsError
+from cogworker.redact import safe_url
+from cogworker.store.connection import is_unavailable
+from cogworker.web.render import back_to, flash, page, redirect
+from cogworker.web.state import WebState, state_of
+
+log = structlog.get_logger("cogworker.web")
+
+# (request, state, form) -> the flash text saying what was done.
+Operation = Callable[[Request, WebState, FormData], str]
+Endpoint = Callable[[Request], Awaitable[Response]]
+# form -> the question the confirmation page asks.
+Confirm = Callable[[FormData], str]
+
+
+def action(default_back: str, confirm: Confirm | None = None) -> Callable[[Operation], Endpoint]:
+    """An endpoint running `operation`. With `confirm`, a form without `confirm=yes` gets a page
+    asking first (the question is `confirm(form)`), whose button sends the same fields again with
+    `confirm=yes`: a clear or a delete-all takes two deliberate clicks, with or without JavaScript."""
+
+    def wrap(operation: Operation) -> Endpoint:
+        async def endpoint(request: Request) -> Response:
+            state = state_of(request)
+            if state.read_only(request):
+                log.warning("web_action_refused", path=request.url.path, reason="read-only")
+                return PlainTextResponse("Forbidden: this UI is read-only.\n", status_code=403)
+            form = await request.form()
+            back = back_to(request, form.get("back"), default_back)
+            if confirm is not None and form.get("confirm") != "yes":
+                hidden = [(k, v) for k, v in form.multi_items() if isinstance(v, str) and k != "confirm"]
+                return page(
+                    request,
+                    "confirm.html",
+                    "Please confirm",
+                    question=confirm(form),
+                    action_path=request.url.path,
+                    hidden=hidden,
+                    back=back,
+                )
+            try:
+                text = await run_in_threadpool(operation, request, state, form)
+            except OpsError as exc:
+                flash(request, "error", str(exc))
+            except redis.RedisError as exc:
+                if is_unavailable(exc):
+                    message = f"can't reach Redis at {safe_url(state.settings.redis_url)}: {exc}"
+                else:
+                    message = f"Redis refused a command: {exc}"
+                flash(request, "error", message)
+            else:
+                log.info("web_action", path=request.url.path, outcome=text)
+                flash(request, "ok", text)
+            return redirect(back)
+
+        endpoint.__name__ = operation.__name__
+        endpoint.__doc__ = operation.__doc__
+        return endpoint
+
+    return wrap
+
+
+def field(form: FormData, name: str) -> str:
+    """A required text field; OpsError (shown as the flash) when it is missing."""
+    value = form.get(name)
+    if not isinstance(value, str) or not value:
+        raise OpsError(f"the form sent no {name}")
+    return value
+
+
+def fields(form: FormData, name: str) -> list[str]:
+    """Every value of a repeated field (the checkboxes of a selection)."""
+    return [v for v in form.getlist(name) if isinstance(v, str) and v]

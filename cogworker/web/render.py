@@ -1,0 +1,191 @@
+"""Pages from Jinja2 templates, with autoescaping always on: every value from Redis (job classes,
+arguments, error messages, queue names, identities) is text in the page, never markup.
+
+Links are built from the mount prefix (the ASGI `root_path`), so the UI works under any path a host
+app mounts it at. Times go out as UTC inside `<time datetime=...>`; static/app.js shows them in the
+browser's own time zone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import jinja2
+from markupsafe import Markup
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from cogworker import codec
+from cogworker.web.state import state_of
+
+ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("cogworker.web", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+# The live refresh's interval bounds, in seconds. The browser keeps its choice in localStorage, and
+# the script clamps whatever it finds there to these: Sidekiq's CVE-2023-26141 was a dashboard
+# that polled as fast as a tampered local value said.
+LIVE_MIN_S = 2
+LIVE_MAX_S = 20
+LIVE_DEFAULT_S = 5
+FLASH_KEY = "cogworker_flash"
+NONE = "\u2013"  # an en dash: the value is unknown or there is none
+
+
+def prefix(request: Request) -> str:
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def route_path(request: Request) -> str:
+    """The request's path inside the UI (without the mount prefix)."""
+    path, base = request.url.path, prefix(request)
+    return (path[len(base) :] or "/") if base and path.startswith(base) else path
+
+
+def path_to(request: Request, path: str, **query: Any) -> str:
+    """The URL of one of the UI's own pages, under the mount prefix, with a query string."""
+    params = {k: v for k, v in query.items() if v not in (None, "")}
+    return prefix(request) + path + (("?" + urlencode(params, doseq=True)) if params else "")
+
+
+def segment(value: str) -> str:
+    """A value made safe as one path segment (queue names, jids, set entry keys)."""
+    return quote(value, safe="")
+
+
+def time_tag(epoch: float | None) -> Markup:
+    if epoch is None or not math.isfinite(epoch):
+        return Markup("&ndash;")
+    try:
+        moment = dt.datetime.fromtimestamp(epoch, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return Markup("&ndash;")
+    iso = moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+    text = moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return Markup('<time datetime="{}">{}</time>').format(iso, text)
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return NONE
+    seconds = max(0.0, seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} m {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} m"
+    return f"{hours // 24} d {hours % 24} h"
+
+
+def size_bytes(value: int | None) -> str:
+    if not value:
+        return NONE
+    amount = float(value)
+    for unit in ("B", "KB", "MB", "GB"):
+        if amount < 1024 or unit == "GB":
+            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    return f"{amount:.1f} GB"
+
+
+def number(value: int | float | None) -> str:
+    return NONE if value is None else f"{value:,}"
+
+
+def as_json(value: Any, indent: bool = False) -> str:
+    """Job data as JSON text (escaped by the template like any other text). Lenient: a payload JSON
+    can't hold as it is (a lone surrogate, nesting too deep) is still shown, cleaned."""
+    text, _ = codec.dumps_lenient(value)
+    if indent:
+        text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    return codec.escape(text)
+
+
+def short(text: str | None, limit: int = 120) -> str:
+    if text is None:
+        return ""
+    text = codec.escape(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+ENV.filters.update(
+    time=time_tag, duration=duration, bytes=size_bytes, number=number, json=as_json, short=short
+)
+ENV.globals.update(segment=segment)
+
+
+def flash(request: Request, kind: str, text: str) -> None:
+    """A message shown at the top of the next page (kind: ok, warn or error)."""
+    messages = list(request.session.get(FLASH_KEY, []))
+    messages.append([kind, text])
+    request.session[FLASH_KEY] = messages[-5:]
+
+
+def _take_flashes(request: Request) -> list[list[str]]:
+    if FLASH_KEY not in request.session:
+        return []
+    messages: list[list[str]] = request.session.pop(FLASH_KEY)
+    return messages
+
+
+def page(request: Request, template: str, title: str, status_code: int = 200, **context: Any) -> Response:
+    state = state_of(request)
+    html = ENV.get_template(template).render(
+        request=request,
+        title=title,
+        url=lambda path, **query: path_to(request, path, **query),
+        static=lambda name: prefix(request) + "/static/" + name,
+        can_act=not state.read_only(request),
+        flashes=_take_flashes(request),
+        live_min=LIVE_MIN_S,
+        live_max=LIVE_MAX_S,
+        live_default=LIVE_DEFAULT_S,
+        nav=NAV,
+        current=route_path(request),
+        here=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+        prefix=prefix(request),
+        **context,
+    )
+    return HTMLResponse(html, status_code=status_code, headers={"Cache-Control": "no-store"})
+
+
+NAV = (
+    ("/", "Dashboard"),
+    ("/busy", "Busy"),
+    ("/queues", "Queues"),
+    ("/retries", "Retries"),
+    ("/scheduled", "Scheduled"),
+    ("/dead", "Dead"),
+    ("/periodic", "Periodic"),
+)
+
+
+def back_to(request: Request, given: object, default: str) -> str:
+    """Where an action returns: the page it was sent from when that is one of ours (never another
+    site: a `back` field is not a redirect anyone may aim), else `default`."""
+    base = prefix(request)
+    if (
+        isinstance(given, str)
+        and given.startswith(base + "/")
+        and not given.startswith("//")
+        and not any(c in given for c in "\\\r\n")
+    ):
+        return given
+    return path_to(request, default)
+
+
+def redirect(location: str) -> RedirectResponse:
+    return RedirectResponse(location, status_code=303)
