@@ -21,7 +21,7 @@ from starlette.staticfiles import StaticFiles
 from cogworker.redact import safe_url
 from cogworker.settings import Settings, load_settings
 from cogworker.store.connection import is_unavailable
-from cogworker.web import dashboard
+from cogworker.web import busy, dashboard, jobs, periodic, queues, sets
 from cogworker.web.render import page
 from cogworker.web.security import BasicAuth, SameOrigin, StateAndHeaders
 from cogworker.web.session import OptionalSession
@@ -32,6 +32,11 @@ def routes() -> list[BaseRoute]:
     static_dir = str(resources.files("cogworker.web") / "static")
     return [
         Route("/", dashboard.dashboard, name="dashboard"),
+        *busy.ROUTES,
+        *queues.ROUTES,
+        *sets.ROUTES,
+        *periodic.ROUTES,
+        *jobs.ROUTES,
         Mount("/static", StaticFiles(directory=static_dir), name="static"),
     ]
 
