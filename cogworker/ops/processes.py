@@ -57,6 +57,12 @@ class ProcessInfo:
     in_progress: int  # length of its in-progress list: fetched and not yet acknowledged
     running: list[RunningJob] = field(default_factory=list)
 
+    @property
+    def slot(self) -> int | None:
+        """The swarm slot of a swarm child (its tag is "slot N"); None for a standalone process."""
+        word, _, number = self.tag.partition(" ")
+        return int(number) if word == "slot" and number.isdigit() else None
+
 
 @dataclass(frozen=True, slots=True)
 class OrphanedList:

@@ -1,4 +1,5 @@
-"""Queues: their sizes and latencies, pausing and resuming them, clearing one."""
+"""Queues: their sizes and latencies, pausing and resuming them, clearing one, and one page of a
+queue's jobs with the deletion of one of them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any, cast
 import redis
 
 from cogworker import codec
+from cogworker.ops import NotFound
 from cogworker.store import keys
 
 
@@ -100,3 +102,58 @@ def clear(client: redis.Redis, name: str) -> int:
     pipe.srem(keys.QUEUES, name)
     removed, _, _ = pipe.execute()
     return int(removed)
+
+
+# How far from the index a job was shown at `delete_job` looks for it: the queue moves while the
+# operator reads the page (pushes at the left shift every index up, pops at the right don't).
+DELETE_WINDOW = 50
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    index: int  # its LRANGE index when read (0: the newest, pushed last)
+    raw: str  # the payload text exactly as stored: what LREM needs to remove this one job
+    jid: str | None
+    job: str | None  # the job's registered name; None when the payload is unreadable
+    args: list[Any]
+    enqueued_at: float | None
+
+
+def _queued_job(index: int, raw: str) -> QueuedJob:
+    job = codec.loads_dict(raw) or {}
+    jid, name, args = job.get("jid"), job.get("class"), job.get("args")
+    stamp = job.get("enqueued_at", job.get("created_at"))
+    return QueuedJob(
+        index=index,
+        raw=raw,
+        jid=jid if isinstance(jid, str) and jid else None,
+        job=name if isinstance(name, str) else None,
+        args=args if isinstance(args, list) else [],
+        enqueued_at=float(stamp) if isinstance(stamp, int | float) and not isinstance(stamp, bool) else None,
+    )
+
+
+def jobs_page(client: redis.Redis, name: str, start: int, count: int) -> list[QueuedJob]:
+    """`count` jobs of the queue from index `start` (0: the newest; the right end runs next), read as
+    one LRANGE slice: the cost doesn't depend on the queue's length."""
+    if count <= 0:
+        return []
+    start = max(0, start)
+    raws = cast(list[str], client.lrange(keys.queue(name), start, start + count - 1))
+    return [_queued_job(start + offset, str(raw)) for offset, raw in enumerate(raws)]
+
+
+def delete_job(client: redis.Redis, name: str, jid: str, near_index: int) -> QueuedJob:
+    """Delete the job `jid` from the queue, looking for it only within DELETE_WINDOW of the index it
+    was shown at (never a scan of the whole queue), and removing exactly that payload (LREM 1).
+    NotFound when it isn't there: it ran, moved or was deleted meanwhile."""
+    first = max(0, near_index - DELETE_WINDOW)
+    raws = cast(list[str], client.lrange(keys.queue(name), first, max(0, near_index) + DELETE_WINDOW))
+    matches = [j for j in (_queued_job(first + i, str(raw)) for i, raw in enumerate(raws)) if j.jid == jid]
+    if matches:
+        found = min(matches, key=lambda j: abs(j.index - near_index))
+        # LREM compares the whole text: another job can't be taken for this one. It returns 0 when a
+        # fetcher popped the job between the LRANGE and now.
+        if client.lrem(keys.queue(name), 1, found.raw):
+            return found
+    raise NotFound(f"job {jid} is no longer in queue {name} (it ran, moved or was deleted)")
