@@ -81,12 +81,15 @@ def requeued_text(entry: Entry, now: float) -> str:
         ) from exc
 
 
-def retry_now(client: redis.Redis, scripts: Scripts, set_name: str, ref: str) -> Entry:
+def retry_now(
+    client: redis.Redis, scripts: Scripts, set_name: str, ref: str, score: float | None = None
+) -> Entry:
     """Move the entry to the queue its payload names, now, in one script (graduate.lua, the poller's
     own: pushed only if the entry is still there, then taken out). Of two operators retrying one entry
-    at once exactly one succeeds; the other gets NotFound. Returns the entry moved."""
+    at once exactly one succeeds; the other gets NotFound. Returns the entry moved. `score` (the
+    Web UI's entry key has it) finds the entry without a scan."""
     for _ in range(ATTEMPTS):
-        entry = get(client, set_name, ref)
+        entry = get(client, set_name, ref, score)
         text = requeued_text(entry, time.time())
         assert entry.queue is not None
         moved = scripts.run(
@@ -100,10 +103,10 @@ def retry_now(client: redis.Redis, scripts: Scripts, set_name: str, ref: str) ->
     raise NotFound(f"job {ref} in the {set_name} set changed while being retried: try again")
 
 
-def delete(client: redis.Redis, set_name: str, ref: str) -> Entry:
+def delete(client: redis.Redis, set_name: str, ref: str, score: float | None = None) -> Entry:
     """Remove the entry; returns it. NotFound if it is gone (someone else acted on it first)."""
     for _ in range(ATTEMPTS):
-        entry = get(client, set_name, ref)
+        entry = get(client, set_name, ref, score)
         if client.zrem(set_key(set_name), entry.raw):
             return entry
     raise NotFound(f"job {ref} in the {set_name} set changed while being deleted: try again")
@@ -224,12 +227,19 @@ def _killable(set_name: str) -> None:
         raise OpsError(f"the {set_name} set's entries can't be killed: use one of {', '.join(KILLABLE)}")
 
 
-def kill(client: redis.Redis, scripts: Scripts, settings: Settings, set_name: str, ref: str) -> Entry:
+def kill(
+    client: redis.Redis,
+    scripts: Scripts,
+    settings: Settings,
+    set_name: str,
+    ref: str,
+    score: float | None = None,
+) -> Entry:
     """Move a retry or scheduled entry to dead, in one script. Of two operators killing one entry at
     once exactly one succeeds; the other gets NotFound. Returns the entry killed."""
     _killable(set_name)
     for _ in range(ATTEMPTS):
-        entry = get(client, set_name, ref)
+        entry = get(client, set_name, ref, score)
         if _check_reply(client, _kill_script(scripts, settings, entry, time.time(), client)):
             _after_kill(client, scripts, settings, entry)
             return entry

@@ -2,12 +2,15 @@
 with them is in set_actions.py).
 
 An entry is named by its payload's `jid`; one with no jid (an unreadable payload filed whole) by
-`raw-` and a digest of its text.
+`raw-` and a digest of its text. The Web UI names it by its key, `<score>-<ref>`, so it can find it
+with one ZRANGEBYSCORE instead of a scan; its pages read one slice (`page`) or search a bounded
+stretch of the set (`search`), never the whole set.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -29,6 +32,7 @@ class Filter:
     queue: str | None = None  # exact queue name
     job: str | None = None  # substring of the job's name
     error: str | None = None  # substring of its error class or message
+    args: str | None = None  # substring of the JSON of its args and kwargs
 
     def __call__(self, entry: Entry) -> bool:
         if self.queue is not None and entry.queue != self.queue:
@@ -39,11 +43,15 @@ class Filter:
             text = f"{entry.error_class or ''}: {entry.error_message or ''}"
             if self.error not in text:
                 return False
+        if self.args is not None:
+            text = f"{codec.dumps_lenient(entry.args)[0]} {codec.dumps_lenient(entry.kwargs)[0]}"
+            if self.args not in text:
+                return False
         return True
 
     @property
     def empty(self) -> bool:
-        return self.queue is None and self.job is None and self.error is None
+        return self.queue is None and self.job is None and self.error is None and self.args is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +71,11 @@ class Entry:
     readable: bool  # False: the payload isn't a job this code can put back on a queue
     payload: dict[str, Any] | None  # the whole decoded payload (None when it isn't a JSON object)
     raw: str  # the entry exactly as stored
+
+    @property
+    def key(self) -> str:
+        """The name the Web UI gives it: found again by its score without a scan."""
+        return entry_key(self.score, self.ref)
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -89,6 +102,26 @@ def set_key(name: str) -> str:
         return SETS[name]
     except KeyError:
         raise OpsError(f"unknown set {name!r}: use one of {', '.join(SETS)}") from None
+
+
+# A float as repr writes it (what `entry_key` puts first), then "-" and the ref. Not a plain split at
+# the first "-": repr writes small scores with a negative exponent ("1e-05").
+_KEY = re.compile(r"(-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?))-(.+)", re.DOTALL)
+
+
+def entry_key(score: float, ref: str) -> str:
+    return f"{score!r}-{ref}"
+
+
+def parse_key(key: str) -> tuple[float, str] | None:
+    """(score, ref) from an `entry_key`, or None when `key` isn't one."""
+    found = _KEY.fullmatch(key)
+    if found is None:
+        return None
+    try:
+        return float(found.group(1)), found.group(2)
+    except ValueError:
+        return None
 
 
 def raw_ref(raw: str) -> str:
@@ -186,8 +219,82 @@ def find(client: redis.Redis, set_name: str, ref: str) -> Entry | None:
     return min(found, key=lambda e: e.score) if found else None
 
 
-def get(client: redis.Redis, set_name: str, ref: str) -> Entry:
-    entry = find(client, set_name, ref)
+def at_score(client: redis.Redis, set_name: str, score: float, ref: str) -> Entry | None:
+    """The entry named `ref` among those scored exactly `score` (ZRANGEBYSCORE score score): no scan.
+    Entries sharing a score are read in slices, so even a thousand scheduled for one instant stay
+    cheap to look through."""
+    key = set_key(set_name)
+    offset = 0
+    while True:
+        chunk = cast(
+            list[tuple[str, float]],
+            client.zrangebyscore(key, score, score, start=offset, num=BATCH, withscores=True),
+        )
+        for raw, found_score in chunk:
+            entry = parse_entry(set_name, raw, found_score)
+            if entry.ref == ref:
+                return entry
+        if len(chunk) < BATCH:
+            return None
+        offset += BATCH
+
+
+def page(client: redis.Redis, set_name: str, start: int, count: int, desc: bool = True) -> list[Entry]:
+    """One slice of the set in score order (desc: highest score first), from position `start`."""
+    if count < 1:
+        return []
+    chunk = cast(
+        list[tuple[str, float]],
+        client.zrange(set_key(set_name), start, start + count - 1, desc=desc, withscores=True),
+    )
+    return [parse_entry(set_name, raw, score) for raw, score in chunk]
+
+
+@dataclass(frozen=True, slots=True)
+class Search:
+    found: list[Entry]  # the matches, in listing order
+    start: int  # the first position examined
+    end: int  # one past the last position examined: where the next search continues
+    total: int  # the set's size when searched
+
+    @property
+    def finished(self) -> bool:
+        return self.end >= self.total
+
+
+def search(
+    client: redis.Redis,
+    set_name: str,
+    match: Filter,
+    start: int = 0,
+    budget: int = 2_000,
+    limit: int = 25,
+    desc: bool = True,
+) -> Search:
+    """Up to `limit` matching entries, examining at most `budget` entries from position `start` in
+    slices: a filter over a set of millions costs one bounded stretch per call, and the caller goes
+    on from `end`."""
+    key = set_key(set_name)
+    total = client.zcard(key)
+    found: list[Entry] = []
+    position = start = max(0, start)
+    stop = min(total, start + max(0, budget))
+    while position < stop and len(found) < limit:
+        chunk = page(client, set_name, position, min(BATCH, stop - position), desc)
+        if not chunk:
+            break
+        for entry in chunk:
+            position += 1
+            if match(entry):
+                found.append(entry)
+                if len(found) >= limit:
+                    break
+    return Search(found, start, position, total)
+
+
+def get(client: redis.Redis, set_name: str, ref: str, score: float | None = None) -> Entry:
+    """The entry named `ref`: by its exact score when known (one lookup), else by a scan."""
+    entry = find(client, set_name, ref) if score is None else at_score(client, set_name, score, ref)
     if entry is None:
         raise NotFound(f"no job {ref} in the {set_name} set")
     return entry
