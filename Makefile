@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test coverage coverage-report lint format bench redis-server clean
+.PHONY: install run test coverage coverage-report lint format bench redis-server chromium clean
 
 install: $(STAMP) redis-server
 
@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml
 redis-server:
 	@deploy/ensure-redis-server.sh
 
+# The Web UI's browser tests (tests/e2e/web/) drive Debian's chromium; Playwright downloads none.
+chromium:
+	@deploy/ensure-chromium.sh
+
 run: install
 	deploy/run-local.sh
 
@@ -30,7 +34,7 @@ run: install
 COVERAGE_DIR := $(CURDIR)/.coverage-data
 COVERAGE     := COVERAGE_FILE=$(COVERAGE_DIR)/coverage $(BIN)/coverage
 
-test: install
+test: install chromium
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
 	$(COVERAGE) run -m pytest -q $(PYTEST_ARGS); tests=$$?; \
 	$(COVERAGE) combine -q && $(COVERAGE) report; report=$$?; \
