@@ -4,6 +4,7 @@ Usage (through tests/bench/run.sh, which builds .bench-venv/):
     tests/bench/run.sh                  # the full run, every system (under 15 minutes on 2 cores)
     tests/bench/run.sh --quick          # a smoke run: small workloads, one W1 run
     tests/bench/run.sh --only cogworker,dramatiq
+    tests/bench/run.sh --only web        # only the Web UI's page times (web_pages.py)
 
 Prints one table (each figure per system and cogworker / peer) and writes every raw figure to
 bench-results/bench-<timestamp>.json at the repository root. Worker logs go beside it.
@@ -30,9 +31,12 @@ from latency import pickup_latency
 from procs import RUN_ID_VAR, NotRunnable, memory, sweep, wait_for
 from recovery import recovery
 from redis_server import RedisServer
-from report import footnotes, table, write_json
+from report import footnotes, table, web_table, write_json
 from systems.base import System
 from throughput import drain, enqueue_rates
+from web_pages import run as web_pages
+
+WEB = "web"  # not a system: the Web UI's page times, after the systems
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "bench-results"
@@ -126,14 +130,14 @@ def measure(ctx: Context, name: str) -> dict[str, Any]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run: small workloads, one W1 run")
-    parser.add_argument(
-        "--only", default=",".join(systems.NAMES), help=f"comma-separated, from {','.join(systems.NAMES)}"
-    )
+    names = [*systems.NAMES, WEB]
+    parser.add_argument("--only", default=",".join(names), help=f"comma-separated, from {','.join(names)}")
     args = parser.parse_args(argv)
     args.only = [n.strip() for n in args.only.split(",") if n.strip()]
-    unknown = [n for n in args.only if n not in systems.NAMES]
+    unknown = [n for n in args.only if n not in names]
     if unknown or not args.only:
-        parser.error(f"--only takes names from {', '.join(systems.NAMES)} (got {args.only})")
+        parser.error(f"--only takes names from {', '.join(names)} (got {args.only})")
+    args.web = WEB in args.only
     # Run in the canonical order, so cogworker comes first and the table reads the same every time.
     args.only = [n for n in systems.NAMES if n in args.only]
     return args
@@ -157,6 +161,7 @@ def main(argv: list[str]) -> int:
     ctx = Context(server, plan, run_id, log_dir)
     began = time.monotonic()
     results: dict[str, Any] = {}
+    web: dict[str, Any] | None = None
     try:
         server.start()
         # The job modules imported here, to push, read the bench Redis from the environment too.
@@ -164,6 +169,9 @@ def main(argv: list[str]) -> int:
         say(f"redis-server {server.version()} on {server.url}; worker logs in {log_dir}")
         for name in args.only:
             results[name] = measure(ctx, name)
+        if args.web:
+            say("web: the Web UI's pages ...")
+            web = web_pages(server.client, server.url, plan.quick, say)
         redis_version = server.version()
     finally:
         ctx.kill_all()
@@ -173,10 +181,13 @@ def main(argv: list[str]) -> int:
             say(f"killed {len(leftovers)} leftover processes: {leftovers}")
     elapsed = time.monotonic() - began
     plan_dict = dataclasses.asdict(plan)
-    print(table(results))
-    print()
-    for note in footnotes(results, plan_dict):
-        print(f"  {note}")
+    if results:
+        print(table(results))
+        print()
+        for note in footnotes(results, plan_dict):
+            print(f"  {note}")
+    if web is not None:
+        print(("\n" if results else "") + web_table(web))
     document = {
         "started": stamp,
         "elapsed_s": elapsed,
@@ -184,10 +195,12 @@ def main(argv: list[str]) -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "redis": redis_version},
         "versions": {name: r.get("version") for name, r in results.items()},
         "results": results,
+        "web": web,
     }
     path = write_json(RESULTS_DIR, stamp, document)
     print(f"\n  raw figures: {path.relative_to(ROOT)}; took {elapsed / 60:.1f} min")
-    return 0
+    # A page that answered an error is a broken UI, not a slow one: the run fails.
+    return 1 if web is not None and web["failed"] else 0
 
 
 if __name__ == "__main__":

@@ -189,3 +189,72 @@ def write_json(directory: Path, stamp: str, document: dict[str, Any]) -> Path:
     path = directory / f"bench-{stamp}.json"
     path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     return path
+
+
+# The Web UI section (web_pages.py): one row per page, the big fill's times, every fill's commands.
+WEB_WIDTHS = [10, 10, 14, 11, 11, 11, 9, 8]
+
+
+def _count(page: Result) -> str:
+    if "commands_per_page" not in page:
+        return "—"
+    return f"{page['commands_per_page']:.2f}".rstrip("0").rstrip(".")
+
+
+def _web_row(label: str, web: Result) -> list[str]:
+    pages = [fill["pages"][label] for fill in web["fills"].values()]
+    big = pages[0]
+    blank = [""] * (len(WEB_WIDTHS) - 1)
+    if big.get("not_built"):
+        return [label, "not built", *blank]
+    if label in web["failed"]:
+        return [label, "FAILED", *blank]
+    same = "GROWS" if label in web["grows"] else "capped" if label in web["capped"] else "yes"
+    return [
+        label,
+        f"{big['median_ms']:.1f}",
+        f"{big['p99_ms']:.1f}",
+        "PASS" if big["p99_ms"] <= web["target_p99_ms"] else "FAIL",
+        *(_count(page) for page in pages),
+        f"{big['script_calls_per_page']:.2f}".rstrip("0").rstrip("."),
+        same,
+    ]
+
+
+def web_table(web: Result) -> str:
+    labels = list(web["fills"])
+    big = web["fills"][labels[0]]
+    target, repeats, fill = web["target_p99_ms"], web["repeats"], big["fill"]
+    header = ["page", "median ms", "p99 ms", f"p99 ≤ {target:g} ms", *(f"cmds {n}" for n in labels)]
+    header += ["scripts", "same"]
+    lines = [f"Web UI pages (target: every page p99 ≤ {target:g} ms)", "", _line(header, WEB_WIDTHS)]
+    lines.append("-" * len(lines[-1]))
+    lines += [_line(_web_row(label, web), WEB_WIDTHS) for label in big["pages"]]
+    lines += [
+        "",
+        f"  fill {labels[0]}: {fill['set_size']:,} entries in each of dead, retry and scheduled; "
+        f"{fill['queues']} queues of {fill['jobs_per_queue']} jobs and one of {fill['big_queue']:,}; "
+        f"{fill['processes']} live processes running {fill['running_per_process']} jobs each; "
+        f"{fill['periodic']} periodic entries; {fill['days']} days of counters "
+        f"(seeded in {big['seed_s']:.1f} s, {big['used_memory']}).",
+        "  fills "
+        + ", ".join(labels[1:])
+        + ": the same with that many per set and in the big queue; only the first is shown timed "
+        f"(fill {labels[-1]}'s times are in the JSON; the middle fill is counted, not timed).",
+        f"  times: the app in-process (create_app) through httpx2's ASGI transport, "
+        f"{repeats['repeats']} requests per page after {repeats['warmups']} warm-ups "
+        f"(fewer when a page passed {repeats['cap_s']:g} s: see 'repeats' in the JSON).",
+        "  cmds: every command Redis ran per page (INFO commandstats over the repeats / repeats), a "
+        "script's inner commands included (Redis counts them under their own names), the page's own "
+        "INFO included, the counter's own INFO taken out; scripts: the EVAL/EVALSHA calls among them.",
+        f"  same: 'yes' when a page sends as many commands on every fill; 'capped' when it sends more on "
+        f"{labels[0]} than on {labels[-1]} but as many as on {labels[1]} (it grows up to a bound, then "
+        f"stops); 'GROWS' when {labels[0]} differs from {labels[1]}. 'not built': no route takes the "
+        "path yet (it 404s).",
+    ]
+    for label in web["failed"]:
+        why = next(
+            f["pages"][label]["failed"] for f in web["fills"].values() if f["pages"][label].get("failed")
+        )
+        lines.append(f"  FAILED {label}: {why}")
+    return "\n".join(lines)

@@ -18,7 +18,7 @@ if [ ! -f "$STAMP" ] || [ "$HERE/requirements.txt" -nt "$STAMP" ] || [ "$ROOT/py
     if ! { "$PYTHON" -m venv "$VENV" \
         && "$VENV/bin/pip" install -q --upgrade pip \
         && "$VENV/bin/pip" install -q -r "$HERE/requirements.txt" \
-        && "$VENV/bin/pip" install -q -e "$ROOT"; } >"$LOG" 2>&1; then
+        && "$VENV/bin/pip" install -q -e "$ROOT[web]"; } >"$LOG" 2>&1; then
         cat "$LOG" >&2
         rm -f "$LOG"
         echo "bench: building $VENV failed" >&2
