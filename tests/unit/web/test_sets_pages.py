@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import redis
 from markupsafe import escape
+from starlette.applications import Starlette
+from starlette.routing import Mount
 from starlette.testclient import TestClient
 
 from cogworker import codec
@@ -296,3 +298,17 @@ def test_commands_per_listing_do_not_grow_with_the_set(
     else:
         assert small == big == 2  # ZCARD + one ZRANGE
     assert entry == 1  # one ZRANGEBYSCORE
+
+
+def test_under_a_mount_prefix_links_and_actions_keep_it(settings: Settings, r: redis.Redis) -> None:
+    host = Starlette(routes=[Mount("/ops", create_app(settings))])
+    browser = TestClient(host, follow_redirects=True)
+    add(r, DEAD, dead_job("m1"), score=T0)
+    listing = browser.get("/ops/dead").text
+    key = key_of("m1", T0)
+    assert f'href="/ops/dead/{key}"' in listing and 'formaction="/ops/dead/retry"' in listing
+    entry = browser.get(f"/ops/dead/{key}").text
+    assert 'action="/ops/dead/delete"' in entry and 'name="back" value="/ops/dead"' in entry
+    done = browser.post("/ops/dead/delete", data={"key": key, "back": "/ops/dead"}, headers=SAME_ORIGIN)
+    assert done.url.path == "/ops/dead" and "No dead jobs." in done.text
+    assert flashes(done.text, "ok") == ["Deleted job m1 (demo_jobs.boom) from the dead set"]
