@@ -1,0 +1,185 @@
+"""`/busy` in-process (TestClient) against the session's real Redis: real `cogworker run` processes
+told to quiet, resume and stop from the page (and "Pause intake" / "Resume intake" for all of them),
+the running-jobs table, hostile data escaped, empty states and read-only mode."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+import pytest
+import redis
+from starlette.testclient import TestClient
+
+from cogworker.settings import Settings, load_settings
+from cogworker.store import keys
+from cogworker.web import create_app
+from tests.support.cli_runner import Workers, workers_fixture  # noqa: F401
+from tests.support.redis_server import RedisServer, wait_until
+
+SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
+SCRIPT = "<script>alert(1)</script>"
+IMG = '"><img src=x onerror=alert(1)>'
+
+
+@pytest.fixture
+def client(settings: Settings) -> TestClient:
+    return TestClient(create_app(settings), follow_redirects=False)
+
+
+def flashes(text: str) -> list[tuple[str, str]]:
+    found = re.findall(r'<p class="flash flash-(\w+)" role="status">(.*?)</p>', text)
+    return [(kind, html.unescape(message)) for kind, message in found]
+
+
+def post(client: TestClient, path: str, data: dict[str, str]) -> list[tuple[str, str]]:
+    response = client.post(path, data={"back": "/busy", **data}, headers=SAME_ORIGIN)
+    assert response.status_code == 303, response.text
+    return flashes(client.get(response.headers["location"]).text)
+
+
+def states(client: TestClient) -> dict[str, str]:
+    """identity -> the state badge the page shows for it."""
+    text = client.get("/busy").text
+    return {
+        html.unescape(i): s for i, s in re.findall(r'<tr data-identity="([^"]*)" data-state="(\w+)">', text)
+    }
+
+
+def fake_process(
+    r: redis.Redis, identity: str, tag: str = "", quiet: str = "0", **work: dict[str, object]
+) -> None:
+    """A presence hash and a work hash written as a heartbeat writes them (heartbeat.lua)."""
+    now = int(r.time()[0])
+    info = {
+        "hostname": "box-1",
+        "pid": 4242,
+        "identity": identity,
+        "queues": ["default", "mail"],
+        "concurrency": 5,
+        "started_at": now - 3600,
+        "version": "1.0",
+        "tag": tag,
+    }
+    r.hset(
+        keys.process(identity),
+        mapping={
+            "info": json.dumps(info),
+            "busy": len(work),
+            "rss": 50 * 2**20,
+            "quiet": quiet,
+            "beat": now - 2,
+        },
+    )
+    r.sadd(keys.PROCESSES, identity)
+    if work:
+        r.hset(keys.work(identity), mapping={thread: json.dumps(job) for thread, job in work.items()})
+
+
+def test_quiet_resume_stop_and_intake_reach_real_processes(
+    client: TestClient, workers: Workers, r: redis.Redis
+) -> None:
+    a, b = workers.start(), workers.start()
+    id_a, id_b = workers.identity(a), workers.identity(b)
+    page = client.get("/busy").text
+    row = page.split(f'<tr data-identity="{id_a}"')[1].split("</tr>")[0]
+    assert f'<td class="num">{a.pid}</td>' in row and '<td class="num">2</td>' in row  # pid, threads
+    assert "default" in row and " ago" in row and "MB" in row
+    assert ">Quiet</button>" in row and ">Stop</button>" in row and ">Resume</button>" in row
+    assert states(client) == {id_a: "running", id_b: "running"}
+
+    assert post(client, "/busy/tell", {"identity": id_a, "command": "quiet"})[0][1].startswith(
+        f"Told 1 process ({id_a}, "
+    )
+    wait_until(lambda: states(client) == {id_a: "quiet", id_b: "running"}, timeout=10, message="a quiet")
+    post(client, "/busy/tell", {"identity": id_a, "command": "resume"})
+    wait_until(lambda: states(client) == {id_a: "running", id_b: "running"}, timeout=10, message="a resumed")
+
+    assert post(client, "/busy/tell-all", {"command": "quiet"}) == [
+        ("ok", "Pause intake: told 2 processes to quiet; each acts on its next heartbeat.")
+    ]
+    wait_until(lambda: set(states(client).values()) == {"quiet"}, timeout=10, message="every process quiet")
+    assert post(client, "/busy/tell-all", {"command": "resume"}) == [
+        ("ok", "Resume intake: told 2 processes to resume; each acts on its next heartbeat.")
+    ]
+    wait_until(
+        lambda: set(states(client).values()) == {"running"}, timeout=10, message="every process running"
+    )
+
+    post(client, "/busy/tell", {"identity": id_b, "command": "stop"})
+    assert b.wait(timeout=15) == 0
+    wait_until(lambda: list(states(client)) == [id_a], timeout=10, message="b gone from the page")
+    assert post(client, "/busy/tell", {"identity": id_b, "command": "quiet"}) == [
+        ("error", f"no live process {id_b} (see `cogworker status`)")
+    ]
+
+
+def test_a_real_running_job_is_listed_with_its_runtime(
+    client: TestClient, workers: Workers, r: redis.Redis, configured: Settings
+) -> None:
+    import demo_jobs
+
+    proc = workers.start()
+    identity = workers.identity(proc)
+    jid = demo_jobs.sleepy.perform_async("long", 4)  # ends before teardown's SIGTERM times out
+    wait_until(lambda: r.lrange("test:started", 0, -1), timeout=10, message="the job to start")
+    text = wait_until(
+        lambda: (t := client.get("/busy").text).count("<tr data-jid=") and t,
+        timeout=10,
+        message="the job listed",
+    )
+    row = text.split('<table id="running">')[1].split(f'<tr data-jid="{jid}">')[1].split("</tr>")[0]
+    assert f"<code>{identity}</code>" in row and 'href="/queues/default"' in row
+    assert "demo_jobs.sleepy" in row and f'href="/jobs/{jid}"' in row and "[&#34;long&#34;,4]" in row
+    assert re.search(r'<td class="num">\d+(ms| ms|\.\d s)</td>', row), row
+    assert 'id="running-jobs" data-live' in text and 'id="process-list" data-live' in text
+
+
+def test_a_swarm_childs_slot_and_hostile_work_render_as_text(client: TestClient, r: redis.Redis) -> None:
+    identity = "box-1:4242:" + SCRIPT
+    job = {
+        "queue": SCRIPT,
+        "run_at": int(r.time()[0]) - 90,
+        "jid": IMG,
+        "class": SCRIPT + IMG,
+        "args": [SCRIPT, IMG],
+    }
+    fake_process(r, identity, tag="slot 3", t1=job)
+    text = client.get("/busy").text
+    assert "<script>alert" not in text and "<img src=x" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "&lt;img src=x onerror=alert(1)&gt;" in text
+    row = text.split('<tr data-identity="')[1].split("</tr>")[0]
+    assert '<td class="num">3</td>' in row  # the slot
+    assert '<td class="num">50.0 MB</td>' in row and "default, mail" in row
+    assert '<time datetime="' in row and re.search(r">2\.\d s ago<", row)
+    running = text.split('<table id="running">')[1]
+    assert html.unescape(re.findall(r'<tr data-jid="([^"]*)"', running)[0]) == IMG
+    assert "1 m 30 s" in running
+
+
+def test_empty_states_and_telling_nobody(client: TestClient) -> None:
+    text = client.get("/busy").text
+    assert "No live process" in text and "No job is running." in text
+    assert post(client, "/busy/tell-all", {"command": "quiet"}) == [
+        ("ok", "Pause intake: no live process to tell.")
+    ]
+    assert post(client, "/busy/tell-all", {"command": "stop"}) == [
+        ("error", "only quiet (Pause intake) or resume (Resume intake) go to every process")
+    ]
+
+
+def test_read_only_hides_the_buttons_and_refuses_the_commands(
+    redis_server: RedisServer, r: redis.Redis
+) -> None:
+    client = TestClient(create_app(load_settings(redis_url=redis_server.url, web_read_only=True)))
+    fake_process(r, "box-1:4242:abc")
+    text = client.get("/busy").text
+    assert 'data-identity="box-1:4242:abc"' in text
+    assert "<form" not in text and "Pause intake" not in text
+    for path, data in (
+        ("/busy/tell", {"identity": "box-1:4242:abc", "command": "quiet"}),
+        ("/busy/tell-all", {"command": "quiet"}),
+    ):
+        assert client.post(path, data=data, headers=SAME_ORIGIN).status_code == 403
+    assert r.exists(keys.signals("box-1:4242:abc")) == 0
