@@ -54,6 +54,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
+from cogworker import codec
 from cogworker.api.decorator import JobFunction
 from cogworker.api.payload import check_arguments
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
@@ -108,13 +109,17 @@ class Entry:
         return {**self.job.options, **({"queue": self.queue} if self.queue else {})}
 
     def registration(self) -> dict[str, Any]:
-        """What Redis shows about the entry (scalars only: see store/lua/periodic.lua)."""
+        """What Redis shows about the entry (scalars only: see store/lua/periodic.lua). The job's
+        arguments go as one JSON string, so "Enqueue now" (ops/periodic.py) can push the same job
+        from a process that doesn't import the entry's module, and the script's cjson, which would
+        turn an empty list into an object and round large integers, never decodes them."""
         return {
             "job": self.job.name,
             "cron": self.cron,
             "tz": self.tz,
             "queue": str(self.options.get("queue") or self.job.queue),
             "until_executed": self.until_executed,
+            "arguments": codec.dumps({"args": list(self.args), "kwargs": self.kwargs}),
         }
 
 

@@ -21,7 +21,8 @@
 -- ARGV[3]  the slot (epoch seconds)
 -- ARGV[4]  the claim key's TTL, seconds
 -- ARGV[5]  the registration, JSON of scalars only (it is decoded and re-encoded here, and cjson
---          would turn an empty list into an object)
+--          would turn an empty list into an object); the job's arguments ride in it as one JSON
+--          string ("arguments"), which this script passes through untouched
 -- ARGV[6]  now (epoch seconds), recorded as first_seen for a new entry
 -- ARGV[7]  the job's jid
 -- ARGV[8]  the job's payload
