@@ -8,7 +8,6 @@ same Entry methods the ticker uses, in the entry's time zone, from Redis's clock
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -133,10 +132,3 @@ def enqueue_now(client: redis.Redis, settings: Settings, name: str) -> Enqueued:
     if not entry.job or not entry.queue:
         raise OpsError(f"periodic entry {name!r} has no job or queue in its registration: nothing pushed")
     return enqueue(settings, client, entry.job, entry.args, entry.kwargs, queue=entry.queue)
-
-
-def due_in(entry: PeriodicEntry, now: float | None = None) -> float | None:
-    """Seconds until the entry's next slot (by this host's clock), for a listing."""
-    if entry.next_slot is None:
-        return None
-    return max(0.0, entry.next_slot - (time.time() if now is None else now))
