@@ -26,6 +26,7 @@ _NAMES = (
     "file_unsettled",
     "handover",
     "periodic",
+    "locate",
 )
 
 
