@@ -56,6 +56,9 @@ class ProcessInfo:
     beat_age_s: float | None  # seconds since its last beat, both on Redis's clock
     in_progress: int  # length of its in-progress list: fetched and not yet acknowledged
     running: list[RunningJob] = field(default_factory=list)
+    # Told to stop (or signalled) and draining its running jobs; written by heartbeats since the
+    # presence hash has a `stopping` field (False for a process of an older version).
+    stopping: bool = False
 
     @property
     def slot(self) -> int | None:
@@ -127,6 +130,7 @@ def _process_info(
             (_running_job(thread, raw, now) for thread, raw in work.items()),
             key=lambda r: (r.run_at or 0.0, r.thread),
         ),
+        stopping=presence.get("stopping") == "1",
     )
 
 

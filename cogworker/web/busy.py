@@ -36,8 +36,9 @@ class RunningRow:
 
 
 def state_label(process: process_ops.ProcessInfo) -> str:
-    # A stopping process also reports quiet (it stops fetching first); the presence hash has no
-    # separate stopping flag, so "stopping" can't be told apart from "quiet" here.
+    # A stopping process reports quiet too (it fetches nothing more): stopping is the stronger word.
+    if process.stopping:
+        return "stopping"
     return "quiet" if process.quiet else "running"
 
 

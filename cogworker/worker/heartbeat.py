@@ -84,6 +84,7 @@ class Heartbeat:
         on_command: Callable[[str], None],
         tag: str = "",
         version: str = "",
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self._client = ctx.client
         self._scripts = ctx.scripts
@@ -94,6 +95,7 @@ class Heartbeat:
         self._busy = busy
         self._running = running
         self._quiet = quiet
+        self._stopping = stopping
         self._on_command = on_command
         self._process = psutil.Process()
         self._info = codec.dumps(
@@ -126,7 +128,9 @@ class Heartbeat:
             self._info,
             self._busy(),
             self._process.memory_info().rss,
-            "1" if self._quiet() else "0",
+            # "2": stopping (and so quiet too), written as its own presence field: while a stopping
+            # process drains its running jobs, `/busy` shows it stopping rather than merely quiet.
+            "2" if self._stopping() else "1" if self._quiet() else "0",
             len(queues),
             *queues,
         ]

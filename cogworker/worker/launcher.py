@@ -96,6 +96,7 @@ class Launcher:
             busy=lambda: self.manager.busy if self.manager else 0,
             running=self._running_jobs,
             quiet=lambda: self.manager.is_quiet if self.manager else False,
+            stopping=lambda: self.manager.is_stopping if self.manager else False,
             on_command=self.command,
             tag=f"slot {self.slot}" if self.slot is not None else "",
             version=__version__,

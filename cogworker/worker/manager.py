@@ -103,6 +103,10 @@ class Manager(WaitTurnHandoff):
         return self._quiet
 
     @property
+    def is_stopping(self) -> bool:
+        return self._stopping
+
+    @property
     def busy(self) -> int:
         with self._cond:
             return len(self._running)

@@ -14,7 +14,8 @@
 -- ARGV[4]  process info (JSON)
 -- ARGV[5]  busy threads
 -- ARGV[6]  RSS bytes
--- ARGV[7]  "1" when quiet
+-- ARGV[7]  "1" when quiet, "2" when stopping (a stopping process is quiet too): the presence hash
+--          gets quiet "1" and stopping "1" then; "0"/"1" (older callers) write stopping "0"
 -- ARGV[8]  number of queue names that follow
 -- ARGV[9..8+n]   queue names
 -- ARGV[9+n..]    the running jobs as pairs: thread key, JSON summary
@@ -39,7 +40,10 @@ local function try(key, ...)
   return true
 end
 
-if try(KEYS[1], "HSET", KEYS[1], "info", ARGV[4], "busy", ARGV[5], "rss", ARGV[6], "quiet", ARGV[7], "beat", now) then
+local quiet, stopping = ARGV[7], "0"
+if quiet == "2" then quiet, stopping = "1", "1" end
+if try(KEYS[1], "HSET", KEYS[1], "info", ARGV[4], "busy", ARGV[5], "rss", ARGV[6], "quiet", quiet,
+       "stopping", stopping, "beat", now) then
   redis.call("EXPIRE", KEYS[1], ARGV[2])
 end
 try(KEYS[2], "SADD", KEYS[2], id)

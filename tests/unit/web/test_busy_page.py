@@ -136,6 +136,23 @@ def test_a_real_running_job_is_listed_with_its_runtime(
     assert 'id="running-jobs" data-live' in text and 'id="process-list" data-live' in text
 
 
+def test_stop_on_a_busy_real_process_shows_it_stopping_while_it_drains(
+    client: TestClient, workers: Workers, r: redis.Redis, configured: Settings
+) -> None:
+    import demo_jobs
+
+    proc = workers.start()
+    identity = workers.identity(proc)
+    demo_jobs.sleepy.perform_async("draining", 3)
+    wait_until(lambda: r.lrange("test:started", 0, -1), timeout=10, message="the job to start")
+    assert post(client, "/busy/tell", {"identity": identity, "command": "stop"})[0][0] == "ok"
+    wait_until(lambda: states(client) == {identity: "stopping"}, timeout=10, message="the stopping badge")
+    assert r.llen("test:ran") == 0  # still draining its job while the page says stopping
+    assert proc.wait(timeout=15) == 0
+    assert r.lrange("test:ran", 0, -1) == [f"draining {proc.pid}"]
+    assert states(client) == {}
+
+
 def test_a_swarm_childs_slot_and_hostile_work_render_as_text(client: TestClient, r: redis.Redis) -> None:
     identity = "box-1:4242:" + SCRIPT
     job = {
