@@ -192,13 +192,13 @@ def write_json(directory: Path, stamp: str, document: dict[str, Any]) -> Path:
 
 
 # The Web UI section (web_pages.py): one row per page, the big fill's times, every fill's commands.
-WEB_WIDTHS = [10, 10, 14, 11, 11, 11, 9, 8]
+WEB_WIDTHS = [10, 10, 14, 11, 11, 11, 7, 11, 8]
 
 
-def _count(page: Result) -> str:
-    if "commands_per_page" not in page:
+def _count(page: Result, key: str = "commands_per_page") -> str:
+    if key not in page:
         return "—"
-    return f"{page['commands_per_page']:.2f}".rstrip("0").rstrip(".")
+    return f"{page[key]:.2f}".rstrip("0").rstrip(".")
 
 
 def _web_row(label: str, web: Result) -> list[str]:
@@ -216,7 +216,8 @@ def _web_row(label: str, web: Result) -> list[str]:
         f"{big['p99_ms']:.1f}",
         "PASS" if big["p99_ms"] <= web["target_p99_ms"] else "FAIL",
         *(_count(page) for page in pages),
-        f"{big['script_calls_per_page']:.2f}".rstrip("0").rstrip("."),
+        _count(big, "sent_per_page"),
+        _count(big, "in_scripts_per_page"),
         same,
     ]
 
@@ -226,7 +227,7 @@ def web_table(web: Result) -> str:
     big = web["fills"][labels[0]]
     target, repeats, fill = web["target_p99_ms"], web["repeats"], big["fill"]
     header = ["page", "median ms", "p99 ms", f"p99 ≤ {target:g} ms", *(f"cmds {n}" for n in labels)]
-    header += ["scripts", "same"]
+    header += ["sent", "in scripts", "same"]
     lines = [f"Web UI pages (target: every page p99 ≤ {target:g} ms)", "", _line(header, WEB_WIDTHS)]
     lines.append("-" * len(lines[-1]))
     lines += [_line(_web_row(label, web), WEB_WIDTHS) for label in big["pages"]]
@@ -243,10 +244,12 @@ def web_table(web: Result) -> str:
         f"(fill {labels[-1]}'s times are in the JSON; the middle fill is counted, not timed).",
         f"  times: the app in-process (create_app) through httpx2's ASGI transport, "
         f"{repeats['repeats']} requests per page after {repeats['warmups']} warm-ups "
-        f"(fewer when a page passed {repeats['cap_s']:g} s: see 'repeats' in the JSON).",
+        f"(fewer when a page passed {repeats['cap_s']:g} s: see 'repeats' in the JSON); "
+        f"1-minute load average {web['load_before']:.2f} before, {web['load_after']:.2f} after.",
         "  cmds: every command Redis ran per page (INFO commandstats over the repeats / repeats), a "
         "script's inner commands included (Redis counts them under their own names), the page's own "
-        "INFO included, the counter's own INFO taken out; scripts: the EVAL/EVALSHA calls among them.",
+        "INFO included, the counter's own INFO taken out. Of the first fill's: sent = the commands the "
+        "app's client sent (a script call counts one), in scripts = the rest, run inside scripts.",
         f"  same: 'yes' when a page sends as many commands on every fill; 'capped' when it sends more on "
         f"{labels[0]} than on {labels[-1]} but as many as on {labels[1]} (it grows up to a bound, then "
         f"stops); 'GROWS' when {labels[0]} differs from {labels[1]}. 'not built': no route takes the "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -121,6 +122,30 @@ class Counter:
         return {name: n for name, n in sorted(diff.items()) if n}
 
 
+class Sent:
+    """Commands the app's own client sent (a script call is one, a pipeline its length), counted where
+    redis-py sends a command or packs a pipeline: the server-side count minus this is what scripts ran
+    inside Redis."""
+
+    def __init__(self, app: Starlette) -> None:
+        self.count = 0
+        # The client is built (not connected) here; its pool makes every connection from this class.
+        pool = app.state.cogworker.client.connection_pool
+        base: type[Any] = pool.connection_class
+        sent = self
+
+        class Counting(base):  # type: ignore[misc]
+            def send_command(self, *args: Any, **kwargs: Any) -> None:
+                sent.count += 1
+                super().send_command(*args, **kwargs)
+
+            def pack_commands(self, commands: Any) -> Any:
+                sent.count += len(commands)
+                return super().pack_commands(commands)
+
+        pool.connection_class = Counting
+
+
 async def _get(http: httpx2.AsyncClient, url: str) -> tuple[float, httpx2.Response]:
     began = time.perf_counter()
     response = await http.get(url)
@@ -134,13 +159,13 @@ def _check(spec: PageSpec, url: str, response: httpx2.Response) -> None:
 
 
 async def _measure(
-    http: httpx2.AsyncClient, counter: Counter, spec: PageSpec, url: str, repeats: Repeats
+    http: httpx2.AsyncClient, counter: Counter, sent: Sent, spec: PageSpec, url: str, repeats: Repeats
 ) -> dict[str, Any]:
     for _ in range(repeats.warmups):
         _check(spec, url, (await _get(http, url))[1])
     times: list[float] = []
     statuses: set[int] = set()
-    before = counter.snapshot()
+    before, sent_before = counter.snapshot(), sent.count
     began = time.monotonic()
     while len(times) < repeats.repeats:
         elapsed_ms, response = await _get(http, url)
@@ -151,6 +176,7 @@ async def _measure(
             break
     calls = counter.between(before, counter.snapshot())
     n = len(times)
+    sent_per_page = (sent.count - sent_before) / n
     ordered = sorted(times)
     return {
         "url": url,
@@ -162,6 +188,8 @@ async def _measure(
         "bytes": len(response.content),
         "commands_per_page": sum(calls.values()) / n,
         "script_calls_per_page": sum(v for k, v in calls.items() if k in SCRIPT_COMMANDS) / n,
+        "sent_per_page": sent_per_page,
+        "in_scripts_per_page": sum(calls.values()) / n - sent_per_page,
         "commands": {name: count / n for name, count in calls.items()},
     }
 
@@ -170,6 +198,7 @@ async def _pages(url: str, seeded: Seeded, repeats: Repeats, say: Callable[[str]
     settings = load_settings(redis_url=url, **WEB_SETTING_DEFAULTS)
     app = create_app(settings)
     counter = Counter(redis.Redis.from_url(url, protocol=2, driver_info=None))
+    sent = Sent(app)
     figures: dict[str, Any] = {}
     transport = httpx2.ASGITransport(app=app)
     async with httpx2.AsyncClient(transport=transport, base_url="http://testserver") as http:
@@ -179,7 +208,7 @@ async def _pages(url: str, seeded: Seeded, repeats: Repeats, say: Callable[[str]
                 figures[spec.label] = {"url": page_url, "not_built": True}
                 continue
             try:
-                figures[spec.label] = await _measure(http, counter, spec, page_url, repeats)
+                figures[spec.label] = await _measure(http, counter, sent, spec, page_url, repeats)
             except PageFailed as exc:
                 figures[spec.label] = {"url": page_url, "failed": str(exc)}
                 say(f"web {seeded.fill.label}: FAILED: {exc}")
@@ -203,7 +232,10 @@ def run(client: redis.Redis, url: str, quick: bool, say: Callable[[str], None]) 
     """The three fills, one after the other, in the bench Redis (flushed for each)."""
     repeats = Repeats.make(quick)
     result: dict[str, Any] = {"target_p99_ms": TARGET_P99_MS, "repeats": dataclasses.asdict(repeats)}
-    result["fills"] = fills = {}
+    fills: dict[str, Any] = {}
+    result["fills"] = fills
+    # Anything else running on the machine shows in the p99s: the load says whether something did.
+    result["load_before"] = os.getloadavg()[0]
     for fill, fill_repeats in ((BIG, repeats), (MIDDLE, Repeats.counting()), (SMALL, repeats)):
         seeded = seed(client, fill)
         say(
@@ -219,6 +251,7 @@ def run(client: redis.Redis, url: str, quick: bool, say: Callable[[str], None]) 
             "pages": asyncio.run(_pages(url, seeded, fill_repeats, say)),
         }
     client.flushdb()
+    result["load_after"] = os.getloadavg()[0]
     big, middle, small = (fills[f.label]["pages"] for f in (BIG, MIDDLE, SMALL))
     labels = [spec.label for spec in PAGES]
     result["failed"] = [
