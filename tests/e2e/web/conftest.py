@@ -80,9 +80,13 @@ def page(browser: Browser, ui: WebServer) -> Iterator[Watched]:
 
 
 @pytest.fixture(scope="module")
-def swarm(web_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swarm]:
-    """A real `cogworker-swarm` (two children, demo_jobs) on the module's Redis."""
+def swarm(
+    request: pytest.FixtureRequest, web_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Swarm]:
+    """A real `cogworker-swarm` (two children, demo_jobs) on the module's Redis; a module may add
+    settings in a `SWARM_ENV` dict."""
+    env: dict[str, str] = getattr(request.module, "SWARM_ENV", {})
     with SwarmRunner(web_redis.url, tmp_path_factory.mktemp("swarm")) as runner:
-        started = runner.start()
+        started = runner.start(**env)
         started.wait_ready()
         yield started

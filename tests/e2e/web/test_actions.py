@@ -138,7 +138,11 @@ def test_pause_intake_quiets_every_process_and_resume_intake_undoes_it(
     confirm_if_asked(p)
     assert flash_ok(p)
     wait_until(lambda: ran(rc, "pushed-while-quiet"), timeout=15, message="the job to run after resume")
-    assert not any(quiet_by_identity(rc)[i] for i in identities)
+    wait_until(
+        lambda: not any(quiet_by_identity(rc).get(i) for i in identities),
+        timeout=10,
+        message="every process fetching again",
+    )
     assert not page.problems()
 
 

@@ -87,7 +87,7 @@ def test_markup_in_job_data_renders_as_text_on_every_page(page: Watched, hostile
     assert_inert(page, "/", SCRIPT)  # the queue with the longest wait, by name
     assert_inert(page, "/dead", SCRIPT, "<img src=x onerror=")
     assert_inert(page, f"/dead/{quote(hostile, safe='')}", SCRIPT, IMG, SVG)
-    assert_inert(page, f"/jobs/{DEAD_JID}", DEAD_JID)
+    assert_inert(page, f"/jobs/{DEAD_JID}", DEAD_JID, SCRIPT, "<img src=x onerror=")
     assert_inert(page, "/queues", SCRIPT)
     assert_inert(page, f"/queues/{quote(SCRIPT, safe='')}", QUEUED_JID, "<img src=x onerror=")
     # Reflected: the filter fields echo what was asked for.
