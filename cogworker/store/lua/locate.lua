@@ -33,6 +33,10 @@ local queue_cap, hit_cap, budget = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumbe
 local field, quoted = '"jid":', '"' .. ARGV[1] .. '"'
 
 local function holds_jid(item)
+  -- Almost every element lacks the quoted jid: one find settles those.
+  if not string.find(item, quoted, 1, true) then
+    return false
+  end
   local at = string.find(item, field, 1, true)
   return at ~= nil and string.find(item, quoted, at + #field, true) ~= nil
 end
