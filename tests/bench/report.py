@@ -255,6 +255,12 @@ def web_table(web: Result) -> str:
         f"stops); 'GROWS' when {labels[0]} differs from {labels[1]}. 'not built': no route takes the "
         "path yet (it 404s).",
     ]
+    for label, page in big["pages"].items():
+        if page.get("script_ms_per_page", 0) >= 1:
+            lines.append(
+                f"  {label}: its scripts held Redis {page['script_ms_per_page']:.1f} ms per page on the "
+                f"{labels[0]} fill (Redis serves no other client meanwhile)."
+            )
     for label in web["failed"]:
         why = next(
             f["pages"][label]["failed"] for f in web["fills"].values() if f["pages"][label].get("failed")

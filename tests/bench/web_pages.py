@@ -105,21 +105,30 @@ def built(app: Starlette, path: str) -> bool:
 class Counter:
     """Commands the Redis server ran, from INFO commandstats: a script's inner commands count too
     (Redis counts them under their own names), and the page's own INFO calls; this counter's INFO is
-    calibrated away."""
+    calibrated away. Also the microseconds Redis spent in scripts: while one runs, Redis serves no
+    one else (every worker's fetch waits)."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
         first = self.snapshot()
-        self.own = sum(self.snapshot().values()) - sum(first.values())
+        self.own = sum(self.snapshot()[0].values()) - sum(first[0].values())
 
-    def snapshot(self) -> dict[str, int]:
+    def snapshot(self) -> tuple[dict[str, int], dict[str, int]]:
         stats = self.client.info("commandstats")
-        return {key.removeprefix("cmdstat_"): int(value["calls"]) for key, value in stats.items()}
+        calls = {key.removeprefix("cmdstat_"): int(value["calls"]) for key, value in stats.items()}
+        usec = {key.removeprefix("cmdstat_"): int(value["usec"]) for key, value in stats.items()}
+        return calls, usec
 
-    def between(self, before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-        diff = {name: n - before.get(name, 0) for name, n in after.items()}
+    def between(
+        self, before: tuple[dict[str, int], dict[str, int]], after: tuple[dict[str, int], dict[str, int]]
+    ) -> tuple[dict[str, int], int]:
+        """Calls per command, and the microseconds spent in scripts, between two snapshots."""
+        diff = {name: n - before[0].get(name, 0) for name, n in after[0].items()}
         diff["info"] = diff.get("info", 0) - self.own
-        return {name: n for name, n in sorted(diff.items()) if n}
+        script_usec = sum(
+            n - before[1].get(name, 0) for name, n in after[1].items() if name in SCRIPT_COMMANDS
+        )
+        return {name: n for name, n in sorted(diff.items()) if n}, script_usec
 
 
 class Sent:
@@ -174,7 +183,7 @@ async def _measure(
         statuses.add(response.status_code)
         if len(times) >= repeats.min_repeats and time.monotonic() - began > repeats.cap_s:
             break
-    calls = counter.between(before, counter.snapshot())
+    calls, script_usec = counter.between(before, counter.snapshot())
     n = len(times)
     sent_per_page = (sent.count - sent_before) / n
     ordered = sorted(times)
@@ -190,6 +199,7 @@ async def _measure(
         "script_calls_per_page": sum(v for k, v in calls.items() if k in SCRIPT_COMMANDS) / n,
         "sent_per_page": sent_per_page,
         "in_scripts_per_page": sum(calls.values()) / n - sent_per_page,
+        "script_ms_per_page": script_usec / n / 1000,
         "commands": {name: count / n for name, count in calls.items()},
     }
 
