@@ -6,8 +6,9 @@ Usage (through tests/bench/run.sh, which builds .bench-venv/):
     tests/bench/run.sh --only cogworker,dramatiq
     tests/bench/run.sh --only web        # only the Web UI's page times (web_pages.py)
 
-Prints one table (each figure per system and cogworker / peer) and writes every raw figure to
-bench-results/bench-<timestamp>.json at the repository root. Worker logs go beside it.
+Prints one table (each figure per system and cogworker / peer), then the Web UI's page times
+(web_pages.py), and writes every raw figure to bench-results/bench-<timestamp>.json at the
+repository root. Worker logs go beside it. A Web UI page that answers an error makes the run exit 1.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -163,7 +164,10 @@ async def _get(http: httpx2.AsyncClient, url: str) -> tuple[float, httpx2.Respon
 
 def _check(spec: PageSpec, url: str, response: httpx2.Response) -> None:
     if response.status_code not in spec.ok:
-        body = " ".join(response.text.split())[:300]
+        # The page's main text (an error page's message), not its head.
+        main = re.search(r"<main[^>]*>(.*?)</main>", response.text, re.S)
+        text = re.sub(r"<[^>]+>", " ", main.group(1) if main else response.text)
+        body = " ".join(text.split())[:300]
         raise PageFailed(f"GET {url} answered {response.status_code} (wanted {sorted(spec.ok)}): {body}")
 
 
