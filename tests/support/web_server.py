@@ -60,7 +60,7 @@ class WebServer:
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return False
 
-    def tail(self, lines: int = 40) -> str:
+    def tail(self, lines: int = 80) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
 
