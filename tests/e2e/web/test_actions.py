@@ -170,3 +170,21 @@ def test_a_queue_paused_from_the_page_is_not_fetched_until_resumed(
     wait_until(lambda: ran(rc, "while-paused"), timeout=15, message="the job to run after the resume")
     assert not rc.sismember(keys.PAUSED, "default")
     assert not page.problems()
+
+
+def test_clearing_a_queue_asks_first_and_clears_only_on_yes(
+    page: Watched, swarm: Swarm, rc: redis.Redis, web_settings: Settings
+) -> None:
+    for i in range(3):
+        demo_jobs.on_other.perform_async(f"to-clear-{i}")  # queue "other": this swarm doesn't read it
+    p = page.page
+    p.goto("/queues")
+    p.locator('#queues tr[data-queue="other"]').get_by_role("button", name="Clear", exact=True).click()
+    yes = p.get_by_role("button", name="Yes, do it", exact=True)
+    assert yes.count() == 1, "no confirmation step"
+    assert rc.llen(keys.queue("other")) == 3, "cleared before the confirmation"
+    yes.click()
+    assert flash_ok(p)
+    assert p.url.endswith("/queues")
+    assert rc.llen(keys.queue("other")) == 0
+    assert not page.problems()
