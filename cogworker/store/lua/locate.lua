@@ -1,35 +1,36 @@
--- Where one job waits: the retry, scheduled and dead sets and the given queues, searched inside
--- Redis, so the Web UI's job page (cogworker/ops/locate.py) sends one command however big the sets
--- and queues are. The search only reads.
+-- One bounded stretch of the search for one job (cogworker/ops/locate.py, the Web UI's job page):
+-- at most ARGV[5] elements of the given sets and queues are read per call, from a cursor (key
+-- index, offset), and the call says where it stopped. A script holds every other Redis client
+-- while it runs: reading 100,000 dead entries in one call held every worker for 150 ms, so the
+-- caller makes several short calls instead (each about 2 ms; see ops/locate.py) and stops when
+-- its own budget is spent. The search only reads.
 --
--- Every element is read in slices (ZRANGE / LRANGE) and its text searched with a plain
--- string.find for `"jid":` followed by the quoted jid: `"jid":"<jid>"` as cogworker writes it, and
--- `"jid": "<jid>"` as other JSON writers do. ZSCAN with MATCH on the same text was measured first:
--- 2.5 times slower on 100,000 dead entries (it copies each member and formats each score before
--- matching), so sets are sliced like lists. A hit is only a candidate: the caller decodes it and
--- keeps it only if its payload's jid is exactly this one. The sets are read whole (a job may be
--- anywhere in them); the queues at most ARGV[2] jobs each and ARGV[4] in all, from the left end
--- (where jobs are pushed), so that 200 long queues can't hold Redis for seconds. A key of another
--- type is skipped and reported (the key guard moves such keys; this page only reads).
+-- Each element's text is searched with a plain string.find for `"jid":` followed by the quoted
+-- jid: `"jid":"<jid>"` as cogworker writes it, `"jid": "<jid>"` as other JSON writers do. A hit
+-- is only a candidate: the caller decodes it and keeps it only if its payload's jid is exactly
+-- this one. Sets are read newest first (ZREVRANGE) and queues from their left end (where jobs are
+-- pushed): what arrives between two calls lands before the cursor and shifts what is still unread
+-- further on, so it is read twice rather than skipped. A key of the wrong type is skipped and
+-- reported (the key guard moves such keys; this page only reads).
 --
--- KEYS[1]  cogworker:retry     (zset)
--- KEYS[2]  cogworker:schedule  (zset)
--- KEYS[3]  cogworker:dead      (zset)
--- KEYS[4..] the queue lists to look in (cogworker:queue:<name>), the likeliest first
+-- KEYS     the sets and queues to search, in search order
 -- ARGV[1]  the jid (the caller allows only letters, digits and "_.:-")
--- ARGV[2]  how many jobs of each queue to look at, at most
--- ARGV[3]  how many hits to return per key, at most (a jid is unique: more is damaged data)
--- ARGV[4]  how many queued jobs to look at in all, at most
--- Returns {hits, notes}.
---   hits:  {key index, position, raw entry, length}: position is the score as Redis writes it
---          (sets) or the list index from the left end (queues); length the queue's length (0 for sets)
---   notes: {key index, "wrongtype" | "truncated", the key's length (0 for wrongtype)}: "truncated",
---          a queue not searched to its end
-local SET_KEYS = 3
--- Elements per ZRANGE/LRANGE: 5,000 entries of a few hundred bytes are about 1.5 MB of Lua strings.
-local SLICE = 5000
+-- ARGV[2]  one letter per key: "z" a sorted set, "l" a list
+-- ARGV[3]  the key index to start at (1-based)
+-- ARGV[4]  the offset in that key to start at (0-based, in reading order)
+-- ARGV[5]  the budget: elements to read at most in this call
+-- ARGV[6]  how many candidates to return at most (the call stops just after the last one)
+-- ARGV[7]  what visiting one key costs from the budget (its length read and its range call), so
+--          a call over many empty queues is bounded too
+-- Returns {hits, notes, next key index, next offset, elements read}; a next key index past
+-- #KEYS means the search is done.
+--   hits:  {key index, position, raw element, length}: position is the score as Redis writes it
+--          (sets) or the index from the left end (queues); length the key's length
+--   notes: {key index, "wrongtype"}
 
-local queue_cap, hit_cap, budget = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local kinds = ARGV[2]
+local index, offset = tonumber(ARGV[3]), tonumber(ARGV[4])
+local budget, hit_cap, key_cost = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local field, quoted = '"jid":', '"' .. ARGV[1] .. '"'
 
 local function holds_jid(item)
@@ -41,43 +42,39 @@ local function holds_jid(item)
   return at ~= nil and string.find(item, quoted, at + #field, true) ~= nil
 end
 
--- Calls found(position, item) for each candidate among the first `last + 1` elements of `key`.
-local function search(key, is_set, last, found)
-  local count, start = 0, 0
-  while start <= last and count < hit_cap do
-    local stop = math.min(start + SLICE - 1, last)
-    local items = redis.call(is_set and "ZRANGE" or "LRANGE", key, start, stop)
-    for offset, item in ipairs(items) do
-      if count < hit_cap and holds_jid(item) then
-        found(start + offset - 1, item)
-        count = count + 1
+local hits, notes, read = {}, {}, 0
+while index <= #KEYS and budget > 0 and #hits < hit_cap do
+  local key = KEYS[index]
+  local is_set = string.sub(kinds, index, index) == "z"
+  budget = budget - key_cost
+  -- pcall: a key of the wrong type answers an error, which skips it instead of failing the search.
+  local length = redis.pcall(is_set and "ZCARD" or "LLEN", key)
+  if type(length) == "table" then
+    table.insert(notes, {index, "wrongtype"})
+    length = 0
+  end
+  if offset < length then
+    -- At least one element per key visited, so every call moves on.
+    local stop = math.min(length, offset + math.max(budget, 1)) - 1
+    local items = redis.call(is_set and "ZREVRANGE" or "LRANGE", key, offset, stop)
+    local last = offset + #items - 1
+    for n, item in ipairs(items) do
+      if holds_jid(item) then
+        local position = offset + n - 1
+        local where = is_set and redis.call("ZSCORE", key, item) or tostring(position)
+        table.insert(hits, {index, where, item, length})
+        if #hits >= hit_cap then
+          last = position
+          break
+        end
       end
     end
-    start = start + SLICE
+    read = read + (last - offset + 1)
+    budget = budget - (last - offset + 1)
+    offset = last + 1
+  end
+  if offset >= length then
+    index, offset = index + 1, 0
   end
 end
-
-local hits, notes = {}, {}
-for index, key in ipairs(KEYS) do
-  local is_set = index <= SET_KEYS
-  local wanted = is_set and "zset" or "list"
-  local kind = redis.call("TYPE", key)["ok"]
-  if kind ~= "none" and kind ~= wanted then
-    table.insert(notes, {index, "wrongtype", 0})
-  elseif kind == wanted and is_set then
-    search(key, true, redis.call("ZCARD", key) - 1, function(_, item)
-      table.insert(hits, {index, redis.call("ZSCORE", key, item), item, 0})
-    end)
-  elseif kind == wanted then
-    local length = redis.call("LLEN", key)
-    local reading = math.min(length, queue_cap, budget)
-    if reading < length then
-      table.insert(notes, {index, "truncated", length})
-    end
-    budget = budget - reading
-    search(key, false, reading - 1, function(position, item)
-      table.insert(hits, {index, tostring(position), item, length})
-    end)
-  end
-end
-return {hits, notes}
+return {hits, notes, index, offset, read}
