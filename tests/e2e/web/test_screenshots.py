@@ -88,7 +88,7 @@ def fill(r: redis.Redis, swarm: Swarm) -> dict[str, str]:
         lambda: len(periodic_ops.entries(r)) == 2, timeout=15, message="the periodic entries registered"
     )
     dead_key = set_ops.entry_key(now, "d" + "0" * 23)
-    return {"dead_key": dead_key, "jid": str(declined[0])}
+    return {"dead_key": dead_key, "jid": str(declined[0]), "dead_jid": "d" + "0" * 23}
 
 
 def show_live_chart(page: Page) -> None:
@@ -121,6 +121,8 @@ def test_every_page_at_desktop_and_phone_width(
         "dead-entry": f"/dead/{quote(names['dead_key'], safe='')}",
         "periodic": "/periodic",
         "job": f"/jobs/{names['jid']}",
+        # A jid of digits (all as wide as each other): the widest a jid title gets, on every run.
+        "job-dead": f"/jobs/{names['dead_jid']}",
     }
     p = page.page
     p.goto("/")
