@@ -209,7 +209,7 @@ def _web_row(label: str, web: Result) -> list[str]:
         return [label, "not built", *blank]
     if label in web["failed"]:
         return [label, "FAILED", *blank]
-    same = "GROWS" if label in web["grows"] else "capped" if label in web["capped"] else "yes"
+    same = web["same"][label]
     return [
         label,
         f"{big['median_ms']:.1f}",
@@ -250,10 +250,10 @@ def web_table(web: Result) -> str:
         "script's inner commands included (Redis counts them under their own names), the page's own "
         "INFO included, the counter's own INFO taken out. Of the first fill's: sent = the commands the "
         "app's client sent (a script call counts one), in scripts = the rest, run inside scripts.",
-        f"  same: 'yes' when a page sends as many commands on every fill; 'capped' when it sends more on "
-        f"{labels[0]} than on {labels[-1]} but as many as on {labels[1]} (it grows up to a bound, then "
-        f"stops); 'GROWS' when {labels[0]} differs from {labels[1]}. 'not built': no route takes the "
-        "path yet (it 404s).",
+        f"  same: 'yes' when a page sends as many commands on every fill; 'GROWS' when it sends more on "
+        f"{labels[0]} than on {labels[1]}; 'capped' when more on {labels[0]} than on {labels[-1]} but as "
+        f"many as on {labels[1]} (it grows up to a bound, then stops); 'varies' for any other difference "
+        "(fewer on a bigger fill: a time budget). 'not built': no route takes the path yet (it 404s).",
     ]
     for label, page in big["pages"].items():
         if page.get("script_ms_per_page", 0) >= 1:

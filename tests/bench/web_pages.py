@@ -236,10 +236,15 @@ async def _pages(url: str, seeded: Seeded, repeats: Repeats, say: Callable[[str]
     return figures
 
 
-def _differs(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def _more(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """How many more commands page `a` sent than page `b` (0 when either has no count)."""
     if "commands_per_page" not in a or "commands_per_page" not in b:
-        return False
-    return bool(abs(a["commands_per_page"] - b["commands_per_page"]) > 0.005)
+        return 0.0
+    return float(a["commands_per_page"] - b["commands_per_page"])
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return abs(_more(a, b)) <= 0.005
 
 
 def run(client: redis.Redis, url: str, quick: bool, say: Callable[[str], None]) -> dict[str, Any]:
@@ -271,9 +276,15 @@ def run(client: redis.Redis, url: str, quick: bool, say: Callable[[str], None]) 
     result["failed"] = [
         label for label in labels if any(p[label].get("failed") for p in (big, middle, small))
     ]
-    # Differs from the small fill but not from the middle one: it grows up to a cap, then stops.
-    result["capped"] = [
-        page for page in labels if _differs(big[page], small[page]) and not _differs(big[page], middle[page])
-    ]
-    result["grows"] = [page for page in labels if _differs(big[page], middle[page])]
+    same: dict[str, str] = {}
+    for page in labels:
+        if _more(big[page], middle[page]) > 0.005:
+            same[page] = "GROWS"  # more on 100k than on 10k: it reads in proportion to the size
+        elif _same(big[page], middle[page]) and _more(big[page], small[page]) > 0.005:
+            same[page] = "capped"  # more than on 1k, as many as on 10k: it grows up to a bound
+        elif _same(big[page], middle[page]) and _same(big[page], small[page]):
+            same[page] = "yes"
+        else:
+            same[page] = "varies"  # fewer on the bigger fill: a time budget, or chance
+    result["same"] = same
     return result
