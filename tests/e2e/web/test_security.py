@@ -25,8 +25,9 @@ from cogworker import codec
 from cogworker.ops import sets as set_ops
 from cogworker.store import keys
 from tests.support.browser import Watched
-from tests.support.redis_server import free_port
+from tests.support.redis_server import free_port, wait_until
 from tests.support.set_entries import dead_job
+from tests.support.web_server import WebServer
 
 pytestmark = pytest.mark.slow
 
@@ -136,7 +137,7 @@ def attacker() -> Iterator[tuple[str, type[_Attacker]]]:
 
 
 def test_a_cross_origin_post_is_refused_and_changes_nothing(
-    page: Watched, rc: redis.Redis, attacker: tuple[str, type[_Attacker]]
+    page: Watched, ui: WebServer, rc: redis.Redis, attacker: tuple[str, type[_Attacker]]
 ) -> None:
     rc.sadd(keys.QUEUES, "victim")
     p = page.page
@@ -158,11 +159,13 @@ def test_a_cross_origin_post_is_refused_and_changes_nothing(
     assert posted.value.status == 403
     assert "same-origin" in p.inner_text("body")
     assert not rc.sismember(keys.PAUSED, "victim")
+    wait_until(lambda: ui.tail().count("web_post_refused") == 1, timeout=5, message="the refusal logged")
 
     # A request naming another site's Origin (no Sec-Fetch-Site: not a browser that sends it).
     refused = p.request.post(target, form=dict(fields), headers={"Origin": "https://evil.example"})
     assert refused.status == 403
     assert not rc.sismember(keys.PAUSED, "victim")
+    wait_until(lambda: ui.tail().count("web_post_refused") == 2, timeout=5, message="the refusal logged")
 
     # The same form from the UI's own page works: the refusals were about the origin alone.
     p.goto("/queues")
