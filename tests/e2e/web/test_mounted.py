@@ -56,7 +56,7 @@ def local_targets(watched: Watched) -> list[str]:
                         e => e.getAttribute('href') || e.getAttribute('src')),
         ]"""
     )
-    return [t for t in found if not t.startswith(("http:", "https:", "#", "mailto:"))]
+    return [t for t in found if not t.startswith(("http:", "https:", "#", "mailto:", "data:"))]
 
 
 def test_without_the_host_login_the_host_blocks_the_ui(host_page: tuple[Watched, list[Response]]) -> None:
