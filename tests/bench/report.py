@@ -257,9 +257,12 @@ def web_table(web: Result) -> str:
     ]
     for label, page in big["pages"].items():
         if page.get("script_ms_per_page", 0) >= 1:
+            calls = page["script_calls_per_page"]
             lines.append(
-                f"  {label}: its scripts held Redis {page['script_ms_per_page']:.1f} ms per page on the "
-                f"{labels[0]} fill (Redis serves no other client meanwhile)."
+                f"  {label}: scripts ran {page['script_ms_per_page']:.1f} ms per page on the {labels[0]} "
+                f"fill, in {_count(page, 'script_calls_per_page')} calls of "
+                f"{page['script_ms_per_page'] / calls:.1f} ms on average (Redis serves no other client "
+                "during a call)."
             )
     for label in web["failed"]:
         why = next(
