@@ -11,7 +11,7 @@ import datetime as dt
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -230,7 +230,10 @@ def seed(client: redis.Redis, fill: Fill) -> Seeded:
     _periodic_and_stats(batcher, fill, now)
     batcher.flush()
     _processes(client, fill, now)
-    middle = client.zrange(keys.DEAD, fill.set_size // 2, fill.set_size // 2, desc=True, withscores=True)
+    middle = cast(
+        list[tuple[bytes, float]],
+        client.zrange(keys.DEAD, fill.set_size // 2, fill.set_size // 2, desc=True, withscores=True),
+    )
     raw, score = middle[0]
     jid = str(codec.loads(raw)["jid"])
     return Seeded(
