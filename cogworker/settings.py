@@ -87,6 +87,11 @@ class Settings(BaseSettings):
     require: str = ""
     queues: str = "default"
     concurrency: int = 10
+    # `async def` jobs (worker/async_loop.py): how many run at once on each worker's event loop, beside
+    # the `concurrency` job threads, and how long the loop may go without running a callback before
+    # the job blocking it is logged with its stack (a sync call inside `async def` stalls them all).
+    async_concurrency: int = 100
+    async_lag_threshold_s: float = 0.5
     count: int = max(os.cpu_count() or 1, 1)
     timeout_s: float = 25.0
     graceful_stop_timeout_s: float = 35.0
@@ -173,7 +178,7 @@ class Settings(BaseSettings):
         parse_queues(value)
         return value
 
-    @field_validator("concurrency", "count", "max_orphanings", "dead_max_jobs")
+    @field_validator("concurrency", "async_concurrency", "count", "max_orphanings", "dead_max_jobs")
     @classmethod
     def _positive_int(cls, value: int) -> int:
         if value < 1:

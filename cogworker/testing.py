@@ -5,6 +5,11 @@
 - inline: a push runs the job right away, in the calling thread, through the real server middleware
   chain; its exception propagates to the caller.
 
+An `async def` job is run to completion either way (`asyncio.run`), inside the middleware chain. From
+inside a running event loop (an async test), the caller's thread can't wait for its own loop, so the
+job runs on a helper thread with a loop of its own while the caller waits
+(api/async_jobs.py, `run_to_completion`). A sync job that returns an awaitable fails with TypeError.
+
     with cogworker.testing.fake():
         send_email.perform_async(1, "hi")
         assert len(send_email.jobs) == 1
@@ -20,8 +25,9 @@ from typing import Any, Literal
 
 from cogworker import codec
 from cogworker.api import client, features
+from cogworker.api.async_jobs import check_result, run_to_completion
 from cogworker.api.middleware import run_server_chain
-from cogworker.api.registry import resolve
+from cogworker.api.registry import RegisteredJob, resolve
 
 Mode = Literal["fake", "inline"]
 
@@ -91,7 +97,14 @@ def perform(job: dict[str, Any]) -> None:
     fn = resolve(job["class"], allowed=())
     args, kwargs = copy.deepcopy(job.get("args", [])), copy.deepcopy(job.get("kwargs", {}))
     features.ensure_installed()
-    run_server_chain(job, lambda: fn.func(*args, **kwargs))
+    run_server_chain(job, lambda: _call(fn, args, kwargs))
+
+
+def _call(fn: RegisteredJob, args: list[Any], kwargs: dict[str, Any]) -> None:
+    if fn.is_async:
+        run_to_completion(fn.func(*args, **kwargs))
+    else:
+        check_result(fn.name, fn.func(*args, **kwargs))
 
 
 def perform_one(name: str) -> None:

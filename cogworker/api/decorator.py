@@ -11,6 +11,7 @@ from typing import Any, overload
 
 from cogworker import testing
 from cogworker.api import client, features
+from cogworker.api.async_jobs import is_async
 from cogworker.api.payload import DEFAULT_QUEUE
 from cogworker.api.registry import RegisteredJob, register
 
@@ -66,6 +67,7 @@ class JobFunction(_Pusher, RegisteredJob):
         self.name = name
         self.job = self
         self.options = options
+        self.is_async = is_async(func)
         functools.update_wrapper(self, func)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -113,7 +115,8 @@ def job(
     name: str | None = None,
     **options: Any,
 ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
-    """Decorate a function as a job: `@job` or `@job(queue="mailers", retry=5)`."""
+    """Decorate a function as a job: `@job` or `@job(queue="mailers", retry=5)`. An `async def`
+    function is a job too: a worker awaits it on its event loop (`COGWORKER_ASYNC_CONCURRENCY`)."""
     features.check_options(options)
 
     def wrap(f: Callable[..., Any]) -> JobFunction:

@@ -24,13 +24,28 @@ class RegisteredJob:
     name: str
     func: Callable[..., Any]
     options: dict[str, Any]
+    # An `async def` job: a worker awaits it on its event loop (api/async_jobs.py).
+    is_async: bool = False
 
 
 _registry: dict[str, RegisteredJob] = {}
+_async_names: set[str] = set()
 
 
 def register(job: RegisteredJob) -> None:
     _registry[job.name] = job
+    if job.is_async:
+        _async_names.add(job.name)
+    else:
+        _async_names.discard(job.name)
+
+
+def has_async(allowed: Iterable[str]) -> bool:
+    """Some `async def` job this process may run (its module is one of `allowed`, COGWORKER_REQUIRE,
+    or under one) is registered: a worker then sorts the jobs it fetches by kind."""
+    return bool(_async_names) and any(
+        under_modules(name.rpartition(".")[0], allowed) for name in _async_names
+    )
 
 
 def resolve(name: str, *, allowed: Iterable[str]) -> RegisteredJob:

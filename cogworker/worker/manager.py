@@ -7,6 +7,9 @@ fetch, saving a round trip per job. When the queues run dry and there is only on
 the blocking wait (BLMOVE) to an idle job thread, which runs the job it gets itself. When every queue
 it reads is paused it blocks on none of them: it waits for a wake-up (a push or a resume).
 
+`async def` jobs run beside the threads, up to COGWORKER_ASYNC_CONCURRENCY at once on the process's
+event loop; async_pool.py sorts fetched jobs by kind and job_mix.py sizes a fetch for both kinds.
+
 Every job the process holds is in the reconciler's ledger (reconcile.py): after a fetch, BLMOVE or
 give-back fails (its reply may be lost with the jobs already moved), or a job thread fails, the
 fetcher puts every entry of the in-progress list the process doesn't hold back on its queue.
@@ -19,12 +22,16 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 
 from cogworker.store import key_guard
 from cogworker.store.redis_context import RedisContext
+from cogworker.worker.async_loop import AsyncLoop
+from cogworker.worker.async_pool import AsyncHandoff
 from cogworker.worker.fetch import Fetcher, UnsupportedError, Work
+from cogworker.worker.job_mix import JobMix
 from cogworker.worker.processor import Stats, process
 from cogworker.worker.reconcile import Reconciler
 from cogworker.worker.settle import Settler
@@ -37,7 +44,7 @@ IDLE_POLL_FIRST_S = 0.25
 COALESCE_S = 0.001
 
 
-class Manager(WaitTurnHandoff):
+class Manager(WaitTurnHandoff, AsyncHandoff):
     def __init__(
         self,
         ctx: RedisContext,
@@ -64,6 +71,15 @@ class Manager(WaitTurnHandoff):
         self._cond = threading.Condition()
         self._queued = 0
         self._running: dict[int, Running] = {}
+        # `async def` jobs (async_pool.py): their queue, carrier threads and event loop.
+        self._async_capacity = settings.async_concurrency
+        self._async_work: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
+        self._async_queued = 0
+        self._async_running = 0
+        self._async_batch_min = max(1, settings.async_concurrency // 2)
+        self._carriers: list[threading.Thread] = []
+        self._mix = JobMix(settings.concurrency, settings.async_concurrency, self._allowed)
+        self.loop = AsyncLoop(settings.async_lag_threshold_s)
         self._quiet = False
         self._stopping = False
         self._turn_open = False  # a blocking wait is handed out (one queue, idle)
@@ -81,7 +97,9 @@ class Manager(WaitTurnHandoff):
     # Lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         for index in range(self._concurrency):
-            thread = threading.Thread(target=self._job_loop, name=f"job-{index}", daemon=True)
+            thread = threading.Thread(
+                target=self._job_loop, args=(self._work, False), name=f"job-{index}", daemon=True
+            )
             thread.start()
             self._threads.append(thread)
         self._fetcher_thread = threading.Thread(target=self._fetch_loop, name="fetcher", daemon=True)
@@ -135,31 +153,40 @@ class Manager(WaitTurnHandoff):
             self._fetcher_thread.join(timeout=max(0.0, deadline - time.monotonic()) + BLOCK_TIMEOUT_S)
         self._end_wait_turn(time.monotonic() + BLOCK_TIMEOUT_S + 1)
         self._give_back_unstarted()
+        self._give_back_async_unstarted()
         for _ in self._threads:
             self._work.put(None)
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._stop_carriers(deadline)
         self.flush_acks()
         self._settler.retry_pending()
         with self._cond:
             return [r.work for r in self._running.values()]
 
     # Threads -------------------------------------------------------------------------------
-    def _job_loop(self) -> None:
+    def _job_loop(self, source: queue.SimpleQueue[Any], is_async: bool) -> None:
+        """A job thread (`source`: the work queue) or an async job's carrier (the async work queue)."""
         ident = threading.get_ident()
         while True:
-            item = self._work.get()
+            item = source.get()
             if item is None:
                 return
             if isinstance(item, WaitTurn):
                 taken = self._take_wait_turn(ident)
                 if taken is None:
                     continue
+                if self._moved_to_loop(ident, taken):
+                    continue
                 work = taken
             else:
                 work = item
                 with self._cond:
-                    self._queued -= 1
+                    if is_async:
+                        self._async_queued -= 1
+                        self._async_running += 1
+                    else:
+                        self._queued -= 1
                     self._running[ident] = Running(work, time.time())
             failed = False
             try:
@@ -179,30 +206,33 @@ class Manager(WaitTurnHandoff):
                     self.reconciler.release(work.raw)
                 with self._cond:
                     del self._running[ident]
+                    if is_async:
+                        self._async_running -= 1
                     # Wake the fetcher only when it would act: the first free thread (it may be
                     # waiting with none), enough free for a full batch, or nothing left running.
                     # Waking it on every finished job costs a thread switch per job.
-                    free = self._free_threads()
-                    if failed or free == 1 or free == self._batch_min or not self._running:
+                    free, batch = (
+                        (self._free_async(), self._async_batch_min)
+                        if is_async
+                        else (self._free_threads(), self._batch_min)
+                    )
+                    if failed or free == 1 or free == batch or not self._running:
                         self._cond.notify_all()
 
-    def _process(self, work: Work) -> None:
-        process(work, self._settler, self.stats, allowed=self._allowed)
 
-    def _free_threads(self) -> int:
-        """Threads with no job, running or handed over (call with the lock held)."""
-        return self._concurrency - len(self._running) - self._queued
+    def _process(self, work: Work) -> None:
+        process(work, self._settler, self.stats, allowed=self._allowed, run_async=self.loop.run)
 
     def _await_room(self) -> int | None:
         """Wait until a fetch is worth its round trip; how many jobs to fetch (0: only send the
         pending acknowledgements), or None when nothing is to be done yet."""
         with self._cond:
-            free = self._free_threads()
+            free = self._room()
             if self._quiet or free <= 0:
                 self._cond.wait(timeout=BLOCK_TIMEOUT_S)
                 # Every thread still busy (long jobs) or quiet: acknowledge what finished meanwhile,
                 # so finished jobs don't sit on the in-progress list for the whole run.
-                if (self._quiet or self._free_threads() <= 0) and self._settler.pending_acks:
+                if (self._quiet or self._room() <= 0) and self._settler.pending_acks:
                     return 0
                 return None
             # Busy, with fewer threads free than a batch: give other running jobs a moment to
@@ -213,7 +243,7 @@ class Manager(WaitTurnHandoff):
                 if left <= 0:
                     break
                 self._cond.wait(timeout=left)
-                free = self._free_threads()
+                free = self._room()
             return free if not self._quiet else None
 
     def _fetch_loop(self) -> None:
@@ -295,7 +325,10 @@ class Manager(WaitTurnHandoff):
         several, on a push's wake-up message (no command blocks on many lists and moves atomically)."""
         if not self.fetcher.can_block:
             return False
-        if self.fetcher.wait_returns_job:
+        with self._cond:
+            # Every job thread busy (room for async jobs only): the turn would wait for a thread.
+            thread_free = self._free_threads() > 0
+        if self.fetcher.wait_returns_job and thread_free:
             return self._hand_wait_to_a_job_thread()
         try:
             self.fetcher.wait_for_wake(BLOCK_TIMEOUT_S)
@@ -315,6 +348,8 @@ class Manager(WaitTurnHandoff):
         if not works:
             return
         self.reconciler.hold(work.raw for work in works)
+        works, async_works = self._sort(works)
+        self._hand_to_loop(async_works)
         with self._cond:
             self._queued += len(works)
         for work in works:

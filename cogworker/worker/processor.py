@@ -1,5 +1,10 @@
 """Running one fetched job: decode, resolve, run through the server middleware, settle.
 
+An `async def` job takes the same path on its carrier thread: only its body, created inside the
+middleware chain, is handed to the worker's event loop (`run_async`, worker/async_loop.py) and
+waited for, so middleware, settling and accounting are a sync job's. A sync job that returns an
+awaitable fails with TypeError (api/async_jobs.py).
+
 Nothing here may kill the job thread: an unreadable payload (not JSON, not UTF-8), a job that can't
 be imported, a job that raises anything (SystemExit and KeyboardInterrupt too) and a payload with odd
 field values all end filed in retry or dead with their error.
@@ -8,12 +13,14 @@ field values all end filed in retry or dead with their error.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
 
 from cogworker import codec, logs
 from cogworker.api import features, retry
+from cogworker.api.async_jobs import check_result, run_to_completion
 from cogworker.api.middleware import run_server_chain
 from cogworker.api.registry import resolve
 from cogworker.worker.fetch import Work
@@ -34,8 +41,19 @@ class Stats:
         self.jobs = JobCounts()
 
 
-def process(work: Work, settler: Settler, stats: Stats, *, allowed: tuple[str, ...]) -> None:
-    """Run one job. `allowed`: the modules (COGWORKER_REQUIRE) whose jobs may be imported on demand."""
+# Runs an async job's coroutine to its end and returns (or raises) its outcome: (coroutine, job, queue).
+RunAsync = Callable[[Coroutine[Any, Any, Any], dict[str, Any], str], Any]
+
+
+def _run_alone(coro: Coroutine[Any, Any, Any], job: dict[str, Any], queue: str) -> Any:
+    return run_to_completion(coro)
+
+
+def process(
+    work: Work, settler: Settler, stats: Stats, *, allowed: tuple[str, ...], run_async: RunAsync = _run_alone
+) -> None:
+    """Run one job. `allowed`: the modules (COGWORKER_REQUIRE) whose jobs may be imported on demand;
+    `run_async`: how an `async def` job's coroutine is run (the worker's event loop)."""
     job = codec.loads_dict(work.raw)
     if job is None or not isinstance(job.get("class"), str):
         _file_unreadable(work, settler, stats)
@@ -49,7 +67,7 @@ def process(work: Work, settler: Settler, stats: Stats, *, allowed: tuple[str, .
         log.info("job_start")
     features.ensure_installed()
     try:
-        run_server_chain(job, lambda: _perform(job, allowed))
+        run_server_chain(job, lambda: _perform(job, work.queue, allowed, run_async))
     except BaseException as exc:
         # BaseException too: a job's SystemExit or KeyboardInterrupt is its failure, not the
         # thread's end. Left to escape, it would leave the job in progress and the thread dead.
@@ -97,10 +115,15 @@ def _file_failure(
     )
 
 
-def _perform(job: dict[str, Any], allowed: tuple[str, ...]) -> None:
-    """Inside the server chain, so middleware sees a job that can't be imported fail like any other."""
+def _perform(job: dict[str, Any], queue: str, allowed: tuple[str, ...], run_async: RunAsync) -> None:
+    """Inside the server chain, so middleware sees a job that can't be imported fail like any other
+    (and an async job's coroutine is created, and run, in the context the middleware set up)."""
     args = job.get("args", [])
     kwargs = job.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise TypeError("payload args must be a list and kwargs an object")
-    resolve(job["class"], allowed=allowed).func(*args, **kwargs)
+    found = resolve(job["class"], allowed=allowed)
+    if found.is_async:
+        run_async(found.func(*args, **kwargs), job, queue)
+    else:
+        check_result(found.name, found.func(*args, **kwargs))

@@ -1,0 +1,58 @@
+"""How many jobs one fetch may take when a process runs two kinds of job: sync jobs on its job
+threads (`COGWORKER_CONCURRENCY`) and `async def` jobs on its event loop
+(`COGWORKER_ASYNC_CONCURRENCY`).
+
+A job's kind is known only once its payload is resolved, after the fetch has moved it onto this
+process's in-progress list, so a fetch can't ask for "3 sync and 40 async". The fetcher therefore
+sizes each fetch by the mix it has seen (the share of async jobs among those it fetched, an
+exponential average), to fit the free slots of both kinds, and a fetched job whose kind has no free
+slot waits in memory (on the in-progress list, so it is never lost) until one frees. That wait is
+bounded: each kind may be over-taken by a tenth of its slots (at least one), and once a kind holds
+that many waiting jobs nothing is fetched until it catches up. The queue's order is kept: the job at
+the head of a queue is never skipped for one behind it.
+
+A process with no `async def` job registered fetches exactly as many jobs as it has idle threads,
+as it always did; the first async job (from a module imported lazily) is run from a job thread.
+"""
+
+from __future__ import annotations
+
+from cogworker.api import registry
+
+# Weight of one fetched job in the average: about the last 20 jobs count.
+ALPHA = 0.05
+# Once async jobs exist, the share stays inside these bounds: a kind never seen lately is still
+# fetched for, one job at a time at worst.
+MIN_SHARE, MAX_SHARE = 0.02, 0.98
+FIRST_GUESS = 0.5
+
+
+class JobMix:
+    def __init__(self, sync_slots: int, async_slots: int, allowed: tuple[str, ...]) -> None:
+        self._allowed = allowed
+        self._hold_sync = 1 + sync_slots // 10
+        self._hold_async = 1 + async_slots // 10
+        self.share = 0.0  # of async jobs among those fetched; 0 until an async job exists
+
+    def observe(self, async_jobs: int, jobs: int) -> None:
+        """`jobs` were fetched, `async_jobs` of them async."""
+        if jobs == 0 or (self.share == 0.0 and async_jobs == 0):
+            return
+        share = self.share or FIRST_GUESS
+        for index in range(jobs):
+            share += ALPHA * ((1.0 if index < async_jobs else 0.0) - share)
+        self.share = min(MAX_SHARE, max(MIN_SHARE, share))
+
+    def room(self, free_sync: int, free_async: int) -> int:
+        """How many jobs to fetch, given the free slots of each kind (negative: jobs of that kind
+        wait for a slot)."""
+        if self.share == 0.0:
+            if not registry.has_async(self._allowed):
+                return max(0, free_sync)
+            self.share = FIRST_GUESS  # async jobs are registered: assume an even mix until seen
+        free = max(0, free_sync) + max(0, free_async)
+        if free == 0:
+            return 0
+        fits_sync = (free_sync + self._hold_sync) / (1.0 - self.share)
+        fits_async = (free_async + self._hold_async) / self.share
+        return max(0, min(free, int(min(fits_sync, fits_async))))

@@ -1,0 +1,99 @@
+"""`async def` jobs for the tests. Each records what happened in Redis, through an async client (or
+a plain one where the job is about blocking the loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import time
+from typing import Any
+
+import demo_jobs  # its jobs are part of this app
+import redis.asyncio
+import structlog
+
+from cogworker import job, server_chain
+
+# Set by the server middleware below around every job; the jobs read it to show middleware context
+# reaches the coroutine.
+tenant: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="unset")
+
+
+def _aredis() -> redis.asyncio.Redis:
+    url = os.environ.get("COGWORKER_REDIS_URL", "redis://localhost:6379/0")
+    return redis.asyncio.Redis.from_url(url, decode_responses=True)
+
+
+async def _rpush(key: str, value: str) -> None:
+    client = _aredis()
+    try:
+        await client.rpush(key, value)
+    finally:
+        await client.aclose()
+
+
+def with_tenant(job: dict[str, Any], call_next: Any) -> None:
+    """A plain (sync) server middleware, as users already write them."""
+    token = tenant.set(f"tenant-of-{job['jid']}")
+    try:
+        call_next()
+    finally:
+        tenant.reset(token)
+
+
+server_chain.add(with_tenant)
+
+
+@job
+async def marker(tag: str) -> None:
+    """Awaits, then writes `tag pid`: only a body that really ran leaves the marker."""
+    await asyncio.sleep(0.01)
+    await _rpush("test:async", f"{tag} {os.getpid()}")
+
+
+@job(retry=1)
+async def async_boom(message: str) -> None:
+    await asyncio.sleep(0)
+    raise ValueError(message)
+
+
+@job
+async def nap(tag: str, seconds: float) -> None:
+    """Marks its start, sleeps on the loop, marks its end."""
+    await _rpush("test:started", tag)
+    await asyncio.sleep(seconds)
+    await _rpush("test:ran", tag)
+
+
+@job
+async def context_probe(tag: str) -> None:
+    """Records the structlog context and the middleware's contextvar as seen inside the coroutine,
+    after an await (the task's own context, not the thread's)."""
+    await asyncio.sleep(0.01)
+    bound = structlog.contextvars.get_contextvars()
+    structlog.get_logger("test.async").info("inside_coroutine", tag=tag)
+    await _rpush(
+        "test:ctx", f"{tag}|{bound.get('jid')}|{bound.get('job')}|{bound.get('queue')}|{tenant.get()}"
+    )
+
+
+@job
+async def hog(seconds: float) -> None:
+    """Blocks the loop: a sync sleep inside `async def`."""
+    time.sleep(seconds)
+    await _rpush("test:ran", "hog")
+
+
+@job(retry=1)
+def returns_coroutine(tag: str) -> Any:
+    """A sync job that returns a coroutine instead of running it: an error, not a success."""
+    return _rpush("test:never", tag)
+
+
+@job(unique="until_executed", status=True)
+async def unique_marker(tag: str) -> None:
+    await _rpush("test:async", tag)
+
+
+__all__ = ["demo_jobs"]
