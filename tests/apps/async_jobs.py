@@ -96,4 +96,31 @@ async def unique_marker(tag: str) -> None:
     await _rpush("test:async", tag)
 
 
+@job
+async def slow_first(tag: str) -> None:
+    """Its first run sleeps far past any stop timeout (and records a cancellation); later runs are
+    quick."""
+    client = _aredis()
+    try:
+        runs = await client.incr("test:slow_first:runs")
+        await client.rpush("test:started", f"{tag} {os.getpid()}")
+        if runs == 1:
+            try:
+                await asyncio.sleep(120)
+            except asyncio.CancelledError:
+                await client.rpush("test:cancelled", tag)
+                raise
+        await client.rpush("test:ran", f"{tag} {os.getpid()}")
+    finally:
+        await client.aclose()
+
+
+@job
+async def span(tag: str, seconds: float) -> None:
+    """Records `+tag` when it starts and `-tag` when it ends, in one list: how many overlapped."""
+    await _rpush("test:spans", f"+{tag}")
+    await asyncio.sleep(seconds)
+    await _rpush("test:spans", f"-{tag}")
+
+
 __all__ = ["demo_jobs"]
