@@ -38,9 +38,10 @@ class JobMix:
         """`jobs` were fetched, `async_jobs` of them async."""
         if jobs == 0 or (self.share == 0.0 and async_jobs == 0):
             return
-        share = self.share or FIRST_GUESS
-        for index in range(jobs):
-            share += ALPHA * ((1.0 if index < async_jobs else 0.0) - share)
+        # `jobs` steps of the average, each towards this fetch's share (the order within a fetch
+        # says nothing).
+        kept = (1.0 - ALPHA) ** jobs
+        share = (self.share or FIRST_GUESS) * kept + (async_jobs / jobs) * (1.0 - kept)
         self.share = min(MAX_SHARE, max(MIN_SHARE, share))
 
     def room(self, free_sync: int, free_async: int) -> int:

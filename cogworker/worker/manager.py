@@ -219,7 +219,6 @@ class Manager(WaitTurnHandoff, AsyncHandoff):
                     if failed or free == 1 or free == batch or not self._running:
                         self._cond.notify_all()
 
-
     def _process(self, work: Work) -> None:
         process(work, self._settler, self.stats, allowed=self._allowed, run_async=self.loop.run)
 

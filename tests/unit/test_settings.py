@@ -19,6 +19,7 @@ def test_defaults_match_the_design() -> None:
     assert s.redis_url == "redis://localhost:6379/0"
     assert s.queues == "default"
     assert s.concurrency == 10
+    assert (s.async_concurrency, s.async_lag_threshold_s) == (100, 0.5)
     assert s.timeout_s == 25
     assert s.graceful_stop_timeout_s == 35
     assert s.maxmem_mb is None
@@ -61,6 +62,8 @@ def test_queue_syntax(text: str, names: tuple[str, ...], weights: tuple[int, ...
     [
         ("COGWORKER_COUNT", "abc", "COGWORKER_COUNT='abc'"),
         ("COGWORKER_CONCURRENCY", "0", "must be 1 or more"),
+        ("COGWORKER_ASYNC_CONCURRENCY", "0", "must be 1 or more"),
+        ("COGWORKER_ASYNC_LAG_THRESHOLD_S", "0", "above 0"),
         ("COGWORKER_QUEUES", "a:3,b", "give every queue a weight"),
         ("COGWORKER_QUEUES", "a:x", "whole number"),
         ("COGWORKER_QUEUES", "a,a", "listed twice"),

@@ -107,7 +107,12 @@ def test_async_jobs_run_beside_the_threads_up_to_the_async_concurrency(
 ) -> None:
     """One job thread, three async slots: three jobs overlap on the loop, never a fourth."""
     push_bulk(async_jobs.span, [(f"j{n}", 0.4) for n in range(9)])
-    workers.start(**APP, COGWORKER_CONCURRENCY="1", COGWORKER_ASYNC_CONCURRENCY="3")
+    worker = workers.start(**APP, COGWORKER_CONCURRENCY="1", COGWORKER_ASYNC_CONCURRENCY="3")
+    wait_until(lambda: r.llen("test:spans") >= 3, timeout=15, message="three spans started")
+    # The fetcher took jobs for its free slots only (plus the few job_mix.py lets wait): the rest
+    # are still on the queue for other processes.
+    assert r.llen("cogworker:queue:default") >= 4
+    assert r.llen(f"cogworker:inprogress:{worker.identity()}") <= 5
     wait_until(lambda: r.llen("test:spans") == 18, timeout=20, message="nine spans")
     running = peak = 0
     for mark in r.lrange("test:spans", 0, -1):
@@ -169,3 +174,14 @@ def test_a_job_blocking_the_loop_is_logged_once_with_its_stack(
     assert blocked["lag_s"] >= 0.2
     assert worker.events_named("async_loop_unblocked")[0]["blocked_s"] >= 1.0
     wait_until(lambda: r.lrange("test:ran", 0, -1) == ["hog"], timeout=10, message="the job ran")
+
+
+def test_a_periodic_async_job_runs_on_its_slots(r: redis.Redis, workers: WorkerPool) -> None:
+    workers.start(
+        COGWORKER_REQUIRE="async_periodic",
+        COGWORKER_POLL_INTERVAL_S="0.05",
+        COGWORKER_PERIODIC_CHECK_INTERVAL_S="0.05",
+    )
+    wait_until(lambda: r.llen("test:periodic_async") >= 2, timeout=15, message="two slots run")
+    assert r.hexists("cogworker:periodic:entries", "async_periodic.every_second_async")
+    assert r.get("cogworker:stat:failed") is None

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import gc
+import threading
 from typing import Any
 
 import pytest
@@ -27,6 +31,34 @@ def chain(n: int) -> None:
 @job
 def fails() -> None:
     raise KeyError("boom")
+
+
+tenant: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="unset")
+
+
+@job
+async def async_add(a: int, b: int) -> None:
+    await asyncio.sleep(0)  # suspends: only a coroutine really run to its end gets past this
+    calls.append(("async", a + b, tenant.get(), threading.current_thread().name))
+
+
+@job
+async def async_fails() -> None:
+    await asyncio.sleep(0)
+    raise KeyError("async boom")
+
+
+@job
+def forgot_async() -> Any:
+    return async_add.func(1, 1)  # a coroutine, never awaited
+
+
+def with_tenant(job_: dict[str, Any], call_next: Any) -> None:
+    token = tenant.set("acme")
+    try:
+        call_next()
+    finally:
+        tenant.reset(token)
 
 
 @pytest.fixture(autouse=True)
@@ -96,3 +128,48 @@ def test_modes_leave_no_state_behind() -> None:
         add.perform_async(1, 2)
     assert testing.mode is None
     assert testing.all_jobs() == {}
+
+
+def test_fake_drain_runs_an_async_job_to_completion_inside_the_middleware() -> None:
+    server_chain.add(with_tenant)
+    with testing.fake():
+        async_add.perform_async(1, 2)
+        cogworker.push_bulk(async_add, [(3, 4)])
+        assert calls == []
+        async_add.drain()
+    main = threading.current_thread().name
+    assert calls == [("async", 3, "acme", main), ("async", 7, "acme", main)]
+
+
+def test_inline_runs_an_async_job_and_raises_its_error() -> None:
+    with testing.inline():
+        async_add.perform_async(2, 2)
+        assert calls == [("async", 4, "unset", threading.current_thread().name)]
+        with pytest.raises(KeyError, match="async boom"):
+            async_fails.perform_async()
+
+
+def test_inside_a_running_loop_drain_runs_the_job_on_a_helper_thread() -> None:
+    """An async test calling drain(): this thread can't wait for its own loop, so the job runs to
+    completion on a helper thread's loop (api/async_jobs.py), with the middleware's context."""
+    server_chain.add(with_tenant)
+
+    async def an_async_test() -> None:
+        with testing.fake():
+            async_add.perform_async(5, 5)
+            async_add.drain()
+            with pytest.raises(KeyError, match="async boom"), testing.inline():
+                async_fails.perform_async()
+
+    asyncio.run(an_async_test())
+    assert calls == [("async", 10, "acme", "cogworker-testing-async")]
+
+
+def test_a_sync_job_returning_a_coroutine_is_a_type_error_without_a_warning(recwarn: Any) -> None:
+    with testing.fake():
+        forgot_async.perform_async()
+        with pytest.raises(TypeError, match="returned a coroutine; declare it `async def`"):
+            forgot_async.drain()
+    assert calls == []
+    gc.collect()  # an unclosed coroutine warns "was never awaited" when it is collected
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
