@@ -162,6 +162,23 @@ def test_stop_cancels_a_running_async_job_past_the_timeout_and_requeues_it(
     wait_until(lambda: r.get("cogworker:stat:processed") == "1", timeout=10, message="processed once")
 
 
+def test_quiet_lets_a_running_async_job_finish_and_fetches_no_other(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    async_jobs.nap.perform_async("running", 0.5)
+    worker = workers.start(**APP)
+    wait_until(lambda: r.llen("test:started") == 1, timeout=15, message="the job started")
+    worker.signal(signal.SIGTSTP)
+    wait_until(lambda: worker.events_named("quieting"), timeout=5, message="quiet")
+    jid = async_jobs.marker.perform_async("after quiet")
+    # An idle fetcher would take it within milliseconds; the running job has most of its nap left.
+    wait_until(lambda: r.lrange("test:ran", 0, -1) == ["running"], timeout=10, message="the running job")
+    assert worker.stop() == 0
+    assert r.llen("test:async") == 0
+    [raw] = r.lrange("cogworker:queue:default", 0, -1)
+    assert json.loads(raw)["jid"] == jid
+
+
 def test_a_job_blocking_the_loop_is_logged_once_with_its_stack(
     r: redis.Redis, configured: object, workers: WorkerPool
 ) -> None:
