@@ -93,7 +93,11 @@ class AsyncLoop:
             task.add_done_callback(lambda _task: done.set())
             started.append(task)
 
-        loop.call_soon_threadsafe(start)
+        try:
+            loop.call_soon_threadsafe(start)
+        except RuntimeError:  # the loop is closed (a job handed over after a stop): never run
+            coro.close()
+            raise
         done.wait()
         if self._abandoning:
             # A stop gave up on it: like a sync job's thread still busy at the deadline, its carrier
