@@ -59,7 +59,7 @@ class AsyncHandoff(abc.ABC):
         """The job `work` names is an `async def` job. Resolved here on the fetcher thread (importing
         its module if needed, as the job thread would); anything unreadable or unknown is "sync": a
         job thread files it as before. Skipped while no async job is registered."""
-        if not registry.has_async(self._allowed):
+        if not self._mix.has_async():
             return False
         job = codec.loads_dict(work.raw)
         name = job.get("class") if job is not None else None

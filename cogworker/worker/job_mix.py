@@ -33,6 +33,13 @@ class JobMix:
         self._hold_sync = 1 + sync_slots // 10
         self._hold_async = 1 + async_slots // 10
         self.share = 0.0  # of async jobs among those fetched; 0 until an async job exists
+        self._async_known = False
+
+    def has_async(self) -> bool:
+        """An async job this process may run is registered (once true, it stays true)."""
+        if not self._async_known:
+            self._async_known = registry.has_async(self._allowed)
+        return self._async_known
 
     def observe(self, async_jobs: int, jobs: int) -> None:
         """`jobs` were fetched, `async_jobs` of them async."""
@@ -48,7 +55,7 @@ class JobMix:
         """How many jobs to fetch, given the free slots of each kind (negative: jobs of that kind
         wait for a slot)."""
         if self.share == 0.0:
-            if not registry.has_async(self._allowed):
+            if not self.has_async():
                 return max(0, free_sync)
             self.share = FIRST_GUESS  # async jobs are registered: assume an even mix until seen
         free = max(0, free_sync) + max(0, free_async)

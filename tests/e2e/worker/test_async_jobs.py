@@ -135,18 +135,24 @@ def test_unique_and_status_work_for_an_async_job(
 
 
 def test_stop_cancels_a_running_async_job_past_the_timeout_and_requeues_it(
-    r: redis.Redis, configured: object, workers: WorkerPool
+    r: redis.Redis, configured: object, workers: WorkerPool, cli: CLI
 ) -> None:
     """At-least-once: an async job still running at the stop's deadline is cancelled (its own
     cleanup runs), nothing is settled for it, and the next worker runs it again."""
     jid = async_jobs.slow_first.perform_async("long")
-    first = workers.start(**APP, COGWORKER_TIMEOUT_S="1")
+    first = workers.start(**APP, COGWORKER_TIMEOUT_S="1", COGWORKER_HEARTBEAT_INTERVAL_S="0.2")
     wait_until(lambda: r.llen("test:started") == 1, timeout=15, message="the job started")
     identity = first.identity()
-    # Busy while it runs: the heartbeat counts it and the work hash shows it (`cogworker status`).
-    work = wait_until(lambda: r.hgetall(f"cogworker:work:{identity}"), timeout=10, message="work hash")
-    assert any(jid in summary for summary in work.values())
-    wait_until(lambda: r.hget(f"cogworker:process:{identity}", "busy") == "1", timeout=10, message="busy 1")
+
+    # Busy while it runs: the heartbeat counts it and `cogworker status` shows it running.
+    def running() -> list[dict[str, Any]]:
+        found = [p for p in cli("status", "--json").json()["processes"] if p["identity"] == identity]
+        return list(found[0]["running"]) if found else []
+
+    [job] = wait_until(running, timeout=10, message="the job in `cogworker status`")
+    assert (job["job"], job["jid"]) == ("async_jobs.slow_first", jid)
+    [process] = cli("status", "--json").json()["processes"]
+    assert process["busy"] == 1
     first.signal(signal.SIGTERM)
     assert first.proc.wait(timeout=15) == 0
     assert r.lrange("test:cancelled", 0, -1) == ["long"]
