@@ -205,18 +205,16 @@ class Manager(WaitTurnHandoff, AsyncHandoff):
                 else:
                     self.reconciler.release(work.raw)
                 with self._cond:
+                    before = self._room()
                     del self._running[ident]
                     if is_async:
                         self._async_running -= 1
-                    # Wake the fetcher only when it would act: the first free thread (it may be
-                    # waiting with none), enough free for a full batch, or nothing left running.
+                    # Wake the fetcher only when it would act: the first room for a job (it may be
+                    # waiting with none), enough for a full batch, or nothing left running.
                     # Waking it on every finished job costs a thread switch per job.
-                    free, batch = (
-                        (self._free_async(), self._async_batch_min)
-                        if is_async
-                        else (self._free_threads(), self._batch_min)
-                    )
-                    if failed or free == 1 or free == batch or not self._running:
+                    room = self._room()
+                    batch = self._async_batch_min if is_async else self._batch_min
+                    if failed or before <= 0 < room or room == batch or not self._running:
                         self._cond.notify_all()
 
     def _process(self, work: Work) -> None:
