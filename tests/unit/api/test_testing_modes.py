@@ -53,6 +53,19 @@ def forgot_async() -> Any:
     return async_add.func(1, 1)  # a coroutine, never awaited
 
 
+class Later:
+    """An awaitable that isn't a coroutine."""
+
+    def __await__(self) -> Any:
+        calls.append("awaited")
+        yield
+
+
+@job
+def returns_awaitable() -> Any:
+    return Later()
+
+
 def with_tenant(job_: dict[str, Any], call_next: Any) -> None:
     token = tenant.set("acme")
     try:
@@ -173,3 +186,9 @@ def test_a_sync_job_returning_a_coroutine_is_a_type_error_without_a_warning(recw
     assert calls == []
     gc.collect()  # an unclosed coroutine warns "was never awaited" when it is collected
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_a_sync_job_returning_any_awaitable_is_a_type_error() -> None:
+    with testing.inline(), pytest.raises(TypeError, match=r"returned an awaitable \(Later\); declare it"):
+        returns_awaitable.perform_async()
+    assert calls == []
