@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import signal
 from typing import Any
 
 from cogworker import exitcodes
@@ -66,10 +67,17 @@ def serve(ctx: Context) -> int:
         raise Failure(
             f"the Web UI needs the web extra: pip install 'cogworker[web]' ({exc})", exitcodes.CONFIG_ERROR
         ) from None
+    # uvicorn's own access log is off: every action is logged by the app (web_action, web_post_refused).
+    config = uvicorn.Config(create_app(settings), host=host, port=port, access_log=False, log_level="warning")
     ctx.err.write(f"cogworker web: serving http://{_url_host(host)}:{port}/\n")
     ctx.err.flush()
-    # uvicorn's own access log is off: every action is logged by the app (web_action, web_post_refused).
-    uvicorn.run(create_app(settings), host=host, port=port, access_log=False, log_level="warning")
+    # uvicorn stops gracefully on TERM or INT, puts back the handlers it found, then raises the signal
+    # again. These handlers only record it, so that a stop ends `cogworker web` with exit 0 (and its
+    # atexit work done) rather than by the signal's default action.
+    stopped: list[int] = []
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda received, _frame: stopped.append(received))
+    uvicorn.Server(config).run()
     return exitcodes.OK
 
 

@@ -133,9 +133,16 @@ def test_a_job_whose_thread_fails_is_requeued_counting_orphanings_until_dead(
     r.lpush(keys.queue("default"), raw)
     manager.start()
     try:
-        [entry] = wait_until(lambda: r.zrange(keys.DEAD, 0, -1), timeout=10, message="the job in dead")
+        # The reconcile script buries the pill as it was, and the burial is then completed with its
+        # error fields (Recovery.complete_burials): wait for the completed entry, not the first one.
+        [entry] = wait_until(
+            lambda: [e for e in r.zrange(keys.DEAD, 0, -1) if "error_class" in (codec.loads_dict(e) or {})],
+            timeout=10,
+            message="the job in dead with its error",
+        )
     finally:
         manager.stop(time.monotonic() + 2)
+    assert r.zcard(keys.DEAD) == 1
     dead = codec.loads_dict(entry)
     assert dead is not None and dead["jid"] == jid and dead["error_class"] == "cogworker.ProcessDied"
     assert runs == [raw] * 3  # the first run and two requeues (max_orphanings=2), then dead
