@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cogworker.cli.common import Context, duration, short, table, timestamp, to_plain
+from cogworker.cli.common import Context, short, table, timestamp, to_plain
+from cogworker.formats import duration
 from cogworker.ops import periodic as periodic_ops
 from cogworker.ops import redis_time
 

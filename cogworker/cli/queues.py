@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cogworker.cli.common import Context, duration, table, yes_flag
+from cogworker.cli.common import Context, table, yes_flag
+from cogworker.formats import duration
 from cogworker.ops import queues as queue_ops
 
 

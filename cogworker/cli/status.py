@@ -7,7 +7,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from cogworker.cli.common import Context, duration, short, size_bytes, table
+from cogworker.cli.common import Context, short, table
+from cogworker.formats import duration, size_bytes
 from cogworker.ops import processes as process_ops
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops

@@ -19,7 +19,7 @@ from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from cogworker import codec
+from cogworker import codec, formats
 from cogworker.web.state import state_of
 
 ENV = jinja2.Environment(
@@ -74,31 +74,11 @@ def time_tag(epoch: float | None) -> Markup:
 
 
 def duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return NONE
-    seconds = max(0.0, seconds)
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} m {secs:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes:02d} m"
-    return f"{hours // 24} d {hours % 24} h"
+    return formats.duration(seconds, NONE)
 
 
 def size_bytes(value: int | None) -> str:
-    if not value:
-        return NONE
-    amount = float(value)
-    for unit in ("B", "KB", "MB", "GB"):
-        if amount < 1024 or unit == "GB":
-            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
-        amount /= 1024
-    return f"{amount:.1f} GB"
+    return formats.size_bytes(value) if value else NONE
 
 
 def number(value: int | float | None) -> str:

@@ -132,7 +132,7 @@ def test_a_real_running_job_is_listed_with_its_runtime(
     row = text.split('<table id="running">')[1].split(f'<tr data-jid="{jid}">')[1].split("</tr>")[0]
     assert f"<code>{identity}</code>" in row and 'href="/queues/default"' in row
     assert "demo_jobs.sleepy" in row and f'href="/jobs/{jid}"' in row and "[&#34;long&#34;,4]" in row
-    assert re.search(r'<td class="num">\d+(ms| ms|\.\d s)</td>', row), row
+    assert re.search(r'<td class="num">\d+(ms|\.\ds)</td>', row), row
     assert 'id="running-jobs" data-live' in text and 'id="process-list" data-live' in text
 
 
@@ -169,10 +169,10 @@ def test_a_swarm_childs_slot_and_hostile_work_render_as_text(client: TestClient,
     row = text.split('<tr data-identity="')[1].split("</tr>")[0]
     assert '<td class="num">3</td>' in row  # the slot
     assert '<td class="num">50.0 MB</td>' in row and "default, mail" in row
-    assert '<time datetime="' in row and re.search(r">2\.\d s ago<", row)
+    assert '<time datetime="' in row and re.search(r">2\.\ds ago<", row)
     running = text.split('<table id="running">')[1]
     assert html.unescape(re.findall(r'<tr data-jid="([^"]*)"', running)[0]) == IMG
-    assert "1 m 30 s" in running
+    assert "1m30s" in running
 
 
 def test_empty_states_and_telling_nobody(client: TestClient) -> None:
