@@ -5,6 +5,9 @@ Usage (through tests/bench/run.sh, which builds .bench-venv/):
     tests/bench/run.sh --quick          # a smoke run: small workloads, one W1 run
     tests/bench/run.sh --only cogworker,dramatiq
     tests/bench/run.sh --only web        # only the Web UI's page times (web_pages.py)
+    tests/bench/run.sh --only cogworker,dramatiq,arq,saq --steps w4   # W4 (async jobs) alone
+
+arq and SAQ run W4 only (they have no sync jobs); rq and celery have no async jobs, so no W4.
 
 Prints one table (each figure per system and cogworker / peer), then the Web UI's page times
 (web_pages.py), and writes every raw figure to bench-results/bench-<timestamp>.json at the
@@ -35,6 +38,9 @@ from redis_server import RedisServer
 from report import footnotes, table, web_table, write_json
 from systems.base import System
 from throughput import drain, enqueue_rates
+from w4 import check as w4_check
+from w4 import shortfall as w4_shortfall
+from w4 import w4
 from web_pages import run as web_pages
 
 WEB = "web"  # not a system: the Web UI's page times, after the systems
@@ -90,16 +96,28 @@ def step_recovery(ctx: Context, system: System) -> dict[str, Any]:
     return {"w3": recovery(ctx, system)}
 
 
+def step_w4(ctx: Context, system: System) -> dict[str, Any]:
+    result = w4(ctx, system)
+    return {"w4": result, "w4_problems": w4_check(result), "w4_shortfall": w4_shortfall(result)}
+
+
 STEPS: list[tuple[str, Step, bool]] = [  # (name, step, needs running workers)
     ("enqueue", step_enqueue, False),
     ("w1", step_drain, True),
     ("w2+idle", step_idle, True),
     ("memory", step_memory, True),
     ("w3", step_recovery, True),
+    ("w4", step_w4, True),
 ]
+STEP_NAMES = [name for name, _, _ in STEPS]
 
 
-def measure(ctx: Context, name: str) -> dict[str, Any]:
+def system_steps(system: System) -> tuple[str, ...]:
+    """The steps `system` can run: its own list, and W4 where it runs async jobs."""
+    return (*system.steps, *(("w4",) if system.w4_argv() is not None else ()))
+
+
+def measure(ctx: Context, name: str, steps: list[str]) -> dict[str, Any]:
     result: dict[str, Any] = {"name": name, "errors": {}}
     try:
         system = systems.load(name, ctx.redis.url)
@@ -109,7 +127,10 @@ def measure(ctx: Context, name: str) -> dict[str, Any]:
     result["version"] = system.version()
     result["notes"] = list(system.notes)
     try:
+        own = system_steps(system)
         for step_name, step, needs_workers in STEPS:
+            if step_name not in steps or step_name not in own:
+                continue
             if needs_workers and result.get("not_runnable"):
                 continue
             began = time.monotonic()
@@ -133,7 +154,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a smoke run: small workloads, one W1 run")
     names = [*systems.NAMES, WEB]
     parser.add_argument("--only", default=",".join(names), help=f"comma-separated, from {','.join(names)}")
+    parser.add_argument(
+        "--steps",
+        default=",".join(STEP_NAMES),
+        help=f"comma-separated, from {','.join(STEP_NAMES)} (each system runs those it has)",
+    )
     args = parser.parse_args(argv)
+    args.steps = [n.strip() for n in args.steps.split(",") if n.strip()]
+    if not args.steps or [n for n in args.steps if n not in STEP_NAMES]:
+        parser.error(f"--steps takes names from {', '.join(STEP_NAMES)} (got {args.steps})")
     args.only = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in args.only if n not in names]
     if unknown or not args.only:
@@ -169,7 +198,7 @@ def main(argv: list[str]) -> int:
         os.environ["BENCH_REDIS_URL"] = server.url
         say(f"redis-server {server.version()} on {server.url}; worker logs in {log_dir}")
         for name in args.only:
-            results[name] = measure(ctx, name)
+            results[name] = measure(ctx, name, args.steps)
         if args.web:
             say("web: the Web UI's pages ...")
             web = web_pages(server.client, server.url, plan.quick, say)

@@ -36,6 +36,10 @@ class Plan:
     # their idle pace (cogworker backs off to 1 s), which is the state W2 means to measure.
     settle_s: float = 3.0
     ready_timeout_s: float = 60.0
+    # W4: async jobs of 0.05 s, the same count in --quick (a run takes seconds).
+    w4_jobs: int = 5_000
+    w4_runs: int = 3
+    w4_timeout_s: float = 120.0
     stop_timeout_s: float = 45.0
 
     @classmethod
@@ -55,6 +59,7 @@ class Plan:
             w3_cap_s=30.0,
             idle_s=4.0,
             settle_s=2.0,
+            w4_runs=1,
         )
 
 
@@ -75,9 +80,15 @@ class Context:
         env.update(extra or {})
         return env
 
-    def start(self, system: System, label: str, extra_env: dict[str, str] | None = None) -> WorkerGroup:
+    def start(
+        self,
+        system: System,
+        label: str,
+        extra_env: dict[str, str] | None = None,
+        argv: list[str] | None = None,
+    ) -> WorkerGroup:
         log = self.log_dir / f"{system.name}-{label}.log"
-        group = WorkerGroup(system.worker_argv(), self.env_for(system, extra_env), log)
+        group = WorkerGroup(argv or system.worker_argv(), self.env_for(system, extra_env), log)
         self.groups.append(group)
         group.start()
         return group

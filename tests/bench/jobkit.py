@@ -10,20 +10,31 @@ Keys (all in the bench Redis, flushed between steps):
   bench:t:last            epoch seconds when the counter reached BENCH_TARGET (W1 sets it)
   bench:latency           list of pickup latencies in ms (W2)
   bench:events            list of "start|end <index> <pid> <epoch>" lines (W3)
+  bench:w4:runs           hash index -> how many times W4 job <index> completed (all must be 1)
+  bench:w4:lag            list of loop lags in ms, one per W4 job (see w4_job)
+  bench:w4:pids           hash pid -> W4 jobs completed in that process
+  bench:w4:peak           sorted set pid -> most W4 jobs that process had asleep at once
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
 import redis
+import redis.asyncio
 
 DONE = "bench:done"
 T_FIRST = "bench:t:first"
 T_LAST = "bench:t:last"
 LATENCY = "bench:latency"
 EVENTS = "bench:events"
+W4_RUNS = "bench:w4:runs"
+W4_LAG = "bench:w4:lag"
+W4_PIDS = "bench:w4:pids"
+W4_PEAK = "bench:w4:peak"
+W4_SLEEP_S = 0.05
 
 _client: redis.Redis | None = None
 _client_pid = 0
@@ -66,3 +77,57 @@ def sleep_job(index: int, seconds: float) -> None:
     client().rpush(EVENTS, f"start {index} {pid} {time.time()!r}")
     time.sleep(seconds)
     client().rpush(EVENTS, f"end {index} {pid} {time.time()!r}")
+
+
+# W4: one async client per (process, event loop). Dramatiq's AsyncIO middleware, arq, SAQ and
+# cogworker each run a process's async jobs on one loop, but a client must never cross loops.
+_aclients: dict[tuple[int, int], redis.asyncio.Redis] = {}
+_asleep = 0
+_peak = 0
+
+
+def aclient() -> redis.asyncio.Redis:
+    key = (os.getpid(), id(asyncio.get_running_loop()))
+    found = _aclients.get(key)
+    if found is None:
+        found = redis.asyncio.Redis.from_url(
+            os.environ["BENCH_REDIS_URL"], protocol=2, driver_info=None, max_connections=None
+        )
+        _aclients[key] = found
+    return found
+
+
+async def w4_job(index: int) -> None:
+    """W4's job, the same `async def` body for every system: sleep 0.05 s, then report.
+
+    The loop lag is how late the sleep wakes (loop time after - before - 0.05 s): the time this job's
+    wake-up waited behind the rest of the loop's work (other jobs, the system's own fetch and settle
+    code on the loop, or a thread holding the GIL). It is taken inside the job, the same way for every
+    system. The report is one pipelined round trip on an async client (never blocking the loop), plus
+    two SETs for the first and last completion, as W1's mark_done.
+    """
+    global _asleep, _peak
+    loop = asyncio.get_running_loop()
+    _asleep += 1
+    new_peak = _asleep > _peak
+    if new_peak:
+        _peak = _asleep
+    before = loop.time()
+    try:
+        await asyncio.sleep(W4_SLEEP_S)
+    finally:
+        _asleep -= 1
+    lag_ms = (loop.time() - before - W4_SLEEP_S) * 1000.0
+    now = time.time()
+    pipe = aclient().pipeline(transaction=False)
+    pipe.incr(DONE)
+    pipe.hincrby(W4_RUNS, str(index), 1)
+    pipe.rpush(W4_LAG, repr(lag_ms))
+    pipe.hincrby(W4_PIDS, str(os.getpid()), 1)
+    if new_peak:
+        pipe.zadd(W4_PEAK, {str(os.getpid()): _peak}, gt=True)
+    count = int((await pipe.execute())[0])
+    if count == 1:
+        await aclient().set(T_FIRST, repr(now))
+    if count == int(os.environ.get("BENCH_TARGET", "0")):
+        await aclient().set(T_LAST, repr(time.time()))

@@ -20,3 +20,8 @@ def pickup(pushed_at: float) -> None:
 @job(queue="default")
 def sleeper(index: int, seconds: float) -> None:
     jobkit.sleep_job(index, seconds)
+
+
+@job(queue="default")
+async def w4(index: int) -> None:
+    await jobkit.w4_job(index)

@@ -60,6 +60,20 @@ def _survived(result: Result) -> Any:
     return "yes" if parent["survived"] else f"no (exit {parent['exit_code']})"
 
 
+def _w4_once(result: Result) -> Any:
+    w4 = result.get("w4")
+    if not w4:
+        return None
+    return "yes" if w4["exactly_once"] else "NO"
+
+
+def _w4_shape(result: Result) -> Any:
+    w4 = result.get("w4")
+    if not w4:
+        return None
+    return f"{w4['processes']} x {w4['peak_per_process']}"
+
+
 ROWS = [
     Row("enqueue, single pushes (jobs/s)", "↑", _get("enqueue", "single_jobs_per_s")),
     Row("enqueue, bulk (jobs/s)", "↑", _get("enqueue", "bulk_jobs_per_s")),
@@ -90,6 +104,13 @@ ROWS = [
     Row("idle parent CPU (%)", "↓", _get("idle", "parent_cpu_pct"), "{:.2f}"),
     Row("idle workers CPU (%, all)", "↓", _get("idle", "children_cpu_pct"), "{:.2f}"),
     Row("idle Redis commands/s per worker", "↓", _get("idle", "redis_commands_per_s_per_child"), "{:.1f}"),
+    Row("W4 async drain (jobs/s, median)", "↑", _get("w4", "jobs_per_s")),
+    Row("W4 loop lag p50 (ms)", "↓", _get("w4", "lag_p50_ms"), "{:.1f}"),
+    Row("W4 loop lag p99 (ms)", "↓", _get("w4", "lag_p99_ms"), "{:.1f}"),
+    Row("W4 loop lag max (ms)", "↓", _get("w4", "lag_max_ms"), "{:.1f}"),
+    Row("W4 start-up to first job done (s)", "↓", _get("w4", "startup_s"), "{:.2f}"),
+    Row("W4 every job ran exactly once", "", _w4_once),
+    Row("W4 processes x peak jobs at once", "", _w4_shape),
 ]
 
 
@@ -148,21 +169,10 @@ def _line(cells: list[str], widths: list[int]) -> str:
 
 
 def footnotes(results: dict[str, Result], plan: dict[str, Any]) -> list[str]:
-    notes = [
-        "ratio = cogworker / peer; ↑ higher is better, ↓ lower is better.",
-        "W1 drain = (jobs - 1) / (last job done - first job done), timed by the jobs; start-up apart.",
-        f"W1 runs: {plan['w1_runs']}; W2: {plan['w2_jobs']} jobs {plan['w2_gap_s'] * 1000:.0f} ms apart "
-        f"to idle workers; W3: {plan['w3_jobs']} jobs of {plan['w3_job_s']:.0f} s, one worker "
-        f"SIGKILLed mid-job, watched {plan['w3_cap_s']:.0f} s; idle window {plan['idle_s']:.0f} s.",
-        "Redis commands per job: INFO commandstats over a W1 drain, start-up included; commands run "
-        "inside scripts count under their own names too; the jobs' reporting and the harness's polls "
-        "are taken out.",
-        "W3 '> N s (k/m)': k of the m jobs on the killed worker had not started again N s after the kill.",
-        "¹ peers have one memory mode; their preload rows repeat their default figure.",
-        "² a direct child of the worker command that runs no jobs: cogworker's fork server, which "
-        "holds the loaded code its workers are forked from; in total PSS, and its CPU in idle parent "
-        "CPU. Peers have none (0).",
-    ]
+    notes = ["ratio = cogworker / peer; ↑ higher is better, ↓ lower is better."]
+    if any(r.get(step) for r in results.values() for step in ("enqueue", "w1", "w2", "w3", "memory")):
+        notes += _sync_notes(plan)
+    notes += _w4_notes(results, plan)
     for name, result in results.items():
         notes += [
             f"{name}: {note}" if not note.startswith(name) else note for note in result.get("notes", [])
@@ -181,6 +191,52 @@ def footnotes(results: dict[str, Result], plan: dict[str, Any]) -> list[str]:
             notes.append(result["not_runnable"])
         for step, error in result.get("errors", {}).items():
             notes.append(f"{name} {step} failed: {error}")
+        for problem in result.get("w4_problems", []):
+            notes.append(f"{name} W4 INVALID: {problem}")
+        if result.get("w4_shortfall"):
+            notes.append(f"{name} W4: {result['w4_shortfall']}")
+    return notes
+
+
+def _sync_notes(plan: dict[str, Any]) -> list[str]:
+    return [
+        "W1 drain = (jobs - 1) / (last job done - first job done), timed by the jobs; start-up apart.",
+        f"W1 runs: {plan['w1_runs']}; W2: {plan['w2_jobs']} jobs {plan['w2_gap_s'] * 1000:.0f} ms apart "
+        f"to idle workers; W3: {plan['w3_jobs']} jobs of {plan['w3_job_s']:.0f} s, one worker "
+        f"SIGKILLed mid-job, watched {plan['w3_cap_s']:.0f} s; idle window {plan['idle_s']:.0f} s.",
+        "Redis commands per job: INFO commandstats over a W1 drain, start-up included; commands run "
+        "inside scripts count under their own names too; the jobs' reporting and the harness's polls "
+        "are taken out.",
+        "W3 '> N s (k/m)': k of the m jobs on the killed worker had not started again N s after the kill.",
+        "¹ peers have one memory mode; their preload rows repeat their default figure.",
+        "² a direct child of the worker command that runs no jobs: cogworker's fork server, which "
+        "holds the loaded code its workers are forked from; in total PSS, and its CPU in idle parent "
+        "CPU. Peers have none (0).",
+    ]
+
+
+def _w4_notes(results: dict[str, Result], plan: dict[str, Any]) -> list[str]:
+    ran = {name: r["w4"] for name, r in results.items() if r.get("w4")}
+    if not ran:
+        return []
+    notes = [
+        f"W4: {plan['w4_jobs']:,} `async def` jobs that each await asyncio.sleep(0.05), pushed before "
+        f"the workers start; 2 worker processes x 100 jobs at once for every system; median of "
+        f"{plan['w4_runs']} run(s); rate as W1's (first to last job done; at most 4,000 jobs/s). Each job "
+        "records its completion; 'ran exactly once' checks all of them; 'processes x peak' = processes "
+        "that ran jobs x the fewest jobs any of them had asleep at once at its peak.",
+        "W4 loop lag: per job, how late its 0.05 s sleep woke (loop time after - before - 0.05 s), "
+        "measured inside the job the same way for every system.",
+    ]
+    notes += [f"W4 config, {w4['config']}" for w4 in ran.values()]
+    peers = {name: w4["jobs_per_s"] for name, w4 in ran.items() if name != BASE}
+    if BASE in ran and peers:
+        best = max(peers, key=lambda n: peers[n])
+        ratio = ran[BASE]["jobs_per_s"] / peers[best]
+        notes.append(
+            f"W4 cogworker / best peer ({best}): {ratio:.2f}x (target >= 1.5x); cogworker loop lag p99 "
+            f"{ran[BASE]['lag_p99_ms']:.1f} ms."
+        )
     return notes
 
 

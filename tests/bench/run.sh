@@ -11,13 +11,15 @@ PYTHON="${PYTHON:-python3}"
 
 # The peers pull their own versions of redis-py etc.; keeping them out of .venv/ means the project's
 # tests never run against a dependency set that only the benchmark wanted.
-if [ ! -f "$STAMP" ] || [ "$HERE/requirements.txt" -nt "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
+if [ ! -f "$STAMP" ] || [ "$HERE/requirements.txt" -nt "$STAMP" ] || [ "$HERE/requirements-arq.txt" -nt "$STAMP" ] \
+    || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
     echo "bench: building $VENV" >&2
     LOG="$(mktemp)"
     # pip's and setuptools' chatter goes to a log that is shown only when the install fails.
     if ! { "$PYTHON" -m venv "$VENV" \
         && "$VENV/bin/pip" install -q --upgrade pip \
         && "$VENV/bin/pip" install -q -r "$HERE/requirements.txt" \
+        && "$VENV/bin/pip" install -q --no-deps -r "$HERE/requirements-arq.txt" \
         && "$VENV/bin/pip" install -q -e "$ROOT[web]"; } >"$LOG" 2>&1; then
         cat "$LOG" >&2
         rm -f "$LOG"

@@ -7,13 +7,15 @@ import importlib
 
 from systems.base import System
 
-NAMES = ("cogworker", "dramatiq", "rq", "celery")
+NAMES = ("cogworker", "dramatiq", "rq", "celery", "arq", "saq")
 
 _CLASSES = {
     "cogworker": ("systems.cogworker_system", "Cogworker"),
     "dramatiq": ("systems.dramatiq_system", "Dramatiq"),
     "rq": ("systems.rq_system", "Rq"),
     "celery": ("systems.celery_system", "Celery"),
+    "arq": ("systems.arq_system", "Arq"),
+    "saq": ("systems.saq_system", "Saq"),
 }
 
 

@@ -11,6 +11,10 @@ from typing import ClassVar
 
 WORKER_PROCESSES = 2
 THREADS_PER_PROCESS = 8
+# W4: `async def` jobs running at once in each of the WORKER_PROCESSES worker processes.
+ASYNC_PER_PROCESS = 100
+# The steps bench.py runs for a system that has every workload (W4 only where w4_argv is not None).
+ALL_STEPS = ("enqueue", "w1", "w2+idle", "memory", "w3")
 
 
 class System(ABC):
@@ -19,6 +23,9 @@ class System(ABC):
     # Share of W1's jobs this system drains; below 1 for a system too slow for the full count.
     w1_share: ClassVar[float] = 1.0
     notes: ClassVar[tuple[str, ...]] = ()
+    steps: ClassVar[tuple[str, ...]] = ALL_STEPS
+    # W4's exact worker configuration, in words, for the notes under the table.
+    w4_config: ClassVar[str] = ""
 
     def __init__(self, redis_url: str) -> None:
         self.redis_url = redis_url
@@ -49,6 +56,46 @@ class System(ABC):
     @abstractmethod
     def push_sleeper(self, index: int, seconds: float) -> None: ...
 
+    def w4_argv(self) -> list[str] | None:
+        """The command that starts WORKER_PROCESSES workers running ASYNC_PER_PROCESS `async def` jobs
+        at once each; None: the system has no async jobs, and no W4."""
+        return None
+
+    def w4_env(self) -> dict[str, str]:
+        """W4's worker environment, on top of worker_env()."""
+        return {}
+
+    def push_w4(self, count: int) -> None:
+        """Push W4 jobs 0 .. count-1 (jobkit.w4_job)."""
+        raise NotImplementedError
+
     @abstractmethod
     def close(self) -> None:
         """Release client connections before the next system runs."""
+
+
+class AsyncOnlySystem(System):
+    """A peer measured in W4 alone (arq, SAQ): it has no sync jobs to run W1-W3 with."""
+
+    bulk_label = "—"
+    steps: ClassVar[tuple[str, ...]] = ()
+
+    def worker_argv(self) -> list[str]:
+        argv = self.w4_argv()
+        assert argv is not None
+        return argv
+
+    def _no_sync_jobs(self) -> None:
+        raise NotImplementedError(f"{self.name} is measured in W4 only")
+
+    def push_noop(self) -> None:
+        self._no_sync_jobs()
+
+    def push_noop_bulk(self, count: int) -> None:
+        self._no_sync_jobs()
+
+    def push_pickup(self, pushed_at: float) -> None:
+        self._no_sync_jobs()
+
+    def push_sleeper(self, index: int, seconds: float) -> None:
+        self._no_sync_jobs()

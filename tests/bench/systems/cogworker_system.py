@@ -22,12 +22,17 @@ import importlib
 from importlib import metadata
 from types import ModuleType
 
-from systems.base import THREADS_PER_PROCESS, WORKER_PROCESSES, System
+from systems.base import ASYNC_PER_PROCESS, THREADS_PER_PROCESS, WORKER_PROCESSES, System
 
 
 class Cogworker(System):
     name = "cogworker"
     bulk_label = "push_bulk"
+    w4_config = (
+        f"cogworker: `cogworker-swarm`, COGWORKER_COUNT={WORKER_PROCESSES}, "
+        f"COGWORKER_ASYNC_CONCURRENCY={ASYNC_PER_PROCESS} (COGWORKER_CONCURRENCY={THREADS_PER_PROCESS} "
+        "job threads idle: W4 has no sync job), log level warning."
+    )
 
     def __init__(self, redis_url: str) -> None:
         super().__init__(redis_url)
@@ -69,6 +74,15 @@ class Cogworker(System):
 
     def push_sleeper(self, index: int, seconds: float) -> None:
         self._jobs.sleeper.perform_async(index, seconds)
+
+    def w4_argv(self) -> list[str]:
+        return self.worker_argv()
+
+    def w4_env(self) -> dict[str, str]:
+        return {"COGWORKER_ASYNC_CONCURRENCY": str(ASYNC_PER_PROCESS)}
+
+    def push_w4(self, count: int) -> None:
+        self._cogworker.push_bulk(self._jobs.w4, [(i,) for i in range(count)])
 
     def close(self) -> None:
         # The client API has no close; its idle pool sends nothing, so it can't skew a later window.

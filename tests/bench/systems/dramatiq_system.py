@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from importlib import metadata
 from types import ModuleType
 
-from systems.base import THREADS_PER_PROCESS, WORKER_PROCESSES, System
+from systems.base import ASYNC_PER_PROCESS, THREADS_PER_PROCESS, WORKER_PROCESSES, System
 
 
 class Dramatiq(System):
     name = "dramatiq"
     bulk_label = "group().run() (no bulk path: one script call per message)"
     notes = ("dramatiq: stock RedisBroker and default middleware; INFO logging (nothing per job).",)
+    w4_config = (
+        f"dramatiq: `dramatiq jobs_dramatiq_async --processes {WORKER_PROCESSES} --threads "
+        f"{ASYNC_PER_PROCESS}`, an async actor on the stock RedisBroker plus the AsyncIO middleware: "
+        "each worker thread hands its message's coroutine to the process's one event loop thread and "
+        f"waits for it, so {ASYNC_PER_PROCESS} threads = {ASYNC_PER_PROCESS} async actors at once per "
+        "process; prefetch etc. default."
+    )
 
     def __init__(self, redis_url: str) -> None:
         super().__init__(redis_url)
@@ -44,5 +52,21 @@ class Dramatiq(System):
     def push_sleeper(self, index: int, seconds: float) -> None:
         self._jobs.sleeper.send(index, seconds)
 
+    def w4_argv(self) -> list[str]:
+        return [
+            "dramatiq", "jobs_dramatiq_async",
+            "--processes", str(WORKER_PROCESSES),
+            "--threads", str(ASYNC_PER_PROCESS),
+            "--queues", "default",
+        ]  # fmt: skip
+
+    def push_w4(self, count: int) -> None:
+        # The async module's broker (its own connection pool), so the W1 module's broker stays stock.
+        jobs = importlib.import_module("jobs_dramatiq_async")
+        self._dramatiq.group((jobs.w4.message(i) for i in range(count)), broker=jobs.broker).run()
+
     def close(self) -> None:
         self._jobs.broker.close()
+        async_jobs = sys.modules.get("jobs_dramatiq_async")
+        if async_jobs is not None:
+            async_jobs.broker.close()
