@@ -192,7 +192,7 @@ def footnotes(results: dict[str, Result], plan: dict[str, Any]) -> list[str]:
         for step, error in result.get("errors", {}).items():
             notes.append(f"{name} {step} failed: {error}")
         for problem in result.get("w4_problems", []):
-            notes.append(f"{name} W4 INVALID: {problem}")
+            notes.append(f"{name} W4 check failed: {problem}")
         if result.get("w4_shortfall"):
             notes.append(f"{name} W4: {result['w4_shortfall']}")
     return notes

@@ -90,8 +90,12 @@ def check(result: dict[str, Any]) -> list[str]:
     """What a W4 result got wrong (empty: every job ran once, in 2 processes, 100 at once each)."""
     problems = []
     if not result["exactly_once"]:
-        bad = [r for r in result["runs"] if not r["exactly_once"]]
-        problems += [f"{r['missing']} jobs never ran, {r['ran_more_than_once']} ran twice+" for r in bad]
+        runs = result["runs"]
+        problems += [
+            f"run {i + 1} of {len(runs)}: {r['missing']} jobs never ran, {r['ran_more_than_once']} ran twice+"
+            for i, r in enumerate(runs)
+            if not r["exactly_once"]
+        ]
     if result["processes"] != WORKER_PROCESSES:
         problems.append(f"jobs ran in {result['processes']} processes, not {WORKER_PROCESSES}")
     return problems
