@@ -12,7 +12,7 @@ from cogworker.formats import duration, size_bytes
 from cogworker.ops import processes as process_ops
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
-from cogworker.store import keys
+from cogworker.ops import stats
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +23,7 @@ class Status:
     sets: dict[str, int]
     processed: int
     failed: int
+    ended: dict[str, int]  # keys.ENDED_UNRUN outcome -> total
 
 
 def register(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -43,14 +44,15 @@ def collect(ctx: Context) -> Status:
     now = time.time()
     live = process_ops.processes(client, now)
     read = {q for p in live for q in p.queues}
-    counters = client.mget(keys.STAT_PROCESSED, keys.STAT_FAILED)
+    totals = stats.totals(client)
     return Status(
         processes=live,
         orphaned=process_ops.orphaned_lists(client, {p.identity for p in live}),
         queues=queue_ops.queue_infos(client, queue_ops.known_queues(client, read), now),
         sets={name: set_ops.size(client, name) for name in set_ops.SETS},
-        processed=int(counters[0] or 0),
-        failed=int(counters[1] or 0),
+        processed=totals.processed,
+        failed=totals.failed,
+        ended={outcome: total for outcome, (total, _today) in totals.ended.items()},
     )
 
 
@@ -64,7 +66,8 @@ def status_lines(s: Status) -> list[str]:
     threads = sum(p.concurrency for p in s.processes)
     lines = [
         f"Processes: {len(s.processes)} live, {busy}/{threads} threads busy   "
-        f"Processed: {s.processed}   Failed: {s.failed}",
+        f"Processed: {s.processed}   Failed: {s.failed}"
+        + "".join(f"   {outcome.capitalize()}: {n}" for outcome, n in s.ended.items()),
     ]
     if s.processes:
         rows = [

@@ -1,4 +1,5 @@
-"""The processed/failed counters: totals, today's, and the per-day history; and Redis's own vitals.
+"""The job counters: processed/failed (and the jobs that ended unrun: expired, cancelled) in total and
+today, the processed/failed per-day history, and Redis's own vitals.
 
 The per-day counters (`cogworker:stat:processed:<YYYY-MM-DD>`, UTC days) are written by every ack
 and every failure filing; a history of N days is one MGET per counter, whatever the traffic.
@@ -24,6 +25,8 @@ class Totals:
     failed: int
     processed_today: int
     failed_today: int
+    # keys.ENDED_UNRUN outcome -> (total, today)
+    ended: dict[str, tuple[int, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +59,26 @@ def today(now: dt.datetime | None = None) -> str:
 
 def totals(client: redis.Redis, now: dt.datetime | None = None) -> Totals:
     day = today(now)
-    values = client.mget(
-        keys.STAT_PROCESSED, keys.STAT_FAILED, keys.stat_processed_day(day), keys.stat_failed_day(day)
+    ended = keys.ENDED_UNRUN
+    values = [
+        _count(v)
+        for v in client.mget(
+            keys.STAT_PROCESSED,
+            keys.STAT_FAILED,
+            keys.stat_processed_day(day),
+            keys.stat_failed_day(day),
+            *(keys.stat(outcome) for outcome in ended),
+            *(keys.stat_day(outcome, day) for outcome in ended),
+        )
+    ]
+    pairs = zip(values[4 : 4 + len(ended)], values[4 + len(ended) :], strict=True)
+    return Totals(
+        processed=values[0],
+        failed=values[1],
+        processed_today=values[2],
+        failed_today=values[3],
+        ended=dict(zip(ended, pairs, strict=True)),
     )
-    return Totals(*(_count(v) for v in values))
 
 
 def clamp_days(days: Any) -> int:

@@ -139,6 +139,7 @@ def keys_to_check(client: redis.Redis, queue_names: tuple[str, ...]) -> list[str
     # Today's counters too: the fetch and settle scripts write them with every acknowledgement and
     # failure, and would stop at a wrong-type one.
     checked = [*keys.EXPECTED_TYPES, keys.stat_processed_day(day), keys.stat_failed_day(day)]
+    checked += [keys.stat_day(outcome, day) for outcome in keys.ENDED_UNRUN]
     checked += [keys.queue(n) for n in sorted(names)]
     if client.type(keys.IN_PROGRESS_IDENTITIES) == "set":
         checked += [keys.in_progress(str(i)) for i in client.smembers(keys.IN_PROGRESS_IDENTITIES)]

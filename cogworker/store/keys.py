@@ -27,6 +27,9 @@ QUARANTINE_PREFIX = PREFIX + "quarantine:"  # anything moved aside for a human, 
 GUARD_REQUESTS = PREFIX + "key-guard:requests"  # set: keys some component found of the wrong type
 STAT_PROCESSED = PREFIX + "stat:processed"
 STAT_FAILED = PREFIX + "stat:failed"
+# Jobs that ended without running to an outcome of their own, each counted in cogworker:stat:<name>
+# (and per UTC day, like processed/failed): outcomes.py writes them, ops/stats.py reads them.
+ENDED_UNRUN = ("expired", "cancelled")
 UNIQUE_PREFIX = PREFIX + "unique:"  # string per digest: the jid holding the unique claim
 PERIODIC_SLOT_PREFIX = PREFIX + "periodic:slot:"  # string per (entry, slot): the one enqueue's claim
 PERIODIC_RUNNING_PREFIX = PREFIX + "periodic:running:"  # string per entry: the jid of the run in flight
@@ -71,6 +74,14 @@ def stat_failed_day(day: str) -> str:
     return f"{STAT_FAILED}:{day}"
 
 
+def stat(outcome: str) -> str:
+    return f"{PREFIX}stat:{outcome}"
+
+
+def stat_day(outcome: str, day: str) -> str:
+    return f"{PREFIX}stat:{outcome}:{day}"
+
+
 def unique(digest: str) -> str:
     return UNIQUE_PREFIX + digest
 
@@ -105,6 +116,7 @@ EXPECTED_TYPES: dict[str, str] = {
     UNSETTLED: "list",
     STAT_PROCESSED: "string",
     STAT_FAILED: "string",
+    **{stat(outcome): "string" for outcome in ENDED_UNRUN},
     PERIODIC_ENTRIES: "hash",
     GUARD_REQUESTS: "set",
 }

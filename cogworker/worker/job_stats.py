@@ -43,7 +43,14 @@ class JobCounts:
         self._entries: dict[tuple[str, str], dict[str, Any]] = {}
 
     def add(self, queue: str, job: str, seconds: float, *, failed: bool = False, dead: bool = False) -> None:
-        key = bucket_key(seconds)
+        self._add(queue, job, seconds, "failed" if failed else "processed", dead=dead)
+
+    def ended_unrun(self, queue: str, job: str, outcome: str) -> None:
+        """A job that ended without running (keys.ENDED_UNRUN: expired, cancelled): counted under its
+        outcome, with no duration (it took none)."""
+        self._add(queue, job, None, outcome)
+
+    def _add(self, queue: str, job: str, seconds: float | None, outcome: str, *, dead: bool = False) -> None:
         with self._lock:
             entry = self._entries.get((queue, job))
             if entry is None:
@@ -54,13 +61,16 @@ class JobCounts:
                     "failed": 0,
                     "retried": 0,
                     "dead": 0,
+                    "expired": 0,
+                    "cancelled": 0,
                     "duration": {"sum_s": 0.0, "buckets": {}},
                 }
-            if failed:
-                entry["failed"] += 1
+            entry[outcome] += 1
+            if outcome == "failed":
                 entry["dead" if dead else "retried"] += 1
-            else:
-                entry["processed"] += 1
+            if seconds is None:
+                return
+            key = bucket_key(seconds)
             duration = entry["duration"]
             duration["sum_s"] += seconds
             duration["buckets"][key] = duration["buckets"].get(key, 0) + 1
