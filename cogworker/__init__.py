@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from cogworker.api.job_status import status
     from cogworker.api.periodic import periodic
     from cogworker.api.registry import JobNotFound
+    from cogworker.api.time_limits import JobTimeout
     from cogworker.settings import ConfigError, Settings, load_settings
     from cogworker.store.key_guard import WrongTypeKey
 
@@ -29,6 +30,7 @@ _LAZY = {
     "push_bulk": "cogworker.api.decorator",
     "JobFunction": "cogworker.api.decorator",
     "JobNotFound": "cogworker.api.registry",
+    "JobTimeout": "cogworker.api.time_limits",
     "job": "cogworker.api.decorator",
     "periodic": "cogworker.api.periodic",
     "ConfigError": "cogworker.settings",
@@ -53,6 +55,7 @@ __all__ = [
     "ConfigError",
     "JobFunction",
     "JobNotFound",
+    "JobTimeout",
     "Settings",
     "WrongTypeKey",
     "__version__",

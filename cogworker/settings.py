@@ -92,6 +92,11 @@ class Settings(BaseSettings):
     # the job blocking it is logged with its stack (a sync call inside `async def` stalls them all).
     async_concurrency: int = 100
     async_lag_threshold_s: float = 0.5
+    # Job time limits (api/time_limits.py, worker/time_limits.py): the default limit of a job that sets
+    # no `timeout_s` (None: none, as in Sidekiq: a limit interrupts a job wherever it is), and how long
+    # past its limit a job no exception reaches may stay stuck before its process is replaced.
+    job_timeout_s: float | None = None
+    job_timeout_grace_s: float = 10.0
     count: int = max(os.cpu_count() or 1, 1)
     timeout_s: float = 25.0
     graceful_stop_timeout_s: float = 35.0

@@ -46,6 +46,7 @@ class AsyncHandoff(abc.ABC):
     _async_queued: int
     _async_running: int
     _carriers: list[threading.Thread]
+    _stuck: set[int]
     _mix: JobMix
     loop: AsyncLoop
 
@@ -142,6 +143,8 @@ class AsyncHandoff(abc.ABC):
         for _ in self._carriers:
             self._async_work.put(None)
         for carrier in self._carriers:
+            if carrier.ident in self._stuck:  # given up on (stuck_jobs.py): it may never return
+                continue
             carrier.join(timeout=max(0.0, deadline - time.monotonic()))
         if self.loop.running_tasks:
             cancelled = self.loop.cancel_all()

@@ -11,7 +11,7 @@ import contextlib
 import os
 import select
 
-_BYTES = {"stop": b"s", "quiet": b"q", "resume": b"r", "dump": b"d"}
+_BYTES = {"stop": b"s", "quiet": b"q", "resume": b"r", "dump": b"d", "stuck": b"k"}
 _NAMES = {code[0]: name for name, code in _BYTES.items()}
 
 

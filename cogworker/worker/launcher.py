@@ -37,6 +37,7 @@ from cogworker.worker.reliable_fetch import ReliableFetch
 from cogworker.worker.settle import Settler
 from cogworker.worker.supervisor_events import Reporter
 from cogworker.worker.ticker import Ticker
+from cogworker.worker.time_limits import Armed
 from cogworker.worker.wait_turn import BLOCK_TIMEOUT_S
 
 log = structlog.get_logger("cogworker.launcher")
@@ -73,6 +74,7 @@ class Launcher:
         self.heartbeat: Heartbeat | None = None
         self.poller: Poller | None = None
         self.settler: Settler | None = None
+        self.exit_code = exitcodes.OK
 
     # Commands from signals (main thread) and from the heartbeat's remote commands.
     def command(self, name: str) -> None:
@@ -89,6 +91,7 @@ class Launcher:
         self.manager = Manager(self.ctx, fetcher, self.settler, self.stats, fallback=self._basic_fetch)
         if self.start_quiet:
             self.manager.quiet()
+        self.manager.on_stuck = self._job_stuck
         self.heartbeat = Heartbeat(
             self.ctx,
             self.identity,
@@ -213,6 +216,14 @@ class Launcher:
                     self.manager.resume()
                 elif name == "dump":
                     dump_threads()
+                elif name == "stuck":  # run alone (a swarm child is replaced by its supervisor)
+                    log.error(
+                        "worker_stopping_for_stuck_job",
+                        note="a job thread is stuck past its time limit: stopping gracefully, exit 1, "
+                        "so the process manager starts a fresh worker",
+                    )
+                    self.exit_code = exitcodes.FAILURE
+                    return
             if self.reporter.orphaned():
                 log.error("supervisor_gone", note="stopping: a worker never runs unsupervised")
                 return
@@ -275,8 +286,17 @@ class Launcher:
         except Exception as exc:
             self.outages.report("Shutdown", exc)
         log.info("stopped", processed=self.stats.processed, failed=self.stats.failed)
-        self.reporter.send("stopped", code=exitcodes.OK, jobs=self.stats.jobs.take())
-        return exitcodes.OK
+        self.reporter.send("stopped", code=self.exit_code, jobs=self.stats.jobs.take())
+        return self.exit_code
+
+    def _job_stuck(self, armed: Armed) -> None:
+        """On the watchdog thread, once the stuck job is filed (worker/stuck_jobs.py): the supervisor
+        replaces this process gracefully; run alone, the main loop stops it."""
+        if self.reporter.supervised:
+            job = armed.job
+            self.reporter.send("stuck", jid=job.get("jid"), job=job.get("class"), queue=armed.work.queue)
+        else:
+            self.commands.send("stuck")
 
 
 def dump_threads() -> None:

@@ -35,6 +35,7 @@ from cogworker.worker.job_mix import JobMix
 from cogworker.worker.processor import Stats, process
 from cogworker.worker.reconcile import Reconciler
 from cogworker.worker.settle import Settler
+from cogworker.worker.stuck_jobs import StuckThreads
 from cogworker.worker.wait_turn import BLOCK_TIMEOUT_S, OUTAGE_RETRY_S, Running, WaitTurn, WaitTurnHandoff
 
 log = structlog.get_logger("cogworker.manager")
@@ -44,7 +45,7 @@ IDLE_POLL_FIRST_S = 0.25
 COALESCE_S = 0.001
 
 
-class Manager(WaitTurnHandoff, AsyncHandoff):
+class Manager(WaitTurnHandoff, AsyncHandoff, StuckThreads):
     def __init__(
         self,
         ctx: RedisContext,
@@ -80,6 +81,7 @@ class Manager(WaitTurnHandoff, AsyncHandoff):
         self._carriers: list[threading.Thread] = []
         self._mix = JobMix(settings.concurrency, settings.async_concurrency, self._allowed)
         self.loop = AsyncLoop(settings.async_lag_threshold_s)
+        self._init_time_limits(settings)  # the watchdog, and the threads given up on (stuck_jobs.py)
         self._quiet = False
         self._stopping = False
         self._turn_open = False  # a blocking wait is handed out (one queue, idle)
@@ -157,8 +159,10 @@ class Manager(WaitTurnHandoff, AsyncHandoff):
         for _ in self._threads:
             self._work.put(None)
         for thread in self._threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            if thread.ident not in self._stuck:  # given up on: it may never return
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._stop_carriers(deadline)
+        self.limits.close()
         self.flush_acks()
         self._settler.retry_pending()
         with self._cond:
@@ -218,7 +222,8 @@ class Manager(WaitTurnHandoff, AsyncHandoff):
                         self._cond.notify_all()
 
     def _process(self, work: Work) -> None:
-        process(work, self._settler, self.stats, allowed=self._allowed, run_async=self.loop.run)
+        run, limits = self.loop.run, self.limits
+        process(work, self._settler, self.stats, allowed=self._allowed, run_async=run, limits=limits)
 
     def _await_room(self) -> int | None:
         """Wait until a fetch is worth its round trip; how many jobs to fetch (0: only send the

@@ -23,9 +23,11 @@ from cogworker.api import features, retry
 from cogworker.api.async_jobs import check_result, run_to_completion
 from cogworker.api.middleware import run_server_chain
 from cogworker.api.registry import resolve
+from cogworker.api.time_limits import with_limit
 from cogworker.worker.fetch import Work
 from cogworker.worker.job_stats import JobCounts
 from cogworker.worker.settle import Settler
+from cogworker.worker.time_limits import TimeLimits
 
 log = structlog.get_logger("cogworker.job")
 
@@ -50,10 +52,17 @@ def _run_alone(coro: Coroutine[Any, Any, Any], job: dict[str, Any], queue: str) 
 
 
 def process(
-    work: Work, settler: Settler, stats: Stats, *, allowed: tuple[str, ...], run_async: RunAsync = _run_alone
+    work: Work,
+    settler: Settler,
+    stats: Stats,
+    *,
+    allowed: tuple[str, ...],
+    run_async: RunAsync = _run_alone,
+    limits: TimeLimits | None = None,
 ) -> None:
     """Run one job. `allowed`: the modules (COGWORKER_REQUIRE) whose jobs may be imported on demand;
-    `run_async`: how an `async def` job's coroutine is run (the worker's event loop)."""
+    `run_async`: how an `async def` job's coroutine is run (the worker's event loop); `limits`: the
+    worker's time-limit watchdog (time_limits.py)."""
     job = codec.loads_dict(work.raw)
     if job is None or not isinstance(job.get("class"), str):
         _file_unreadable(work, settler, stats)
@@ -67,7 +76,7 @@ def process(
         log.info("job_start")
     features.ensure_installed()
     try:
-        run_server_chain(job, lambda: _perform(job, work.queue, allowed, run_async))
+        run_server_chain(job, lambda: _perform(job, work, allowed, run_async, limits))
     except BaseException as exc:
         # BaseException too: a job's SystemExit or KeyboardInterrupt is its failure, not the
         # thread's end. Left to escape, it would leave the job in progress and the thread dead.
@@ -115,15 +124,29 @@ def _file_failure(
     )
 
 
-def _perform(job: dict[str, Any], queue: str, allowed: tuple[str, ...], run_async: RunAsync) -> None:
+def _perform(
+    job: dict[str, Any], work: Work, allowed: tuple[str, ...], run_async: RunAsync, limits: TimeLimits | None
+) -> None:
     """Inside the server chain, so middleware sees a job that can't be imported fail like any other
-    (and an async job's coroutine is created, and run, in the context the middleware set up)."""
+    (and an async job's coroutine is created, and run, in the context the middleware set up). A time
+    limit is armed around the job's own call only: never around middleware (time_limits.py)."""
     args = job.get("args", [])
     kwargs = job.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise TypeError("payload args must be a list and kwargs an object")
     found = resolve(job["class"], allowed=allowed)
+    limit = limits.limit_for(job) if limits is not None else None
+    queue = work.queue
     if found.is_async:
-        run_async(found.func(*args, **kwargs), job, queue)
-    else:
+        coro = found.func(*args, **kwargs)
+        if limit is None or limits is None:
+            run_async(coro, job, queue)
+        else:
+            limited = with_limit(coro, limit)
+            limits.call(limit, work, job, lambda: run_async(limited, job, queue), inject=False)
+    elif limit is None or limits is None:
         check_result(found.name, found.func(*args, **kwargs))
+    else:
+        check_result(
+            found.name, limits.call(limit, work, job, lambda: found.func(*args, **kwargs), inject=True)
+        )

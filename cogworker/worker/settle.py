@@ -56,6 +56,10 @@ class Settler:
         self._lock = threading.Lock()
         self._wrong_type_reported: dict[str, float] = {}
 
+    @property
+    def client(self) -> redis.Redis:
+        return self._client
+
     # Acknowledgements: taken by the fetcher on its next round trip.
     def ack(self, raw: str, jid: str) -> None:
         self._acks.append((raw, jid))
