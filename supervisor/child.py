@@ -31,7 +31,7 @@ class Child:
     started_at: float  # monotonic
     last_heard: float  # monotonic; fork time until the first line arrives
     generation: int = 0  # the restart generation it was forked in (restarts replace older ones)
-    purpose: str = "start"  # why it was forked: start, respawn, restart, memory
+    purpose: str = "start"  # why it was forked: start, respawn, restart, memory, stuck
     phase: Phase = Phase.FORKED
     lines: LineBuffer = field(default_factory=LineBuffer)
     status: dict[str, Any] = field(default_factory=dict)  # latest `status` fields (metrics read it)
@@ -46,6 +46,8 @@ class Child:
     ready_deadline: float | None = None  # a replacement must be ready by then
     abandoned: bool = False  # a replacement given up on (already logged as a failed restart)
     quiet_requested: bool = False  # forked quiet, or sent USR1
+    stuck_jobs: int = 0  # `stuck` lines: jobs stuck past their time limit (it is replaced)
+    last_stuck: dict[str, Any] = field(default_factory=dict)  # the last one's jid, job, queue
 
     @property
     def handles_signals(self) -> bool:
@@ -85,6 +87,9 @@ class Child:
         elif event == "stopped":
             code = fields.get("code")
             self.exit_code = code if isinstance(code, int) else None
+        elif event == "stuck":
+            self.stuck_jobs += 1
+            self.last_stuck = fields
         elif event == "boot_error":
             self.boot_error = str(fields.get("error") or "unknown boot error")
         return before
@@ -97,7 +102,7 @@ class Child:
 @dataclass(frozen=True, slots=True)
 class ExitOutcome:
     code: int  # os.waitstatus_to_exitcode: negative for "killed by signal -code"
-    reason: str  # stop, restart, memory, exit, crash, signal, hung, straggler, boot_error
+    reason: str  # stop, restart, memory, stuck, exit, crash, signal, hung, straggler, boot_error
     clean: bool  # stopped the way it was asked to: nothing to requeue, nothing to report
     boot_error: bool
 

@@ -1,4 +1,6 @@
-"""Replacing children that are still running: restarts (HUP/USR2) and memory restarts.
+"""Replacing children that are still running: restarts (HUP/USR2), memory restarts, and children with
+a job stuck past its time limit (cogworker/worker/stuck_jobs.py: the job is filed by the child, which
+reports `stuck`; its other jobs finish, or are requeued, as on any stop).
 
 A replacement is forked next to the child it replaces and only becomes its slot's current child when
 it reports ready; then the old child is retired (asked to stop, to drain its jobs). A replacement that
@@ -148,7 +150,7 @@ class Replacements:
 
     def _failed(self, purpose: str, why: str, *, slot: int, **fields: object) -> None:
         log.error("replacement_failed", purpose=purpose, reason=why, slot=slot, **fields)
-        if purpose == "memory":
+        if purpose in ("memory", "stuck"):
             self._memory_hold[slot] = self._clock() + self._settings.respawn_max_delay_s
         if self.plan is not None and self.plan.in_flight == slot:
             self.end_restart(ok=False, reason=why)
@@ -181,3 +183,20 @@ class Replacements:
 
     def replace_for_memory(self, child: Child) -> None:
         self._fork(child.slot, "memory", child)
+
+    # Stuck jobs -----------------------------------------------------------------------------
+    def replace_stuck(self) -> None:
+        """Each loop turn: a child that reported a stuck job is replaced like a memory restart (the
+        replacement is forked and ready before the old child is asked to stop). One whose replacement
+        failed is tried again after the same hold; meanwhile it runs on with the threads it has."""
+        for child in self.memory_candidates():
+            if child.stuck_jobs:
+                log.warning(
+                    "replacing_child_with_stuck_job",
+                    stuck_jobs=child.stuck_jobs,
+                    jid=child.last_stuck.get("jid"),
+                    job=child.last_stuck.get("job"),
+                    note="the job was filed as failed with JobTimeout; the child's other jobs finish",
+                    **child.describe(),
+                )
+                self._fork(child.slot, "stuck", child)

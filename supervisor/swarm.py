@@ -133,6 +133,7 @@ class Swarm:
         self.respawns.respawn_due()
         if not self.stopping:
             self.replacements.advance()
+            self.replacements.replace_stuck()
         self._enforce_deadlines()
         self._watch_memory()
         self.publisher.publish(self.view())
@@ -338,7 +339,7 @@ class Swarm:
         self.respawns.spawned(request, pid)
 
     def spawn_failed(self, request: SpawnRequest, error: str, *, server_lost: bool) -> None:
-        if request.purpose in ("restart", "memory"):
+        if request.purpose in ("restart", "memory", "stuck"):
             self.replacements.spawn_failed(request.slot, request.purpose, error)
         self.respawns.spawn_failed(request, error, server_lost=server_lost)
 
@@ -395,4 +396,5 @@ class Swarm:
             restarting=self.replacements.restarting or self.spawner.restart_loading,
             stopping=self.stopping,
             now=self.clock(),
+            stuck_replaced=self.respawns.replaced["stuck"],
         )

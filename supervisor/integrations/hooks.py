@@ -41,9 +41,19 @@ class SwarmView:
     restarting: bool
     stopping: bool
     stop_deadline_in_s: float | None  # seconds until stragglers are killed, while stopping
+    stuck_replaced: int = 0  # children replaced for a job stuck past its time limit, since start
 
     @classmethod
-    def of(cls, roster: Roster, *, quiet: bool, restarting: bool, stopping: bool, now: float) -> SwarmView:
+    def of(
+        cls,
+        roster: Roster,
+        *,
+        quiet: bool,
+        restarting: bool,
+        stopping: bool,
+        now: float,
+        stuck_replaced: int = 0,
+    ) -> SwarmView:
         statuses = [c.status for c in roster]
         deadlines = [c.stop_deadline - now for c in roster if c.stop_deadline is not None]
         return cls(
@@ -59,6 +69,7 @@ class SwarmView:
             restarting=restarting,
             stopping=stopping,
             stop_deadline_in_s=max(0.0, min(deadlines)) if stopping and deadlines else None,
+            stuck_replaced=stuck_replaced,
         )
 
     @property
@@ -74,9 +85,10 @@ class SwarmView:
     def summary(self) -> str:
         """One line for STATUS= and the process title's long form."""
         redis = f"redis down in {self.redis_down}" if self.redis_down else "redis up"
+        stuck = f", {self.stuck_replaced} replaced for stuck jobs" if self.stuck_replaced else ""
         return (
             f"{self.state}: {self.ready}/{self.count} ready, {self.busy}/{self.threads} busy, "
-            f"{self.processed} processed, {self.failed} failed, {redis}"
+            f"{self.processed} processed, {self.failed} failed, {redis}{stuck}"
         )
 
 
@@ -109,7 +121,7 @@ class SwarmHooks:
         """A dead child's in-progress list was requeued, `seconds` after its death was seen."""
 
     def child_replaced(self, slot: int, reason: str) -> None:
-        """A slot got a new child: reason is crash, signal, hung, straggler, memory, restart or exit."""
+        """A slot got a new child: crash, signal, hung, straggler, memory, stuck, restart or exit."""
 
     def restart_began(self, phased: bool) -> None:
         """HUP/USR2: a new fork server is loading the code on disk; children are replaced next."""

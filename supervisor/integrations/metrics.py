@@ -44,7 +44,7 @@ from supervisor.integrations.metrics_server import MAX_CONNECTIONS, REQUEST_TIME
 
 RECOVERY_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 CHILD_STATES = ("booting", "ready", "quiet", "stopping")
-RESTART_REASONS = ("crash", "signal", "memory", "hung", "straggler", "restart", "exit", "boot_error")
+RESTART_REASONS = ("crash", "signal", "memory", "stuck", "hung", "straggler", "restart", "exit", "boot_error")
 JOB_COUNTS = ("processed", "failed", "retried", "dead", "expired", "cancelled")
 # Label sets are bounded: past this many (queue, job) pairs, new ones are counted as job="(other)"
 # (a bug pushing generated job names must not grow the supervisor's memory and every scrape).
@@ -198,6 +198,11 @@ class SwarmMetrics:
         )
         for reason in RESTART_REASONS:
             self._restarts.labels(reason=reason)
+        self._stuck = Counter(
+            "cogworker_jobs_stuck",
+            "Jobs stuck past their time limit and its grace, filed as failed by their child (then replaced).",
+            registry=self.registry,
+        )
         self._recovered = Counter(
             "cogworker_jobs_recovered",
             "Jobs the supervisor put back on their queues after a child died.",
@@ -267,7 +272,7 @@ class SwarmMetrics:
             self.children.pop((slot, pid), None)
 
     def child_restarted(self, reason: str) -> None:
-        """A slot got a new child: crash, signal, memory, hung, straggler, restart, exit, boot_error."""
+        """A slot got a new child, for one of RESTART_REASONS (else counted as "other")."""
         self._restarts.labels(reason=reason if reason in RESTART_REASONS else "other").inc()
 
     def jobs_recovered(self, count: int, seconds: float) -> None:
@@ -283,6 +288,8 @@ class SwarmMetrics:
         are counted and skipped: nothing a child sends raises here."""
         event = message.get("event", "status")
         with self.lock:
+            if event == "stuck":
+                self._stuck.inc()
             if event == "stopped":  # about to exit: no longer one of the children by state
                 self.children.pop((slot, pid), None)
             else:

@@ -1,7 +1,7 @@
 """The supervisor side of the child -> supervisor pipe: bytes in, messages out.
 
 A child writes one JSON object per line (cogworker/report.py): `booted`, `ready`, `status`, `stopping`,
-`stopped`, `boot_error`. A pipe read can end anywhere, so bytes wait in a buffer until their newline
+`stopped`, `boot_error`, `stuck`. A pipe read can end anywhere, so bytes wait in a buffer until their newline
 comes. Nothing a child writes may crash the supervisor: a line that isn't a JSON object with an `event`
 is reported as garbage and skipped, and a line without an end is cut off at MAX_LINE_BYTES.
 """
@@ -18,7 +18,7 @@ import orjson
 # not grow our memory without bound.
 MAX_LINE_BYTES = 1024 * 1024
 
-EVENTS = frozenset({"booted", "ready", "status", "stopping", "stopped", "boot_error"})
+EVENTS = frozenset({"booted", "ready", "status", "stopping", "stopped", "boot_error", "stuck"})
 
 
 @dataclass(frozen=True, slots=True)
