@@ -179,3 +179,15 @@ def test_cli_status_as_the_first_command(r: redis.Redis, redis_server: RedisServ
     )
     assert done.returncode == 0, done.stderr
     assert "default" in done.stdout
+
+
+def test_a_time_limit_and_job_timeout(r: redis.Redis, redis_server: RedisServer) -> None:
+    """`timeout_s` at `.set` and `cogworker.JobTimeout` as a fresh interpreter's first use."""
+    code = """
+        import cogworker
+        from demo_jobs import record
+        assert issubclass(cogworker.JobTimeout, Exception)
+        print(record.set(timeout_s=1.5).perform_async('a'))
+    """
+    jid = first_call(code, redis_server.url)
+    assert [(j["jid"], j["timeout_s"]) for j in queued(r)] == [(jid, 1.5)]

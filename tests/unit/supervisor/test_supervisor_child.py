@@ -212,6 +212,24 @@ def test_view_names_the_state_and_sums_up_in_one_line() -> None:
     assert view.summary() == "degraded: 3/4 ready, 5/40 busy, 120 processed, 2 failed, redis down in 1"
 
 
+def test_the_view_counts_replacements_for_stuck_jobs_only_when_there_are_some() -> None:
+    view = SwarmView(2, 2, 2, 0, 20, 5, 1, 0, False, False, False, None, stuck_replaced=1)
+    assert (
+        view.summary()
+        == "running: 2/2 ready, 0/20 busy, 5 processed, 1 failed, redis up, 1 replaced for stuck jobs"
+    )
+
+
+def test_a_stuck_line_is_counted_with_the_job_it_names() -> None:
+    child = ready(make())
+    child.apply(Message("stuck", {"jid": "j1", "job": "app.hang", "queue": "default"}), 1.0)
+    child.apply(Message("stuck", {"jid": "j2", "job": "app.hang", "queue": "default"}), 2.0)
+    assert child.stuck_jobs == 2 and child.last_stuck["jid"] == "j2"
+    child.retire_reason, child.term_sent_at = "stuck", 3.0  # replaced for it, then asked to stop
+    outcome = classify_exit(child, 0)
+    assert outcome.clean and outcome.reason == "stuck" and not outcome.jobs_stranded
+
+
 def test_signal_pipe_hands_over_signal_numbers_in_order() -> None:
     pipe = SignalPipe()
     try:

@@ -137,6 +137,15 @@ def test_restarts_and_recoveries(served: SwarmMetrics) -> None:
     assert value(samples, "cogworker_recovery_seconds_bucket", le="0.05") == 1
 
 
+def test_stuck_jobs_and_stuck_replacements_are_counted(served: SwarmMetrics) -> None:
+    served.observe_status(0, {"event": "stuck", "jid": "j1", "job": "app.hang", "queue": "default"}, pid=10)
+    served.child_restarted("stuck")
+    assert served.port is not None
+    samples = scrape(served.port)
+    assert value(samples, "cogworker_jobs_stuck_total") == 1
+    assert value(samples, "cogworker_child_restarts_total", reason="stuck") == 1
+
+
 def test_malformed_messages_are_counted_never_raised(
     served: SwarmMetrics, monkeypatch: pytest.MonkeyPatch
 ) -> None:
