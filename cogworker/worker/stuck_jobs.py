@@ -40,6 +40,7 @@ class StuckThreads(abc.ABC):
     _concurrency: int
     _async_capacity: int
     _async_running: int
+    _carriers: list[threading.Thread]
     _settler: Settler
     _settings: Settings
     _outages: Outages
@@ -74,9 +75,11 @@ class StuckThreads(abc.ABC):
             if self._running.pop(armed.tid, None) is not None and not armed.inject:
                 self._async_running -= 1
             if armed.inject:
-                self._concurrency -= 1
+                self._concurrency -= 1  # a fixed pool: one job thread fewer from now on
             else:
+                # Carriers start as jobs need them: this one no longer counts, so a new one can start.
                 self._async_capacity -= 1
+                self._carriers[:] = [c for c in self._carriers if c.ident != armed.tid]
             self._cond.notify_all()
         self._settler.file(work.raw, filing)
         if filing.dead:

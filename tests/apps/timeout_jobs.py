@@ -65,3 +65,14 @@ def blocked(tag: str) -> None:
     read_end, _write_end = os.pipe()
     os.read(read_end, 1)
     _redis().rpush("test:ran", tag)
+
+
+@job(timeout_s=0.3, retry=0)
+async def async_stubborn(tag: str) -> None:
+    """Ignores its cancellation: stuck on the loop past its limit."""
+    _redis().incr(f"test:runs:{tag}")
+    while True:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            _redis().rpush("test:cancelled", tag)

@@ -148,3 +148,16 @@ def test_bad_time_limit_settings_exit_78(redis_server: RedisServer) -> None:
         )
         assert done.returncode == exitcodes.CONFIG_ERROR, (name, value, done.stderr)
         assert f"COGWORKER_{name}" in done.stderr
+
+
+def test_an_async_job_that_ignores_its_cancellation_is_filed_as_stuck_once(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    jid = timeout_jobs.async_stubborn.perform_async("stubborn")
+    worker = workers.start(**APP, COGWORKER_JOB_TIMEOUT_GRACE_S="0.5")
+    assert worker.proc.wait(timeout=20) == exitcodes.FAILURE
+    [entry] = entries(r, "cogworker:dead")
+    assert entry["jid"] == jid and "stuck past its time limit of 0.3s" in entry["error_message"]
+    assert r.lrange("test:cancelled", 0, -1)[:1] == ["stubborn"]  # it was cancelled at its limit
+    assert r.get("test:runs:stubborn") == "1" and r.llen("cogworker:queue:default") == 0
+    assert [e["jid"] for e in worker.events_named("job_stuck")] == [jid]
