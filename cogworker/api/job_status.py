@@ -15,6 +15,7 @@ simply not due yet. Unknown and expired jids read as None — and so does a job 
   could be overwritten); removed again if the push doesn't happen.
 - working / complete / retrying / failed: written around the job's run by the server middleware;
   "failed" when the failure sends it to dead, "retrying" when it goes to the retry set.
+- expired: a worker found it past its `expires_in` and did not run it (`record_unrun`).
 
 Every write is best-effort: a Redis error while writing a status never fails a push or a job, and it
 is logged once per outage. A job filed in dead outside the chain -- a poison pill, whose process died
@@ -38,7 +39,7 @@ from cogworker.api.retry import longest_backoff_s
 from cogworker.store import key_guard, keys
 from cogworker.store.outage import Outages
 
-STATES = ("queued", "working", "retrying", "complete", "failed")
+STATES = ("queued", "working", "retrying", "complete", "failed", "expired")
 
 _outages = Outages()
 COMPONENT = "Status"
@@ -116,6 +117,13 @@ def record_failed(conn: redis.Redis, ttl_s: float, job: dict[str, Any]) -> None:
         if isinstance(job.get(name), str)
     }
     _write_to(conn, ttl_s, job, "failed", 0.0, error)
+
+
+def record_unrun(job: dict[str, Any], state: str) -> None:
+    """A tracked job a worker ended without running it (`state`: "expired"). Best-effort, as every
+    status write is."""
+    if client.redis_in_use() and tracked(job) and job.get("jid"):
+        _write(job, state)
 
 
 def _forget(jobs: Iterable[dict[str, Any]]) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from cogworker import codec, logs
-from cogworker.api import features, retry
+from cogworker.api import expiry, features, job_status, retry
 from cogworker.api.async_jobs import check_result, run_to_completion
 from cogworker.api.middleware import run_server_chain
 from cogworker.api.registry import resolve
@@ -61,6 +61,10 @@ def process(
     jid = str(job.get("jid") or "")
     # Every line logged on this thread while the job runs (ours and the job's own) carries these.
     structlog.contextvars.bind_contextvars(jid=jid, job=job["class"], queue=work.queue)
+    if expiry.expired(job, time.time()):
+        _end_unrun(work, job, "expired", settler, stats, expires_at=job.get(expiry.EXPIRES_AT))
+        structlog.contextvars.unbind_contextvars("jid", "job", "queue")
+        return
     started = time.perf_counter()
     verbose = logs.enabled("info")
     if verbose:
@@ -81,6 +85,17 @@ def process(
             log.info("job_done", elapsed_ms=round(elapsed * 1000, 2))
     finally:
         structlog.contextvars.unbind_contextvars("jid", "job", "queue")
+
+
+def _end_unrun(
+    work: Work, job: dict[str, Any], outcome: str, settler: Settler, stats: Stats, **why: Any
+) -> None:
+    """A job that ends without running (keys.ENDED_UNRUN): counted, logged once, its status and locks
+    settled, acknowledged. No middleware sees it: it never started."""
+    settler.end_unrun(work.raw, job, outcome)
+    job_status.record_unrun(job, outcome)
+    stats.jobs.ended_unrun(work.queue, job["class"], outcome)
+    log.warning(f"job_{outcome}", **why)
 
 
 def _file_unreadable(work: Work, settler: Settler, stats: Stats) -> None:

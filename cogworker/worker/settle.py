@@ -23,7 +23,7 @@ import structlog
 from cogworker import codec
 from cogworker.api.retry import Filing, encoded, storable
 from cogworker.settings import Settings
-from cogworker.store import key_guard, keys
+from cogworker.store import key_guard, keys, outcomes
 from cogworker.store.connection import is_unavailable
 from cogworker.store.locks import Locks
 from cogworker.store.redis_context import RedisContext
@@ -59,6 +59,15 @@ class Settler:
     # Acknowledgements: taken by the fetcher on its next round trip.
     def ack(self, raw: str, jid: str) -> None:
         self._acks.append((raw, jid))
+
+    def end_unrun(self, raw: str, job: dict[str, Any], outcome: str) -> None:
+        """A job that ended without running (expired, cancelled): counted in Redis, its locks (a
+        unique claim) released, then acknowledged like a finished one. The count and the release are
+        best-effort (logged, deferred); the acknowledgement is as reliable as any."""
+        jid = str(job.get("jid") or "")
+        outcomes.record(self._client, outcome, jid)
+        self._locks.release_terminal(job)
+        self.ack(raw, jid)
 
     def take_acks(self) -> list[tuple[str, str]]:
         taken: list[tuple[str, str]] = []
