@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 from pydantic import SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from cogworker import exitcodes
+from cogworker import exitcodes, redis_tls
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 from cogworker.redact import safe_url
 
@@ -146,6 +146,15 @@ class Settings(BaseSettings):
     web_read_only: bool = False
     web_session_secret: SecretStr = SecretStr("")
     web_trust_forwarded: bool = False
+    # TLS to Redis, for a `rediss://` URL (README "TLS and ACL users"): the CA that signed the server's
+    # certificate (unset: the system's trust store), a client certificate and its key for a server that
+    # demands one (`tls-auth-clients yes`), and whether the server's certificate must name the URL's
+    # host. Every connection cogworker makes uses them; they are checked (readable, a certificate that
+    # matches its key) at start, so a bad one stops the command with exit 78, not each connection later.
+    redis_ssl_ca_file: str = ""
+    redis_ssl_cert_file: str = ""
+    redis_ssl_key_file: str = ""
+    redis_ssl_check_hostname: bool = True
 
     @field_validator("redis_url")
     @classmethod
@@ -171,6 +180,11 @@ class Settings(BaseSettings):
             raise ValueError("names a bad database: the path is a number (redis://localhost:6379/0)")
         del port
         return value
+
+    @field_validator("redis_ssl_ca_file", "redis_ssl_cert_file", "redis_ssl_key_file")
+    @classmethod
+    def _readable_file(cls, value: str) -> str:
+        return redis_tls.readable(value) if value else value
 
     @field_validator("queues")
     @classmethod
@@ -232,6 +246,7 @@ class Settings(BaseSettings):
                     "the delays grow from one to the other",
                 )
             )
+        redis_tls.check_together(self)
         if bool(self.web_username) != bool(self.web_password.get_secret_value()):
             raise ValueError("set both COGWORKER_WEB_USERNAME and COGWORKER_WEB_PASSWORD, or neither")
         return self

@@ -1,0 +1,46 @@
+"""Jobs for the TLS + ACL tests (tests/e2e/tls/). They record what happened in files, not Redis: the
+server demands a client certificate, and the ACL user may only touch cogworker's own keys."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from cogworker import job
+
+
+def _note(path: str, line: str) -> None:
+    with open(path, "a") as out:
+        out.write(f"{line}\n")
+
+
+@job
+def note(path: str, tag: str) -> None:
+    _note(path, f"{tag} {os.getpid()}")
+
+
+@job
+async def anote(path: str, tag: str) -> None:
+    await asyncio.sleep(0.01)
+    _note(path, f"async-{tag} {os.getpid()}")
+
+
+@job(retry=3)
+def fail_first(path: str, tag: str) -> None:
+    """Fails on its first run (a marker file says it ran once), succeeds on the retry."""
+    marker = Path(f"{path}.{tag}.tried")
+    if not marker.exists():
+        marker.write_text("tried\n")
+        raise RuntimeError(f"first try of {tag} fails")
+    _note(path, f"retried-{tag} {os.getpid()}")
+
+
+@job
+def die_first(path: str, tag: str) -> None:
+    """SIGKILLs its own process on its first run; the run after recovery records it."""
+    marker = Path(f"{path}.{tag}.died")
+    if not marker.exists():
+        marker.write_text(f"{os.getpid()}\n")
+        os.kill(os.getpid(), 9)
+    _note(path, f"recovered-{tag} {os.getpid()}")
