@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import redis
@@ -49,6 +50,11 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def leaks(text: str) -> bool:
+    """The password in `text`, raw or %-encoded as in the URL."""
+    return APP_PASSWORD in text or quote(APP_PASSWORD, safe="") in text
+
+
 def tls_env(tls_redis: TlsRedis, **extra: str) -> dict[str, str]:
     return tls_redis.env(COGWORKER_REQUIRE="tls_jobs", COGWORKER_LOG_FORMAT="json", **extra)
 
@@ -76,7 +82,7 @@ def test_a_fresh_interpreter_configured_by_env_pushes_over_tls(
     jid, count = done.stdout.split()
     queued = [json.loads(raw) for raw in admin.lrange("cogworker:queue:default", 0, -1)]
     assert jid in [job["jid"] for job in queued] and int(count) == 2 and len(queued) == 3
-    assert APP_PASSWORD not in done.stdout + done.stderr
+    assert not leaks(done.stdout + done.stderr)
 
 
 def test_a_worker_runs_jobs_retries_and_serves_the_cli_and_ui_over_tls(
@@ -126,9 +132,11 @@ def test_a_worker_runs_jobs_retries_and_serves_the_cli_and_ui_over_tls(
     with TestClient(app) as ui:
         page = ui.get("/")
         assert page.status_code == 200
-        assert "7.0" in page.text or "Redis" in page.text
+        # The Redis vitals (INFO) and the counts came through the ACL.
+        assert str(admin.info("server")["redis_version"]) in page.text
+    title = Path(f"/proc/{worker.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     assert worker.stop() == 0
-    shown = [status.stdout, status.stderr, text.stdout, text.stderr, doctor.stdout, doctor.stderr]
+    shown = [title, status.stdout, status.stderr, text.stdout, text.stderr, doctor.stdout, doctor.stderr]
     shown += [
         doctor_text.stdout,
         doctor_text.stderr,
@@ -136,7 +144,7 @@ def test_a_worker_runs_jobs_retries_and_serves_the_cli_and_ui_over_tls(
         worker.log_text(),
         retried.stdout + retried.stderr,
     ]
-    assert [s for s in shown if APP_PASSWORD in s] == []
+    assert [s for s in shown if leaks(s)] == []
     assert worker.events_named("job_done") and not worker.events_named("redis_outage_started")
 
 
@@ -153,7 +161,7 @@ def test_a_wrong_ca_is_one_clear_outage_line_and_the_worker_still_stops(
     assert len(outage) == 1 and "CERTIFICATE_VERIFY_FAILED" in outage[0]["error"]
     worker.signal(signal.SIGTERM)
     assert worker.proc.wait(timeout=10) == 0
-    assert APP_PASSWORD not in worker.log_text()
+    assert not leaks(worker.log_text())
     assert admin.scard("cogworker:processes") == 0
 
 
@@ -189,7 +197,32 @@ def test_the_cli_says_why_it_cant_connect_without_the_password(
             f"can't reach Redis at rediss://app:***@{env['COGWORKER_REDIS_URL'].split('@')[1]}" in done.stderr
         )
         assert any(e in done.stderr for e in expected.split("|")), done.stderr
-        assert APP_PASSWORD not in done.stdout + done.stderr
+        assert not leaks(done.stdout + done.stderr)
+
+
+def test_a_push_and_the_web_ui_say_why_they_cant_connect_without_the_password(
+    tls_redis: TlsRedis, admin: redis.Redis, tls_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COGWORKER_REDIS_URL", tls_redis.url(password=APP_PASSWORD + "-wrong"))
+    done = python(
+        dict(os.environ),
+        """
+        import tls_jobs
+        try:
+            tls_jobs.note.perform_async("/dev/null", "x")
+        except Exception as exc:
+            print(type(exc).__name__, exc, repr(exc))
+        """,
+    )
+    assert done.returncode == 0 and "invalid username-password pair" in done.stdout, done.stderr
+    assert not leaks(done.stdout + done.stderr)
+    monkeypatch.setenv("COGWORKER_REDIS_URL", tls_redis.url())
+    monkeypatch.setenv("COGWORKER_REDIS_SSL_CA_FILE", str(tls_redis.other_ca_file))
+    with TestClient(create_app(load_settings())) as ui:
+        page = ui.get("/")
+    assert page.status_code == 503
+    assert "CERTIFICATE_VERIFY_FAILED" in page.text and "rediss://app:***@" in page.text
+    assert not leaks(page.text)
 
 
 def test_without_the_hostname_check_a_name_the_certificate_lacks_is_accepted(
