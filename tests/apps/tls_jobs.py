@@ -44,3 +44,9 @@ def die_first(path: str, tag: str) -> None:
         marker.write_text(f"{os.getpid()}\n")
         os.kill(os.getpid(), 9)
     _note(path, f"recovered-{tag} {os.getpid()}")
+
+
+@job(unique="until_executed", status=True)
+def unique_note(path: str, tag: str) -> None:
+    """A unique claim and a status record: both live in Redis under cogworker:*."""
+    _note(path, f"unique-{tag} {os.getpid()}")
