@@ -26,6 +26,12 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     make_cert(directory, "server", "ca", server=True)
     make_cert(directory, "client", "ca", server=False)
     (directory / "not-pem.crt").write_text("this is not a certificate\n")
+    subprocess.run(
+        ["openssl", "pkey", "-in", "client.key", "-aes256", "-passout", "pass:pw", "-out", "encrypted.key"],
+        cwd=directory,
+        check=True,
+        capture_output=True,
+    )
     yield directory
 
 
@@ -99,6 +105,12 @@ def test_a_certificate_needs_its_key_and_a_key_its_certificate(certs: Path) -> N
 def test_a_key_that_is_not_the_certificates_is_refused(certs: Path) -> None:
     message = refused(**tls(certs, redis_ssl_key_file=str(certs / "server.key")))
     assert "COGWORKER_REDIS_SSL_KEY_FILE" in message and "private key" in message
+
+
+def test_an_encrypted_key_is_refused_at_once_not_prompted_for(certs: Path) -> None:
+    # OpenSSL would ask for its passphrase on the terminal: a service would hang there.
+    message = refused(**tls(certs, redis_ssl_key_file=str(certs / "encrypted.key")))
+    assert "COGWORKER_REDIS_SSL_KEY_FILE" in message and "unencrypted private key" in message
 
 
 def test_a_ca_file_without_a_certificate_is_refused(certs: Path) -> None:
