@@ -88,7 +88,10 @@ def test_a_fresh_interpreter_configured_by_env_pushes_over_tls(
 def test_a_worker_runs_jobs_retries_and_serves_the_cli_and_ui_over_tls(
     tls_redis: TlsRedis, admin: redis.Redis, workers: WorkerPool, tmp_path: Path, tls_env: dict[str, str]
 ) -> None:
-    env = tls_redis.env(COGWORKER_REQUIRE="tls_jobs", COGWORKER_HEARTBEAT_INTERVAL_S="0.3")
+    # Two queues: an idle worker waits on the pub/sub wake-up channel (one queue would use BLMOVE).
+    env = tls_redis.env(
+        COGWORKER_REQUIRE="tls_jobs", COGWORKER_HEARTBEAT_INTERVAL_S="0.3", COGWORKER_QUEUES="default,other"
+    )
     worker = workers.start(**env)
     worker.identity()
     out = tmp_path / "ran.txt"
@@ -116,6 +119,12 @@ def test_a_worker_runs_jobs_retries_and_serves_the_cli_and_ui_over_tls(
         lambda: any(line.startswith("retried-r") for line in lines(out)), timeout=15, message="the retry"
     )
 
+    # The wake-up listener subscribed over TLS as the ACL user (the channel is under &cogworker:*).
+    wait_until(
+        lambda: dict(admin.pubsub_numsub("cogworker:wake")).get("cogworker:wake") == 1,
+        timeout=10,
+        message="the idle worker's wake-up subscription",
+    )
     status = run_cli(tls_env, "status", "--json")
     assert status.returncode == 0, status.stderr
     report = json.loads(status.stdout)
