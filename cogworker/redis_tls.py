@@ -5,7 +5,8 @@ Checked at start because a missing CA file or a key that doesn't match its certi
 otherwise show up only at each connection, as an outage that never ends. The messages name the
 setting and the file, never the URL: that may hold the password.
 
-Standard library only, like redact.py, so the supervisor's side can use it without pydantic.
+Standard library only, like redact.py: the settings (pydantic) and the supervisor's metrics scrape both
+build on it, and the supervisor's SwarmConfig carries the same four fields (TlsSettings).
 """
 
 from __future__ import annotations
