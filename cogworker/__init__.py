@@ -14,6 +14,7 @@ from cogworker.api.middleware import client_chain, server_chain
 
 if TYPE_CHECKING:
     from cogworker.api.client import configure
+    from cogworker.api.death import Death, on_death
     from cogworker.api.decorator import JobFunction, job, push_bulk
     from cogworker.api.features import install_builtin_middleware
     from cogworker.api.job_status import status
@@ -26,6 +27,8 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "configure": "cogworker.api.client",
+    "Death": "cogworker.api.death",
+    "on_death": "cogworker.api.death",
     "push_bulk": "cogworker.api.decorator",
     "JobFunction": "cogworker.api.decorator",
     "JobNotFound": "cogworker.api.registry",
@@ -51,6 +54,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ConfigError",
+    "Death",
     "JobFunction",
     "JobNotFound",
     "Settings",
@@ -61,6 +65,7 @@ __all__ = [
     "install_builtin_middleware",
     "job",
     "load_settings",
+    "on_death",
     "periodic",
     "push_bulk",
     "server_chain",

@@ -121,6 +121,8 @@ class Settings(BaseSettings):
     fetch_idle_max_s: float = 1.0
     dead_max_jobs: int = 10_000
     dead_timeout_s: float = 180 * 24 * 3600
+    # Death notices (cogworker:deaths, for on_death hooks) kept at most: bounded even with no hooks.
+    death_notices_max: int = 1000
     status_ttl_s: float = 30 * 60
     unique_ttl_s: float = 3600.0
     liveness_timeout_s: float = 30.0
@@ -178,7 +180,9 @@ class Settings(BaseSettings):
         parse_queues(value)
         return value
 
-    @field_validator("concurrency", "async_concurrency", "count", "max_orphanings", "dead_max_jobs")
+    @field_validator(
+        "concurrency", "async_concurrency", "count", "max_orphanings", "dead_max_jobs", "death_notices_max"
+    )
     @classmethod
     def _positive_int(cls, value: int) -> int:
         if value < 1:

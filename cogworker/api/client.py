@@ -18,6 +18,7 @@ from redis.commands.core import Script
 from cogworker import codec
 from cogworker.api import payload
 from cogworker.api.middleware import abandon, compose_client_chain, run_client_chain
+from cogworker.api.retry_filters import WORKER_SIDE
 from cogworker.settings import Settings, load_settings
 from cogworker.store import key_guard, keys, scripts
 from cogworker.store.connection import connect
@@ -105,9 +106,12 @@ def build_job(
     at: float | None,
 ) -> dict[str, Any]:
     """The payload: `options` that are set (retry, and those of features: unique, status...) ride
-    in it for the workers and the middleware."""
+    in it for the workers and the middleware; the retry filters, which are code, never do (a worker
+    reads them from the registered job: retry_filters.py)."""
     extra = {
-        key: value for key, value in options.items() if key not in ("queue", "retry") and value is not None
+        key: value
+        for key, value in options.items()
+        if key not in ("queue", "retry") and key not in WORKER_SIDE and value is not None
     }
     if at is not None and at > time.time():
         extra["at"] = at

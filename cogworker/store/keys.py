@@ -13,6 +13,9 @@ PAUSED = PREFIX + "paused"  # set: queue names no process fetches from
 SCHEDULE = PREFIX + "schedule"  # zset: jobs due at a time (score = epoch seconds)
 RETRY = PREFIX + "retry"  # zset: failed jobs waiting for their next try
 DEAD = PREFIX + "dead"  # zset: jobs out of retries (score = time of death)
+# list: one notice per job filed in dead, written in the same script as the dead entry and popped by
+# workers with on_death hooks (api/death.py); capped at COGWORKER_DEATH_NOTICES_MAX, newest at the head
+DEATHS = PREFIX + "deaths"
 IN_PROGRESS_PREFIX = PREFIX + "inprogress:"  # list per process: fetched, not yet acknowledged
 IN_PROGRESS_IDENTITIES = PREFIX + "inprogress-identities"  # set: identities that may own such a list
 PROCESSES = PREFIX + "processes"  # set: identities that have beaten
@@ -109,6 +112,7 @@ EXPECTED_TYPES: dict[str, str] = {
     SCHEDULE: "zset",
     RETRY: "zset",
     DEAD: "zset",
+    DEATHS: "list",
     IN_PROGRESS_IDENTITIES: "set",
     PROCESSES: "set",
     LAST_BEAT: "hash",

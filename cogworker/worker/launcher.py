@@ -27,6 +27,7 @@ from cogworker.store.connection import connect
 from cogworker.store.redis_context import RedisContext
 from cogworker.worker.basic_fetch import BasicFetch
 from cogworker.worker.command_pipe import CommandPipe
+from cogworker.worker.death_hooks import DeathHookRunner
 from cogworker.worker.fetch import Fetcher, server_supports_reliable
 from cogworker.worker.heartbeat import Heartbeat
 from cogworker.worker.manager import Manager
@@ -72,6 +73,7 @@ class Launcher:
         self.manager: Manager | None = None
         self.heartbeat: Heartbeat | None = None
         self.poller: Poller | None = None
+        self.death_hooks = DeathHookRunner(self.ctx)
         self.settler: Settler | None = None
 
     # Commands from signals (main thread) and from the heartbeat's remote commands.
@@ -124,6 +126,7 @@ class Launcher:
         self.manager.start()
         self.heartbeat.start()
         self.poller.start()
+        self.death_hooks.start()
         log.info(
             "worker_ready",
             queues=self.settings.queues,
@@ -243,6 +246,7 @@ class Launcher:
         self._title("stopping")
         log.info("stopping", timeout_s=self.settings.timeout_s, busy=self.manager.busy)
         self.poller.stop()
+        self.death_hooks.stop()
         deadline = time.monotonic() + self.settings.timeout_s
         left = self.manager.stop(deadline)
         if left:

@@ -22,7 +22,7 @@ from cogworker import codec, logs
 from cogworker.api import expiry, features, job_status, retry
 from cogworker.api.async_jobs import check_result, run_to_completion
 from cogworker.api.middleware import run_server_chain
-from cogworker.api.registry import resolve
+from cogworker.api.registry import registered, resolve
 from cogworker.worker.fetch import Work
 from cogworker.worker.job_stats import JobCounts
 from cogworker.worker.settle import Settler
@@ -116,7 +116,10 @@ def _file_failure(
 ) -> None:
     # Encoded here, before the log line says where it goes: a payload that had to be sanitised for
     # storing may be redirected to dead (retry.storable).
-    filing = retry.storable(retry.on_failure(job, exc), work.raw)
+    # The job's retry filters (retry_on, discard_on, retry_in) are code, never in the payload: read
+    # from the job as registered here (resolved by the run that failed, if it could be).
+    found = registered(job["class"])
+    filing = retry.storable(retry.on_failure(job, exc, options=found.options if found else None), work.raw)
     settler.file(work.raw, filing)
     stats.failed += 1
     stats.jobs.add(work.queue, job["class"], elapsed, failed=True, dead=filing.dead)

@@ -18,7 +18,7 @@ import redis
 import structlog
 
 from cogworker import codec
-from cogworker.api import retry
+from cogworker.api import death, retry
 from cogworker.api.job_status import record_failed
 from cogworker.api.payload import DEFAULT_QUEUE
 from cogworker.store import key_guard, keys
@@ -174,7 +174,9 @@ class Recovery:
                     if raw not in self._pending_burials:
                         self._pending_burials.append(raw)
                 self._outages.report("Orphan recovery", exc)
-                if key_guard.is_wrong_type(exc):
+                if isinstance(exc, key_guard.WrongTypeKey):
+                    key_guard.request(self._client, exc.key)
+                elif key_guard.is_wrong_type(exc):
                     key_guard.request(self._client, keys.DEAD)
             else:
                 with self._mutex:
@@ -202,7 +204,16 @@ class Recovery:
         # as if Redis had failed would never succeed.
         filing, text = retry.encoded(retry.Filing(keys.DEAD, now, job), raw)
         job = filing.payload
-        swapped = self._scripts.run("swap_dead", [keys.DEAD], [raw, now, text], client=self._client)
+        # Its death notice (api/death.py) goes with the proper entry, in the same swap.
+        swapped = self._scripts.run(
+            "swap_dead",
+            [keys.DEAD, keys.DEATHS],
+            [raw, now, text, death.notice(death.POISON_PILL, text), self._settings.death_notices_max],
+            client=self._client,
+        )
+        wrong = key_guard.script_wrong_type(swapped)
+        if wrong is not None:
+            raise key_guard.WrongTypeKey(wrong, None)
         if swapped:
             log.error("poison_pill_to_dead", jid=job.get("jid"), job=job.get("class"))
             self._locks.release_terminal(job)

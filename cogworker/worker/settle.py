@@ -21,6 +21,7 @@ import redis
 import structlog
 
 from cogworker import codec
+from cogworker.api import death
 from cogworker.api.retry import Filing, encoded, storable
 from cogworker.settings import Settings
 from cogworker.store import key_guard, keys, outcomes
@@ -106,6 +107,8 @@ class Settler:
         day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
         dead = filing.dead
         jid = str(filing.payload.get("jid") or "")
+        # A job filed in dead gets its death notice (api/death.py) in the same script.
+        notice_keys, notice_args = death_notice(self._settings, death.cause_of(filing.payload), text, dead)
         reply = self._scripts.run(
             "settle",
             [
@@ -114,6 +117,7 @@ class Settler:
                 keys.STAT_FAILED,
                 keys.stat_failed_day(day),
                 keys.orphanings(jid),
+                *notice_keys,
             ],
             [
                 raw,
@@ -122,6 +126,7 @@ class Settler:
                 "1",
                 self._settings.dead_max_jobs if dead else 0,
                 time.time() - self._settings.dead_timeout_s,
+                *notice_args,
             ],
             client=self._client,
         )
@@ -230,10 +235,13 @@ def file_unsettled(client: redis.Redis, scripts: Scripts, settings: Settings, lo
             # Not one we handed over (those are encoded safely): set aside like any unusable record.
             quarantine_head(client, settings, keys.UNSETTLED, str(record), "unsettled")
             continue
+        notice_keys, notice_args = death_notice(
+            settings, death.cause_of(payload), text, entry["set"] == keys.DEAD
+        )
         done = scripts.run(
             "file_unsettled",
-            [keys.UNSETTLED, entry["set"], keys.orphanings(str(payload.get("jid") or ""))],
-            [record, entry["score"], text],
+            [keys.UNSETTLED, entry["set"], keys.orphanings(str(payload.get("jid") or "")), *notice_keys],
+            [record, entry["score"], text, *notice_args],
             client=client,
         )
         wrong = key_guard.script_wrong_type(done)
@@ -248,6 +256,14 @@ def file_unsettled(client: redis.Redis, scripts: Scripts, settings: Settings, lo
             if entry["set"] == keys.DEAD:
                 locks.release_terminal(payload)
     return filed
+
+
+def death_notice(settings: Settings, cause: str, text: str, dead: bool) -> tuple[list[str], list[Any]]:
+    """The extra keys and arguments a filing script takes to push a death notice: none unless the
+    filing is in dead."""
+    if not dead:
+        return [], []
+    return [keys.DEATHS], [death.notice(cause, text), settings.death_notices_max]
 
 
 def quarantine_head(client: redis.Redis, settings: Settings, list_key: str, record: str, what: str) -> None:
