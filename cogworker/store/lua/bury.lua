@@ -12,7 +12,8 @@
 -- ARGV[5]  dead-set cap: most entries kept (0 or absent = no cap)
 -- ARGV[6]  dead-set cap: entries older than this score are trimmed
 -- KEYS[4], ARGV[7], ARGV[8]  (optional) cogworker:deaths, the death notice to push there, and how
---          many notices that list keeps (see "Death notices" in docs/architecture.md)
+--          many notices that list keeps (see "Death notices and on_death hooks" in
+--          docs/architecture.md)
 -- Returns 1 when moved, 0 when someone else took it first, or {"wrongtype", key} when a key has
 -- the wrong type (nothing changed).
 --

@@ -7,8 +7,8 @@
 -- ARGV[2]  score
 -- ARGV[3]  payload
 -- KEYS[4], ARGV[4], ARGV[5]  (only when the set is cogworker:dead) cogworker:deaths, the death notice
---          to push there, and how many notices that list keeps (see "Death notices" in
---          docs/architecture.md)
+--          to push there, and how many notices that list keeps (see "Death notices and on_death
+--          hooks" in docs/architecture.md)
 -- Returns 1 when filed, 0 when the head changed (another process filed it), or {"wrongtype", key}
 -- when a key has the wrong type (nothing changed: the record stays at the head).
 -- The record is written to its set before it is taken off the list, so an error loses nothing.

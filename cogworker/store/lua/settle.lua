@@ -12,7 +12,8 @@
 -- ARGV[5]  dead-set cap: most entries kept (0 = no cap)
 -- ARGV[6]  dead-set cap: entries older than this score are trimmed
 -- KEYS[6], ARGV[7], ARGV[8]  (only when filing in dead) cogworker:deaths, the death notice to push
---          there, and how many notices that list keeps (see "Death notices" in docs/architecture.md)
+--          there, and how many notices that list keeps (see "Death notices and on_death hooks" in
+--          docs/architecture.md)
 -- Returns 1 when filed, 0 when the job was no longer in progress (recovery took it: nothing filed,
 -- so the job is not both requeued and filed), or {"wrongtype", key} when a key has the wrong type
 -- (nothing changed: the job stays in progress and the caller files it again later).

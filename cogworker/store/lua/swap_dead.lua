@@ -6,8 +6,8 @@
 -- ARGV[2]  the new entry's score
 -- ARGV[3]  the new entry ("" to only remove: used when an entry is taken out to be retried)
 -- KEYS[2], ARGV[4], ARGV[5]  (optional: recovery completing a poison pill's burial) cogworker:deaths,
---          the death notice to push there, and how many notices that list keeps (see "Death
---          notices" in docs/architecture.md): the pill's notice is written with its proper entry
+--          the death notice to push there, and how many notices that list keeps (see "Death notices
+--          and on_death hooks" in docs/architecture.md): the pill's notice goes with its proper entry
 -- Returns 1 when swapped, 0 when the entry was no longer there (someone else acted on it first), or
 -- {"wrongtype", key} when the notice list has the wrong type (nothing changed).
 if KEYS[2] then
