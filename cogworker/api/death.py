@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -47,12 +47,13 @@ class Death:
 
 
 DeathHook = Callable[[dict[str, Any], Death], object]
+HookT = TypeVar("HookT", bound=DeathHook)
 
 _hooks: list[DeathHook] = []
 _lock = threading.Lock()
 
 
-def on_death(fn: DeathHook) -> DeathHook:
+def on_death(fn: HookT) -> HookT:
     """Call `fn(job, death)` in a worker, once, whenever a job goes to dead by any path. Returns `fn`,
     so it works as a decorator. Registering the same function again changes nothing."""
     if not callable(fn):
