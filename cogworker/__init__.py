@@ -13,12 +13,15 @@ from typing import TYPE_CHECKING, Any
 from cogworker.api.middleware import client_chain, server_chain
 
 if TYPE_CHECKING:
+    from cogworker.api.cancel import cancel
     from cogworker.api.client import configure
+    from cogworker.api.current_job import CurrentJob, JobCancelled, current_job
     from cogworker.api.decorator import JobFunction, job, push_bulk
     from cogworker.api.features import install_builtin_middleware
     from cogworker.api.job_status import status
     from cogworker.api.periodic import periodic
     from cogworker.api.registry import JobNotFound
+    from cogworker.ops.cancel import CancelOutcome
     from cogworker.settings import ConfigError, Settings, load_settings
     from cogworker.store.key_guard import WrongTypeKey
 
@@ -37,6 +40,11 @@ _LAZY = {
     "status": "cogworker.api.job_status",
     "install_builtin_middleware": "cogworker.api.features",
     "WrongTypeKey": "cogworker.store.key_guard",
+    "cancel": "cogworker.api.cancel",
+    "CancelOutcome": "cogworker.ops.cancel",
+    "current_job": "cogworker.api.current_job",
+    "CurrentJob": "cogworker.api.current_job",
+    "JobCancelled": "cogworker.api.current_job",
 }
 
 
@@ -50,14 +58,19 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CancelOutcome",
     "ConfigError",
+    "CurrentJob",
+    "JobCancelled",
     "JobFunction",
     "JobNotFound",
     "Settings",
     "WrongTypeKey",
     "__version__",
+    "cancel",
     "client_chain",
     "configure",
+    "current_job",
     "install_builtin_middleware",
     "job",
     "load_settings",

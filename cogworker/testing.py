@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from cogworker import codec
-from cogworker.api import client, features
+from cogworker.api import client, current_job, features
 from cogworker.api.async_jobs import check_result, run_to_completion
 from cogworker.api.middleware import run_server_chain
 from cogworker.api.registry import RegisteredJob, resolve
@@ -92,12 +92,26 @@ def clear_all() -> None:
     _recorded.clear()
 
 
+def take_recorded(jid: str) -> dict[str, Any] | None:
+    """Remove the recorded job with this jid (`cogworker.cancel` in fake mode); None if none is."""
+    for jobs in _recorded.values():
+        for index, job in enumerate(jobs):
+            if job.get("jid") == jid:
+                return jobs.pop(index)
+    return None
+
+
 def perform(job: dict[str, Any]) -> None:
     # Only jobs this process registered: it pushed them, so their modules are imported already.
     fn = resolve(job["class"], allowed=())
     args, kwargs = copy.deepcopy(job.get("args", [])), copy.deepcopy(job.get("kwargs", {}))
     features.ensure_installed()
-    run_server_chain(job, lambda: _call(fn, args, kwargs))
+    # `cogworker.current_job()` works in a job run here as in a worker (never cancelled, though).
+    current, token = current_job.begin(str(job.get("jid") or ""), str(job.get("queue")), job["class"])
+    try:
+        run_server_chain(job, lambda: _call(fn, args, kwargs))
+    finally:
+        current_job.end(current, token)
 
 
 def _call(fn: RegisteredJob, args: list[Any], kwargs: dict[str, Any]) -> None:

@@ -35,6 +35,9 @@ PERIODIC_SLOT_PREFIX = PREFIX + "periodic:slot:"  # string per (entry, slot): th
 PERIODIC_RUNNING_PREFIX = PREFIX + "periodic:running:"  # string per entry: the jid of the run in flight
 PERIODIC_ENTRIES = PREFIX + "periodic:entries"  # hash: entry name -> its registration (JSON)
 STATUS_PREFIX = PREFIX + "status:"  # hash per jid, with a TTL
+# zset: jid -> when `cogworker.cancel` was asked for it (Redis's clock), trimmed by age and size;
+# every worker process reads it about once a second (worker/cancel_watch.py).
+CANCELS = PREFIX + "cancels"
 WAKE_CHANNEL = PREFIX + "wake"  # pub/sub: "a job was pushed to <queue>", for idle fetchers
 
 
@@ -119,6 +122,7 @@ EXPECTED_TYPES: dict[str, str] = {
     **{stat(outcome): "string" for outcome in ENDED_UNRUN},
     PERIODIC_ENTRIES: "hash",
     GUARD_REQUESTS: "set",
+    CANCELS: "zset",
 }
 EXPECTED_PREFIX_TYPES: dict[str, str] = {
     QUEUE_PREFIX: "list",

@@ -7,7 +7,8 @@ awaitable fails with TypeError (api/async_jobs.py).
 
 Nothing here may kill the job thread: an unreadable payload (not JSON, not UTF-8), a job that can't
 be imported, a job that raises anything (SystemExit and KeyboardInterrupt too) and a payload with odd
-field values all end filed in retry or dead with their error.
+field values all end filed in retry or dead with their error. A job ending with JobCancelled
+(cogworker.cancel) is acknowledged and counted cancelled instead (worker/cancelled.py).
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from typing import Any
 import structlog
 
 from cogworker import codec, logs
-from cogworker.api import features, retry
+from cogworker.api import current_job, features, retry
 from cogworker.api.async_jobs import check_result, run_to_completion
+from cogworker.api.current_job import CurrentJob
 from cogworker.api.middleware import run_server_chain
 from cogworker.api.registry import resolve
+from cogworker.worker import cancelled
 from cogworker.worker.fetch import Work
 from cogworker.worker.job_stats import JobCounts
 from cogworker.worker.settle import Settler
@@ -66,8 +69,12 @@ def process(
     if verbose:
         log.info("job_start")
     features.ensure_installed()
+    # cogworker.current_job(); a cancel this process knows of, or learns of while it runs, flags it.
+    current, token = current_job.begin(jid, work.queue, job["class"])
     try:
-        run_server_chain(job, lambda: _perform(job, work.queue, allowed, run_async))
+        run_server_chain(job, lambda: _perform(job, work.queue, allowed, run_async, current))
+    except current_job.JobCancelled:
+        cancelled.end_cancelled(work, job, settler, stats.jobs, time.perf_counter() - started)
     except BaseException as exc:
         # BaseException too: a job's SystemExit or KeyboardInterrupt is its failure, not the
         # thread's end. Left to escape, it would leave the job in progress and the thread dead.
@@ -80,6 +87,7 @@ def process(
         if verbose:
             log.info("job_done", elapsed_ms=round(elapsed * 1000, 2))
     finally:
+        current_job.end(current, token)
         structlog.contextvars.unbind_contextvars("jid", "job", "queue")
 
 
@@ -115,9 +123,12 @@ def _file_failure(
     )
 
 
-def _perform(job: dict[str, Any], queue: str, allowed: tuple[str, ...], run_async: RunAsync) -> None:
+def _perform(
+    job: dict[str, Any], queue: str, allowed: tuple[str, ...], run_async: RunAsync, current: CurrentJob
+) -> None:
     """Inside the server chain, so middleware sees a job that can't be imported fail like any other
     (and an async job's coroutine is created, and run, in the context the middleware set up)."""
+    current.raise_if_cancelled()  # cancelled before it started (fetched again after a crash, say)
     args = job.get("args", [])
     kwargs = job.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
