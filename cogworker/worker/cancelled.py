@@ -64,6 +64,8 @@ class CancelWatch:
             list[tuple[str, float]], self._client.zrangebyscore(keys.CANCELS, low, "+inf", withscores=True)
         )
         fresh = [(str(jid), float(at)) for jid, at in entries if not current_job.known_cancelled(str(jid))]
+        if fresh:
+            log.debug("cancels_read", count=len(fresh))
         for jid in current_job.note_cancelled(fresh):
             log.info(
                 "job_cancel_requested", jid=jid, note="the job is flagged (an async job's task cancelled)"
