@@ -43,9 +43,7 @@ def counted_cancelled(r: redis.Redis, count: int = 1) -> bool:
 
 def assert_ended_cancelled(r: redis.Redis, worker: Worker, jid: str) -> None:
     wait_until(lambda: counted_cancelled(r), timeout=15, message="counted cancelled")
-    wait_until(
-        lambda: r.llen(keys.in_progress(worker.identity())) == 0, timeout=10, message="acknowledged"
-    )
+    wait_until(lambda: r.llen(keys.in_progress(worker.identity())) == 0, timeout=10, message="acknowledged")
     assert r.get(keys.STAT_FAILED) is None
     assert r.zcard(keys.RETRY) == 0 and r.zcard(keys.DEAD) == 0
     ended = wait_until(lambda: worker.events_named("job_cancelled"), timeout=5, message="job_cancelled")
