@@ -42,14 +42,13 @@ class CurrentJob:
     """What a running job knows of itself. `cancelled` turns true when `cogworker.cancel(jid)` reaches
     the worker running it (within about a second)."""
 
-    __slots__ = ("_callbacks", "_cancelled", "_mutex", "jid", "name", "queue")
+    __slots__ = ("_callbacks", "_cancelled", "jid", "name", "queue")
 
     def __init__(self, jid: str, queue: str, name: str) -> None:
         self.jid = jid
         self.queue = queue
         self.name = name  # the job's registered name (the payload's "class")
         self._cancelled = False
-        self._mutex = threading.Lock()
         self._callbacks: list[Callable[[], Any]] = []
 
     @property
@@ -65,7 +64,7 @@ class CurrentJob:
     def on_cancel(self, callback: Callable[[], Any]) -> None:
         """Call `callback` once the job is cancelled (at once if it already is). The worker's event
         loop uses it to cancel an async job's task. Runs on the thread that learns of the cancel."""
-        with self._mutex:
+        with _callbacks_mutex:
             if not self._cancelled:
                 self._callbacks.append(callback)
                 return
@@ -73,7 +72,7 @@ class CurrentJob:
 
     def cancel(self) -> None:
         """Mark the job cancelled and run its callbacks (outside the lock: a callback may be slow)."""
-        with self._mutex:
+        with _callbacks_mutex:
             if self._cancelled:
                 return
             self._cancelled = True
@@ -89,6 +88,9 @@ class CurrentJob:
         return f"CurrentJob({state})"
 
 
+# One lock for every job's callbacks: taken only to add one (an async job's start) or to cancel, so
+# no job pays for a lock of its own.
+_callbacks_mutex = threading.Lock()
 _current: contextvars.ContextVar[CurrentJob | None] = contextvars.ContextVar("cogworker_job", default=None)
 # jid -> the job running (or about to run) in this process.
 _active: dict[str, CurrentJob] = {}
@@ -153,9 +155,3 @@ def forget_before(cutoff: float) -> None:
 
 def known_cancelled(jid: str) -> bool:
     return jid in _known
-
-
-def reset() -> None:
-    """After fork, or between tests: a child reads the record itself."""
-    _active.clear()
-    _known.clear()

@@ -157,3 +157,23 @@ def test_a_job_cancelled_while_its_process_dies_is_not_run_again(
     assert r.get("test:runs:crash") == "1"  # it never ran again
     assert survivor.events_named("requeued_orphans") == []
     assert r.zcard(keys.RETRY) == 0 and r.zcard(keys.DEAD) == 0
+
+
+def test_no_redis_command_per_job(r: redis.Redis, configured: object, workers: WorkerPool) -> None:
+    """Workers read the cancel record once a second, whatever the job rate: 500 jobs cost no more
+    ZRANGEBYSCOREs than the seconds they took (the poller, at one poll a minute here, adds two)."""
+
+    def reads() -> int:
+        stats = r.info("commandstats").get("cmdstat_zrangebyscore", {})
+        return int(stats.get("calls", 0)) if isinstance(stats, dict) else 0
+
+    worker = workers.start(
+        **{**APP, "COGWORKER_POLL_INTERVAL_S": "60", "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "60"}
+    )
+    worker.identity()
+    before, started = reads(), time.monotonic()
+    cogworker.push_bulk(cancel_jobs.record, [(f"b{n}",) for n in range(500)])
+    wait_until(lambda: r.llen("test:ended") == 500, timeout=60, message="500 jobs run")
+    wait_until(lambda: reads() > before, timeout=5, message="the watch's next read")  # it does read
+    elapsed = time.monotonic() - started
+    assert reads() - before <= elapsed / 1.0 + 4
