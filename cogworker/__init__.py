@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from cogworker.api.job_status import status
     from cogworker.api.periodic import periodic
     from cogworker.api.registry import JobNotFound
+    from cogworker.api.results import JobFailed, ResultTimeout, result
     from cogworker.settings import ConfigError, Settings, load_settings
     from cogworker.store.key_guard import WrongTypeKey
 
@@ -29,6 +30,9 @@ _LAZY = {
     "push_bulk": "cogworker.api.decorator",
     "JobFunction": "cogworker.api.decorator",
     "JobNotFound": "cogworker.api.registry",
+    "JobFailed": "cogworker.api.results",
+    "ResultTimeout": "cogworker.api.results",
+    "result": "cogworker.api.results",
     "job": "cogworker.api.decorator",
     "periodic": "cogworker.api.periodic",
     "ConfigError": "cogworker.settings",
@@ -51,8 +55,10 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ConfigError",
+    "JobFailed",
     "JobFunction",
     "JobNotFound",
+    "ResultTimeout",
     "Settings",
     "WrongTypeKey",
     "__version__",
@@ -63,6 +69,7 @@ __all__ = [
     "load_settings",
     "periodic",
     "push_bulk",
+    "result",
     "server_chain",
     "status",
 ]

@@ -35,6 +35,8 @@ PERIODIC_SLOT_PREFIX = PREFIX + "periodic:slot:"  # string per (entry, slot): th
 PERIODIC_RUNNING_PREFIX = PREFIX + "periodic:running:"  # string per entry: the jid of the run in flight
 PERIODIC_ENTRIES = PREFIX + "periodic:entries"  # hash: entry name -> its registration (JSON)
 STATUS_PREFIX = PREFIX + "status:"  # hash per jid, with a TTL
+RESULT_PREFIX = PREFIX + "result:"  # string per jid, with a TTL: a job's kept result (api/results.py)
+RESULT_CHANNEL_PREFIX = PREFIX + "result-ready:"  # pub/sub per jid: "its result was just written"
 WAKE_CHANNEL = PREFIX + "wake"  # pub/sub: "a job was pushed to <queue>", for idle fetchers
 
 
@@ -98,6 +100,14 @@ def status(jid: str) -> str:
     return STATUS_PREFIX + jid
 
 
+def result(jid: str) -> str:
+    return RESULT_PREFIX + jid
+
+
+def result_channel(jid: str) -> str:
+    return RESULT_CHANNEL_PREFIX + jid
+
+
 def quarantine(what: str) -> str:
     return QUARANTINE_PREFIX + what
 
@@ -129,6 +139,7 @@ EXPECTED_PREFIX_TYPES: dict[str, str] = {
     ORPHANINGS_PREFIX: "string",
     UNIQUE_PREFIX: "string",
     STATUS_PREFIX: "hash",
+    RESULT_PREFIX: "string",
     PERIODIC_SLOT_PREFIX: "string",
     PERIODIC_RUNNING_PREFIX: "string",
     STAT_PROCESSED + ":": "string",  # the per-day counters

@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from cogworker import codec, logs
-from cogworker.api import expiry, features, job_status, retry
+from cogworker.api import expiry, features, job_status, results, retry
 from cogworker.api.async_jobs import check_result, run_to_completion
 from cogworker.api.middleware import run_server_chain
 from cogworker.api.registry import resolve
@@ -70,14 +70,20 @@ def process(
     if verbose:
         log.info("job_start")
     features.ensure_installed()
+    # A job that keeps its result (api/results.py): the body's record, made inside the chain.
+    ttl = results.ttl_s(job)
+    kept: list[str] | None = [] if ttl is not None else None
     try:
-        run_server_chain(job, lambda: _perform(job, work.queue, allowed, run_async))
+        run_server_chain(job, lambda: _perform(job, work.queue, allowed, run_async, kept))
     except BaseException as exc:
         # BaseException too: a job's SystemExit or KeyboardInterrupt is its failure, not the
         # thread's end. Left to escape, it would leave the job in progress and the thread dead.
-        _file_failure(work, job, exc, settler, stats, time.perf_counter() - started)
+        _file_failure(work, job, exc, settler, stats, time.perf_counter() - started, ttl)
     else:
-        settler.ack(work.raw, jid)
+        if ttl is not None and kept:
+            settler.after_result(work.raw, jid, kept[0], ttl, lambda: settler.ack(work.raw, jid))
+        else:
+            settler.ack(work.raw, jid)
         elapsed = time.perf_counter() - started
         stats.processed += 1
         stats.jobs.add(work.queue, job["class"], elapsed)
@@ -112,12 +118,24 @@ def _file_unreadable(work: Work, settler: Settler, stats: Stats) -> None:
 
 
 def _file_failure(
-    work: Work, job: dict[str, Any], exc: BaseException, settler: Settler, stats: Stats, elapsed: float
+    work: Work,
+    job: dict[str, Any],
+    exc: BaseException,
+    settler: Settler,
+    stats: Stats,
+    elapsed: float,
+    result_ttl: float | None = None,
 ) -> None:
     # Encoded here, before the log line says where it goes: a payload that had to be sanitised for
     # storing may be redirected to dead (retry.storable).
     filing = retry.storable(retry.on_failure(job, exc), work.raw)
-    settler.file(work.raw, filing)
+    if result_ttl is not None and filing.dead:
+        # Failed for good: its error is the result (a failure that will be retried writes none).
+        record = results.failure_record(filing.payload)
+        jid = str(job.get("jid") or "")
+        settler.after_result(work.raw, jid, record, result_ttl, lambda: settler.file(work.raw, filing))
+    else:
+        settler.file(work.raw, filing)
     stats.failed += 1
     stats.jobs.add(work.queue, job["class"], elapsed, failed=True, dead=filing.dead)
     log.warning(
@@ -130,15 +148,22 @@ def _file_failure(
     )
 
 
-def _perform(job: dict[str, Any], queue: str, allowed: tuple[str, ...], run_async: RunAsync) -> None:
+def _perform(
+    job: dict[str, Any], queue: str, allowed: tuple[str, ...], run_async: RunAsync, kept: list[str] | None
+) -> None:
     """Inside the server chain, so middleware sees a job that can't be imported fail like any other
-    (and an async job's coroutine is created, and run, in the context the middleware set up)."""
+    (and an async job's coroutine is created, and run, in the context the middleware set up).
+    `kept`: where the result's record goes, for a job that keeps one; a return value JSON can't
+    hold is then the job's failure."""
     args = job.get("args", [])
     kwargs = job.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise TypeError("payload args must be a list and kwargs an object")
     found = resolve(job["class"], allowed=allowed)
     if found.is_async:
-        run_async(found.func(*args, **kwargs), job, queue)
+        value = run_async(found.func(*args, **kwargs), job, queue)
     else:
-        check_result(found.name, found.func(*args, **kwargs))
+        value = found.func(*args, **kwargs)
+        check_result(found.name, value)
+    if kept is not None:
+        kept.append(results.success_record(found.name, value))
