@@ -69,7 +69,11 @@ def test_a_job_failed_for_good_raises_job_failed_with_its_error(
     workers.start(**APP)
     with pytest.raises(cogworker.JobFailed) as failed:
         cogworker.result(jid, timeout=15)
-    assert (failed.value.jid, failed.value.error_class, failed.value.error_message) == (jid, "ValueError", "kaput")
+    assert (failed.value.jid, failed.value.error_class, failed.value.error_message) == (
+        jid,
+        "ValueError",
+        "kaput",
+    )
     assert str(failed.value) == f"job {jid} failed: ValueError: kaput"
     with pytest.raises(cogworker.JobFailed) as async_failed:
         cogworker.result(async_jid, timeout=15)
