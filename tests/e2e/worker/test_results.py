@@ -197,3 +197,14 @@ def test_a_job_that_ran_twice_has_its_last_runs_result(
     assert got == {"value": "run 2"}
     assert r.lrange("test:per_run_started", 0, -1)[1] == f"2 {survivor.pid}"
     assert cogworker.result(jid, timeout=0) == "run 2"
+
+
+def test_a_result_is_gone_after_its_ttl(r: redis.Redis, configured: object, workers: WorkerPool) -> None:
+    jid = result_jobs.add.set(result_ttl=1.5).perform_async(1, 2)
+    assert jid is not None
+    workers.start(**APP)
+    assert cogworker.result(jid, timeout=15) == {"sum": 3, "parts": [1, 2]}
+    assert 0 < r.pttl(f"cogworker:result:{jid}") <= 1500
+    wait_until(lambda: r.exists(f"cogworker:result:{jid}") == 0, timeout=5, message="the result to expire")
+    with pytest.raises(cogworker.ResultTimeout):
+        cogworker.result(jid, timeout=0)
