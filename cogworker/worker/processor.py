@@ -97,8 +97,18 @@ def _end_unrun(
     work: Work, job: dict[str, Any], outcome: str, settler: Settler, stats: Stats, **why: Any
 ) -> None:
     """A job that ends without running (keys.ENDED_UNRUN): counted, logged once, its status and locks
-    settled, acknowledged. No middleware sees it: it never started."""
-    settler.end_unrun(work.raw, job, outcome)
+    settled, acknowledged. No middleware sees it: it never started. A job that keeps its result gets
+    its end as one (`cogworker.JobExpired`...), so a waiter learns of it rather than timing out."""
+    ttl = results.ttl_s(job)
+    if ttl is None:
+        settler.end_unrun(work.raw, job, outcome)
+    else:
+        error = {"error_class": f"cogworker.Job{outcome.capitalize()}", "error_message": f"job {outcome}"}
+        if outcome == "expired":
+            error["error_message"] = f"not started before its expires_at ({why.get('expires_at')})"
+        jid = str(job.get("jid") or "")
+        record = results.failure_record(error)
+        settler.after_result(work.raw, jid, record, ttl, lambda: settler.end_unrun(work.raw, job, outcome))
     job_status.record_unrun(job, outcome)
     stats.jobs.ended_unrun(work.queue, job["class"], outcome)
     log.warning(f"job_{outcome}", **why)
