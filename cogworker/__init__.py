@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from cogworker.api.job_status import status
     from cogworker.api.periodic import periodic
     from cogworker.api.registry import JobNotFound
+    from cogworker.api.results import JobFailed, ResultTimeout, result
     from cogworker.ops.cancel import CancelOutcome
     from cogworker.settings import ConfigError, Settings, load_settings
     from cogworker.store.key_guard import WrongTypeKey
@@ -32,6 +33,9 @@ _LAZY = {
     "push_bulk": "cogworker.api.decorator",
     "JobFunction": "cogworker.api.decorator",
     "JobNotFound": "cogworker.api.registry",
+    "JobFailed": "cogworker.api.results",
+    "ResultTimeout": "cogworker.api.results",
+    "result": "cogworker.api.results",
     "job": "cogworker.api.decorator",
     "periodic": "cogworker.api.periodic",
     "ConfigError": "cogworker.settings",
@@ -62,8 +66,10 @@ __all__ = [
     "ConfigError",
     "CurrentJob",
     "JobCancelled",
+    "JobFailed",
     "JobFunction",
     "JobNotFound",
+    "ResultTimeout",
     "Settings",
     "WrongTypeKey",
     "__version__",
@@ -76,6 +82,7 @@ __all__ = [
     "load_settings",
     "periodic",
     "push_bulk",
+    "result",
     "server_chain",
     "status",
 ]

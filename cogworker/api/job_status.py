@@ -17,6 +17,7 @@ simply not due yet. Unknown and expired jids read as None — and so does a job 
 - working / complete / retrying / failed: written around the job's run by the server middleware;
   "failed" when the failure sends it to dead, "retrying" when it goes to the retry set.
 - cancelled: the job ended with JobCancelled, or `cogworker.cancel` took it off its queue or set.
+- expired: a worker found it past its `expires_in` and did not run it (`record_unrun`).
 
 Every write is best-effort: a Redis error while writing a status never fails a push or a job, and it
 is logged once per outage. A job filed in dead outside the chain -- a poison pill, whose process died
@@ -41,7 +42,7 @@ from cogworker.api.retry import longest_backoff_s
 from cogworker.store import key_guard, keys
 from cogworker.store.outage import Outages
 
-STATES = ("queued", "working", "retrying", "complete", "failed", "cancelled")
+STATES = ("queued", "working", "retrying", "complete", "failed", "cancelled", "expired")
 
 _outages = Outages()
 COMPONENT = "Status"
@@ -119,6 +120,13 @@ def record_failed(conn: redis.Redis, ttl_s: float, job: dict[str, Any]) -> None:
         if isinstance(job.get(name), str)
     }
     _write_to(conn, ttl_s, job, "failed", 0.0, error)
+
+
+def record_unrun(job: dict[str, Any], state: str) -> None:
+    """A tracked job a worker ended without running it (`state`: "expired"). Best-effort, as every
+    status write is."""
+    if client.redis_in_use() and tracked(job) and job.get("jid"):
+        _write(job, state)
 
 
 def _forget(jobs: Iterable[dict[str, Any]]) -> None:

@@ -10,42 +10,27 @@ before its body runs. Reading since the newest entry seen, less a few seconds of
 stamped with Redis's clock by the script that writes them, and the slack covers two written in the
 same instant on either side of a read.
 
-`end_cancelled` settles a job that ended with JobCancelled: acknowledged (off the in-progress list
-for good, never retried), counted `cancelled` in Redis and in the per-job metrics, and logged.
+A job that ends with JobCancelled is settled by processor.py like any job that ends unrun:
+acknowledged (off the in-progress list for good, never retried), counted `cancelled` in Redis and
+in the per-job metrics, its locks released, and logged `job_cancelled`.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, cast
+from typing import cast
 
 import structlog
 
-from cogworker.api import client, current_job
+from cogworker.api import current_job
 from cogworker.ops.cancel import CANCEL_KEEP_S
-from cogworker.store import key_guard, keys, outcomes
+from cogworker.store import key_guard, keys
 from cogworker.store.redis_context import RedisContext
-from cogworker.worker.fetch import Work
-from cogworker.worker.job_stats import JobCounts
-from cogworker.worker.settle import Settler
 
 log = structlog.get_logger("cogworker.cancel")
 
 POLL_S = 1.0
 SLACK_S = 5.0
-
-
-def end_cancelled(
-    work: Work, job: dict[str, Any], settler: Settler, counts: JobCounts, elapsed: float
-) -> None:
-    jid = str(job.get("jid") or "")
-    settler.ack(work.raw, jid)
-    counts.ended_unrun(work.queue, job["class"], "cancelled")
-    # One round trip, for cancelled jobs only. `record` never raises: a count it can't write is logged.
-    outcomes.record(client.connection(), "cancelled", jid)
-    log.warning(
-        "job_cancelled", elapsed_ms=round(elapsed * 1000, 2), note="acknowledged: it will not run again"
-    )
 
 
 class CancelWatch:

@@ -11,6 +11,7 @@ import signal
 import time
 
 import cancel_jobs
+import pytest
 import redis
 
 import cogworker
@@ -53,7 +54,7 @@ def assert_ended_cancelled(r: redis.Redis, worker: Worker, jid: str) -> None:
 def test_a_running_async_job_is_cancelled_on_the_loop(
     r: redis.Redis, configured: object, workers: WorkerPool
 ) -> None:
-    jid = cancel_jobs.async_sleeper.set(status=True).perform_async("a1")
+    jid = cancel_jobs.async_sleeper.set(status=True, result_ttl=60).perform_async("a1")
     worker = workers.start(**APP)
     wait_until(lambda: r.llen("test:started") == 1, timeout=15, message="the job to start")
     wait_until(lambda: shown_running(r, jid), timeout=10, message="the job shown running")
@@ -67,6 +68,10 @@ def test_a_running_async_job_is_cancelled_on_the_loop(
     assert_ended_cancelled(r, worker, jid)
     assert cogworker.status(jid) == "cancelled"
     assert r.get("test:runs:a1") == "1"
+    # A job that keeps its result ends its waiter: its end is the result.
+    with pytest.raises(cogworker.JobFailed) as failed:
+        cogworker.result(jid, timeout=5)
+    assert failed.value.error_class == "cogworker.JobCancelled"
 
 
 def test_a_running_sync_job_sees_the_cancel_at_its_next_check(
