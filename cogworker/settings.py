@@ -131,6 +131,9 @@ class Settings(BaseSettings):
     quarantine_ttl_s: float = 30 * 24 * 3600
     # Job status (api/job_status.py): record it for every job, not only those with @job(status=True).
     status_all: bool = False
+    # Job results (api/results.py): keep every job's result this long unless its options say (unset:
+    # only jobs with @job(result_ttl=...) keep one).
+    result_ttl_s: float | None = None
     # Periodic jobs (api/periodic.py, worker/ticker.py): how often the poller looks for due slots
     # (it can't look more often than it polls: lower poll_interval_s for sub-minute crons), and how
     # late a slot missed during downtime may still be enqueued.

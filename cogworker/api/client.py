@@ -115,6 +115,10 @@ def build_job(
     }
     if at is not None and at > time.time():
         extra["at"] = at
+    default_ttl = settings().result_ttl_s
+    if default_ttl is not None and "result_ttl" not in extra:
+        # COGWORKER_RESULT_TTL_S: decided at push, like status_all (api/results.py).
+        extra["result_ttl"] = default_ttl
     return payload.build(
         name, tuple(args), dict(kwargs), queue=queue, retry=options.get("retry", True), extra=extra
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cogworker.api import expiry, job_status, retry, retry_filters, unique
+from cogworker.api import expiry, job_status, results, retry, retry_filters, unique
 from cogworker.api.middleware import add_abandon_hook, client_chain, server_chain
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 
@@ -29,6 +29,7 @@ OPTIONS: dict[str, Callable[[Any], None] | None] = {
     **unique.OPTIONS,
     **job_status.OPTIONS,
     **expiry.OPTIONS,
+    **results.OPTIONS,
 }
 
 _installed = False

@@ -38,6 +38,11 @@ PERIODIC_SLOT_PREFIX = PREFIX + "periodic:slot:"  # string per (entry, slot): th
 PERIODIC_RUNNING_PREFIX = PREFIX + "periodic:running:"  # string per entry: the jid of the run in flight
 PERIODIC_ENTRIES = PREFIX + "periodic:entries"  # hash: entry name -> its registration (JSON)
 STATUS_PREFIX = PREFIX + "status:"  # hash per jid, with a TTL
+# zset: jid -> when `cogworker.cancel` was asked for it (Redis's clock), trimmed by age and size;
+# every worker process reads it about once a second (worker/cancel_watch.py).
+CANCELS = PREFIX + "cancels"
+RESULT_PREFIX = PREFIX + "result:"  # string per jid, with a TTL: a job's kept result (api/results.py)
+RESULT_CHANNEL_PREFIX = PREFIX + "result-ready:"  # pub/sub per jid: "its result was just written"
 WAKE_CHANNEL = PREFIX + "wake"  # pub/sub: "a job was pushed to <queue>", for idle fetchers
 
 
@@ -101,6 +106,14 @@ def status(jid: str) -> str:
     return STATUS_PREFIX + jid
 
 
+def result(jid: str) -> str:
+    return RESULT_PREFIX + jid
+
+
+def result_channel(jid: str) -> str:
+    return RESULT_CHANNEL_PREFIX + jid
+
+
 def quarantine(what: str) -> str:
     return QUARANTINE_PREFIX + what
 
@@ -123,6 +136,7 @@ EXPECTED_TYPES: dict[str, str] = {
     **{stat(outcome): "string" for outcome in ENDED_UNRUN},
     PERIODIC_ENTRIES: "hash",
     GUARD_REQUESTS: "set",
+    CANCELS: "zset",
 }
 EXPECTED_PREFIX_TYPES: dict[str, str] = {
     QUEUE_PREFIX: "list",
@@ -133,6 +147,7 @@ EXPECTED_PREFIX_TYPES: dict[str, str] = {
     ORPHANINGS_PREFIX: "string",
     UNIQUE_PREFIX: "string",
     STATUS_PREFIX: "hash",
+    RESULT_PREFIX: "string",
     PERIODIC_SLOT_PREFIX: "string",
     PERIODIC_RUNNING_PREFIX: "string",
     STAT_PROCESSED + ":": "string",  # the per-day counters
