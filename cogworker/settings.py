@@ -121,6 +121,8 @@ class Settings(BaseSettings):
     fetch_idle_max_s: float = 1.0
     dead_max_jobs: int = 10_000
     dead_timeout_s: float = 180 * 24 * 3600
+    # Death notices (cogworker:deaths, for on_death hooks) kept at most: bounded even with no hooks.
+    death_notices_max: int = 1000
     status_ttl_s: float = 30 * 60
     unique_ttl_s: float = 3600.0
     liveness_timeout_s: float = 30.0
@@ -129,6 +131,9 @@ class Settings(BaseSettings):
     quarantine_ttl_s: float = 30 * 24 * 3600
     # Job status (api/job_status.py): record it for every job, not only those with @job(status=True).
     status_all: bool = False
+    # Job results (api/results.py): keep every job's result this long unless its options say (unset:
+    # only jobs with @job(result_ttl=...) keep one).
+    result_ttl_s: float | None = None
     # Periodic jobs (api/periodic.py, worker/ticker.py): how often the poller looks for due slots
     # (it can't look more often than it polls: lower poll_interval_s for sub-minute crons), and how
     # late a slot missed during downtime may still be enqueued.
@@ -192,7 +197,9 @@ class Settings(BaseSettings):
         parse_queues(value)
         return value
 
-    @field_validator("concurrency", "async_concurrency", "count", "max_orphanings", "dead_max_jobs")
+    @field_validator(
+        "concurrency", "async_concurrency", "count", "max_orphanings", "dead_max_jobs", "death_notices_max"
+    )
     @classmethod
     def _positive_int(cls, value: int) -> int:
         if value < 1:

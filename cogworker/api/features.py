@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cogworker.api import expiry, job_status, retry, unique
+from cogworker.api import expiry, job_status, results, retry, retry_filters, unique
 from cogworker.api.middleware import add_abandon_hook, client_chain, server_chain
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 
@@ -25,9 +25,11 @@ def _check_queue(value: Any) -> None:
 OPTIONS: dict[str, Callable[[Any], None] | None] = {
     "queue": _check_queue,
     **retry.OPTIONS,
+    **retry_filters.OPTIONS,
     **unique.OPTIONS,
     **job_status.OPTIONS,
     **expiry.OPTIONS,
+    **results.OPTIONS,
 }
 
 _installed = False
@@ -41,6 +43,12 @@ def check_options(options: dict[str, Any]) -> None:
         check = OPTIONS[name]
         if check is not None:
             check(value)
+
+
+def check_set_options(options: dict[str, Any]) -> None:
+    """`.set(...)`: the options a push may change (not those only `@job` can declare)."""
+    retry_filters.refuse_worker_side(options)
+    check_options(options)
 
 
 def install_builtin_middleware() -> None:

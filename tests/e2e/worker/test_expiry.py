@@ -13,6 +13,7 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
+import cogworker
 from cogworker.settings import Settings
 from cogworker.web import create_app
 from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
@@ -102,3 +103,18 @@ def test_a_bad_expires_in_is_a_type_error_at_the_decorator_and_at_set(bad: objec
         from cogworker import job
 
         job(expires_in=bad)
+
+
+def test_an_expired_job_that_keeps_its_result_ends_its_waiter_with_job_expired(
+    r: redis.Redis, configured: Settings, workers: WorkerPool
+) -> None:
+    jid = expiry_jobs.fresh_only.set(expires_in=0.2, result_ttl=60).perform_async("stale")
+    assert jid is not None
+    _past(max(_queued_deadlines(r)))
+    workers.start(**ENV)
+    with pytest.raises(cogworker.JobFailed) as failed:
+        cogworker.result(jid, timeout=20)
+    assert failed.value.error_class == "cogworker.JobExpired"
+    assert "not started before its expires_at" in failed.value.error_message
+    assert r.llen("test:ran") == 0
+    wait_until(lambda: r.get("cogworker:stat:expired") == "1", message="the expiry counted")
