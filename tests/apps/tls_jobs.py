@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
-from cogworker import job
+from cogworker import Death, job, on_death
 
 
 def _note(path: str, line: str) -> None:
@@ -50,3 +51,21 @@ def die_first(path: str, tag: str) -> None:
 def unique_note(path: str, tag: str) -> None:
     """A unique claim and a status record: both live in Redis under cogworker:*."""
     _note(path, f"unique-{tag} {os.getpid()}")
+
+
+# Job execution features over TLS as the ACL user: results, cancellation, expiry and death hooks.
+@job(result_ttl=60)
+def doubled(n: int) -> int:
+    return n * 2
+
+
+@job(retry=False)
+def doomed(path: str, tag: str) -> None:
+    raise RuntimeError(f"{tag} always fails")
+
+
+@on_death
+def _note_death(job_payload: dict[str, Any], death: Death) -> None:
+    args = job_payload.get("args") or []
+    if job_payload.get("class") == "tls_jobs.doomed" and args:
+        _note(f"{args[0]}.deaths", f"{args[1]} {death.cause}")

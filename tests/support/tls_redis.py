@@ -33,7 +33,7 @@ APP_USER = "app"
 # one (tests/e2e/tls/test_tls_worker.py checks they agree).
 APP_COMMANDS = (
     "evalsha eval script|load script|exists"
-    " lpush rpush lpop lmove blmove brpop lrange lrem llen lindex ltrim"
+    " lpush rpush lpop rpop lmove blmove brpop lrange lrem llen lindex ltrim"
     " sadd srem smembers sismember spop"
     " zadd zrem zrange zrevrange zrangebyscore zscore zcard zremrangebyrank zremrangebyscore zscan"
     " hset hget hgetall hdel"

@@ -248,3 +248,46 @@ def test_without_the_hostname_check_a_name_the_certificate_lacks_is_accepted(
     env["COGWORKER_REDIS_SSL_CA_FILE"] = str(tls_redis.other_ca_file)
     done = run_cli(env, "queues", "--json")
     assert done.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in done.stderr
+
+
+def test_results_cancellation_expiry_and_death_hooks_work_as_the_acl_user(
+    tls_redis: TlsRedis, admin: redis.Redis, workers: WorkerPool, tmp_path: Path, tls_env: dict[str, str]
+) -> None:
+    """Every issue-16 feature's Redis traffic (the result channel, the cancel record, the death notices,
+    the outcome counters) as the `app` user: the fixture fails the test on any ACL refusal."""
+    out = tmp_path / "ran.txt"
+    # Expired before any worker is there to take it: pushed, then waited out on the clock.
+    stale = python(
+        tls_env,
+        f"""
+        import time, tls_jobs
+        tls_jobs.note.set(expires_in=0.05).perform_async({str(out)!r}, "stale")
+        deadline = time.time() + 0.1
+        while time.time() < deadline:
+            time.sleep(0.01)
+        """,
+    )
+    assert stale.returncode == 0, stale.stderr
+    worker = workers.start(
+        **tls_redis.env(COGWORKER_REQUIRE="tls_jobs", COGWORKER_HEARTBEAT_INTERVAL_S="0.3")
+    )
+    worker.identity()
+    done = python(
+        tls_env,
+        f"""
+        import time, cogworker, tls_jobs
+        print(cogworker.result(tls_jobs.doubled.perform_async(21), timeout=20))
+        later = tls_jobs.note.perform_in(600, {str(out)!r}, "never")
+        print(cogworker.cancel(later).case)
+        tls_jobs.doomed.perform_async({str(out)!r}, "d1")
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["42", "scheduled"]
+    deaths = Path(f"{out}.deaths")
+    wait_until(
+        lambda: lines(deaths) == ["d1 failed"], timeout=20, message=f"the hook:\n{worker.log_text()[-2000:]}"
+    )
+    wait_until(lambda: admin.get("cogworker:stat:expired") == "1", timeout=20, message="the expiry counted")
+    assert admin.get("cogworker:stat:cancelled") == "1"
+    assert lines(out) == []  # neither the cancelled nor the expired job ran
