@@ -13,13 +13,18 @@ from typing import TYPE_CHECKING, Any
 from cogworker.api.middleware import client_chain, server_chain
 
 if TYPE_CHECKING:
+    from cogworker.api.cancel import cancel
     from cogworker.api.client import configure
+    from cogworker.api.current_job import CurrentJob, JobCancelled, current_job
+    from cogworker.api.death import Death, on_death
     from cogworker.api.decorator import JobFunction, job, push_bulk
     from cogworker.api.features import install_builtin_middleware
     from cogworker.api.job_status import status
     from cogworker.api.periodic import periodic
     from cogworker.api.registry import JobNotFound
+    from cogworker.api.results import JobFailed, ResultTimeout, result
     from cogworker.api.time_limits import JobTimeout
+    from cogworker.ops.cancel import CancelOutcome
     from cogworker.settings import ConfigError, Settings, load_settings
     from cogworker.store.key_guard import WrongTypeKey
 
@@ -27,10 +32,15 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "configure": "cogworker.api.client",
+    "Death": "cogworker.api.death",
+    "on_death": "cogworker.api.death",
     "push_bulk": "cogworker.api.decorator",
     "JobFunction": "cogworker.api.decorator",
     "JobNotFound": "cogworker.api.registry",
+    "JobFailed": "cogworker.api.results",
     "JobTimeout": "cogworker.api.time_limits",
+    "ResultTimeout": "cogworker.api.results",
+    "result": "cogworker.api.results",
     "job": "cogworker.api.decorator",
     "periodic": "cogworker.api.periodic",
     "ConfigError": "cogworker.settings",
@@ -39,6 +49,11 @@ _LAZY = {
     "status": "cogworker.api.job_status",
     "install_builtin_middleware": "cogworker.api.features",
     "WrongTypeKey": "cogworker.store.key_guard",
+    "cancel": "cogworker.api.cancel",
+    "CancelOutcome": "cogworker.ops.cancel",
+    "current_job": "cogworker.api.current_job",
+    "CurrentJob": "cogworker.api.current_job",
+    "JobCancelled": "cogworker.api.current_job",
 }
 
 
@@ -52,20 +67,30 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CancelOutcome",
     "ConfigError",
+    "CurrentJob",
+    "Death",
+    "JobCancelled",
+    "JobFailed",
     "JobFunction",
     "JobNotFound",
     "JobTimeout",
+    "ResultTimeout",
     "Settings",
     "WrongTypeKey",
     "__version__",
+    "cancel",
     "client_chain",
     "configure",
+    "current_job",
     "install_builtin_middleware",
     "job",
     "load_settings",
+    "on_death",
     "periodic",
     "push_bulk",
+    "result",
     "server_chain",
     "status",
 ]

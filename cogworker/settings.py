@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 from pydantic import SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from cogworker import exitcodes
+from cogworker import exitcodes, redis_tls
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 from cogworker.redact import safe_url
 
@@ -126,6 +126,8 @@ class Settings(BaseSettings):
     fetch_idle_max_s: float = 1.0
     dead_max_jobs: int = 10_000
     dead_timeout_s: float = 180 * 24 * 3600
+    # Death notices (cogworker:deaths, for on_death hooks) kept at most: bounded even with no hooks.
+    death_notices_max: int = 1000
     status_ttl_s: float = 30 * 60
     unique_ttl_s: float = 3600.0
     liveness_timeout_s: float = 30.0
@@ -134,6 +136,9 @@ class Settings(BaseSettings):
     quarantine_ttl_s: float = 30 * 24 * 3600
     # Job status (api/job_status.py): record it for every job, not only those with @job(status=True).
     status_all: bool = False
+    # Job results (api/results.py): keep every job's result this long unless its options say (unset:
+    # only jobs with @job(result_ttl=...) keep one).
+    result_ttl_s: float | None = None
     # Periodic jobs (api/periodic.py, worker/ticker.py): how often the poller looks for due slots
     # (it can't look more often than it polls: lower poll_interval_s for sub-minute crons), and how
     # late a slot missed during downtime may still be enqueued.
@@ -151,6 +156,15 @@ class Settings(BaseSettings):
     web_read_only: bool = False
     web_session_secret: SecretStr = SecretStr("")
     web_trust_forwarded: bool = False
+    # TLS to Redis, for a `rediss://` URL (README "TLS and ACL users"): the CA that signed the server's
+    # certificate (unset: the system's trust store), a client certificate and its key for a server that
+    # demands one (`tls-auth-clients yes`), and whether the server's certificate must name the URL's
+    # host. Every connection cogworker makes uses them; they are checked (readable, a certificate that
+    # matches its key) at start, so a bad one stops the command with exit 78, not each connection later.
+    redis_ssl_ca_file: str = ""
+    redis_ssl_cert_file: str = ""
+    redis_ssl_key_file: str = ""
+    redis_ssl_check_hostname: bool = True
 
     @field_validator("redis_url")
     @classmethod
@@ -177,13 +191,20 @@ class Settings(BaseSettings):
         del port
         return value
 
+    @field_validator("redis_ssl_ca_file", "redis_ssl_cert_file", "redis_ssl_key_file")
+    @classmethod
+    def _readable_file(cls, value: str) -> str:
+        return redis_tls.readable(value) if value else value
+
     @field_validator("queues")
     @classmethod
     def _check_queues(cls, value: str) -> str:
         parse_queues(value)
         return value
 
-    @field_validator("concurrency", "async_concurrency", "count", "max_orphanings", "dead_max_jobs")
+    @field_validator(
+        "concurrency", "async_concurrency", "count", "max_orphanings", "dead_max_jobs", "death_notices_max"
+    )
     @classmethod
     def _positive_int(cls, value: int) -> int:
         if value < 1:
@@ -237,6 +258,7 @@ class Settings(BaseSettings):
                     "the delays grow from one to the other",
                 )
             )
+        redis_tls.check_together(self)
         if bool(self.web_username) != bool(self.web_password.get_secret_value()):
             raise ValueError("set both COGWORKER_WEB_USERNAME and COGWORKER_WEB_PASSWORD, or neither")
         return self

@@ -10,6 +10,10 @@ inside a running event loop (an async test), the caller's thread can't wait for 
 job runs on a helper thread with a loop of its own while the caller waits
 (api/async_jobs.py, `run_to_completion`). A sync job that returns an awaitable fails with TypeError.
 
+A job that keeps its result (`result_ttl`, api/results.py) has it kept in memory, and
+`cogworker.result(jid)` answers from there while a mode is on: its value, or JobFailed for a job that
+raised (every failure is final here, nothing is retried). Leaving the mode forgets them.
+
     with cogworker.testing.fake():
         send_email.perform_async(1, "hi")
         assert len(send_email.jobs) == 1
@@ -24,9 +28,10 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from cogworker import codec
-from cogworker.api import client, features
+from cogworker.api import client, current_job, features, results
 from cogworker.api.async_jobs import check_result, run_to_completion
 from cogworker.api.middleware import run_server_chain
+from cogworker.api.payload import error_fields
 from cogworker.api.registry import RegisteredJob, resolve
 
 Mode = Literal["fake", "inline"]
@@ -57,6 +62,7 @@ def fake() -> Iterator[None]:
     finally:
         set_mode(previous)
         clear_all()
+        results.forget_all()
 
 
 @contextlib.contextmanager
@@ -67,6 +73,7 @@ def inline() -> Iterator[None]:
         yield
     finally:
         set_mode(previous)
+        results.forget_all()
 
 
 def record(job: dict[str, Any]) -> str:
@@ -92,19 +99,43 @@ def clear_all() -> None:
     _recorded.clear()
 
 
+def take_recorded(jid: str) -> dict[str, Any] | None:
+    """Remove the recorded job with this jid (`cogworker.cancel` in fake mode); None if none is."""
+    for jobs in _recorded.values():
+        for index, job in enumerate(jobs):
+            if job.get("jid") == jid:
+                return jobs.pop(index)
+    return None
+
+
 def perform(job: dict[str, Any]) -> None:
     # Only jobs this process registered: it pushed them, so their modules are imported already.
     fn = resolve(job["class"], allowed=())
     args, kwargs = copy.deepcopy(job.get("args", [])), copy.deepcopy(job.get("kwargs", {}))
     features.ensure_installed()
-    run_server_chain(job, lambda: _call(fn, args, kwargs))
+    # `cogworker.current_job()` works in a job run here as in a worker (never cancelled, though).
+    current, token = current_job.begin(str(job.get("jid") or ""), str(job.get("queue")), job["class"])
+    kept: list[str] | None = [] if results.ttl_s(job) is not None else None
+    try:
+        run_server_chain(job, lambda: _call(fn, args, kwargs, kept))
+    except BaseException as exc:
+        if kept is not None:
+            results.remember(str(job["jid"]), results.failure_record(error_fields(exc)))
+        raise
+    finally:
+        current_job.end(current, token)
+    if kept:
+        results.remember(str(job["jid"]), kept[0])
 
 
-def _call(fn: RegisteredJob, args: list[Any], kwargs: dict[str, Any]) -> None:
+def _call(fn: RegisteredJob, args: list[Any], kwargs: dict[str, Any], kept: list[str] | None) -> None:
     if fn.is_async:
-        run_to_completion(fn.func(*args, **kwargs))
+        value = run_to_completion(fn.func(*args, **kwargs))
     else:
-        check_result(fn.name, fn.func(*args, **kwargs))
+        value = fn.func(*args, **kwargs)
+        check_result(fn.name, value)
+    if kept is not None:
+        kept.append(results.success_record(fn.name, value))
 
 
 def perform_one(name: str) -> None:

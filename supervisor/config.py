@@ -32,6 +32,11 @@ class SwarmConfig:
     metrics_host: str
     # For the metrics scrape only. Kept out of the repr: it may hold the Redis password.
     redis_url: str = field(repr=False)
+    # The metrics scrape's TLS to Redis (cogworker/redis_tls.py); paths, no secret.
+    redis_ssl_ca_file: str
+    redis_ssl_cert_file: str
+    redis_ssl_key_file: str
+    redis_ssl_check_hostname: bool
     redis_timeout_s: float  # a requeue in the fork server may wait this long on Redis
     log_level: str
     log_format: str

@@ -18,6 +18,7 @@ from redis.commands.core import Script
 from cogworker import codec
 from cogworker.api import payload
 from cogworker.api.middleware import abandon, compose_client_chain, run_client_chain
+from cogworker.api.retry_filters import WORKER_SIDE
 from cogworker.settings import Settings, load_settings
 from cogworker.store import key_guard, keys, scripts
 from cogworker.store.connection import connect
@@ -105,12 +106,19 @@ def build_job(
     at: float | None,
 ) -> dict[str, Any]:
     """The payload: `options` that are set (retry, and those of features: unique, status...) ride
-    in it for the workers and the middleware."""
+    in it for the workers and the middleware; the retry filters, which are code, never do (a worker
+    reads them from the registered job: retry_filters.py)."""
     extra = {
-        key: value for key, value in options.items() if key not in ("queue", "retry") and value is not None
+        key: value
+        for key, value in options.items()
+        if key not in ("queue", "retry") and key not in WORKER_SIDE and value is not None
     }
     if at is not None and at > time.time():
         extra["at"] = at
+    default_ttl = settings().result_ttl_s
+    if default_ttl is not None and "result_ttl" not in extra:
+        # COGWORKER_RESULT_TTL_S: decided at push, like status_all (api/results.py).
+        extra["result_ttl"] = default_ttl
     return payload.build(
         name, tuple(args), dict(kwargs), queue=queue, retry=options.get("retry", True), extra=extra
     )

@@ -57,7 +57,7 @@ class JobSetter(_Pusher):
         self.options = options
 
     def set(self, **options: Any) -> JobSetter:
-        features.check_options(options)
+        features.check_set_options(options)
         return JobSetter(self.job, {**self.options, **options})
 
 
@@ -81,7 +81,7 @@ class JobFunction(_Pusher, RegisteredJob):
         return str(self.options.get("queue") or DEFAULT_QUEUE)
 
     def set(self, **options: Any) -> JobSetter:
-        features.check_options(options)
+        features.check_set_options(options)
         return JobSetter(self, {**self.options, **options})
 
     # Fake testing mode (cogworker.testing): what was pushed, and running it.

@@ -1,4 +1,4 @@
-"""The built-in features (unique jobs, job status) plugged into the middleware chains, and the job
+"""The built-in features (expiry, unique jobs, job status) plugged into the middleware chains, and the job
 options every part of the job API declares.
 
 The client knows none of them: each feature is a client middleware, a server middleware and an
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cogworker.api import job_status, retry, time_limits, unique
+from cogworker.api import expiry, job_status, results, retry, retry_filters, time_limits, unique
 from cogworker.api.middleware import add_abandon_hook, client_chain, server_chain
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 
@@ -25,8 +25,11 @@ def _check_queue(value: Any) -> None:
 OPTIONS: dict[str, Callable[[Any], None] | None] = {
     "queue": _check_queue,
     **retry.OPTIONS,
+    **retry_filters.OPTIONS,
     **unique.OPTIONS,
     **job_status.OPTIONS,
+    **expiry.OPTIONS,
+    **results.OPTIONS,
     **time_limits.OPTIONS,
 }
 
@@ -43,6 +46,12 @@ def check_options(options: dict[str, Any]) -> None:
             check(value)
 
 
+def check_set_options(options: dict[str, Any]) -> None:
+    """`.set(...)`: the options a push may change (not those only `@job` can declare)."""
+    retry_filters.refuse_worker_side(options)
+    check_options(options)
+
+
 def install_builtin_middleware() -> None:
     """Put the built-in middleware (unique claims, job status) in the chains, outermost.
 
@@ -51,7 +60,7 @@ def install_builtin_middleware() -> None:
     status is written before it. Call this again after clearing the chains (tests do) to restore them.
     """
     global _installed
-    client_chain.add_outermost(unique.claim, job_status.on_push)
+    client_chain.add_outermost(expiry.stamp, unique.claim, job_status.on_push)
     server_chain.add_outermost(job_status.on_run, unique.release_when_done)
     add_abandon_hook(unique.abandon)
     add_abandon_hook(job_status.abandon)

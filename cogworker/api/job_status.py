@@ -1,4 +1,5 @@
-"""Job status: `cogworker.status(jid)` -> "queued", "working", "retrying", "complete", "failed", or None.
+"""Job status: `cogworker.status(jid)` -> "queued", "working", "retrying", "complete", "failed",
+"cancelled", or None.
 
 Opt-in, because it costs a write per state change on the hot path: a job records its status when it
 has `@job(status=True)` (or `.set(status=True)`), or for every job when `COGWORKER_STATUS_ALL=true`
@@ -15,6 +16,8 @@ simply not due yet. Unknown and expired jids read as None — and so does a job 
   could be overwritten); removed again if the push doesn't happen.
 - working / complete / retrying / failed: written around the job's run by the server middleware;
   "failed" when the failure sends it to dead, "retrying" when it goes to the retry set.
+- cancelled: the job ended with JobCancelled, or `cogworker.cancel` took it off its queue or set.
+- expired: a worker found it past its `expires_in` and did not run it (`record_unrun`).
 
 Every write is best-effort: a Redis error while writing a status never fails a push or a job, and it
 is logged once per outage. A job filed in dead outside the chain -- a poison pill, whose process died
@@ -32,13 +35,14 @@ from typing import Any
 import redis
 
 from cogworker.api import client
+from cogworker.api.current_job import JobCancelled
 from cogworker.api.middleware import ClientNext, ServerNext
 from cogworker.api.payload import DEFAULT_RETRIES, error_fields, retry_count, terminal_failure
 from cogworker.api.retry import longest_backoff_s
 from cogworker.store import key_guard, keys
 from cogworker.store.outage import Outages
 
-STATES = ("queued", "working", "retrying", "complete", "failed")
+STATES = ("queued", "working", "retrying", "complete", "failed", "cancelled", "expired")
 
 _outages = Outages()
 COMPONENT = "Status"
@@ -118,6 +122,13 @@ def record_failed(conn: redis.Redis, ttl_s: float, job: dict[str, Any]) -> None:
     _write_to(conn, ttl_s, job, "failed", 0.0, error)
 
 
+def record_unrun(job: dict[str, Any], state: str) -> None:
+    """A tracked job a worker ended without running it (`state`: "expired"). Best-effort, as every
+    status write is."""
+    if client.redis_in_use() and tracked(job) and job.get("jid"):
+        _write(job, state)
+
+
 def _forget(jobs: Iterable[dict[str, Any]]) -> None:
     names = [keys.status(str(job["jid"])) for job in jobs]
     if not names:
@@ -168,6 +179,9 @@ def on_run(job: dict[str, Any], call_next: ServerNext) -> None:
     _write(job, "working")
     try:
         call_next()
+    except JobCancelled:
+        _write(job, "cancelled")
+        raise
     except BaseException as exc:  # a job's SystemExit is a failure too (worker/processor.py files it)
         error = error_fields(exc)
         error["error_message"] = error["error_message"][:1000]

@@ -93,3 +93,9 @@ def under_modules(module_name: str, allowed: Iterable[str]) -> bool:
 
 def is_registered(name: str) -> bool:
     return name in _registry
+
+
+def registered(name: str) -> RegisteredJob | None:
+    """The job registered under `name`, imported already (never imports: for code that only reads
+    a resolved job's options, such as filing its failure)."""
+    return _registry.get(name)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import random
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from cogworker import codec
+from cogworker.api import retry_filters
 from cogworker.api.payload import (
     DEFAULT_RETRIES,
     ERROR_MESSAGE_CHARS,
@@ -100,13 +101,22 @@ def _shown(value: Any) -> str:
     return codec.escape(codec.dumps_lenient(value)[0][:200])
 
 
-def on_failure(job: dict[str, Any], exc: BaseException, now: float | None = None) -> Filing:
-    """The next retry, or dead when the job is out of retries (or retry=False)."""
+def on_failure(
+    job: dict[str, Any],
+    exc: BaseException,
+    now: float | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> Filing:
+    """The next retry, or dead when the job is out of retries (or retry=False). `options`: the
+    registered job's, for its retry filters (retry_filters.py), which never travel in the payload."""
     now = time.time() if now is None else now
     failed = dict(job)
     failed.update(error_fields(exc))
     failed["backtrace"] = backtrace(exc)
     notes = odd_fields(job)
+    refused = retry_filters.not_retried(options, exc)
+    if refused is not None:
+        notes.append(refused)
     if notes:
         earlier = job.get(NOTES)
         failed[NOTES] = [*(earlier if isinstance(earlier, list) else []), *notes]
@@ -117,9 +127,9 @@ def on_failure(job: dict[str, Any], exc: BaseException, now: float | None = None
     else:
         failed["failed_at"] = now
     limit = retry_limit(job, DEFAULT_RETRIES)
-    if count < limit:
+    if count < limit and refused is None:
         failed["retry_count"] = count
-        return Filing(keys.RETRY, now + backoff_s(count), failed)
+        return Filing(keys.RETRY, now + retry_filters.delay_s(options, count, exc, backoff_s), failed)
     if "retry_count" in job or limit > 0:
         failed["retry_count"] = count
     failed["died_at"] = now

@@ -44,6 +44,7 @@ import redis
 import structlog
 
 from cogworker.api import client
+from cogworker.api.current_job import JobCancelled
 from cogworker.api.middleware import ClientNext, ServerNext
 from cogworker.api.payload import DEFAULT_RETRIES, terminal_failure
 from cogworker.store import key_guard, keys
@@ -182,10 +183,11 @@ def release_when_done(job: dict[str, Any], call_next: ServerNext) -> None:
         return
     try:
         call_next()
-    except BaseException:  # a job's SystemExit is a failure too (worker/processor.py files it)
+    except BaseException as exc:  # a job's SystemExit is a failure too (worker/processor.py files it)
         # Only a failure that sends it to dead; one going to retry is still pending. (The filing in
         # dead releases them too, after it is written; releasing twice is harmless, as owner-checked.)
-        if terminal_failure(job, DEFAULT_RETRIES):
+        # A cancelled job has ended for good too.
+        if isinstance(exc, JobCancelled) or terminal_failure(job, DEFAULT_RETRIES):
             _release(job)
         raise
     _release(job)

@@ -83,6 +83,7 @@ class Queued:
     index: int  # from the left end (where jobs are pushed); the right end is popped next
     size: int
     payload: dict[str, Any]
+    raw: str = ""  # the payload exactly as stored (what taking it off the queue matches)
 
     @property
     def ahead(self) -> int:
@@ -211,7 +212,7 @@ def _confirm(search: Search, jid: str, place: str, position: str, raw: str, leng
         return
     payload = codec.loads_dict(raw)
     if payload is not None and payload.get("jid") == jid:
-        search.queued.append(Queued(place[len(QUEUE_PLACE) :], int(position), length, payload))
+        search.queued.append(Queued(place[len(QUEUE_PLACE) :], int(position), length, payload, raw))
 
 
 def search(

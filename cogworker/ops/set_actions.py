@@ -17,6 +17,7 @@ from typing import Any
 import redis
 
 from cogworker import codec
+from cogworker.api import death
 from cogworker.api.job_status import record_failed
 from cogworker.ops import NotFound, OpsError
 from cogworker.ops.sets import BATCH, UNREADABLE, Entry, Filter, entries, get, set_key
@@ -196,17 +197,21 @@ def killed_payload(entry: Entry, now: float) -> dict[str, Any]:
 
 def _kill_script(scripts: Scripts, settings: Settings, entry: Entry, now: float, client: Any) -> Any:
     """bury.lua: written to dead, then taken out of its set, only if it is still there."""
+    # Lenient: an entry JSON can't hold as it is (nested too deep) is still killed, sanitised.
+    text = codec.dumps_lenient(killed_payload(entry, now))[0]
     return scripts.run(
         "bury",
-        [set_key(entry.set), keys.DEAD, keys.STAT_FAILED],
+        [set_key(entry.set), keys.DEAD, keys.STAT_FAILED, keys.DEATHS],
         [
             entry.raw,
             now,
-            # Lenient: an entry JSON can't hold as it is (nested too deep) is still killed, sanitised.
-            codec.dumps_lenient(killed_payload(entry, now))[0],
+            text,
             "0",
             settings.dead_max_jobs,
             now - settings.dead_timeout_s,
+            # The workers' on_death hooks run for a killed job too (api/death.py).
+            death.notice(death.KILLED, text),
+            settings.death_notices_max,
         ],
         client=client,
     )

@@ -9,6 +9,7 @@ from redis._parsers.encoders import Encoder
 from redis.connection import HiredisRespSerializer, PythonRespSerializer
 from redis.utils import HIREDIS_AVAILABLE
 
+from cogworker.redis_tls import client_options
 from cogworker.settings import Settings
 
 CONNECT_TIMEOUT_S = 2.0
@@ -56,7 +57,9 @@ def text_options() -> dict[str, Any]:
 
 def connect(settings: Settings, *, extra_timeout_s: float = 0.0) -> redis.Redis:
     """A client with a small pool. redis-py's own retries are off: callers decide what a failure means.
-    A command may wait `redis_timeout_s` for Redis; a blocking one adds its block time (`extra_timeout_s`)."""
+    A command may wait `redis_timeout_s` for Redis; a blocking one adds its block time (`extra_timeout_s`).
+    A `rediss://` URL gets the COGWORKER_REDIS_SSL_* files; every connection of the pool has them (the
+    fetch loop's own DirectConnection is made by this pool, so it has them too)."""
     return redis.Redis.from_url(
         settings.redis_url,
         socket_timeout=settings.redis_timeout_s + extra_timeout_s,
@@ -65,6 +68,7 @@ def connect(settings: Settings, *, extra_timeout_s: float = 0.0) -> redis.Redis:
         retry=None,
         health_check_interval=0,
         client_name=None,
+        **client_options(settings),
         **text_options(),
     )
 

@@ -13,6 +13,9 @@ PAUSED = PREFIX + "paused"  # set: queue names no process fetches from
 SCHEDULE = PREFIX + "schedule"  # zset: jobs due at a time (score = epoch seconds)
 RETRY = PREFIX + "retry"  # zset: failed jobs waiting for their next try
 DEAD = PREFIX + "dead"  # zset: jobs out of retries (score = time of death)
+# list: one notice per job filed in dead, written in the same script as the dead entry and popped by
+# workers with on_death hooks (api/death.py); capped at COGWORKER_DEATH_NOTICES_MAX, newest at the head
+DEATHS = PREFIX + "deaths"
 IN_PROGRESS_PREFIX = PREFIX + "inprogress:"  # list per process: fetched, not yet acknowledged
 IN_PROGRESS_IDENTITIES = PREFIX + "inprogress-identities"  # set: identities that may own such a list
 PROCESSES = PREFIX + "processes"  # set: identities that have beaten
@@ -35,6 +38,11 @@ PERIODIC_SLOT_PREFIX = PREFIX + "periodic:slot:"  # string per (entry, slot): th
 PERIODIC_RUNNING_PREFIX = PREFIX + "periodic:running:"  # string per entry: the jid of the run in flight
 PERIODIC_ENTRIES = PREFIX + "periodic:entries"  # hash: entry name -> its registration (JSON)
 STATUS_PREFIX = PREFIX + "status:"  # hash per jid, with a TTL
+# zset: jid -> when `cogworker.cancel` was asked for it (Redis's clock), trimmed by age and size;
+# every worker process reads it about once a second (worker/cancel_watch.py).
+CANCELS = PREFIX + "cancels"
+RESULT_PREFIX = PREFIX + "result:"  # string per jid, with a TTL: a job's kept result (api/results.py)
+RESULT_CHANNEL_PREFIX = PREFIX + "result-ready:"  # pub/sub per jid: "its result was just written"
 WAKE_CHANNEL = PREFIX + "wake"  # pub/sub: "a job was pushed to <queue>", for idle fetchers
 
 
@@ -98,6 +106,14 @@ def status(jid: str) -> str:
     return STATUS_PREFIX + jid
 
 
+def result(jid: str) -> str:
+    return RESULT_PREFIX + jid
+
+
+def result_channel(jid: str) -> str:
+    return RESULT_CHANNEL_PREFIX + jid
+
+
 def quarantine(what: str) -> str:
     return QUARANTINE_PREFIX + what
 
@@ -109,6 +125,7 @@ EXPECTED_TYPES: dict[str, str] = {
     SCHEDULE: "zset",
     RETRY: "zset",
     DEAD: "zset",
+    DEATHS: "list",
     IN_PROGRESS_IDENTITIES: "set",
     PROCESSES: "set",
     LAST_BEAT: "hash",
@@ -119,6 +136,7 @@ EXPECTED_TYPES: dict[str, str] = {
     **{stat(outcome): "string" for outcome in ENDED_UNRUN},
     PERIODIC_ENTRIES: "hash",
     GUARD_REQUESTS: "set",
+    CANCELS: "zset",
 }
 EXPECTED_PREFIX_TYPES: dict[str, str] = {
     QUEUE_PREFIX: "list",
@@ -129,6 +147,7 @@ EXPECTED_PREFIX_TYPES: dict[str, str] = {
     ORPHANINGS_PREFIX: "string",
     UNIQUE_PREFIX: "string",
     STATUS_PREFIX: "hash",
+    RESULT_PREFIX: "string",
     PERIODIC_SLOT_PREFIX: "string",
     PERIODIC_RUNNING_PREFIX: "string",
     STAT_PROCESSED + ":": "string",  # the per-day counters

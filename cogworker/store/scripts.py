@@ -27,6 +27,7 @@ _NAMES = (
     "handover",
     "periodic",
     "locate",
+    "cancel",
 )
 
 

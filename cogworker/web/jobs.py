@@ -6,21 +6,24 @@ The sets and queues are searched a bounded stretch per request; when the stretch
 job is found, the page links to the next one with the cursor as GET parameters (`place`, `at`,
 `first`), so a long search is a bookmarkable series of short requests. A live refresh (app.js's
 `X-Cogworker-Live` header) redraws only the running and status blocks and searches nothing.
+The page's Cancel button (a waiting or running job) posts to `/jobs/cancel` (ops/cancel.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from starlette.datastructures import QueryParams
+from starlette.datastructures import FormData, QueryParams
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from cogworker.ops import locate
+from cogworker.ops import OpsError, locate
+from cogworker.ops import cancel as cancel_ops
+from cogworker.web.actions import action, field
 from cogworker.web.render import page, path_to, redirect, segment
-from cogworker.web.state import state_of
+from cogworker.web.state import WebState, state_of
 
 # Set name -> the UI path of its pages.
 SET_PATHS = {"retry": "/retries", "scheduled": "/scheduled", "dead": "/dead"}
@@ -94,7 +97,23 @@ def job(request: Request) -> Response:
     )
 
 
+def _cancel_question(form: FormData) -> str:
+    return f"Cancel job {form.get('jid') or ''}? A waiting job never runs; a running one is cancelled."
+
+
+@action("/jobs", confirm=_cancel_question)
+def cancel(request: Request, state: WebState, form: FormData) -> str:
+    """The job page's Cancel button (ops/cancel.py): the flash says which case applied."""
+    try:
+        outcome = cancel_ops.cancel(state.client, state.scripts, field(form, "jid"))
+    except ValueError as exc:
+        raise OpsError(str(exc)) from None
+    return f"Job {outcome.jid}: {outcome.detail}."
+
+
 ROUTES: list[BaseRoute] = [
     Route("/jobs", find, name="jobs_find"),
+    # Before the page's path: it answers POST only, the page GET only.
+    Route("/jobs/cancel", cancel, methods=["POST"]),
     Route("/jobs/{jid}", job, name="job"),
 ]

@@ -6,6 +6,9 @@ the job's structlog values (jid, job, queue) and whatever contextvars the middle
 carrier waits for it. The middleware chain and the settling therefore run exactly as for a sync job,
 unchanged; only the job's body runs on the loop, beside up to `COGWORKER_ASYNC_CONCURRENCY` others.
 
+`cogworker.cancel(jid)` of a running async job cancels its task (through the job's CurrentJob,
+api/current_job.py); its carrier then raises JobCancelled, which ends the job as cancelled.
+
 A stop cancels the tasks still running at its deadline (`cancel_all`): their carriers never come
 back, like a sync job's thread still busy then, so nothing is settled or released and the stop's
 requeue puts their jobs back on their queues.
@@ -28,6 +31,8 @@ from collections.abc import Coroutine
 from typing import Any
 
 import structlog
+
+from cogworker.api.current_job import JobCancelled, running_job
 
 log = structlog.get_logger("cogworker.async")
 
@@ -85,6 +90,7 @@ class AsyncLoop:
         label = {"job": str(job.get("class")), "jid": str(job.get("jid") or ""), "queue": queue}
         done = threading.Event()
         started: list[asyncio.Task[Any]] = []
+        current = running_job()  # cogworker.cancel: cancelling the job cancels its task
 
         def start() -> None:
             task = loop.create_task(coro, name=f"{label['job']} {label['jid']}", context=context)
@@ -92,6 +98,8 @@ class AsyncLoop:
             task.add_done_callback(self._finished)
             task.add_done_callback(lambda _task: done.set())
             started.append(task)
+            if current is not None:
+                current.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
 
         try:
             loop.call_soon_threadsafe(start)
@@ -104,6 +112,8 @@ class AsyncLoop:
             # never returns into the middleware (no status, no unique release, no settle); the stop's
             # requeue puts the job back. The thread is a daemon and ends with the process.
             threading.Event().wait()
+        if started[0].cancelled() and current is not None and current.cancelled:
+            raise JobCancelled(current.jid)  # not a failure: the job was cancelled (cogworker.cancel)
         return started[0].result()
 
     def _finished(self, task: asyncio.Task[Any]) -> None:

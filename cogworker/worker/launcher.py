@@ -26,7 +26,9 @@ from cogworker.settings import Settings
 from cogworker.store.connection import connect
 from cogworker.store.redis_context import RedisContext
 from cogworker.worker.basic_fetch import BasicFetch
+from cogworker.worker.cancelled import CancelWatch
 from cogworker.worker.command_pipe import CommandPipe
+from cogworker.worker.death_hooks import DeathHookRunner
 from cogworker.worker.fetch import Fetcher, server_supports_reliable
 from cogworker.worker.heartbeat import Heartbeat
 from cogworker.worker.manager import Manager
@@ -73,7 +75,9 @@ class Launcher:
         self.manager: Manager | None = None
         self.heartbeat: Heartbeat | None = None
         self.poller: Poller | None = None
+        self.death_hooks = DeathHookRunner(self.ctx)
         self.settler: Settler | None = None
+        self.cancels: CancelWatch | None = None
         self.exit_code = exitcodes.OK
 
     # Commands from signals (main thread) and from the heartbeat's remote commands.
@@ -118,6 +122,10 @@ class Launcher:
             extra_tasks=[self.recovery.retry_burials, ticker.poll, unique.retry_deferred_releases],
         )
         self.manager.on_wrong_type = self.poller.check_keys_soon
+        # Cancels are known before the first fetch: a job cancelled while its process died is
+        # recovered onto a queue, and must not run when fetched here (worker/cancelled.py).
+        self.cancels = CancelWatch(self.ctx)
+        self.cancels.start()
         self.manager.reconciler.on_buried = self.recovery.complete_burials
         # What is loaded by now lives as long as the process. Out of the collector's reach, a full
         # collection no longer walks ~50,000 objects (over 20 ms, a stall every job would feel), and a
@@ -127,6 +135,7 @@ class Launcher:
         self.manager.start()
         self.heartbeat.start()
         self.poller.start()
+        self.death_hooks.start()
         log.info(
             "worker_ready",
             queues=self.settings.queues,
@@ -254,6 +263,7 @@ class Launcher:
         self._title("stopping")
         log.info("stopping", timeout_s=self.settings.timeout_s, busy=self.manager.busy)
         self.poller.stop()
+        self.death_hooks.stop()
         deadline = time.monotonic() + self.settings.timeout_s
         left = self.manager.stop(deadline)
         if left:
@@ -281,6 +291,8 @@ class Launcher:
                 "orphan recovery requeues them after the orphan threshold",
             )
         self.heartbeat.stop()
+        if self.cancels is not None:  # after the drain: a job running until then can still be cancelled
+            self.cancels.stop()
         try:
             self.heartbeat.clear(list_empty=list_empty)
         except Exception as exc:

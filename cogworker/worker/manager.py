@@ -163,8 +163,9 @@ class Manager(WaitTurnHandoff, AsyncHandoff, StuckThreads):
                 thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._stop_carriers(deadline)
         self.limits.close()
-        self.flush_acks()
+        # Kept results first: each written one queues its job's ack, which the flush then sends.
         self._settler.retry_pending()
+        self.flush_acks()
         with self._cond:
             return [r.work for r in self._running.values()]
 

@@ -18,7 +18,7 @@ import redis
 import structlog
 
 from cogworker import codec
-from cogworker.api import retry
+from cogworker.api import death, retry
 from cogworker.store import key_guard, keys
 from cogworker.store.redis_context import RedisContext
 from cogworker.worker.recovery import Recovery
@@ -234,10 +234,21 @@ class Poller:
         stopped it (nothing moved then), else None."""
         what = "not valid UTF-8" if not codec.is_utf8(raw) else "not a job (a JSON object with a queue)"
         filing = retry.unreadable(raw, None, f"{what} in {set_key}")
+        text = codec.dumps(filing.payload)
         reply = self._scripts.run(
             "bury",
-            [set_key, keys.DEAD, keys.STAT_FAILED],
-            [raw, filing.score, codec.dumps(filing.payload)],
+            [set_key, keys.DEAD, keys.STAT_FAILED, keys.DEATHS],
+            # Counted, no dead-set cap (as before), and its death notice (api/death.py).
+            [
+                raw,
+                filing.score,
+                text,
+                "1",
+                0,
+                0,
+                death.notice(death.UNREADABLE, text),
+                self._settings.death_notices_max,
+            ],
             client=self._client,
         )
         wrong = key_guard.script_wrong_type(reply)

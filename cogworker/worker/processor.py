@@ -7,7 +7,8 @@ awaitable fails with TypeError (api/async_jobs.py).
 
 Nothing here may kill the job thread: an unreadable payload (not JSON, not UTF-8), a job that can't
 be imported, a job that raises anything (SystemExit and KeyboardInterrupt too) and a payload with odd
-field values all end filed in retry or dead with their error.
+field values all end filed in retry or dead with their error. A job ending with JobCancelled
+(cogworker.cancel) is acknowledged and counted cancelled instead (`_end_unrun`).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from typing import Any
 import structlog
 
 from cogworker import codec, logs
-from cogworker.api import features, retry
+from cogworker.api import current_job, expiry, features, job_status, results, retry
 from cogworker.api.async_jobs import check_result, run_to_completion
+from cogworker.api.current_job import CurrentJob
 from cogworker.api.middleware import run_server_chain
-from cogworker.api.registry import resolve
+from cogworker.api.registry import RegisteredJob, registered, resolve
 from cogworker.api.time_limits import with_limit
 from cogworker.worker.fetch import Work
 from cogworker.worker.job_stats import JobCounts
@@ -70,26 +72,65 @@ def process(
     jid = str(job.get("jid") or "")
     # Every line logged on this thread while the job runs (ours and the job's own) carries these.
     structlog.contextvars.bind_contextvars(jid=jid, job=job["class"], queue=work.queue)
+    if expiry.expired(job, time.time()):
+        _end_unrun(work, job, "expired", settler, stats, expires_at=job.get(expiry.EXPIRES_AT))
+        structlog.contextvars.unbind_contextvars("jid", "job", "queue")
+        return
     started = time.perf_counter()
     verbose = logs.enabled("info")
     if verbose:
         log.info("job_start")
     features.ensure_installed()
+    # A job that keeps its result (api/results.py): the body's record, made inside the chain.
+    ttl = results.ttl_s(job)
+    kept: list[str] | None = [] if ttl is not None else None
+    # cogworker.current_job(); a cancel this process knows of, or learns of while it runs, flags it.
+    current, token = current_job.begin(jid, work.queue, job["class"])
     try:
-        run_server_chain(job, lambda: _perform(job, work, allowed, run_async, limits))
+        run_server_chain(job, lambda: _perform(job, work, allowed, run_async, current, kept, limits))
+    except current_job.JobCancelled:
+        elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
+        _end_unrun(work, job, "cancelled", settler, stats, elapsed_ms=elapsed_ms)
     except BaseException as exc:
         # BaseException too: a job's SystemExit or KeyboardInterrupt is its failure, not the
         # thread's end. Left to escape, it would leave the job in progress and the thread dead.
-        _file_failure(work, job, exc, settler, stats, time.perf_counter() - started)
+        _file_failure(work, job, exc, settler, stats, time.perf_counter() - started, ttl)
     else:
-        settler.ack(work.raw, jid)
+        if ttl is not None and kept:
+            settler.after_result(work.raw, jid, kept[0], ttl, lambda: settler.ack(work.raw, jid))
+        else:
+            settler.ack(work.raw, jid)
         elapsed = time.perf_counter() - started
         stats.processed += 1
         stats.jobs.add(work.queue, job["class"], elapsed)
         if verbose:
             log.info("job_done", elapsed_ms=round(elapsed * 1000, 2))
     finally:
+        current_job.end(current, token)
         structlog.contextvars.unbind_contextvars("jid", "job", "queue")
+
+
+def _end_unrun(
+    work: Work, job: dict[str, Any], outcome: str, settler: Settler, stats: Stats, **why: Any
+) -> None:
+    """A job that ends without running (keys.ENDED_UNRUN): counted, logged once, its status and locks
+    settled, acknowledged. No middleware sees it: it never started. A job that keeps its result gets
+    its end as one (`cogworker.JobExpired`...), so a waiter learns of it rather than timing out."""
+    ttl = results.ttl_s(job)
+    if ttl is None:
+        settler.end_unrun(work.raw, job, outcome)
+    else:
+        error = {"error_class": f"cogworker.Job{outcome.capitalize()}", "error_message": f"job {outcome}"}
+        if outcome == "expired":
+            error["error_message"] = f"not started before its expires_at ({why.get('expires_at')})"
+        elif outcome == "cancelled":
+            error["error_message"] = "cancelled by cogworker.cancel"
+        jid = str(job.get("jid") or "")
+        record = results.failure_record(error)
+        settler.after_result(work.raw, jid, record, ttl, lambda: settler.end_unrun(work.raw, job, outcome))
+    job_status.record_unrun(job, outcome)
+    stats.jobs.ended_unrun(work.queue, job["class"], outcome)
+    log.warning(f"job_{outcome}", **why)
 
 
 def _file_unreadable(work: Work, settler: Settler, stats: Stats) -> None:
@@ -106,12 +147,27 @@ def _file_unreadable(work: Work, settler: Settler, stats: Stats) -> None:
 
 
 def _file_failure(
-    work: Work, job: dict[str, Any], exc: BaseException, settler: Settler, stats: Stats, elapsed: float
+    work: Work,
+    job: dict[str, Any],
+    exc: BaseException,
+    settler: Settler,
+    stats: Stats,
+    elapsed: float,
+    result_ttl: float | None = None,
 ) -> None:
     # Encoded here, before the log line says where it goes: a payload that had to be sanitised for
     # storing may be redirected to dead (retry.storable).
-    filing = retry.storable(retry.on_failure(job, exc), work.raw)
-    settler.file(work.raw, filing)
+    # The job's retry filters (retry_on, discard_on, retry_in) are code, never in the payload: read
+    # from the job as registered here (resolved by the run that failed, if it could be).
+    found = registered(job["class"])
+    filing = retry.storable(retry.on_failure(job, exc, options=found.options if found else None), work.raw)
+    if result_ttl is not None and filing.dead:
+        # Failed for good: its error is the result (a failure that will be retried writes none).
+        record = results.failure_record(filing.payload)
+        jid = str(job.get("jid") or "")
+        settler.after_result(work.raw, jid, record, result_ttl, lambda: settler.file(work.raw, filing))
+    else:
+        settler.file(work.raw, filing)
     stats.failed += 1
     stats.jobs.add(work.queue, job["class"], elapsed, failed=True, dead=filing.dead)
     log.warning(
@@ -125,28 +181,51 @@ def _file_failure(
 
 
 def _perform(
-    job: dict[str, Any], work: Work, allowed: tuple[str, ...], run_async: RunAsync, limits: TimeLimits | None
+    job: dict[str, Any],
+    work: Work,
+    allowed: tuple[str, ...],
+    run_async: RunAsync,
+    current: CurrentJob,
+    kept: list[str] | None,
+    limits: TimeLimits | None,
 ) -> None:
     """Inside the server chain, so middleware sees a job that can't be imported fail like any other
-    (and an async job's coroutine is created, and run, in the context the middleware set up). A time
-    limit is armed around the job's own call only: never around middleware (time_limits.py)."""
+    (and an async job's coroutine is created, and run, in the context the middleware set up).
+    `kept`: where the result's record goes, for a job that keeps one; a return value JSON can't
+    hold is then the job's failure."""
+    current.raise_if_cancelled()  # cancelled before it started (fetched again after a crash, say)
     args = job.get("args", [])
     kwargs = job.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise TypeError("payload args must be a list and kwargs an object")
     found = resolve(job["class"], allowed=allowed)
+    value = _call(found, args, kwargs, job, work, run_async, limits)
+    if kept is not None:
+        kept.append(results.success_record(found.name, value))
+
+
+def _call(
+    found: RegisteredJob,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    job: dict[str, Any],
+    work: Work,
+    run_async: RunAsync,
+    limits: TimeLimits | None,
+) -> Any:
+    """The job's own call, under its time limit if it has one (time_limits.py): armed around this
+    call only, never around middleware or settling."""
     limit = limits.limit_for(job) if limits is not None else None
     queue = work.queue
     if found.is_async:
         coro = found.func(*args, **kwargs)
         if limit is None or limits is None:
-            run_async(coro, job, queue)
-        else:
-            limited = with_limit(coro, limit)
-            limits.call(limit, work, job, lambda: run_async(limited, job, queue), inject=False)
-    elif limit is None or limits is None:
-        check_result(found.name, found.func(*args, **kwargs))
+            return run_async(coro, job, queue)
+        limited = with_limit(coro, limit)
+        return limits.call(limit, work, job, lambda: run_async(limited, job, queue), inject=False)
+    if limit is None or limits is None:
+        value = found.func(*args, **kwargs)
     else:
-        check_result(
-            found.name, limits.call(limit, work, job, lambda: found.func(*args, **kwargs), inject=True)
-        )
+        value = limits.call(limit, work, job, lambda: found.func(*args, **kwargs), inject=True)
+    check_result(found.name, value)
+    return value

@@ -4,7 +4,8 @@ Every live process does this every `orphan_check_interval_s` (and once at boot, 
 for lists no registry names); the supervisor does it at once for a child it saw die. The death check
 runs inside the requeue script, atomically with the requeue (requeue.lua says why). A job orphaned
 more than `max_orphanings` times is a poison pill: it goes to dead with a ProcessDied error (and, if
-its status is tracked, its status becomes "failed").
+its status is tracked, its status becomes "failed"). A job `cogworker.cancel` was asked for is not
+requeued at all: it is counted cancelled (requeue.lua reads the cancel record).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import redis
 import structlog
 
 from cogworker import codec
-from cogworker.api import retry
+from cogworker.api import death, retry
 from cogworker.api.job_status import record_failed
 from cogworker.api.payload import DEFAULT_QUEUE
-from cogworker.store import key_guard, keys
+from cogworker.store import key_guard, keys, outcomes
 from cogworker.store.redis_context import RedisContext
 
 log = structlog.get_logger("cogworker.recovery")
@@ -38,6 +39,7 @@ class RequeueResult:
     unlisted: list[str] = field(default_factory=list)
     buried: list[str] = field(default_factory=list)
     wrong_type: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)  # raw jobs not requeued: cogworker.cancel asked
 
 
 class Recovery:
@@ -64,6 +66,7 @@ class Recovery:
                 keys.DEAD,
                 keys.QUEUES,
                 keys.LIVE_QUEUES,
+                keys.CANCELS,
             ],
             [
                 keys.QUEUE_PREFIX,
@@ -80,16 +83,19 @@ class Recovery:
             ],
             client=self._client,
         )
-        moved, failed, n_unlisted, n_wrong = (int(n) for n in reply[:4])
+        moved, failed, n_unlisted, n_wrong, n_cancelled = (int(n) for n in reply[:5])
         if moved < 0:
             return RequeueResult(alive=True)
+        at = 5 + n_unlisted + n_wrong
         result = RequeueResult(
             moved=moved,
             failed=failed,
-            unlisted=[str(q) for q in reply[4 : 4 + n_unlisted]],
-            wrong_type=[str(k) for k in reply[4 + n_unlisted : 4 + n_unlisted + n_wrong]],
-            buried=[str(r) for r in reply[4 + n_unlisted + n_wrong :]],
+            unlisted=[str(q) for q in reply[5 : 5 + n_unlisted]],
+            wrong_type=[str(k) for k in reply[5 + n_unlisted : at]],
+            cancelled=[str(r) for r in reply[at : at + n_cancelled]],
+            buried=[str(r) for r in reply[at + n_cancelled :]],
         )
+        self._end_cancelled(identity, result.cancelled)
         if result.unlisted:
             log.warning(
                 "requeued_onto_unread_queues",
@@ -110,6 +116,16 @@ class Recovery:
             key_guard.request(self._client, *result.wrong_type)
         self.complete_burials(result.buried)
         return result
+
+    def _end_cancelled(self, identity: str, raws: list[str]) -> None:
+        """Jobs cancelled while their process was dying, taken off its list instead of requeued:
+        counted, their locks released (ops/cancel.py, worker/cancelled.py)."""
+        for raw in raws:
+            job = codec.loads_dict(raw) or {}
+            jid = str(job.get("jid") or "")
+            outcomes.record(self._client, "cancelled", jid)
+            self._locks.release_terminal(job)
+            log.warning("cancelled_job_not_requeued", owner=identity, jid=jid, job=job.get("class"))
 
     def requeue_dead(self, identity: str) -> RequeueResult:
         """For the supervisor: a child it reaped is known dead; requeue now, counting orphanings."""
@@ -174,7 +190,9 @@ class Recovery:
                     if raw not in self._pending_burials:
                         self._pending_burials.append(raw)
                 self._outages.report("Orphan recovery", exc)
-                if key_guard.is_wrong_type(exc):
+                if isinstance(exc, key_guard.WrongTypeKey):
+                    key_guard.request(self._client, exc.key)
+                elif key_guard.is_wrong_type(exc):
                     key_guard.request(self._client, keys.DEAD)
             else:
                 with self._mutex:
@@ -202,7 +220,16 @@ class Recovery:
         # as if Redis had failed would never succeed.
         filing, text = retry.encoded(retry.Filing(keys.DEAD, now, job), raw)
         job = filing.payload
-        swapped = self._scripts.run("swap_dead", [keys.DEAD], [raw, now, text], client=self._client)
+        # Its death notice (api/death.py) goes with the proper entry, in the same swap.
+        swapped = self._scripts.run(
+            "swap_dead",
+            [keys.DEAD, keys.DEATHS],
+            [raw, now, text, death.notice(death.POISON_PILL, text), self._settings.death_notices_max],
+            client=self._client,
+        )
+        wrong = key_guard.script_wrong_type(swapped)
+        if wrong is not None:
+            raise key_guard.WrongTypeKey(wrong, None)
         if swapped:
             log.error("poison_pill_to_dead", jid=job.get("jid"), job=job.get("class"))
             self._locks.release_terminal(job)

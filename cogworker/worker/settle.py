@@ -14,6 +14,7 @@ import datetime as dt
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +22,10 @@ import redis
 import structlog
 
 from cogworker import codec
+from cogworker.api import death, results
 from cogworker.api.retry import Filing, encoded, storable
 from cogworker.settings import Settings
-from cogworker.store import key_guard, keys
+from cogworker.store import key_guard, keys, outcomes
 from cogworker.store.connection import is_unavailable
 from cogworker.store.locks import Locks
 from cogworker.store.redis_context import RedisContext
@@ -43,6 +45,17 @@ class PendingFiling:
     filing: Filing
 
 
+@dataclass(slots=True)
+class PendingResult:
+    """A job's result still to write (api/results.py); `then` (its ack, or its dead filing) waits."""
+
+    raw: str
+    jid: str
+    record: str
+    ttl: float
+    then: Callable[[], object]
+
+
 class Settler:
     def __init__(self, ctx: RedisContext, in_progress_key: str) -> None:
         self._client = ctx.client
@@ -53,6 +66,7 @@ class Settler:
         self._in_progress = in_progress_key
         self._acks: deque[tuple[str, str]] = deque()
         self._pending: list[PendingFiling] = []
+        self._pending_results: list[PendingResult] = []
         self._lock = threading.Lock()
         self._wrong_type_reported: dict[str, float] = {}
 
@@ -63,6 +77,15 @@ class Settler:
     # Acknowledgements: taken by the fetcher on its next round trip.
     def ack(self, raw: str, jid: str) -> None:
         self._acks.append((raw, jid))
+
+    def end_unrun(self, raw: str, job: dict[str, Any], outcome: str) -> None:
+        """A job that ended without running (expired, cancelled): counted in Redis, its locks (a
+        unique claim) released, then acknowledged like a finished one. The count and the release are
+        best-effort (logged, deferred); the acknowledgement is as reliable as any."""
+        jid = str(job.get("jid") or "")
+        outcomes.record(self._client, outcome, jid)
+        self._locks.release_terminal(job)
+        self.ack(raw, jid)
 
     def take_acks(self) -> list[tuple[str, str]]:
         taken: list[tuple[str, str]] = []
@@ -77,6 +100,34 @@ class Settler:
     @property
     def pending_acks(self) -> int:
         return len(self._acks)
+
+    # Results (api/results.py): written before the job's ack or dead filing, so a job whose result
+    # is lost in a crash runs again and writes it. A write that fails is kept, with what follows it,
+    # and retried like a filing; at shutdown the job stays in progress and runs again.
+    def after_result(self, raw: str, jid: str, record: str, ttl: float, then: Callable[[], object]) -> None:
+        try:
+            results.store(self._client, jid, record, ttl)
+        except Exception as exc:
+            self._report(exc)
+            with self._lock:
+                self._pending_results.append(PendingResult(raw, jid, record, ttl, then))
+            return
+        then()
+
+    def _retry_results(self) -> bool:
+        """Write the kept results, each then acked or filed. False when Redis still fails."""
+        with self._lock:
+            pending, self._pending_results = self._pending_results, []
+        for index, item in enumerate(pending):
+            try:
+                results.store(self._client, item.jid, item.record, item.ttl)
+            except Exception as exc:
+                self._report(exc)
+                with self._lock:
+                    self._pending_results[:0] = pending[index:]
+                return False
+            item.then()
+        return True
 
     # Filings into retry/dead.
     def file(self, raw: str, filing: Filing) -> bool:
@@ -101,6 +152,8 @@ class Settler:
         day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
         dead = filing.dead
         jid = str(filing.payload.get("jid") or "")
+        # A job filed in dead gets its death notice (api/death.py) in the same script.
+        notice_keys, notice_args = death_notice(self._settings, death.cause_of(filing.payload), text, dead)
         reply = self._scripts.run(
             "settle",
             [
@@ -109,6 +162,7 @@ class Settler:
                 keys.STAT_FAILED,
                 keys.stat_failed_day(day),
                 keys.orphanings(jid),
+                *notice_keys,
             ],
             [
                 raw,
@@ -117,6 +171,7 @@ class Settler:
                 "1",
                 self._settings.dead_max_jobs if dead else 0,
                 time.time() - self._settings.dead_timeout_s,
+                *notice_args,
             ],
             client=self._client,
         )
@@ -141,6 +196,8 @@ class Settler:
         key_guard.request(self._client, exc.key)
 
     def retry_pending(self) -> None:
+        if self._pending_results and not self._retry_results():
+            return
         with self._lock:
             pending, self._pending = self._pending, []
         for index, item in enumerate(pending):
@@ -158,21 +215,30 @@ class Settler:
 
     @property
     def pending_filings(self) -> int:
+        """Filings, and results (which an ack or filing waits for), still to write."""
         with self._lock:
-            return len(self._pending)
+            return len(self._pending) + len(self._pending_results)
 
     def holding(self) -> list[str]:
         """Payloads still to settle here (acknowledgements not yet sent, filings not yet made): their
         jobs stay on the in-progress list until then, and a reconcile (reconcile.py) keeps them."""
         with self._lock:
-            pending = [item.raw for item in self._pending]
+            pending = [item.raw for item in self._pending] + [item.raw for item in self._pending_results]
         # list() copies the deque in one step under the GIL, safe against a job thread's append.
         return [raw for raw, _jid in list(self._acks)] + pending
 
     def hand_over(self) -> int:
-        """At shutdown: give unfiled filings to Redis for another process. Returns how many remain."""
+        """At shutdown: give unfiled filings to Redis for another process. Returns how many remain.
+        A job whose result is still unwritten stays in progress: requeued, it runs again."""
         with self._lock:
             pending, self._pending = self._pending, []
+            unwritten, self._pending_results = len(self._pending_results), []
+        if unwritten:
+            log.error(
+                "results_unwritten_jobs_left_in_progress",
+                count=unwritten,
+                note="Redis is unreachable: their results were not written, so they will run again",
+            )
         left: list[PendingFiling] = []
         for item in pending:
             record = handover_record(*encoded(item.filing, item.raw))
@@ -193,7 +259,7 @@ class Settler:
                 count=len(left),
                 note="Redis is unreachable: they stay on the in-progress list and will run again",
             )
-        return len(left)
+        return len(left) + unwritten
 
 
 def handover_record(filing: Filing, text: str) -> str:
@@ -225,10 +291,13 @@ def file_unsettled(client: redis.Redis, scripts: Scripts, settings: Settings, lo
             # Not one we handed over (those are encoded safely): set aside like any unusable record.
             quarantine_head(client, settings, keys.UNSETTLED, str(record), "unsettled")
             continue
+        notice_keys, notice_args = death_notice(
+            settings, death.cause_of(payload), text, entry["set"] == keys.DEAD
+        )
         done = scripts.run(
             "file_unsettled",
-            [keys.UNSETTLED, entry["set"], keys.orphanings(str(payload.get("jid") or ""))],
-            [record, entry["score"], text],
+            [keys.UNSETTLED, entry["set"], keys.orphanings(str(payload.get("jid") or "")), *notice_keys],
+            [record, entry["score"], text, *notice_args],
             client=client,
         )
         wrong = key_guard.script_wrong_type(done)
@@ -243,6 +312,14 @@ def file_unsettled(client: redis.Redis, scripts: Scripts, settings: Settings, lo
             if entry["set"] == keys.DEAD:
                 locks.release_terminal(payload)
     return filed
+
+
+def death_notice(settings: Settings, cause: str, text: str, dead: bool) -> tuple[list[str], list[Any]]:
+    """The extra keys and arguments a filing script takes to push a death notice: none unless the
+    filing is in dead."""
+    if not dead:
+        return [], []
+    return [keys.DEATHS], [death.notice(cause, text), settings.death_notices_max]
 
 
 def quarantine_head(client: redis.Redis, settings: Settings, list_key: str, record: str, what: str) -> None:

@@ -220,7 +220,7 @@ class SwarmMetrics:
             registry=self.registry,
         )
         self.registry.register(_SwarmCollector(self))
-        self.registry.register(RedisCollector(settings.redis_url, scrape_timeout_s, redis_cache_s))
+        self.registry.register(RedisCollector(settings, scrape_timeout_s, redis_cache_s))
 
     # Serving -----------------------------------------------------------------------------------
     def start(self) -> int | None:

@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 from cogworker import codec
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
+from cogworker.redis_tls import TlsSettings, client_options
 from cogworker.store.connection import text_options
 from cogworker.store.outage import Outages
 
@@ -42,9 +43,14 @@ class RedisCollector(Collector):
     """
 
     def __init__(
-        self, redis_url: str, timeout_s: float, cache_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: TlsSettings,
+        timeout_s: float,
+        cache_s: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._url = redis_url
+        # The URL and the TLS files (a rediss:// URL's CA, client certificate and key).
+        self._settings = settings
         self._timeout_s = timeout_s
         self._cache_s = cache_s
         self._clock = clock
@@ -58,7 +64,7 @@ class RedisCollector(Collector):
     def _connection(self) -> redis.Redis:
         if self._client is None:
             self._client = redis.Redis.from_url(
-                self._url,
+                self._settings.redis_url,
                 socket_timeout=self._timeout_s,
                 socket_connect_timeout=self._timeout_s,
                 retry_on_timeout=False,
@@ -66,6 +72,7 @@ class RedisCollector(Collector):
                 health_check_interval=0,
                 # Reads are one at a time (the lock): a second connection would be a bug, not a need.
                 max_connections=1,
+                **client_options(self._settings),
                 # Decoded as the workers decode: a payload or name that isn't UTF-8 can't fail it.
                 **text_options(),
             )

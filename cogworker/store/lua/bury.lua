@@ -11,12 +11,19 @@
 -- ARGV[4]  "1" to count a failure, "0" not to (default "1")
 -- ARGV[5]  dead-set cap: most entries kept (0 or absent = no cap)
 -- ARGV[6]  dead-set cap: entries older than this score are trimmed
+-- KEYS[4], ARGV[7], ARGV[8]  (optional) cogworker:deaths, the death notice to push there, and how
+--          many notices that list keeps (see "Death notices and on_death hooks" in
+--          docs/architecture.md)
 -- Returns 1 when moved, 0 when someone else took it first, or {"wrongtype", key} when a key has
 -- the wrong type (nothing changed).
 --
 -- Types are checked first and the dead entry is written before the entry is taken out: Redis keeps
 -- what a script wrote before an error, so a removal followed by a failed write would lose the job.
-for _, want in ipairs({{KEYS[1], "zset"}, {KEYS[2], "zset"}, {KEYS[3], "string"}}) do
+local wanted = {{KEYS[1], "zset"}, {KEYS[2], "zset"}, {KEYS[3], "string"}}
+if KEYS[4] then
+  wanted[#wanted + 1] = {KEYS[4], "list"}
+end
+for _, want in ipairs(wanted) do
   local kind = redis.call("TYPE", want[1])["ok"]
   if kind ~= want[2] and kind ~= "none" then
     return {"wrongtype", want[1]}
@@ -34,5 +41,9 @@ local cap = tonumber(ARGV[5])
 if cap and cap > 0 then
   redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[6])
   redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -cap - 1)
+end
+if KEYS[4] then
+  redis.call("LPUSH", KEYS[4], ARGV[7])
+  redis.call("LTRIM", KEYS[4], 0, tonumber(ARGV[8]) - 1)
 end
 return 1

@@ -6,10 +6,17 @@
 -- ARGV[1]  the record, as it is at the head of the list
 -- ARGV[2]  score
 -- ARGV[3]  payload
+-- KEYS[4], ARGV[4], ARGV[5]  (only when the set is cogworker:dead) cogworker:deaths, the death notice
+--          to push there, and how many notices that list keeps (see "Death notices and on_death
+--          hooks" in docs/architecture.md)
 -- Returns 1 when filed, 0 when the head changed (another process filed it), or {"wrongtype", key}
 -- when a key has the wrong type (nothing changed: the record stays at the head).
 -- The record is written to its set before it is taken off the list, so an error loses nothing.
-for _, want in ipairs({{KEYS[1], "list"}, {KEYS[2], "zset"}}) do
+local wanted = {{KEYS[1], "list"}, {KEYS[2], "zset"}}
+if KEYS[4] then
+  wanted[#wanted + 1] = {KEYS[4], "list"}
+end
+for _, want in ipairs(wanted) do
   local kind = redis.call("TYPE", want[1])["ok"]
   if kind ~= want[2] and kind ~= "none" then
     return {"wrongtype", want[1]}
@@ -21,4 +28,8 @@ end
 redis.call("ZADD", KEYS[2], ARGV[2], ARGV[3])
 redis.call("LPOP", KEYS[1])
 redis.call("DEL", KEYS[3])
+if KEYS[4] then
+  redis.call("LPUSH", KEYS[4], ARGV[4])
+  redis.call("LTRIM", KEYS[4], 0, tonumber(ARGV[5]) - 1)
+end
 return 1

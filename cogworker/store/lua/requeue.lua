@@ -8,6 +8,7 @@
 -- KEYS[4]  cogworker:dead
 -- KEYS[5]  cogworker:queues
 -- KEYS[6]  cogworker:live-queues
+-- KEYS[7]  cogworker:cancels (jid -> when it was cancelled): a job named there is not requeued
 -- ARGV[1]  queue key prefix
 -- ARGV[2]  queue for a payload whose own queue can't be read (the processor buries it from there)
 -- ARGV[3]  the owner's identity
@@ -19,10 +20,12 @@
 -- ARGV[9]  periodic running-lock key prefix
 -- ARGV[10] periodic running-lock TTL in seconds
 -- ARGV[11] the caller's clock (epoch seconds), used only if TIME is refused
--- Returns {moved, failed, n, m, <n queue names no live process reads>..., <m keys of the wrong type>...,
--- <raw jobs filed in dead>...}, or {-1, 0, 0, 0} when the owner turned out to be alive. A job whose
--- queue, orphan counter or dead set has the wrong type is kept on the list (failed) and that key
--- named, for the key guard.
+-- Returns {moved, failed, n, m, c, <n queue names no live process reads>..., <m keys of the wrong
+-- type>..., <c raw jobs cancelled>..., <raw jobs filed in dead>...}, or {-1, 0, 0, 0, 0} when the owner
+-- turned out to be alive. A job whose queue, orphan counter or dead set has the wrong type is kept on
+-- the list (failed) and that key named, for the key guard. A job `cogworker.cancel` was asked for
+-- (its jid in the cancel record) is taken off the list and returned, not requeued: it was cancelled
+-- while its process was dying, and must not run again (the caller counts it and releases its locks).
 if redis.replicate_commands then redis.replicate_commands() end
 
 local now = tonumber(ARGV[11])
@@ -31,17 +34,23 @@ if ok_time then now = tonumber(time[1]) end
 
 if ARGV[4] ~= "" then
   if redis.call("EXISTS", KEYS[2]) == 1 then
-    return {-1, 0, 0, 0}
+    return {-1, 0, 0, 0, 0}
   end
   -- A stamp that isn't a number counts as none: the presence key alone then decides.
   local last = tonumber(redis.call("HGET", KEYS[3], ARGV[3]) or "")
   if last and now - last <= tonumber(ARGV[4]) then
-    return {-1, 0, 0, 0}
+    return {-1, 0, 0, 0, 0}
   end
 end
 
 local moved, failed = 0, 0
-local buried, unlisted, wrong = {}, {}, {}
+local buried, unlisted, wrong, cancelled = {}, {}, {}, {}
+
+-- A cancel record of the wrong type answers an error: read as "not cancelled" (the key guard's
+-- pass moves it aside), so recovery itself never stops on it.
+local function is_cancelled(jid)
+  return jid ~= nil and type(redis.pcall("ZSCORE", KEYS[7], jid)) == "string"
+end
 
 local function retake_running_lock(key, jid, ttl)
   local holder = redis.pcall("GET", key)
@@ -114,19 +123,26 @@ for _ = 1, count do
   local job = redis.call("LINDEX", KEYS[1], 0)
   if not job then break end
   local queue, jid = read_job(job)
-  local orphaned = 0
+  local outcome
   local counted = false
-  if ARGV[5] ~= "" and jid then
-    orphaned = count_orphaning(jid)
-    counted = orphaned ~= nil
+  if is_cancelled(jid) then
+    outcome = "cancelled"
+  else
+    local orphaned = 0
+    if ARGV[5] ~= "" and jid then
+      orphaned = count_orphaning(jid)
+      counted = orphaned ~= nil
+    end
+    outcome = orphaned and place(job, queue, orphaned)
   end
-  local outcome = orphaned and place(job, queue, orphaned)
   if outcome == nil then
     redis.call("RPUSH", KEYS[1], job)
     if counted then redis.call("DECR", ARGV[5] .. jid) end
     failed = failed + 1
   elseif outcome == "buried" then
     buried[#buried + 1] = job
+  elseif outcome == "cancelled" then
+    cancelled[#cancelled + 1] = job  -- taken off the list below, written nowhere
   else
     moved = moved + 1
     local seen = tonumber(redis.pcall("ZSCORE", KEYS[6], queue) or "")
@@ -138,7 +154,7 @@ for _ = 1, count do
   redis.call("LPOP", KEYS[1])
 end
 
-local reply = {moved, failed, 0, 0}
+local reply = {moved, failed, 0, 0, #cancelled}
 for name in pairs(unlisted) do
   reply[#reply + 1] = name
   reply[3] = reply[3] + 1
@@ -147,5 +163,6 @@ for key in pairs(wrong) do
   reply[#reply + 1] = key
   reply[4] = reply[4] + 1
 end
+for _, job in ipairs(cancelled) do reply[#reply + 1] = job end
 for _, job in ipairs(buried) do reply[#reply + 1] = job end
 return reply

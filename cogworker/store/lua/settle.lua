@@ -11,6 +11,9 @@
 -- ARGV[4]  "1" to count a failure, "0" not to
 -- ARGV[5]  dead-set cap: most entries kept (0 = no cap)
 -- ARGV[6]  dead-set cap: entries older than this score are trimmed
+-- KEYS[6], ARGV[7], ARGV[8]  (only when filing in dead) cogworker:deaths, the death notice to push
+--          there, and how many notices that list keeps (see "Death notices and on_death hooks" in
+--          docs/architecture.md)
 -- Returns 1 when filed, 0 when the job was no longer in progress (recovery took it: nothing filed,
 -- so the job is not both requeued and filed), or {"wrongtype", key} when a key has the wrong type
 -- (nothing changed: the job stays in progress and the caller files it again later).
@@ -21,6 +24,9 @@ local wanted = {{KEYS[1], "list"}, {KEYS[2], "zset"}}
 if ARGV[4] == "1" then
   wanted[#wanted + 1] = {KEYS[3], "string"}
   wanted[#wanted + 1] = {KEYS[4], "string"}
+end
+if KEYS[6] then
+  wanted[#wanted + 1] = {KEYS[6], "list"}
 end
 for _, want in ipairs(wanted) do
   local kind = redis.call("TYPE", want[1])["ok"]
@@ -38,6 +44,10 @@ if ARGV[4] == "1" then
   redis.call("EXPIRE", KEYS[4], 60 * 60 * 24 * 365)
 end
 redis.call("DEL", KEYS[5])
+if KEYS[6] then
+  redis.call("LPUSH", KEYS[6], ARGV[7])
+  redis.call("LTRIM", KEYS[6], 0, tonumber(ARGV[8]) - 1)
+end
 local cap = tonumber(ARGV[5])
 if cap and cap > 0 then
   redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[6])

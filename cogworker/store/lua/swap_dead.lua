@@ -5,12 +5,26 @@
 -- ARGV[1]  the entry to replace
 -- ARGV[2]  the new entry's score
 -- ARGV[3]  the new entry ("" to only remove: used when an entry is taken out to be retried)
--- Returns 1 when swapped, 0 when the entry was no longer there (someone else acted on it first).
+-- KEYS[2], ARGV[4], ARGV[5]  (optional: recovery completing a poison pill's burial) cogworker:deaths,
+--          the death notice to push there, and how many notices that list keeps (see "Death notices
+--          and on_death hooks" in docs/architecture.md): the pill's notice goes with its proper entry
+-- Returns 1 when swapped, 0 when the entry was no longer there (someone else acted on it first), or
+-- {"wrongtype", key} when the notice list has the wrong type (nothing changed).
+if KEYS[2] then
+  local kind = redis.call("TYPE", KEYS[2])["ok"]
+  if kind ~= "list" and kind ~= "none" then
+    return {"wrongtype", KEYS[2]}
+  end
+end
 if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
   return 0
 end
 redis.call("ZREM", KEYS[1], ARGV[1])
 if ARGV[3] ~= "" then
   redis.call("ZADD", KEYS[1], ARGV[2], ARGV[3])
+end
+if KEYS[2] then
+  redis.call("LPUSH", KEYS[2], ARGV[4])
+  redis.call("LTRIM", KEYS[2], 0, tonumber(ARGV[5]) - 1)
 end
 return 1

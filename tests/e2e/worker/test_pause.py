@@ -82,8 +82,13 @@ def assert_nothing_runs_while_the_worker_looks(
 def push_and_check_paused(
     r: redis.Redis, identity: str, push: Callable[[], None], queue: str = "default", count: int = 5
 ) -> None:
-    # Jobs run before (another queue's, or before a pause) no longer show in the heartbeat.
+    # Jobs run before (another queue's, or before a pause) no longer show in the heartbeat, and are
+    # acknowledged: an idle worker's acknowledgement goes with its next look (within a second), so
+    # until then a finished job is still on its in-progress list and `on_hand` would count it.
     wait_until(lambda: idle(r, identity), timeout=5, message="an idle heartbeat")
+    wait_until(
+        lambda: r.llen(keys.in_progress(identity)) == 0, timeout=5, message="earlier jobs acknowledged"
+    )
     push()
     assert_nothing_runs_while_the_worker_looks(r, identity, queue, count)
     began = time.monotonic()

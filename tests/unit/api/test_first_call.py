@@ -191,3 +191,31 @@ def test_a_time_limit_and_job_timeout(r: redis.Redis, redis_server: RedisServer)
     """
     jid = first_call(code, redis_server.url)
     assert [(j["jid"], j["timeout_s"]) for j in queued(r)] == [(jid, 1.5)]
+
+
+def test_on_death_and_a_job_with_retry_filters(r: redis.Redis, redis_server: RedisServer) -> None:
+    """The hooks and the filters are code: registering them and pushing a job declared with them
+    must neither touch Redis early nor try to put them in the payload."""
+    code = """
+        import cogworker
+
+        @cogworker.on_death
+        def notify(job, death: cogworker.Death):
+            pass
+
+        try:
+            cogworker.on_death("not a function")
+        except TypeError as exc:
+            print(exc)
+
+        @cogworker.job(name="first.filtered", retry=4, retry_on=(ConnectionError,), retry_in=lambda c, e: 5)
+        def filtered():
+            pass
+
+        print(filtered.perform_async())
+    """
+    refused, jid = first_call(code, redis_server.url).splitlines()
+    assert refused == "on_death takes a function fn(job, death), not str"
+    [payload] = queued(r)
+    assert payload["jid"] == jid and payload["retry"] == 4
+    assert not {"retry_on", "retry_in", "discard_on"} & set(payload)

@@ -34,3 +34,13 @@ def test_a_message_carries_a_bounded_number_of_entries() -> None:
         counts.add("q", f"job{i}", 0.01)
     assert len(counts.take()) == MAX_ENTRIES_PER_MESSAGE
     assert len(counts.take()) == 5
+
+
+def test_jobs_that_end_unrun_are_counted_by_outcome_with_no_duration() -> None:
+    counts = JobCounts()
+    counts.ended_unrun("q", "a", "expired")
+    counts.ended_unrun("q", "a", "cancelled")
+    counts.add("q", "a", 0.001)
+    (entry,) = counts.take()
+    assert (entry["processed"], entry["failed"], entry["expired"], entry["cancelled"]) == (1, 0, 1, 1)
+    assert entry["duration"]["buckets"] == {"0.005": 1}  # only the job that ran took time

@@ -121,6 +121,7 @@ def test_a_dead_entry_left_raw_by_an_outage_is_completed_next_pass() -> None:
                 keys.DEAD,
                 keys.QUEUES,
                 keys.LIVE_QUEUES,
+                keys.CANCELS,
             ],
             [
                 keys.QUEUE_PREFIX,
@@ -137,7 +138,7 @@ def test_a_dead_entry_left_raw_by_an_outage_is_completed_next_pass() -> None:
             ],
             client=parts.client,
         )
-        assert reply[4:] == [pill]
+        assert reply[5:] == [pill]
         server.stop()
         parts.recovery.complete_burials([pill])
         assert parts.recovery.pending_burials == 1

@@ -13,7 +13,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from cogworker.settings import Settings, load_settings
-from cogworker.worker.job_stats import bucket_key
+from cogworker.worker.job_stats import JobCounts, bucket_key
 from supervisor.integrations import metrics as metrics_module
 from supervisor.integrations.metrics import SwarmMetrics
 from tests.support.redis_server import RedisServer, free_port, wait_until
@@ -70,6 +70,11 @@ def test_job_counts_and_durations_from_status_messages(served: SwarmMetrics) -> 
         "duration": {"sum_s": 0.3, "buckets": {"0.2": 2}},
     }
     served.observe_status(0, status(jobs=[later]), pid=100)
+    unrun = JobCounts()  # what a worker sends for jobs that ended without running
+    unrun.ended_unrun("default", "app.mail", "expired")
+    unrun.ended_unrun("default", "app.mail", "expired")
+    unrun.ended_unrun("default", "app.mail", "cancelled")
+    served.observe_status(0, status(jobs=unrun.take()), pid=100)
     assert served.port is not None
     samples = scrape(served.port)
     labels = {"queue": "default", "job": "app.mail"}
@@ -77,6 +82,8 @@ def test_job_counts_and_durations_from_status_messages(served: SwarmMetrics) -> 
     assert value(samples, "cogworker_jobs_failed_total", **labels) == 1
     assert value(samples, "cogworker_jobs_retried_total", **labels) == 1
     assert value(samples, "cogworker_jobs_dead_total", **labels) == 0
+    assert value(samples, "cogworker_jobs_expired_total", **labels) == 2
+    assert value(samples, "cogworker_jobs_cancelled_total", **labels) == 1
     buckets = {le: value(samples, "cogworker_job_duration_seconds_bucket", le=le, **labels)
                for le in ("0.05", "0.1", "0.25", "1.0", "3600.0", "+Inf")}  # fmt: skip
     # "0.2" is not one of our bounds: counted in the next larger one (0.25), never a smaller one.

@@ -1,0 +1,48 @@
+"""`cogworker.cancel(jid)`: the job API's side of ops/cancel.py, on the job API's client.
+
+In fake testing mode (cogworker.testing) the recorded job with that jid is dropped, so a test can
+check that its code cancels what it should; in inline mode a job has run by the time its push
+returns, so there is nothing left to cancel.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import redis
+
+from cogworker import testing
+from cogworker.api import client
+from cogworker.ops.cancel import CancelOutcome, check_jid
+from cogworker.ops.cancel import cancel as cancel_job
+from cogworker.store.scripts import Scripts
+
+_mutex = threading.Lock()
+_scripts: tuple[redis.Redis, Scripts] | None = None
+
+
+def _bound_scripts(conn: redis.Redis) -> Scripts:
+    """The scripts bound to the job API's client, rebuilt when that client changes (`configure`)."""
+    global _scripts
+    with _mutex:
+        if _scripts is None or _scripts[0] is not conn:
+            _scripts = (conn, Scripts(conn))
+        return _scripts[1]
+
+
+def cancel(jid: str) -> CancelOutcome:
+    """Cancel the job `jid`: a waiting job (queued, scheduled, retrying) is taken off its queue or set
+    and never runs; a running one is cancelled by its worker (an `async def` job at once, a sync job
+    at its next `cogworker.current_job().raise_if_cancelled()`). The outcome's `case` says which
+    applied, or that the job had finished or isn't known."""
+    jid = check_jid(jid)
+    if not client.redis_in_use():
+        taken = testing.take_recorded(jid)
+        if taken is None:
+            return CancelOutcome(jid, "not_found", "not found among the jobs recorded (testing mode)")
+        return CancelOutcome(
+            jid, "queued", "queued: dropped from the recorded jobs (testing mode)",
+            job=str(taken.get("class")), queue=str(taken.get("queue")),
+        )  # fmt: skip
+    conn = client.connection()
+    return cancel_job(conn, _bound_scripts(conn), jid)
