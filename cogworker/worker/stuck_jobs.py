@@ -19,8 +19,9 @@ from collections.abc import Callable
 
 import structlog
 
-from cogworker.api import retry
+from cogworker.api import results, retry
 from cogworker.api.job_status import record_failed
+from cogworker.api.registry import registered
 from cogworker.api.time_limits import JobTimeout
 from cogworker.settings import Settings
 from cogworker.store.outage import Outages
@@ -69,7 +70,12 @@ class StuckThreads(abc.ABC):
             f"the job was stuck past its time limit of {armed.limit_s:g}s and the grace of "
             f"{self._settings.job_timeout_grace_s:g}s (a call no exception reaches); its process is replaced"
         )
-        filing = retry.storable(retry.on_failure(job, error), work.raw)
+        # As processor.py files a failure: the job's retry filters (code, read from the registered
+        # job), and a job that keeps its result gets its error as one when it is failed for good.
+        found = registered(str(job.get("class")))
+        filing = retry.storable(
+            retry.on_failure(job, error, options=found.options if found else None), work.raw
+        )
         with self._cond:
             self._stuck.add(armed.tid)
             if self._running.pop(armed.tid, None) is not None and not armed.inject:
@@ -81,7 +87,15 @@ class StuckThreads(abc.ABC):
                 self._async_capacity -= 1
                 self._carriers[:] = [c for c in self._carriers if c.ident != armed.tid]
             self._cond.notify_all()
-        self._settler.file(work.raw, filing)
+        ttl = results.ttl_s(job)
+        if ttl is not None and filing.dead:
+            record = results.failure_record(filing.payload)
+            jid = str(job.get("jid") or "")
+            self._settler.after_result(
+                work.raw, jid, record, ttl, lambda: self._settler.file(work.raw, filing)
+            )
+        else:
+            self._settler.file(work.raw, filing)
         if filing.dead:
             try:
                 record_failed(self._settler.client, self._settings.status_ttl_s, filing.payload)

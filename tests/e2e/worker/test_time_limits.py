@@ -11,9 +11,11 @@ import subprocess
 import sys
 
 import demo_jobs
+import pytest
 import redis
 import timeout_jobs
 
+import cogworker
 from cogworker import exitcodes
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.workers import WorkerPool
@@ -109,7 +111,8 @@ def test_jobs_ending_as_their_limit_falls_each_end_exactly_once(
 def test_a_stuck_job_is_filed_once_and_a_lone_worker_stops_for_a_fresh_one(
     r: redis.Redis, configured: object, workers: WorkerPool
 ) -> None:
-    jid = timeout_jobs.blocked.perform_async("stuck")
+    jid = timeout_jobs.blocked.set(result_ttl=60).perform_async("stuck")
+    assert jid is not None
     worker = workers.start(**APP, COGWORKER_JOB_TIMEOUT_GRACE_S="0.5", COGWORKER_CONCURRENCY="2")
     wait_until(lambda: r.get("test:runs:stuck") == "1", timeout=15, message="the stuck job started")
     demo_jobs.sleepy.perform_async("neighbour", 1.5)  # runs beside it, and must finish
@@ -122,6 +125,10 @@ def test_a_stuck_job_is_filed_once_and_a_lone_worker_stops_for_a_fresh_one(
     [stuck] = worker.events_named("job_stuck")
     assert stuck["jid"] == jid and "os.read(read_end, 1)" in stuck["stack"]
     assert worker.events_named("worker_stopping_for_stuck_job")
+    # A waiter on its result learns of the failure (its result_ttl kept it).
+    with pytest.raises(cogworker.JobFailed) as failed:
+        cogworker.result(jid, timeout=0)
+    assert failed.value.error_class.endswith("JobTimeout")
     # Off the in-progress list and never requeued: a fresh worker does not run it again.
     assert r.llen("cogworker:queue:default") == 0
     assert r.llen(f"cogworker:inprogress:{worker.identity()}") == 0
