@@ -148,7 +148,7 @@ def _importable_module(f: Callable[..., Any]) -> str:
 
 
 def push_bulk(
-    fn: JobFunction,
+    fn: JobFunction | JobSetter,
     arg_lists: Iterable[Sequence[Any]],
     *,
     at: float | None = None,
@@ -157,9 +157,12 @@ def push_bulk(
     """Push one job per argument tuple; one round trip per batch of up to 1,000 jobs.
 
     Every argument is checked before anything is written, so a bad one pushes nothing. Returns
-    the jids in order (None where a client middleware stopped that job).
+    the jids in order (None where a client middleware stopped that job). `fn` may be a job or
+    `job.set(...)`, whose options then apply to every job of the batch.
     """
+    if not isinstance(fn, JobFunction | JobSetter):
+        raise TypeError(f"push_bulk takes a job (or job.set(...)), not {type(fn).__name__}")
     features.ensure_installed()
     options = fn.set(queue=queue).options if queue is not None else dict(fn.options)
-    queue_name = str(options.get("queue") or fn.queue)
-    return client.push_bulk(fn.name, arg_lists, queue=queue_name, options=options, at=at)
+    queue_name = str(options.get("queue") or fn.job.queue)
+    return client.push_bulk(fn.job.name, arg_lists, queue=queue_name, options=options, at=at)

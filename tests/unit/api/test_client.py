@@ -127,6 +127,17 @@ def test_push_bulk_checks_everything_before_writing(r: redis.Redis, configured: 
     assert r.dbsize() == 0
 
 
+def test_push_bulk_takes_a_job_set_with_options_for_the_whole_batch(
+    r: redis.Redis, configured: object
+) -> None:
+    jids = cogworker.push_bulk(send_email.set(queue="bulk", retry=2), [(1, "a"), (2, "b")])
+    pushed = [json.loads(raw) for raw in r.lrange("cogworker:queue:bulk", 0, -1)]
+    assert sorted(job["jid"] for job in pushed) == sorted(jids)
+    assert {job["retry"] for job in pushed} == {2}
+    with pytest.raises(TypeError, match="push_bulk takes a job"):
+        cogworker.push_bulk(print, [(1,)])  # type: ignore[arg-type]
+
+
 def test_push_bulk_scheduled(r: redis.Redis, configured: object) -> None:
     cogworker.push_bulk(send_email, [(1, "a"), (2, "b")], at=time.time() + 100)
     assert r.zcard("cogworker:schedule") == 2
