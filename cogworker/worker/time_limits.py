@@ -1,5 +1,6 @@
 """The worker's time-limit watchdog: one thread per worker process, started with the first job that
-has a limit, whatever the number of jobs.
+has a limit, whatever the number of jobs. (Its thread runs untraced, so coverage can't measure it:
+listed with that reason in pyproject.toml; the tests prove it by behaviour.)
 
 A sync job past its limit gets `JobTimeout` raised in its thread at its next bytecode boundary
 (`PyThreadState_SetAsyncExc`). An `async def` job is cancelled on the loop instead
@@ -16,6 +17,15 @@ after the body is `call`'s own code between the body's end and the disarm, which
 The rule a run is judged by: it timed out when JobTimeout was raised in its thread (in its body, or
 in `call` after its body returned); one that fired but was cleared before it was raised ends with its
 own outcome (its body had returned: its work is done).
+
+An exception set for a thread that is inside a C call (a blocking read, `time.sleep`) waits there
+until the call returns, and until then CPython 3.11 keeps its interpreter-wide "pending" flag set:
+every other thread takes the slow path at every check, and a thread with a tracer (coverage, a
+debugger) loops on that flag for good, so the whole process hangs. So a JobTimeout its thread has not
+taken within DELIVERY_WAIT_S is withdrawn (the target's cleared, the flag reset by the watchdog
+raising a private exception in itself), and fired again every REFIRE_S until the thread, back in
+Python code, takes it, or the grace runs out. The watchdog thread runs without a tracer, so that it
+never loops on the flag itself.
 
 A call no exception reaches (a C call, a lock) is still running `COGWORKER_JOB_TIMEOUT_GRACE_S`
 past its limit: the watchdog marks it stuck and hands it to `on_stuck` (worker/stuck_jobs.py files it
@@ -43,6 +53,11 @@ from cogworker.worker.fetch import Work
 
 log = structlog.get_logger("cogworker.job")
 
+# How long a JobTimeout may wait, untaken, for a thread inside a C call before it is withdrawn; and
+# how often it is fired again while the run goes on past its limit (see the module's docstring).
+DELIVERY_WAIT_S = 0.05
+REFIRE_S = 0.5
+
 
 class State(enum.Enum):
     ARMED = "armed"  # the job's function is running within its limit
@@ -66,6 +81,8 @@ class Armed:
     # The two flags of the hand-off between the job's thread and the watchdog (`_disarm`, `_settle`).
     ended: bool = field(default=False)
     deciding: bool = field(default=False)
+    left: bool = field(default=False)  # the job's call has returned or raised (set by its thread)
+    fired_at: float = 0.0  # when the JobTimeout now pending was set (0: none pending)
 
     def stack(self) -> str:
         """Where its thread is now (for the log line of a stuck job)."""
@@ -150,12 +167,15 @@ class TimeLimits:
             try:
                 self._arm(armed)
                 result = func()
+                armed.left = True
             except BaseException as exc:  # the job's own error, or the JobTimeout raised in it
+                armed.left = True
                 failure = exc
             state = self._disarm(armed, raised=isinstance(failure, JobTimeout))
         except JobTimeout as exc:
-            # Fired just as the body ended and raised here, in our own code: the run timed out. It is
-            # raised once per run, so nothing more can land after this.
+            # Fired just as the body ended and raised here, in our own code: the run timed out. None
+            # is fired once the call has left (`left`), so nothing more can land after this.
+            armed.left = True
             failure = exc
             state = self._disarm(armed, raised=True)
         if state is State.STUCK:
@@ -202,6 +222,8 @@ class TimeLimits:
 
     # The watchdog thread -------------------------------------------------------------------
     def _watch(self) -> None:
+        # Never traced (coverage, a debugger): a traced thread loops on a pending exception's flag.
+        sys.settrace(None)
         while True:
             with self._cond:
                 if self._closed:
@@ -220,12 +242,21 @@ class TimeLimits:
         stuck = []
         for armed in list(self._armed.values()):
             if now >= armed.stuck_at:
+                if armed.inject and armed.state is State.FIRED and armed.fired_at > 0 and not armed.left:
+                    self._withdraw(armed, now)  # nothing left pending for a thread given up on
                 if self._settle(armed, State.STUCK):
                     if self._armed.get(armed.tid) is armed:
                         self._armed.pop(armed.tid, None)
                     stuck.append(armed)
+            elif armed.inject and armed.state is State.FIRED and armed.fired_at:
+                if now >= armed.fired_at + DELIVERY_WAIT_S and not armed.left:
+                    self._withdraw(armed, now)
             elif armed.inject and armed.state is State.ARMED and now >= armed.deadline:
+                refire = armed.fired_at < 0
                 if not self._settle(armed, State.FIRED):
+                    continue
+                armed.fired_at = now
+                if refire:
                     continue
                 log.warning(
                     "job_time_limit_reached",
@@ -236,6 +267,22 @@ class TimeLimits:
                     note="JobTimeout raised in its thread",
                 )
         return stuck
+
+    @staticmethod
+    def _withdraw(armed: Armed, now: float) -> None:
+        """A JobTimeout its thread has not taken (it is in a C call): cleared, the interpreter's flag
+        reset, and fired again in REFIRE_S (lock held, on the watchdog thread, never traced)."""
+        armed.deciding = True
+        try:
+            if armed.ended or armed.left:
+                return
+            _set_async_exc(armed.tid, None)
+            _clear_pending()  # raised in the watchdog itself: only a raise resets the flag
+            armed.state = State.ARMED
+            armed.fired_at = -1.0  # withdrawn: the next firing is a refire, logged once already
+            armed.deadline = now + REFIRE_S
+        finally:
+            armed.deciding = False
 
     @staticmethod
     def _settle(armed: Armed, state: State) -> bool:
@@ -253,12 +300,16 @@ class TimeLimits:
             armed.deciding = False
 
     def _next_wait(self, now: float) -> float | None:
-        dues = [
-            a.deadline if a.inject and a.state is State.ARMED else a.stuck_at
-            for a in list(self._armed.values())
-            if not a.ended
-        ]
+        dues = [self._next_due(a) for a in list(self._armed.values()) if not a.ended]
         return max(0.0, min(dues) - now) if dues else None
+
+    @staticmethod
+    def _next_due(armed: Armed) -> float:
+        if armed.inject and armed.state is State.ARMED:
+            return min(armed.deadline, armed.stuck_at)
+        if armed.inject and armed.state is State.FIRED and armed.fired_at > 0 and not armed.left:
+            return min(armed.fired_at + DELIVERY_WAIT_S, armed.stuck_at)
+        return armed.stuck_at
 
     def _report_stuck(self, armed: Armed) -> None:
         if self.on_stuck is None:

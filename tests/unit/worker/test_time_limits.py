@@ -226,3 +226,46 @@ def test_a_run_that_swallowed_its_job_timeout_ends_with_its_own_outcome_and_leav
     finally:
         sys.settrace(None)
     assert "call" in calls
+
+
+def test_a_job_in_a_c_call_past_its_limit_stalls_no_traced_thread_and_times_out_once_back() -> None:
+    """CPython 3.11 keeps a pending exception's flag set while its thread is inside a C call, and a
+    traced thread (coverage, a debugger) loops on that flag: the watchdog withdraws an exception not
+    taken within DELIVERY_WAIT_S and fires it again once the job is back in Python code."""
+    limits = TimeLimits(None, grace_s=30.0)
+    read_end, write_end = os.pipe()
+    returned: list[Any] = []
+    progress: list[float] = []
+    stop = threading.Event()
+
+    def job() -> str:
+        os.read(read_end, 1)  # in C past its limit
+        return spin(5.0)  # back in Python: the next firing lands here
+
+    def traced_loop() -> None:
+        sys.settrace(lambda frame, event, arg: None)
+        while not stop.is_set():
+            progress.append(time.monotonic())
+            spin(0.001)
+
+    def thread_body() -> None:
+        try:
+            returned.append(limits.call(0.1, WORK, JOB, job, inject=True))
+        except BaseException as exc:
+            returned.append(exc)
+
+    watcher = threading.Thread(target=traced_loop, daemon=True)
+    worker = threading.Thread(target=thread_body, daemon=True)
+    worker.start()
+    watcher.start()
+    fired_by = time.monotonic() + 0.3  # past the limit, and past the withdrawal
+    wait_until(
+        lambda: progress and progress[-1] > fired_by + 0.2, timeout=5, message="a traced thread to go on"
+    )
+    os.write(write_end, b"x")
+    wait_until(lambda: returned, timeout=5, message="the job to end")
+    stop.set()
+    assert isinstance(returned[0], JobTimeout)
+    assert limits.armed == 0
+    os.close(read_end)
+    os.close(write_end)
