@@ -4,35 +4,11 @@ in a subprocess with a timeout, checking what reached Redis."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
-import pytest
 import redis
 
 from cogworker.store import keys
+from tests.support.first_call import first_call
 from tests.support.redis_server import RedisServer
-
-TIMEOUT_S = 20
-
-
-def first_call(code: str, url: str) -> str:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(COGWORKER_REDIS_URL=url, COGWORKER_REQUIRE="demo_jobs")
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)],
-            env=clean,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the first call hung for {TIMEOUT_S}s: {exc.stderr!r}")
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 def test_cancel_as_the_first_call(r: redis.Redis, redis_server: RedisServer) -> None:

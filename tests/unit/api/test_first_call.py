@@ -13,32 +13,12 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import redis
 
+from tests.support.first_call import TIMEOUT_S, first_call
 from tests.support.redis_server import RedisServer
-
-TIMEOUT_S = 20
-
-
-def first_call(code: str, url: str, **env: str) -> str:
-    """Run `code` in a fresh interpreter configured only by COGWORKER_* variables; its stdout."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(COGWORKER_REDIS_URL=url, COGWORKER_REQUIRE="demo_jobs", **env)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)],
-            env=clean,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the first call hung for {TIMEOUT_S}s: {exc.stderr!r}")
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 def queued(r: redis.Redis, queue: str = "default") -> list[dict]:

@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from typing import Any
@@ -21,6 +17,7 @@ import cogworker
 from cogworker import job, testing
 from cogworker.api import client, results
 from cogworker.settings import ConfigError, Settings, load_settings
+from tests.support.first_call import first_call
 from tests.support.redis_server import RedisServer
 from tests.support.workers import WorkerPool
 
@@ -205,20 +202,8 @@ def test_result_as_the_first_call_of_a_fresh_interpreter(
             out["timeout"] = isinstance(exc, TimeoutError)
         print(json.dumps(out))
     """
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(COGWORKER_REDIS_URL=redis_server.url)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)],
-            env=clean,
-            capture_output=True,
-            text=True,
-            timeout=40,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the first call hung: {exc.stderr!r}")
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {
+    out = first_call(code, redis_server.url, timeout=40)
+    assert json.loads(out) == {
         "value": {"sum": 42, "parts": [20, 22]},
         "failed": ["ValueError", "first"],
         "timeout": True,
