@@ -63,9 +63,9 @@ def status(ctx: Context) -> int:
 
 def status_lines(s: Status) -> list[str]:
     busy = sum(p.busy for p in s.processes)
-    threads = sum(p.concurrency for p in s.processes)
+    threads = sum(p.slots for p in s.processes)
     lines = [
-        f"Processes: {len(s.processes)} live, {busy}/{threads} threads busy   "
+        f"Processes: {len(s.processes)} live, {busy}/{threads} slots busy   "
         f"Processed: {s.processed}   Failed: {s.failed}"
         + "".join(f"   {outcome.capitalize()}: {n}" for outcome, n in s.ended.items()),
     ]
@@ -77,7 +77,7 @@ def status_lines(s: Status) -> list[str]:
                 p.identity,
                 p.tag or "-",
                 duration(p.uptime_s),
-                f"{p.busy}/{p.concurrency}",
+                f"{p.busy}/{p.capacity}",
                 size_bytes(p.rss_bytes),
                 "quiet" if p.quiet else "-",
                 p.in_progress,

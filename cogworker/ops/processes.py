@@ -41,6 +41,8 @@ class RunningJob:
 
 @dataclass(frozen=True, slots=True)
 class ProcessInfo:
+    """A live process as its presence hash describes it."""
+
     identity: str
     hostname: str
     pid: int | None
@@ -56,9 +58,23 @@ class ProcessInfo:
     beat_age_s: float | None  # seconds since its last beat, both on Redis's clock
     in_progress: int  # length of its in-progress list: fetched and not yet acknowledged
     running: list[RunningJob] = field(default_factory=list)
+    # Async jobs it may run at once beside its `concurrency` job threads (0: it has no async job);
+    # `busy` counts both kinds.
+    async_concurrency: int = 0
     # Told to stop (or signalled) and draining its running jobs; written by heartbeats since the
     # presence hash has a `stopping` field (False for a process of an older version).
     stopping: bool = False
+
+    @property
+    def slots(self) -> int:
+        """Jobs it may run at once: its job threads and its async slots."""
+        return self.concurrency + self.async_concurrency
+
+    @property
+    def capacity(self) -> str:
+        """Its job threads, and its async slots where it has any: "10" or "10+100 async"."""
+        extra = f"+{self.async_concurrency} async" if self.async_concurrency else ""
+        return f"{self.concurrency}{extra}"
 
     @property
     def slot(self) -> int | None:
@@ -119,6 +135,7 @@ def _process_info(
         version=str(info.get("version") or ""),
         queues=[str(q) for q in info.get("queues") or []],
         concurrency=int(_number(info.get("concurrency")) or 0),
+        async_concurrency=int(_number(info.get("async_concurrency")) or 0),
         started_at=started_at,
         uptime_s=max(0.0, now - started_at) if started_at is not None else None,
         busy=int(_number(presence.get("busy")) or 0),

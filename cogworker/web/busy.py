@@ -55,7 +55,7 @@ def busy(request: Request) -> Response:
         processes=live,
         running=running,
         state_label=state_label,
-        threads=sum(p.concurrency for p in live),
+        threads=sum(p.slots for p in live),
         busy_threads=sum(p.busy for p in live),
     )
 

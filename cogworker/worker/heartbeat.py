@@ -85,6 +85,7 @@ class Heartbeat:
         tag: str = "",
         version: str = "",
         stopping: Callable[[], bool] = lambda: False,
+        async_slots: int = 0,
     ) -> None:
         self._client = ctx.client
         self._scripts = ctx.scripts
@@ -106,6 +107,7 @@ class Heartbeat:
                 "queues": list(settings.queue_spec.names),
                 "weights": list(settings.queue_spec.weights or ()),
                 "concurrency": settings.concurrency,
+                "async_concurrency": async_slots,
                 "started_at": time.time(),
                 "version": version,
                 "tag": tag,

@@ -21,7 +21,7 @@ import structlog
 from setproctitle import setproctitle
 
 from cogworker import __version__, exitcodes
-from cogworker.api import unique
+from cogworker.api import registry, unique
 from cogworker.settings import Settings
 from cogworker.store.connection import connect
 from cogworker.store.redis_context import RedisContext
@@ -107,6 +107,11 @@ class Launcher:
             on_command=self.command,
             tag=f"slot {self.slot}" if self.slot is not None else "",
             version=__version__,
+            # Shown beside the job threads only where async jobs can run (a process without any
+            # never starts an async job, whatever the setting).
+            async_slots=self.ctx.settings.async_concurrency
+            if registry.has_async(self.ctx.settings.require_modules)
+            else 0,
         )
         # The first beat comes before the first fetch: a live process's list is never an orphan.
         while not self.heartbeat.beat_guarded():

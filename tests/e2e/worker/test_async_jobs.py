@@ -13,6 +13,7 @@ import async_jobs
 import redis
 
 from cogworker import push_bulk, status
+from cogworker.ops import processes as process_ops
 from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
@@ -208,3 +209,22 @@ def test_a_periodic_async_job_runs_on_its_slots(r: redis.Redis, workers: WorkerP
     wait_until(lambda: r.llen("test:periodic_async") >= 2, timeout=15, message="two slots run")
     assert r.hexists("cogworker:periodic:entries", "async_periodic.every_second_async")
     assert r.get("cogworker:stat:failed") is None
+
+
+def test_a_process_with_async_jobs_shows_its_async_slots_beside_its_threads(
+    r: redis.Redis, configured: object, workers: WorkerPool, cli: CLI
+) -> None:
+    with_async = workers.start(**APP, COGWORKER_CONCURRENCY="3", COGWORKER_ASYNC_CONCURRENCY="7")
+    sync_only = workers.start(COGWORKER_CONCURRENCY="3", COGWORKER_ASYNC_CONCURRENCY="7")  # demo_jobs
+    ids = {with_async.identity(), sync_only.identity()}
+    live = wait_until(
+        lambda: (
+            {p.identity: p for p in process_ops.processes(r)} if len(process_ops.processes(r)) == 2 else None
+        ),
+        message="both processes live",
+    )
+    assert set(live) == ids
+    assert live[with_async.identity()].capacity == "3+7 async" and live[with_async.identity()].slots == 10
+    assert live[sync_only.identity()].capacity == "3" and live[sync_only.identity()].slots == 3
+    shown = cli("status")
+    assert "0/13 slots busy" in shown.out and "3+7 async" in shown.out
