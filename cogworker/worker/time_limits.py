@@ -233,8 +233,12 @@ class TimeLimits:
                     wait = self._next_wait(self._clock())
                     self._cond.wait(wait)
                     continue
-            for armed in stuck:  # outside the lock: filing takes Redis round trips
-                self._report_stuck(armed)
+            for armed in stuck:
+                # On a thread of its own: filing takes Redis round trips the watchdog must not wait
+                # on, and that thread may be traced (nothing is pending for a stuck run any more).
+                threading.Thread(
+                    target=self._report_stuck, args=(armed,), name="stuck-job", daemon=True
+                ).start()
 
     def _due(self, now: float) -> list[Armed]:
         """Fire the runs past their limit and take out those past the grace (lock held: `_arm`
