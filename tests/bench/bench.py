@@ -36,6 +36,8 @@ from procs import RUN_ID_VAR, NotRunnable, memory, sweep, wait_for
 from recovery import recovery
 from redis_server import RedisServer
 from report import footnotes, table, web_table, write_json
+from scaling import scaling
+from scaling import table as scaling_table
 from systems.base import System
 from throughput import drain, enqueue_rates
 from w4 import check as w4_check
@@ -44,6 +46,7 @@ from w4 import w4
 from web_pages import run as web_pages
 
 WEB = "web"  # not a system: the Web UI's page times, after the systems
+SCALING = "scaling"  # not a system: cogworker with 1, 2, 4 and 8 processes against one Redis
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "bench-results"
@@ -152,7 +155,7 @@ def measure(ctx: Context, name: str, steps: list[str]) -> dict[str, Any]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run: small workloads, one W1 run")
-    names = [*systems.NAMES, WEB]
+    names = [*systems.NAMES, WEB, SCALING]
     parser.add_argument("--only", default=",".join(names), help=f"comma-separated, from {','.join(names)}")
     parser.add_argument(
         "--steps",
@@ -168,6 +171,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if unknown or not args.only:
         parser.error(f"--only takes names from {', '.join(names)} (got {args.only})")
     args.web = WEB in args.only
+    args.scaling = SCALING in args.only
     # Run in the canonical order, so cogworker comes first and the table reads the same every time.
     args.only = [n for n in systems.NAMES if n in args.only]
     return args
@@ -192,6 +196,7 @@ def main(argv: list[str]) -> int:
     began = time.monotonic()
     results: dict[str, Any] = {}
     web: dict[str, Any] | None = None
+    scaled: dict[str, Any] | None = None
     try:
         server.start()
         # The job modules imported here, to push, read the bench Redis from the environment too.
@@ -199,6 +204,8 @@ def main(argv: list[str]) -> int:
         say(f"redis-server {server.version()} on {server.url}; worker logs in {log_dir}")
         for name in args.only:
             results[name] = measure(ctx, name, args.steps)
+        if args.scaling:
+            scaled = scaling(ctx, say)
         if args.web:
             say("web: the Web UI's pages ...")
             web = web_pages(server.client, server.url, plan.quick, say)
@@ -216,8 +223,10 @@ def main(argv: list[str]) -> int:
         print()
         for note in footnotes(results, plan_dict):
             print(f"  {note}")
+    if scaled is not None:
+        print(("\n" if results else "") + scaling_table(scaled))
     if web is not None:
-        print(("\n" if results else "") + web_table(web))
+        print(("\n" if results or scaled else "") + web_table(web))
     document = {
         "started": stamp,
         "elapsed_s": elapsed,
@@ -226,6 +235,7 @@ def main(argv: list[str]) -> int:
         "versions": {name: r.get("version") for name, r in results.items()},
         "results": results,
         "web": web,
+        "scaling": scaled,
     }
     path = write_json(RESULTS_DIR, stamp, document)
     print(f"\n  raw figures: {path.relative_to(ROOT)}; took {elapsed / 60:.1f} min")

@@ -77,6 +77,12 @@ class RedisServer:
         assert self.client is not None
         self.client.flushdb()
 
+    def cpu_s(self) -> float:
+        """CPU seconds redis-server has used so far (user + system, its own INFO)."""
+        assert self.client is not None
+        info = self.client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
     def commandstats(self) -> dict[str, int]:
         """Calls per command so far. Redis counts a command a script runs under its own name too."""
         assert self.client is not None

@@ -61,7 +61,9 @@ def drain(ctx: Context, system: System) -> dict[str, Any]:
     return summary
 
 
-def drain_once(ctx: Context, system: System, jobs: int) -> dict[str, Any]:
+def drain_once(
+    ctx: Context, system: System, jobs: int, extra_env: dict[str, str] | None = None
+) -> dict[str, Any]:
     ctx.redis.flush()
     system.push_noop_bulk(jobs)
     polls = 0
@@ -72,9 +74,11 @@ def drain_once(ctx: Context, system: System, jobs: int) -> dict[str, Any]:
         return bool(ctx.client.exists(jobkit.T_LAST))
 
     before = ctx.redis.commandstats()
-    group = ctx.start(system, "w1", {"BENCH_TARGET": str(jobs)})
+    cpu_before = ctx.redis.cpu_s()
+    group = ctx.start(system, "w1", {"BENCH_TARGET": str(jobs), **(extra_env or {})})
     try:
         wait_for(finished, ctx.plan.w1_timeout_s, f"{jobs} jobs to finish", group)
+        cpu_after = ctx.redis.cpu_s()
         after = ctx.redis.commandstats()
         done = ctx.done()
         t_first = float(ctx.client.get(jobkit.T_FIRST) or 0)
@@ -91,6 +95,8 @@ def drain_once(ctx: Context, system: System, jobs: int) -> dict[str, Any]:
         "stop_s": stop_s,
         "commands_per_job": sum(calls.values()) / jobs,
         "script_calls_per_job": sum(n for c, n in calls.items() if c in SCRIPT_COMMANDS) / jobs,
+        # Redis's own CPU (user + system) from the workers' start to the last job, per job.
+        "redis_cpu_us_per_job": (cpu_after - cpu_before) * 1e6 / jobs,
         "commands": calls,
     }
 

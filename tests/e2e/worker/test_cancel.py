@@ -123,7 +123,9 @@ def test_a_job_reaching_a_worker_that_knows_of_its_cancel_never_starts(
     r.sadd(keys.QUEUES, "default")
     booted = workers.start(**APP)
     wait_until(lambda: counted_cancelled(r), timeout=15, message="the first counted cancelled")
-    assert [e["jid"] for e in booted.events_named("job_cancelled")] == ["early01"]
+    # The count is written before the log line: wait for the line rather than read the log at once.
+    ended = wait_until(lambda: booted.events_named("job_cancelled"), timeout=5, message="job_cancelled")
+    assert [e["jid"] for e in ended] == ["early01"]
 
     assert cogworker.cancel("late01").case == "not_found"
     wait_until(lambda: len(booted.events_named("cancels_read")) == 2, timeout=10, message="the cancel read")

@@ -44,6 +44,8 @@ def test_expired_jobs_are_not_run_but_counted_and_logged_once_and_fresh_ones_run
     worker = workers.start(**ENV)
     wait_until(lambda: r.llen("test:ran") == 3 and r.get("cogworker:stat:expired") == "4", timeout=20)
     assert sorted(r.lrange("test:ran", 0, -1)) == ["fresh", "fresh-async", "plain"]
+    # Counted before it is logged: wait for the four lines, then check there is no fifth.
+    wait_until(lambda: len(worker.events_named("job_expired")) >= 4, timeout=5, message="job_expired lines")
     expired = worker.events_named("job_expired")
     assert sorted(e["jid"] for e in expired) == sorted([*stale, stale_async])  # each once
     assert all(isinstance(e["expires_at"], float) for e in expired)
