@@ -15,7 +15,7 @@ import redis
 import cogworker
 from cogworker import logs, testing
 from cogworker.api import client as cw_client
-from cogworker.api import middleware
+from cogworker.api import death, middleware
 from cogworker.settings import Settings, load_settings
 from tests.support.paths import APP_DIR, ROOT
 from tests.support.redis_server import RedisServer
@@ -68,7 +68,13 @@ def settings(redis_server: RedisServer, r: redis.Redis) -> Settings:
 @pytest.fixture(autouse=True)
 def _clean_globals() -> Iterator[None]:
     logs.configure("debug", "json")
+    # No on_death hook registered by an imported job module (tests/apps) leaks into another test.
+    hooks_before = death.hooks()
+    death.clear()
     yield
+    death.clear()
+    for hook in hooks_before:
+        death.on_death(hook)
     testing.set_mode(None)
     testing.clear_all()
     # Back to the chains as `import cogworker` leaves them: the built-in middleware only.

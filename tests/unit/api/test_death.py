@@ -3,7 +3,6 @@ is logged and harms neither the others nor the caller)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,16 +11,6 @@ from structlog.testing import capture_logs
 import cogworker
 from cogworker import codec
 from cogworker.api import death
-
-
-@pytest.fixture(autouse=True)
-def _no_hooks() -> Iterator[None]:
-    before = death.hooks()
-    death.clear()
-    yield
-    death.clear()
-    for hook in before:
-        death.on_death(hook)
 
 
 def notice(cause: str = "failed", **fields: Any) -> str:

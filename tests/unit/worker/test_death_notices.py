@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import redis
 
 from cogworker import codec
@@ -23,16 +21,6 @@ from tests.support import components
 from tests.support.redis_server import wait_until
 
 ME = "me:1:x"
-
-
-@pytest.fixture(autouse=True)
-def _no_hooks() -> Iterator[None]:
-    before = death.hooks()
-    death.clear()
-    yield
-    death.clear()
-    for hook in before:
-        death.on_death(hook)
 
 
 def notices(r: redis.Redis) -> list[dict[str, Any]]:
