@@ -115,7 +115,12 @@ def _end_unrun(
 ) -> None:
     """A job that ends without running (keys.ENDED_UNRUN): counted, logged once, its status and locks
     settled, acknowledged. No middleware sees it: it never started. A job that keeps its result gets
-    its end as one (`cogworker.JobExpired`...), so a waiter learns of it rather than timing out."""
+    its end as one (`cogworker.JobExpired`...), so a waiter learns of it rather than timing out.
+    Status, log line and per-job count come first, the Redis count and acknowledgement last: once
+    the job is counted, everything else about its end is already there to read."""
+    job_status.record_unrun(job, outcome)
+    stats.jobs.ended_unrun(work.queue, job["class"], outcome)
+    log.warning(f"job_{outcome}", **why)
     ttl = results.ttl_s(job)
     if ttl is None:
         settler.end_unrun(work.raw, job, outcome)
@@ -128,9 +133,6 @@ def _end_unrun(
         jid = str(job.get("jid") or "")
         record = results.failure_record(error)
         settler.after_result(work.raw, jid, record, ttl, lambda: settler.end_unrun(work.raw, job, outcome))
-    job_status.record_unrun(job, outcome)
-    stats.jobs.ended_unrun(work.queue, job["class"], outcome)
-    log.warning(f"job_{outcome}", **why)
 
 
 def _file_unreadable(work: Work, settler: Settler, stats: Stats) -> None:
