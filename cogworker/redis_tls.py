@@ -16,6 +16,9 @@ import ssl
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
+# rediss+sentinel://: TLS to the sentinels and to the master (redis_sentinel.py).
+_TLS_SCHEMES = ("rediss", "rediss+sentinel")
+
 
 class TlsSettings(Protocol):
     """What these functions read: cogworker's Settings and the supervisor's SwarmConfig both have it."""
@@ -60,11 +63,11 @@ def check_together(settings: TlsSettings) -> None:
             "set both COGWORKER_REDIS_SSL_CERT_FILE and COGWORKER_REDIS_SSL_KEY_FILE (a client "
             "certificate and its private key), or neither"
         )
-    if (ca or cert) and urlparse(settings.redis_url).scheme != "rediss":
+    if (ca or cert) and urlparse(settings.redis_url).scheme not in _TLS_SCHEMES:
         # Else the files would be ignored and the password sent in clear.
         raise ValueError(
             "COGWORKER_REDIS_SSL_CA_FILE, _CERT_FILE and _KEY_FILE need a rediss:// COGWORKER_REDIS_URL "
-            "(redis:// and unix:// are not TLS)"
+            "or rediss+sentinel:// (redis:// and unix:// are not TLS)"
         )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if ca:
@@ -87,7 +90,7 @@ def check_together(settings: TlsSettings) -> None:
 def client_options(settings: TlsSettings) -> dict[str, Any]:
     """redis-py's ssl_* options for a `rediss://` URL; nothing for another scheme (redis-py would
     refuse them there, and check_together already refused TLS files with one)."""
-    if urlparse(settings.redis_url).scheme != "rediss":
+    if urlparse(settings.redis_url).scheme not in _TLS_SCHEMES:
         return {}
     return {
         "ssl_ca_certs": settings.redis_ssl_ca_file or None,

@@ -14,17 +14,17 @@ import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from cogworker import exitcodes, redis_tls
+from cogworker import exitcodes, redis_sentinel, redis_tls
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 from cogworker.redact import safe_url
 
-_SCHEMES = ("redis", "rediss", "unix")
+_SCHEMES = ("redis", "rediss", "unix", *redis_sentinel.SCHEMES)
 # A password holding one of these characters ends the URL's host part early, and the rest of it
 # reads as a port, a path or a fragment.
 _ENCODE_HINT = " (a password holding / ? # @ or : must be %-encoded, e.g. / as %2F)"
@@ -165,13 +165,25 @@ class Settings(BaseSettings):
     redis_ssl_cert_file: str = ""
     redis_ssl_key_file: str = ""
     redis_ssl_check_hostname: bool = True
+    # Redis Sentinel (redis_sentinel.py; README "Sentinel"): the sentinels and the master's name, as
+    # an alternative to a redis+sentinel:// URL, and the sentinels' own password (both forms).
+    redis_sentinels: str = ""
+    redis_sentinel_master: str = ""
+    redis_sentinel_password: SecretStr = SecretStr("")
+    # A push (and a fetch's acknowledgements) returns only once WAIT saw it reach this many replicas
+    # within redis_min_replicas_timeout_s (store/replicas.py says what fewer means). 0: no WAIT.
+    redis_min_replicas: Annotated[int, Field(ge=0)] = 0
+    redis_min_replicas_timeout_s: float = 1.0
 
     @field_validator("redis_url")
     @classmethod
     def _check_url(cls, value: str) -> str:
         parsed = urlparse(value)
         if parsed.scheme not in _SCHEMES:
-            raise ValueError("must start with redis://, rediss:// or unix://")
+            raise ValueError("must start with redis://, rediss://, unix:// or redis+sentinel://")
+        if redis_sentinel.is_sentinel_url(value):
+            redis_sentinel.parse_url(value)
+            return value
         try:
             port = parsed.port
         except ValueError:
@@ -259,6 +271,11 @@ class Settings(BaseSettings):
                 )
             )
         redis_tls.check_together(self)
+        redis_sentinel.target(self)
+        if self.redis_min_replicas and self.redis_min_replicas_timeout_s >= self.redis_timeout_s:
+            why = "a WAIT must end before the client gives up on its reply"
+            wait = "redis_min_replicas_timeout_s"
+            raise ValueError(self._order_error("redis_timeout_s", "above", wait, why))
         if bool(self.web_username) != bool(self.web_password.get_secret_value()):
             raise ValueError("set both COGWORKER_WEB_USERNAME and COGWORKER_WEB_PASSWORD, or neither")
         return self

@@ -37,6 +37,10 @@ class SwarmConfig:
     redis_ssl_cert_file: str
     redis_ssl_key_file: str
     redis_ssl_check_hostname: bool
+    # The metrics scrape's sentinels (cogworker/redis_sentinel.py); their password is kept out of the repr.
+    redis_sentinels: str
+    redis_sentinel_master: str
+    redis_sentinel_password: str = field(repr=False)
     redis_timeout_s: float  # a requeue in the fork server may wait this long on Redis
     log_level: str
     log_format: str

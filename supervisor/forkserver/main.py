@@ -59,7 +59,10 @@ def main() -> int:
     gc.collect()
     gc.freeze()
     server = ForkServer(settings, sock, supervisor_pid, app_loaded)
-    send(sock, {"op": "ready", "settings": settings.model_dump(mode="json")})
+    dumped = settings.model_dump(mode="json")
+    # A SecretStr dumps as stars; the supervisor's metrics scrape needs the sentinels' password itself.
+    dumped["redis_sentinel_password"] = settings.redis_sentinel_password.get_secret_value()
+    send(sock, {"op": "ready", "settings": dumped})
     log.info("forkserver_ready", preload=app_loaded)
     return server.serve()
 

@@ -13,17 +13,26 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import redis
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cogworker import codec
+from cogworker import codec, redis_sentinel
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
 from cogworker.redis_tls import TlsSettings, client_options
+from cogworker.store import sentinel_pool
 from cogworker.store.connection import text_options
 from cogworker.store.outage import Outages
+
+
+class ScrapeSettings(TlsSettings, redis_sentinel.SentinelSettings, Protocol):
+    """What the scrape reads (the supervisor's SwarmConfig): the URL, TLS files and sentinels."""
+
+    @property
+    def redis_sentinel_password(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +53,12 @@ class RedisCollector(Collector):
 
     def __init__(
         self,
-        settings: TlsSettings,
+        settings: ScrapeSettings,
         timeout_s: float,
         cache_s: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        # The URL and the TLS files (a rediss:// URL's CA, client certificate and key).
+        # The URL, the TLS files (a rediss:// URL's CA, client certificate and key), the sentinels.
         self._settings = settings
         self._timeout_s = timeout_s
         self._cache_s = cache_s
@@ -63,8 +72,7 @@ class RedisCollector(Collector):
 
     def _connection(self) -> redis.Redis:
         if self._client is None:
-            self._client = redis.Redis.from_url(
-                self._settings.redis_url,
+            options: dict[str, Any] = dict(
                 socket_timeout=self._timeout_s,
                 socket_connect_timeout=self._timeout_s,
                 retry_on_timeout=False,
@@ -76,6 +84,12 @@ class RedisCollector(Collector):
                 # Decoded as the workers decode: a payload or name that isn't UTF-8 can't fail it.
                 **text_options(),
             )
+            target = redis_sentinel.target(self._settings)
+            if target is not None:
+                password = self._settings.redis_sentinel_password
+                self._client = sentinel_pool.client(target, password, **options)
+            else:
+                self._client = redis.Redis.from_url(self._settings.redis_url, **options)
         return self._client
 
     def reading(self) -> RedisReading:
