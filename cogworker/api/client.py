@@ -20,7 +20,7 @@ from cogworker.api import payload
 from cogworker.api.middleware import abandon, compose_client_chain, run_client_chain
 from cogworker.api.retry_filters import WORKER_SIDE
 from cogworker.settings import Settings, load_settings
-from cogworker.store import key_guard, keys, scripts
+from cogworker.store import key_guard, keys, replicas, scripts
 from cogworker.store.connection import connect
 
 BULK_BATCH = 1000
@@ -141,25 +141,34 @@ def push(
 
 def _write_one(job: dict[str, Any]) -> str:
     """Write one job. A key of the wrong type raises key_guard.WrongTypeKey, naming the key, when the
-    job wasn't written; after it was (only the queue registry refused), the push stands."""
+    job wasn't written; after it was (only the queue registry refused), the push stands. With
+    COGWORKER_REDIS_MIN_REPLICAS, a WAIT rides in the same write and replicas.NotReplicated is raised
+    when too few replicas confirmed the job (it is written: store/replicas.py)."""
     conn = connection()
+    wait = replicas.wait_command(settings())
     at = job.get("at")
+    pipe = conn.pipeline(transaction=False)
     if at is not None and at > time.time():
-        try:
-            conn.zadd(keys.SCHEDULE, {codec.dumps(job): at})
-        except redis.ResponseError as exc:
-            if key_guard.is_wrong_type(exc):
-                raise key_guard.wrong_type_error(conn, keys.SCHEDULE) from exc
-            raise
+        pipe.zadd(keys.SCHEDULE, {codec.dumps(job): at})
+        if wait is not None:
+            pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
+        added, *waited = pipe.execute(raise_on_error=False)
+        if isinstance(added, Exception):
+            if key_guard.is_wrong_type(added):
+                raise key_guard.wrong_type_error(conn, keys.SCHEDULE) from added
+            raise added
+        if waited:
+            replicas.check_push(settings(), waited[0], [str(job["jid"])])
         return str(job["jid"])
     job.pop("at", None)
     job["enqueued_at"] = time.time()
     queue_key = keys.queue(job["queue"])
-    pipe = conn.pipeline(transaction=False)
     pipe.lpush(queue_key, codec.dumps(job))
     pipe.sadd(keys.QUEUES, job["queue"])
     pipe.publish(keys.WAKE_CHANNEL, job["queue"])
-    pushed, listed, woken = pipe.execute(raise_on_error=False)
+    if wait is not None:
+        pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
+    pushed, listed, woken, *waited = pipe.execute(raise_on_error=False)
     if isinstance(pushed, Exception):
         if key_guard.is_wrong_type(pushed):
             raise key_guard.wrong_type_error(conn, queue_key) from pushed
@@ -171,6 +180,8 @@ def _write_one(job: dict[str, Any]) -> str:
             if key_guard.is_wrong_type(reply):
                 key_guard.request(conn, key)
             _log.error("push_bookkeeping_failed", key=key, jid=job["jid"], error=str(reply))
+    if waited:
+        replicas.check_push(settings(), waited[0], [str(job["jid"])])
     return str(job["jid"])
 
 
@@ -185,7 +196,9 @@ def push_bulk(
     """Push one job per argument tuple; one round trip per batch of up to 1,000 jobs.
 
     Every argument is checked before anything is written, so a bad one pushes nothing. Returns
-    the jids in order (None where a client middleware stopped that job).
+    the jids in order (None where a client middleware stopped that job). With
+    COGWORKER_REDIS_MIN_REPLICAS, replicas.NotReplicated names the jids of the batch too few replicas
+    confirmed: those and every earlier batch are written, later batches are not.
     """
     jobs = [build_job(name, tuple(args), {}, queue=queue, options=options, at=at) for args in arg_lists]
     step = _push_step
@@ -205,6 +218,8 @@ def push_bulk(
             jids.append(chain(job))
         try:
             _write_batch(conn, batch)
+        except replicas.NotReplicated:
+            raise  # the batch is written: its claims and statuses stand
         except Exception:
             # Give back what the chain took for the batch (unique claims, "queued" statuses), or a
             # retried push_bulk would find every job a duplicate of one that was never pushed.
@@ -233,14 +248,36 @@ def _write_batch(conn: redis.Redis, batch: list[dict[str, Any]]) -> None:
     for name, raws in by_queue.items():
         args += [name, len(raws), *raws]
     args += [len(scheduled) // 2, *scheduled]
-    reply = _push_batch_script(conn)(
-        keys=[keys.QUEUES, keys.WAKE_CHANNEL, keys.SCHEDULE, *(keys.queue(n) for n in by_queue)],
-        args=args,
-        client=conn,
-    )
+    script_keys = [keys.QUEUES, keys.WAKE_CHANNEL, keys.SCHEDULE, *(keys.queue(n) for n in by_queue)]
+    script = _push_batch_script(conn)
+    wait = replicas.wait_command(settings())
+    waited: object = None
+    if wait is None:
+        reply = script(keys=script_keys, args=args, client=conn)
+    else:
+        reply, waited = _script_then_wait(conn, script, script_keys, args, wait)
     wrong = key_guard.script_wrong_type(reply)
     if wrong is not None:
         raise key_guard.wrong_type_error(conn, wrong)
+    if wait is not None:
+        replicas.check_push(settings(), waited, [str(job["jid"]) for job in batch])
+
+
+def _script_then_wait(
+    conn: redis.Redis, script: Script, script_keys: list[str], args: list[Any], wait: tuple[Any, ...]
+) -> tuple[Any, Any]:
+    """The script and the WAIT in one pipeline, one round trip (EVALSHA, not redis-py's script
+    pipelining, which asks SCRIPT EXISTS first: a second round trip per batch)."""
+    for command, body in (("EVALSHA", script.sha), ("EVAL", script.script)):
+        pipe = conn.pipeline(transaction=False)
+        pipe.execute_command(command, body, len(script_keys), *script_keys, *args)  # type: ignore[no-untyped-call]
+        pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
+        reply, waited = pipe.execute(raise_on_error=False)
+        if not isinstance(reply, redis.exceptions.NoScriptError):
+            break
+    if isinstance(reply, Exception):
+        raise reply
+    return reply, waited
 
 
 _push_batch: tuple[redis.Redis, Script] | None = None

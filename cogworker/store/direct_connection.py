@@ -19,26 +19,46 @@ class DirectConnection:
     def __init__(self, client: redis.Redis) -> None:
         # Made by the client's pool, so it has the client's address, timeouts and decoding, but
         # not kept in it: nobody else may take it.
-        self._conn = client.connection_pool.make_connection()
+        self._conn: Any = client.connection_pool.make_connection()
 
-    def call(self, *args: Any) -> Any:
+    def _connected(self) -> Any:
+        """The connection, connected through its own connect(): redis-py's send_command connects a
+        closed socket itself, to the connection's last host, bypassing a Sentinel-managed connection's
+        connect() that asks the sentinels for the master (so a first call went to localhost:6379, and
+        a call after a failover to the dead master).
+
+        A socket with something to read before we sent anything is stale: the server closed it (it
+        died, or restarted) while the connection sat idle. Reconnect now, as redis-py's pool does for
+        its idle connections, rather than fail the command and report an outage long after it ended
+        (the one-queue BLMOVE connection may sit idle for the whole of a busy spell)."""
         conn = self._conn
         try:
-            conn.send_command(*args)  # type: ignore[no-untyped-call]
+            stale = conn._sock is not None and conn.can_read(timeout=0)
+        except (redis.ConnectionError, OSError):
+            stale = True
+        if stale:
+            conn.disconnect()
+        conn.connect()
+        return conn
+
+    def call(self, *args: Any) -> Any:
+        conn = self._connected()
+        try:
+            conn.send_command(*args)
             return conn.read_response()
         except redis.ResponseError:
             raise  # Redis answered; the connection is fine
         except BaseException:
             # A reply may be half read: never reuse this socket.
-            conn.disconnect()  # type: ignore[no-untyped-call]
+            conn.disconnect()
             raise
 
     def call_many(self, *commands: tuple[Any, ...]) -> list[Any]:
         """Send `commands` in one write and read every reply. A reply that is an error comes back
         as the ResponseError in its place (raising at the first would leave the rest unread)."""
-        conn = self._conn
+        conn = self._connected()
         try:
-            conn.send_packed_command(conn.pack_commands(commands))  # type: ignore[no-untyped-call]
+            conn.send_packed_command(conn.pack_commands(commands))
             replies: list[Any] = []
             for _ in commands:
                 try:
@@ -47,8 +67,8 @@ class DirectConnection:
                     replies.append(exc)
             return replies
         except BaseException:
-            conn.disconnect()  # type: ignore[no-untyped-call]
+            conn.disconnect()
             raise
 
     def close(self) -> None:
-        self._conn.disconnect()  # type: ignore[no-untyped-call]
+        self._conn.disconnect()

@@ -53,3 +53,16 @@ class Scripts:
         except NoScriptError:
             # Redis restarted or its script cache was flushed; EVAL caches the script again.
             return conn.call("EVAL", script.script, len(keys), *keys, *args)
+
+    def run_direct_then(
+        self, conn: DirectConnection, name: str, keys: list[str], args: list[Any], then: tuple[Any, ...]
+    ) -> tuple[Any, Any]:
+        """`run_direct`, with the command `then` (a WAIT) in the same write; both replies. The
+        script's error is raised; `then`'s comes back as its reply."""
+        script = self._scripts[name]
+        reply, after = conn.call_many(("EVALSHA", script.sha, len(keys), *keys, *args), then)
+        if isinstance(reply, NoScriptError):
+            reply, after = conn.call_many(("EVAL", script.script, len(keys), *keys, *args), then)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply, after

@@ -25,6 +25,7 @@ from cogworker.api import registry, unique
 from cogworker.settings import Settings
 from cogworker.store.connection import connect
 from cogworker.store.redis_context import RedisContext
+from cogworker.store.replicas import AckWait
 from cogworker.worker.basic_fetch import BasicFetch
 from cogworker.worker.cancelled import CancelWatch
 from cogworker.worker.command_pipe import CommandPipe
@@ -197,7 +198,12 @@ class Launcher:
             )
             return self._basic_fetch()
         return ReliableFetch(
-            self.redis, self.blocking_redis, self.scripts, self.identity, self.settings.queue_spec
+            self.redis,
+            self.blocking_redis,
+            self.scripts,
+            self.identity,
+            self.settings.queue_spec,
+            ack_wait=AckWait.of(self.settings),
         )
 
     def _basic_fetch(self) -> BasicFetch:

@@ -27,6 +27,7 @@ from cogworker.api.payload import DEFAULT_QUEUE
 from cogworker.settings import QueueSpec
 from cogworker.store import key_guard, keys
 from cogworker.store.direct_connection import DirectConnection
+from cogworker.store.replicas import AckWait
 from cogworker.store.scripts import Scripts
 from cogworker.worker.fetch import (
     FetchResult,
@@ -56,8 +57,11 @@ class ReliableFetch:
         scripts: Scripts,
         identity: str,
         spec: QueueSpec,
+        ack_wait: AckWait | None = None,
     ) -> None:
         self._client = client
+        # COGWORKER_REDIS_MIN_REPLICAS: a fetch carrying acknowledgements waits for replicas too.
+        self._ack_wait = ack_wait
         # The fetcher thread's own connection. A second caller (a final ack flush while the fetcher
         # thread is still stuck) finds it taken and goes through the client's pool instead.
         self._direct = DirectConnection(client)
@@ -92,6 +96,7 @@ class ReliableFetch:
                     *queue_keys,
                 ],
                 args,
+                wait=bool(acks),
             )
         except redis.ResponseError as exc:
             if refused(exc):
@@ -106,11 +111,22 @@ class ReliableFetch:
             works, int(reply[0]), all_paused=limit > 0 and paused == len(queue_keys), wrong_type_queues=bad
         )
 
-    def _run_script(self, name: str, script_keys: list[str], args: list[str | int]) -> Any:
+    def _run_script(
+        self, name: str, script_keys: list[str], args: list[str | int], wait: bool = False
+    ) -> Any:
+        ack_wait = self._ack_wait if wait else None
+        command = ack_wait.command_now() if ack_wait is not None else None
         if not self._direct_lock.acquire(blocking=False):
-            return self._scripts.run(name, script_keys, args, client=self._client)
+            reply = self._scripts.run(name, script_keys, args, client=self._client)
+            if ack_wait is not None and command is not None:
+                ack_wait.observe(self._client.execute_command(*command))  # type: ignore[no-untyped-call]
+            return reply
         try:
-            return self._scripts.run_direct(self._direct, name, script_keys, args)
+            if ack_wait is None or command is None:
+                return self._scripts.run_direct(self._direct, name, script_keys, args)
+            reply, waited = self._scripts.run_direct_then(self._direct, name, script_keys, args, command)
+            ack_wait.observe(waited)
+            return reply
         finally:
             self._direct_lock.release()
 

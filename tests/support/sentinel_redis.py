@@ -34,7 +34,9 @@ FAILOVER_TIMEOUT_MS = 2000
 def _binary(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        raise RuntimeError(f"{name} not found: run `make install` (deploy/ensure-redis-server.sh installs it)")
+        raise RuntimeError(
+            f"{name} not found: run `make install` (deploy/ensure-redis-server.sh installs it)"
+        )
     return path
 
 
@@ -42,6 +44,7 @@ class SentinelRedis:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="cogworker-sentinel-"))
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._clients: dict[int, redis.Redis] = {}
         self.master_port = free_port()
         self.replica_port = free_port()
         self.sentinel_ports = [free_port() for _ in range(3)]
@@ -51,7 +54,10 @@ class SentinelRedis:
             wait_until(self._replica_synced, timeout=20, message="the replica's first sync")
             for port in self.sentinel_ports:
                 self._start_sentinel(port)
-            wait_until(self._sentinels_ready, timeout=30, message="three sentinels that see the replica")
+            try:
+                wait_until(self._sentinels_ready, timeout=30, message="three sentinels that see the replica")
+            except TimeoutError as exc:
+                raise TimeoutError(f"{exc}: {self._states()}\n{self.log_text()[-4000:]}") from None
         except BaseException:
             self.close()
             raise
@@ -72,14 +78,18 @@ class SentinelRedis:
         return {"COGWORKER_REDIS_URL": self.url, "COGWORKER_REDIS_SENTINEL_PASSWORD": SENTINEL_PASSWORD}
 
     def node(self, port: int) -> redis.Redis:
-        return redis.Redis(
-            host="127.0.0.1", port=port, password=MASTER_PASSWORD, decode_responses=True, socket_timeout=5
-        )
+        """A client of the Redis on `port` (kept: its pool reconnects after a restart)."""
+        return self._client(port, MASTER_PASSWORD)
 
     def sentinel(self, port: int) -> redis.Redis:
-        return redis.Redis(
-            host="127.0.0.1", port=port, password=SENTINEL_PASSWORD, decode_responses=True, socket_timeout=5
-        )
+        return self._client(port, SENTINEL_PASSWORD)
+
+    def _client(self, port: int, password: str) -> redis.Redis:
+        if port not in self._clients:
+            self._clients[port] = redis.Redis(
+                host="127.0.0.1", port=port, password=password, decode_responses=True, socket_timeout=5
+            )
+        return self._clients[port]
 
     def master_port_now(self) -> int | None:
         """The master's port as a majority of the sentinels answer it (None: no majority answers)."""
@@ -104,8 +114,14 @@ class SentinelRedis:
         proc.wait()
         return port
 
+    def restart(self, port: int) -> None:
+        """Start the node on `port` again, empty (as a service manager would restart a killed Redis).
+        The sentinels make it a replica of the current master (+convert-to-slave)."""
+        assert self.procs[port].poll() is not None, "the node is still running"
+        self._start_redis(port)
+
     def wait_promoted(self, old_port: int, timeout: float = 30.0) -> float:
-        """Wait until the sentinels name a new master that says it is one; returns when (monotonic)."""
+        """Wait until the sentinels name a new master that says it is one; returns when (epoch s)."""
 
         def promoted() -> bool:
             port = self.master_port_now()
@@ -117,17 +133,28 @@ class SentinelRedis:
                 return False
 
         wait_until(promoted, timeout=timeout, interval=0.05, message="a replica promoted by the sentinels")
-        return time.monotonic()
+        return time.time()
+
+    def replicas_of_master(self) -> int:
+        port = self.master_port_now()
+        if port is None:
+            return 0
+        try:
+            return int(self.node(port).info("replication").get("connected_slaves", 0))
+        except redis.RedisError:
+            return 0
 
     # Processes --------------------------------------------------------------------------------------
     def _spawn(self, port: int, argv: list[str]) -> None:
         log = open(self.dir / f"{port}.log", "ab")  # noqa: SIM115
-        self.procs[port] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[port] = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         log.close()
 
     def _start_redis(self, port: int, *extra: str) -> None:
         workdir = self.dir / str(port)
-        workdir.mkdir()
+        workdir.mkdir(exist_ok=True)
         self._spawn(
             port,
             [
@@ -161,8 +188,6 @@ class SentinelRedis:
             return bool(client.ping())
         except redis.ConnectionError:
             return False
-        finally:
-            client.close()
 
     def _replica_synced(self) -> bool:
         info = self.node(self.replica_port).info("replication")
@@ -178,10 +203,22 @@ class SentinelRedis:
                 return False
         return True
 
+    def _states(self) -> list[object]:
+        found: list[object] = []
+        for port in self.sentinel_ports:
+            try:
+                state = self.sentinel(port).sentinel_master(MASTER_NAME)
+                found.append({k: state.get(k) for k in ("num-slaves", "num-other-sentinels", "flags")})
+            except redis.RedisError as exc:
+                found.append(repr(exc))
+        return found
+
     def log_text(self) -> str:
         return "".join(p.read_text(errors="replace") for p in sorted(self.dir.glob("*.log")))
 
     def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.kill()

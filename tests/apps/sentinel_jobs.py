@@ -1,0 +1,23 @@
+"""Jobs for the Sentinel failover tests (tests/e2e/sentinel/). A run is recorded outside Redis (a
+failover may lose what Redis holds): one line per run, `<time> <jid>`, appended to the file the job
+names with O_APPEND, one write() each, so lines from both children never interleave."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from cogworker import current_job, job
+
+
+@job
+def mark(sink: str, pause_ms: int = 0) -> None:
+    if pause_ms:
+        # Gives the job a cost, so the swarm (not the producer) sets the pace of the run.
+        time.sleep(pause_ms / 1000)
+    jid = current_job().jid
+    fd = os.open(sink, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{time.time():.4f} {jid}\n".encode())
+    finally:
+        os.close(fd)
