@@ -110,6 +110,7 @@ class AckWait:
             return
         if self._short_since is None:
             self._short_since = time.monotonic()
+            self._next_probe = self._short_since + PROBE_EVERY_S
             log.warning(
                 "acks_not_replicated",
                 confirmed=str(reply),

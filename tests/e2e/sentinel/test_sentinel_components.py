@@ -1,0 +1,141 @@
+"""Every component through the sentinels: a user's first push in a fresh interpreter (the URL form and
+the settings form), a swarm running jobs, `cogworker status` and `doctor`, the metrics scrape; then a
+failover: the scrape and the CLI follow the new master by themselves. And neither password (the
+master's, the sentinels') shows in the log, a process title, the CLI's output or the metrics, even
+while the master is down and every component is reporting errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote
+
+import psutil
+import pytest
+
+from tests.support.first_call import first_call
+from tests.support.redis_server import free_port, wait_until
+from tests.support.sentinel_redis import MASTER_NAME, MASTER_PASSWORD, SENTINEL_PASSWORD, SentinelRedis
+from tests.support.swarm import SwarmRunner
+
+pytestmark = pytest.mark.slow
+
+FORMS = (
+    MASTER_PASSWORD,
+    quote(MASTER_PASSWORD, safe=""),
+    SENTINEL_PASSWORD,
+    quote(SENTINEL_PASSWORD, safe=""),
+)
+
+
+def cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    clean.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "cogworker", *argv], env=clean, capture_output=True, text=True, timeout=60
+    )
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return str(response.read().decode())
+
+
+def redis_up(port: int) -> float | None:
+    for line in scrape(port).splitlines():
+        if line.startswith("cogworker_redis_up "):
+            return float(line.split()[-1])
+    return None
+
+
+def titles(pid: int) -> list[str]:
+    root = psutil.Process(pid)
+    found = []
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            found.append(Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+def test_first_calls_through_the_sentinels(deployment: SentinelRedis) -> None:
+    code = "from demo_jobs import record; print(record.perform_async('a'))"
+    by_url = first_call(code, deployment.url, COGWORKER_REDIS_SENTINEL_PASSWORD=SENTINEL_PASSWORD)
+    by_settings = first_call(
+        code,
+        f"redis://:{quote(MASTER_PASSWORD, safe='')}@{MASTER_NAME}/0",
+        COGWORKER_REDIS_SENTINELS=deployment.sentinels_setting,
+        COGWORKER_REDIS_SENTINEL_MASTER=MASTER_NAME,
+        COGWORKER_REDIS_SENTINEL_PASSWORD=SENTINEL_PASSWORD,
+        COGWORKER_REDIS_MIN_REPLICAS="1",
+    )
+    master = deployment.node(deployment.master_port_now() or 0)
+    queued = {json.loads(raw)["jid"] for raw in master.lrange("cogworker:queue:default", 0, -1)}
+    assert queued == {by_url, by_settings}
+    # MIN_REPLICAS=1 returned: the replica has the job too.
+    on_replica = deployment.node(deployment.replica_port).lrange("cogworker:queue:default", 0, -1)
+    assert by_settings in {json.loads(raw)["jid"] for raw in on_replica}
+
+
+@pytest.mark.timeout(180)
+def test_a_swarm_the_cli_and_the_metrics_follow_a_failover_without_showing_a_password(
+    deployment: SentinelRedis, swarms: SwarmRunner, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = {
+        **deployment.env(),
+        "COGWORKER_REQUIRE": "sentinel_jobs",
+        "COGWORKER_METRICS_PORT": str(port),
+        "COGWORKER_LOG_FORMAT": "json",
+    }
+    swarm = swarms.start(**env)
+    swarm.wait_ready(timeout=60)
+    sink = tmp_path / "runs.txt"
+    push = "import sys, sentinel_jobs; sentinel_jobs.mark.perform_async(sys.argv[1])"
+
+    def push_one() -> None:
+        done = subprocess.run(
+            [sys.executable, "-c", push, str(sink)],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+
+    push_one()
+    wait_until(lambda: sink.exists() and len(sink.read_text().splitlines()) == 1, timeout=30, message="a run")
+    wait_until(lambda: redis_up(port) == 1.0, timeout=30, message="the scrape to read Redis")
+    outputs: dict[str, str] = {}
+    for argv in (["status"], ["status", "--json"], ["doctor"], ["doctor", "--json"]):
+        done = cli(env, *argv)
+        outputs[" ".join(argv)] = done.stdout + done.stderr
+    assert len(json.loads(cli(env, "status", "--json").stdout)["processes"]) == 2
+
+    old = deployment.kill_master()
+    # While no master is known: the scrape says Redis is down, the CLI fails with a message.
+    down = cli(env, "status")
+    assert down.returncode != 0
+    outputs["status while down"] = down.stdout + down.stderr
+    outputs["metrics while down"] = scrape(port)
+    deployment.wait_promoted(old)
+    # Every component found the new master by itself: a job runs, the scrape and the CLI read it.
+    push_one()
+    wait_until(
+        lambda: len(sink.read_text().splitlines()) == 2, timeout=30, message="a run after the failover"
+    )
+    wait_until(lambda: redis_up(port) == 1.0, timeout=30, message="the scrape to follow the new master")
+    after = cli(env, "status", "--json")
+    assert after.returncode == 0, after.stderr
+    outputs["metrics"] = scrape(port)
+    outputs.update({f"title {i}": title for i, title in enumerate(titles(swarm.pid))})
+    assert swarm.stop(timeout=60) == 0
+    outputs["swarm log"] = swarm.log_path.read_text(errors="replace")
+    assert "redis_outage_started" in outputs["swarm log"]  # errors were logged, with their messages
+    leaked = [name for name, text in outputs.items() if any(form in text for form in FORMS)]
+    assert leaked == []
