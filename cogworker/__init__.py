@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from cogworker.ops.cancel import CancelOutcome
     from cogworker.settings import ConfigError, Settings, load_settings
     from cogworker.store.key_guard import WrongTypeKey
+    from cogworker.store.replicas import NotReplicated
 
 __version__ = "0.1.0"
 
@@ -49,6 +50,7 @@ _LAZY = {
     "status": "cogworker.api.job_status",
     "install_builtin_middleware": "cogworker.api.features",
     "WrongTypeKey": "cogworker.store.key_guard",
+    "NotReplicated": "cogworker.store.replicas",
     "cancel": "cogworker.api.cancel",
     "CancelOutcome": "cogworker.ops.cancel",
     "current_job": "cogworker.api.current_job",
@@ -76,6 +78,7 @@ __all__ = [
     "JobFunction",
     "JobNotFound",
     "JobTimeout",
+    "NotReplicated",
     "ResultTimeout",
     "Settings",
     "WrongTypeKey",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 
 from cogworker.redis_sentinel import SentinelTarget
 
@@ -23,6 +23,38 @@ from cogworker.redis_sentinel import SentinelTarget
 # sentinel replies itself, and the command packer is the master connections' concern).
 _SENTINEL_OPTIONS = ("socket_timeout", "socket_connect_timeout", "retry", "health_check_interval")
 _SSL_PREFIX = "ssl_"
+
+
+class MajoritySentinel(Sentinel):
+    """Believes a master only when most of the listed sentinels name it.
+
+    redis-py takes the first sentinel whose answer looks healthy. Right after a failover a sentinel
+    that hasn't heard of it yet still names the old master, and once that node is back (restarted,
+    empty, as a master until the sentinels turn it into a replica: up to ~10 s) its answer looks
+    healthy: a client believing it writes to a node about to be wiped. Asking every sentinel costs a
+    few round trips per connect, which is rare."""
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        votes: dict[tuple[str, int], int] = {}
+        errors: list[str] = []
+        for sentinel in self.sentinels:
+            try:
+                masters: dict[str, Any] = sentinel.sentinel_masters()  # type: ignore[assignment]
+                state = masters.get(service_name)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+                continue
+            if state and self.check_master_state(state, service_name):  # type: ignore[no-untyped-call]
+                address = (str(state["ip"]), int(state["port"]))
+                votes[address] = votes.get(address, 0) + 1
+        for address, n in votes.items():
+            if n > len(self.sentinels) // 2:
+                return address
+        seen = ", ".join(f"{host}:{port} ({n})" for (host, port), n in votes.items()) or "none"
+        raise MasterNotFoundError(
+            f"No master found for {service_name!r} by a majority of {len(self.sentinels)} sentinels "
+            f"(named: {seen}){': ' + '; '.join(errors) if errors else ''}"
+        )
 
 
 def client(target: SentinelTarget, sentinel_password: str, **options: Any) -> redis.Redis:
@@ -34,7 +66,7 @@ def client(target: SentinelTarget, sentinel_password: str, **options: Any) -> re
         sentinel_kwargs["ssl"] = True
     if sentinel_password:
         sentinel_kwargs["password"] = sentinel_password
-    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+    sentinel = MajoritySentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
     pool = SentinelConnectionPool(  # type: ignore[no-untyped-call]
         target.master,
         sentinel,

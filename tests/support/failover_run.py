@@ -1,8 +1,10 @@
 """One Sentinel failover under load, measured (tests/e2e/sentinel/test_sentinel_failover.py).
 
-A producer thread pushes jobs (sentinel_jobs.mark) one at a time through cogworker's client, keeping
-the jid of every push that RETURNED; a push that raises is counted and the producer goes on (the
-job it tried may or may not be in Redis). A 2-child swarm runs them; each run appends `<time> <jid>`
+A producer thread pushes jobs (sentinel_jobs.mark) through cogworker's client in small bulk pushes
+at a steady PUSH_RATE, faster than the swarm runs them (so a backlog stands when the master dies,
+and the swarm's speed after the failover is its own, not the producer's), keeping the jid of every
+job whose push RETURNED; a push that raises is counted and the producer goes on (the jobs it tried
+may or may not be in Redis). A 2-child swarm runs them; each run appends `<time> <jid>`
 to a sink file, outside Redis. Halfway through the pushes, the master is SIGKILLed; the sentinels
 promote the replica; the killed node is started again (empty, as a service manager restarts it) and
 the sentinels make it the new master's replica. When every job Redis still holds has run:
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import redis
 
+import cogworker
 from cogworker.api import client as cw_client
 from cogworker.settings import load_settings
 from cogworker.store import keys
@@ -31,8 +34,9 @@ from tests.support.sentinel_redis import SENTINEL_PASSWORD, SentinelRedis
 from tests.support.swarm import SwarmRunner
 
 JOBS = 20_000
-# The kill comes mid-push and mid-run: the producer (~2,500 pushes/s here) is half done, the swarm
-# (~700 runs/s) has run a few thousand.
+PUSH_RATE = 1_500  # jobs/s; the swarm runs ~700/s here
+BATCH = 20
+# The kill comes mid-push and mid-run: the producer is half done, the swarm has run a few thousand.
 KILL_AFTER_PUSHES = 10_000
 KILL_AFTER_RUNS = 2_000
 PAUSE_MS = 8  # per job: with 2 children x 4 threads the swarm, not the producer, sets the pace
@@ -52,13 +56,17 @@ class Producer:
     def run(self) -> None:
         import sentinel_jobs
 
-        pause = threading.Event()
+        next_at = time.monotonic()
         while len(self.returned) < self.target and not self.stop.is_set():
+            # Pacing, not synchronisation: a steady rate, and no spinning while Redis is away.
+            self.stop.wait(max(0.0, next_at - time.monotonic()))
+            next_at = max(next_at, time.monotonic() - 1.0) + BATCH / PUSH_RATE
             try:
-                self.returned.append(sentinel_jobs.mark.perform_async(self.sink, PAUSE_MS))
+                jids = cogworker.push_bulk(sentinel_jobs.mark, [(self.sink, PAUSE_MS)] * BATCH)
             except Exception as exc:  # the outage, or NotReplicated: counted as not returned
                 self.raised[type(exc).__name__] += 1
-                pause.wait(0.01)  # not a synchronisation: don't spin while Redis is away
+                continue
+            self.returned.extend(str(jid) for jid in jids)
 
 
 @dataclass
@@ -75,8 +83,9 @@ class Figures:
 
     def line(self) -> str:
         return (
-            f"MIN_REPLICAS={self.min_replicas}: {self.returned} pushes returned ({sum(self.raised.values())} "
-            f"raised: {self.raised}), {self.ran} runs, lost {self.lost}, ran twice {self.twice}; "
+            f"MIN_REPLICAS={self.min_replicas}: {self.returned} jobs pushed and returned (bulk pushes "
+            f"of {BATCH} that raised: {self.raised}), {self.ran} jobs ran, lost {self.lost}, "
+            f"ran twice {self.twice}; "
             f"promotion {self.kill_to_promotion_s:.1f} s after the kill; {self.rate_before:.0f} jobs/s "
             f"before, back to half of it {self.full_speed_after_s} s after the promotion"
         )

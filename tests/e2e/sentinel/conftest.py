@@ -13,11 +13,13 @@ from tests.support.swarm import SwarmRunner, swarm_runner
 
 
 @pytest.fixture
-def deployment() -> Iterator[SentinelRedis]:
+def deployment(tmp_path: Path) -> Iterator[SentinelRedis]:
     found = SentinelRedis()
     try:
         yield found
     finally:
+        # The servers' and sentinels' logs (+switch-master, +convert-to-slave...) stay with the test's.
+        (tmp_path / "sentinel-deployment.log").write_text(found.log_text())
         found.close()
 
 

@@ -52,5 +52,5 @@ def test_without_min_replicas_the_loss_is_measured(
     figures = run_failover(deployment, swarms, tmp_path, min_replicas=0)
     print(f"\nfailover figures: {figures.line()}")
     # Reported, not asserted: asynchronous replication may lose what the replica hadn't received.
-    assert figures.returned == 20_000
+    assert figures.returned >= 20_000
     assert figures.full_speed_after_s is not None, figures.line()

@@ -74,7 +74,7 @@ def test_without_a_replica_a_push_raises_naming_the_job_it_did_write(master: Red
     import demo_jobs
 
     client = use(master, 1)
-    with pytest.raises(replicas.NotReplicated) as err:
+    with pytest.raises(cogworker.NotReplicated) as err:
         demo_jobs.record.perform_async("a")
     assert err.value.confirmed == 0 and err.value.wanted == 1
     assert list(err.value.jids) == queued(client)  # written: it runs unless the master dies first
