@@ -129,6 +129,8 @@ def _ratio(base: Any, peer: Any) -> str:
 
 
 VALUE_WIDTH = 14
+# The ratio column's short name for a peer whose first four letters would not tell it apart.
+RATIO_NAMES = {"sidekiq-yjit": "skYJ", "sidekiq": "sk"}
 RATIO_WIDTH = 9
 
 
@@ -145,7 +147,7 @@ def table(results: dict[str, Result]) -> str:
         header.append(peer)
         widths.append(VALUE_WIDTH)
         if has_base:
-            header.append(f"cog/{peer[:4]}")
+            header.append(f"cog/{RATIO_NAMES.get(peer, peer[:4])}")
             widths.append(RATIO_WIDTH)
     lines = [_line(header, widths)]
     lines.append("-" * len(lines[0]))

@@ -85,7 +85,7 @@ def drain_once(
         t_last = float(ctx.client.get(jobkit.T_LAST) or 0)
     finally:
         stop_s = ctx.stop(group)
-    calls = own_commands(delta(before, after), done=done, polls=polls)
+    calls = own_commands(delta(before, after), done=done, polls=polls, done_command=system.done_command)
     return {
         "jobs": jobs,
         "jobs_per_s": (jobs - 1) / (t_last - t_first),
@@ -101,10 +101,12 @@ def drain_once(
     }
 
 
-def own_commands(calls: dict[str, int], *, done: int, polls: int) -> dict[str, int]:
-    """The system's own commands in a drain window: the jobs' reporting and our polls taken out."""
-    # redis-py sends INCR as INCRBY key 1.
-    ours = {"incrby": done, "set": 2, "exists": polls}
+def own_commands(
+    calls: dict[str, int], *, done: int, polls: int, done_command: str = "incrby"
+) -> dict[str, int]:
+    """The system's own commands in a drain window: the jobs' reporting and our polls taken out.
+    `done_command` is how the jobs' client sends INCR (redis-py: INCRBY key 1; redis-rb: INCR)."""
+    ours = {done_command: done, "set": 2, "exists": polls}
     own = dict(calls)
     for name, count in ours.items():
         own[name] = own.get(name, 0) - count

@@ -26,6 +26,8 @@ class System(ABC):
     steps: ClassVar[tuple[str, ...]] = ALL_STEPS
     # W4's exact worker configuration, in words, for the notes under the table.
     w4_config: ClassVar[str] = ""
+    # The command the jobs' INCR of the done counter arrives as (redis-py sends INCRBY key 1).
+    done_command: ClassVar[str] = "incrby"
 
     def __init__(self, redis_url: str) -> None:
         self.redis_url = redis_url
