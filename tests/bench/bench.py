@@ -38,7 +38,7 @@ from redis_server import RedisServer
 from report import footnotes, table, web_table, write_json
 from scaling import scaling
 from scaling import table as scaling_table
-from systems.base import System
+from systems.base import MANY_PROCESSES, System
 from throughput import drain, enqueue_rates
 from w4 import check as w4_check
 from w4 import shortfall as w4_shortfall
@@ -92,7 +92,29 @@ def step_memory(ctx: Context, system: System) -> dict[str, Any]:
             figures[mode] = memory(group).as_dict()
         finally:
             ctx.stop(group)
+    many = system.many_processes(MANY_PROCESSES)
+    if many is not None:
+        argv, many_env = many
+        for mode, env in {"default": {}, **system.memory_variants()}.items():
+            figures[f"{mode}-{MANY_PROCESSES}"] = _memory_of(ctx, system, mode, {**many_env, **env}, argv)
     return {"memory": figures}
+
+
+def _memory_of(
+    ctx: Context, system: System, mode: str, env: dict[str, str], argv: list[str]
+) -> dict[str, Any]:
+    """Memory with MANY_PROCESSES workers, once each has run jobs (a hundred per process)."""
+    ctx.redis.flush()
+    group = ctx.start(system, f"memory-{mode}-{MANY_PROCESSES}", env, argv)
+    try:
+        jobs = 100 * MANY_PROCESSES
+        system.push_noop_bulk(jobs)
+        wait_for(lambda: ctx.done() >= jobs, 120, f"{jobs} jobs on {MANY_PROCESSES} processes", group)
+        wait_for(lambda: len(group.children()) >= MANY_PROCESSES, 60, "every worker process", group)
+        time.sleep(1)  # as above
+        return memory(group).as_dict()
+    finally:
+        ctx.stop(group)
 
 
 def step_recovery(ctx: Context, system: System) -> dict[str, Any]:

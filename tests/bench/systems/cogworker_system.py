@@ -57,6 +57,9 @@ class Cogworker(System):
             "COGWORKER_LOG_LEVEL": "warning",
         }
 
+    def many_processes(self, processes: int) -> tuple[list[str], dict[str, str]]:
+        return self.worker_argv(), {"COGWORKER_COUNT": str(processes)}
+
     def memory_variants(self) -> dict[str, dict[str, str]]:
         return {"preload": {"COGWORKER_PRELOAD": "true"}}
 

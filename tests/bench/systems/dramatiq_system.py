@@ -29,13 +29,16 @@ class Dramatiq(System):
         self._dramatiq = dramatiq
         self._jobs: ModuleType = importlib.import_module("jobs_dramatiq")
 
-    def worker_argv(self) -> list[str]:
+    def worker_argv(self, processes: int = WORKER_PROCESSES) -> list[str]:
         return [
             "dramatiq", "jobs_dramatiq",
-            "--processes", str(WORKER_PROCESSES),
+            "--processes", str(processes),
             "--threads", str(THREADS_PER_PROCESS),
             "--queues", "default",
         ]  # fmt: skip
+
+    def many_processes(self, processes: int) -> tuple[list[str], dict[str, str]]:
+        return self.worker_argv(processes), {}
 
     def version(self) -> str:
         return metadata.version("dramatiq")

@@ -65,14 +65,17 @@ class Sidekiq(System):
             raise RuntimeError("this Ruby was built without YJIT")
         return done.stdout.strip()
 
-    def worker_argv(self) -> list[str]:
+    def worker_argv(self, processes: int = WORKER_PROCESSES) -> list[str]:
         return [
-            sys.executable, str(MULTIPROC), str(WORKER_PROCESSES),
+            sys.executable, str(MULTIPROC), str(processes),
             *self._ruby(), self._sidekiq,
             "-r", str(JOBS),
             "-c", str(THREADS_PER_PROCESS),
             "-q", QUEUE,
         ]  # fmt: skip
+
+    def many_processes(self, processes: int) -> tuple[list[str], dict[str, str]]:
+        return self.worker_argv(processes), {}
 
     def worker_env(self) -> dict[str, str]:
         return {"REDIS_URL": self.redis_url}
@@ -128,5 +131,6 @@ class SidekiqYjit(Sidekiq):
         f"sidekiq, sidekiq-yjit: {WORKER_PROCESSES} `sidekiq -c {THREADS_PER_PROCESS}` processes under "
         "multiproc.py (Sidekiq 6 forks no workers itself), BRPOP fetch (not reliable: a killed process "
         "loses its running jobs), logger at WARN (it logs two lines per job at INFO); sidekiq-yjit "
-        "runs the same with `ruby --yjit`.",
+        "runs the same with `ruby --yjit`, whose "
+        "code region (256 MiB by default on Ruby 3.1) is resident in each process: its memory rows.",
     )
