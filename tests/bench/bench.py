@@ -36,6 +36,7 @@ from procs import RUN_ID_VAR, NotRunnable, memory, sweep, wait_for
 from recovery import recovery
 from redis_server import RedisServer
 from report import footnotes, table, web_table, write_json
+from restart import rolling_restart
 from scaling import scaling
 from scaling import table as scaling_table
 from systems.base import MANY_PROCESSES, System
@@ -121,6 +122,10 @@ def step_recovery(ctx: Context, system: System) -> dict[str, Any]:
     return {"w3": recovery(ctx, system)}
 
 
+def step_restart(ctx: Context, system: System) -> dict[str, Any]:
+    return {"restart": rolling_restart(ctx, system)}
+
+
 def step_w4(ctx: Context, system: System) -> dict[str, Any]:
     result = w4(ctx, system)
     return {"w4": result, "w4_problems": w4_check(result), "w4_shortfall": w4_shortfall(result)}
@@ -133,13 +138,18 @@ STEPS: list[tuple[str, Step, bool]] = [  # (name, step, needs running workers)
     ("memory", step_memory, True),
     ("w3", step_recovery, True),
     ("w4", step_w4, True),
+    ("restart", step_restart, True),
 ]
 STEP_NAMES = [name for name, _, _ in STEPS]
 
 
 def system_steps(system: System) -> tuple[str, ...]:
     """The steps `system` can run: its own list, and W4 where it runs async jobs."""
-    return (*system.steps, *(("w4",) if system.w4_argv() is not None else ()))
+    return (
+        *system.steps,
+        *(("w4",) if system.w4_argv() is not None else ()),
+        *(("restart",) if system.rolling_restart_signal is not None else ()),
+    )
 
 
 def measure(ctx: Context, name: str, steps: list[str]) -> dict[str, Any]:

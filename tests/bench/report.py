@@ -123,6 +123,10 @@ ROWS = [
     Row("idle parent CPU (%)", "↓", _get("idle", "parent_cpu_pct"), "{:.2f}"),
     Row("idle workers CPU (%, all)", "↓", _get("idle", "children_cpu_pct"), "{:.2f}"),
     Row("idle Redis commands/s per worker", "↓", _get("idle", "redis_commands_per_s_per_child"), "{:.1f}"),
+    Row("rolling restart: took (s)", "↓", _get("restart", "restart_took_s"), "{:.2f}"),
+    Row("  each slot without jobs, max (s)", "↓", _get("restart", "max_slot_unavailable_s"), "{:.3f}"),
+    Row("  no job started anywhere, max (s)", "↓", _get("restart", "max_pickup_gap_s"), "{:.3f}"),
+    Row("  jobs lost", "↓", _get("restart", "lost")),
     Row("W4 async drain (jobs/s, median)", "↑", _get("w4", "jobs_per_s")),
     Row("W4 loop lag p50 (ms)", "↓", _get("w4", "lag_p50_ms"), "{:.1f}"),
     Row("W4 loop lag p99 (ms)", "↓", _get("w4", "lag_p99_ms"), "{:.1f}"),
@@ -193,6 +197,12 @@ def footnotes(results: dict[str, Result], plan: dict[str, Any]) -> list[str]:
     notes = ["ratio = cogworker / peer; ↑ higher is better, ↓ lower is better."]
     if any(r.get(step) for r in results.values() for step in ("enqueue", "w1", "w2", "w3", "memory")):
         notes += _sync_notes(plan)
+    if any(r.get("restart") for r in results.values()):
+        notes.append(
+            "rolling restart: SIGHUP to the worker command under a job every 5 ms; a slot is a worker "
+            "process and its replacement (without jobs from the old one's last start to the new one's "
+            "first); 'no job started anywhere' is the longest pause in job starts across all slots."
+        )
     notes += _w4_notes(results, plan)
     for name, result in results.items():
         notes += [

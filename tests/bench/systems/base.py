@@ -28,6 +28,8 @@ class System(ABC):
     steps: ClassVar[tuple[str, ...]] = ALL_STEPS
     # W4's exact worker configuration, in words, for the notes under the table.
     w4_config: ClassVar[str] = ""
+    # The signal that makes the worker command replace its workers one by one; None: it has none.
+    rolling_restart_signal: ClassVar[int | None] = None
     # The command the jobs' INCR of the done counter arrives as (redis-py sends INCRBY key 1).
     done_command: ClassVar[str] = "incrby"
 

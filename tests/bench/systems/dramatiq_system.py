@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from importlib import metadata
 from types import ModuleType
@@ -12,6 +13,8 @@ from systems.base import ASYNC_PER_PROCESS, THREADS_PER_PROCESS, WORKER_PROCESSE
 
 class Dramatiq(System):
     name = "dramatiq"
+    # dramatiq's main process restarts every worker process on SIGHUP (its reload).
+    rolling_restart_signal = signal.SIGHUP
     bulk_label = "group().run() (no bulk path: one script call per message)"
     notes = ("dramatiq: stock RedisBroker and default middleware; INFO logging (nothing per job).",)
     w4_config = (
