@@ -18,10 +18,12 @@ Between failures one runs every COGWORKER_ORPHAN_CHECK_INTERVAL_S, a backstop fo
 Only the fetcher thread runs it, between fetches and never during a blocking wait: a job moved by a
 fetch in flight would look unheld.
 
-A reconcile after a failure also looks the other way: jobs held here that are no longer on the list
-were requeued by orphan recovery while this process was silent past COGWORKER_ORPHAN_THRESHOLD_S
-(a partition: it was declared dead). They run elsewhere now; the settler disowns them (settle.py).
-This runs before the next fetch, so no copy fetched again here can be mistaken for ours.
+A reconcile after a failure, or after any outage this process had (its heartbeat's, say, while every
+thread was busy and nothing was fetched), also looks the other way: jobs held here that are no longer
+on the list were requeued by orphan recovery while this process was silent past
+COGWORKER_ORPHAN_THRESHOLD_S (a partition: it was declared dead), or lost with Redis's data. They
+are not ours any more; the settler disowns them (settle.py). An outage makes a reconcile due at once,
+so this runs before the next fetch: no copy fetched again here can be mistaken for the one we hold.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class Reconciler:
         self._failures = 0  # failures that may have left an unknown entry on the list
         self._answered = 0  # ... of which the last successful reconcile ran after this many
         self._due = time.monotonic() + self._settings.orphan_check_interval_s
+        self._outages_seen = self._outages.started
 
     # The ledger -----------------------------------------------------------------------------
     def hold(self, raws: Iterable[str]) -> None:
@@ -111,13 +114,14 @@ class Reconciler:
     # The reconcile --------------------------------------------------------------------------
     def run_if_due(self, fetcher: Fetcher) -> None:
         """On the fetcher thread, between fetches. A failure is retried soon; it never blocks."""
-        if not self.due:
+        outages = self._outages.started
+        if not self.due and outages == self._outages_seen:
             return
         with self._lock:
             held = Counter(self._held)
             failed = Counter(self._thread_failed)
             failures = self._failures
-            after_failure = failures != self._answered
+            after_failure = failures != self._answered or outages != self._outages_seen
         held.update(self._settler.holding())
         try:
             result = fetcher.reconcile(held.elements(), failed.elements(), self._settings.max_orphanings)
@@ -129,6 +133,7 @@ class Reconciler:
                 self._due = min(self._due, time.monotonic() + FAILED_RETRY_S)
             return
         self._outages.recovered("Reconcile")
+        self._outages_seen = outages
         self._schedule_next(result, failures, failed)
         self._report(result)
         if self._settler.disowned:

@@ -125,3 +125,23 @@ def test_a_pending_filing_of_a_requeued_job_is_dropped_at_handover(
     requeued_by_recovery(r)
     assert settler.hand_over() == 0
     assert r.llen(keys.UNSETTLED) == 0
+
+
+def test_an_outage_seen_by_any_component_makes_the_check_due(r: redis.Redis, settings: Settings) -> None:
+    """Every thread busy, nothing fetched: only the heartbeat failed while the host was cut off. The
+    fetcher's next round still checks what it owns before it fetches anything."""
+    parts = components.build(settings, identity=ME)
+    settler = Settler(parts.ctx, keys.in_progress(ME))
+    fetcher = ReliableFetch(parts.client, parts.client, parts.scripts, ME, settings.queue_spec)
+    reconciler = Reconciler(parts.ctx, settler)
+    raw = raw_job("long")
+    r.lpush(keys.in_progress(ME), raw)
+    reconciler.hold([raw])
+    reconciler.run_if_due(fetcher)  # not due: nothing happened
+    assert settler.disowned == 0
+    outages = parts.ctx.outages  # the process's one Outages, shared by every component
+    outages.report("Heartbeat", redis.ConnectionError("link down"))
+    requeued_by_recovery(r)
+    outages.recovered("Heartbeat")
+    reconciler.run_if_due(fetcher)
+    assert settler.disowned == 1
