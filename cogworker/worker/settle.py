@@ -107,6 +107,8 @@ class Settler:
             return sum(self._disowned.values())
 
     def _drop(self, raw: str) -> bool:
+        if not self._disowned:  # almost always: no lock on every job's ack
+            return False
         with self._lock:
             return self._drop_locked(raw)
 
