@@ -1,0 +1,193 @@
+"""A private Redis Cluster for tests: 3 masters + 3 replicas from Debian's redis-server on free loopback
+ports (client and cluster-bus ports both picked free, so two runs on one machine don't collide), made
+with `redis-cli --cluster create`, waited for until every node says cluster_state:ok; always torn down.
+
+It can also move the owner of a slot while cogworker runs: a manual failover of the master (CLUSTER
+FAILOVER on its replica) and a migration of the slot to another master (SETSLOT + MIGRATE, as
+`redis-cli --cluster reshard` does it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from typing import Any
+
+import redis
+from redis.crc import key_slot
+
+from tests.support.redis_server import RedisServer, free_port, wait_until
+
+MASTERS = 3
+# The tests' deployment: a hash-tagged key prefix, so every key is in SLOT.
+PREFIX = "{cw}:"
+SLOT = key_slot(b"{cw}")
+
+
+class RedisCluster:
+    def __init__(self, node_timeout_ms: int = 3000) -> None:
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli not found: run `make install` (it installs Redis) or install Redis")
+        self.nodes: list[RedisServer] = []
+        try:
+            for _ in range(MASTERS * 2):
+                self.nodes.append(
+                    RedisServer(
+                        extra=(
+                            *("--cluster-enabled", "yes", "--cluster-port", str(free_port())),
+                            *("--cluster-config-file", "nodes.conf"),
+                            *("--cluster-node-timeout", str(node_timeout_ms)),
+                            # A replica syncs at once (the default waits 5 s for others to join), and
+                            # its offset moves within a second: CLUSTER SLOTS lists a replica only once
+                            # its offset is past 0, which an idle master's 10 s ping period delays.
+                            *("--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1"),
+                        )
+                    )
+                )
+            addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
+            subprocess.run(
+                [cli, "--cluster", "create", *addresses, "--cluster-replicas", "1", "--cluster-yes"],
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
+            self.wait_ok()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def ports(self) -> list[int]:
+        return [n.port for n in self.nodes]
+
+    def url(self, scheme: str = "redis+cluster") -> str:
+        """A cluster URL naming two seed nodes (any one answering is enough)."""
+        return f"{scheme}://127.0.0.1:{self.ports[0]},127.0.0.1:{self.ports[1]}"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """COGWORKER_* settings for a process of the tests' deployment on this cluster."""
+        return {
+            "COGWORKER_REDIS_URL": self.url(),
+            "COGWORKER_KEY_PREFIX": PREFIX,
+            "COGWORKER_REQUIRE": "cluster_jobs",
+            "COGWORKER_LOG_FORMAT": "json",
+            **extra,
+        }
+
+    def client(self, port: int) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=port, decode_responses=True, socket_timeout=5)
+
+    def cluster_client(self) -> redis.RedisCluster:
+        """redis-py's own cluster client, for the tests' reads of what cogworker wrote."""
+        return redis.RedisCluster(host="127.0.0.1", port=self.ports[0], decode_responses=True)
+
+    def wait_ok(self, timeout: float = 30) -> None:
+        def all_ok() -> bool:
+            for port in self.ports:
+                client = self.client(port)
+                try:
+                    if client.cluster("info")["cluster_state"] != "ok":
+                        return False
+                    # Every node agrees every slot is served, each by a master with a replica (the
+                    # create's config has spread), and a replica's copy is in sync (failover needs it).
+                    ranges = _slot_ranges(client)
+                    if sum(e - s + 1 for s, e, *_ in ranges) != 16384 or any(len(r) < 4 for r in ranges):
+                        return False
+                    info = client.info("replication")
+                    if info["role"] == "slave" and info.get("master_link_status") != "up":
+                        return False
+                except redis.RedisError:
+                    return False
+                finally:
+                    client.close()
+            return True
+
+        wait_until(all_ok, timeout=timeout, interval=0.1, message="cluster_state:ok on every node")
+
+    def owner(self, slot: int) -> tuple[int, list[int]]:
+        """(master port, replica ports) serving `slot`, as the first live node sees it."""
+        for port in self.ports:
+            client = self.client(port)
+            try:
+                for start, end, master, *replicas in _slot_ranges(client):
+                    if start <= slot <= end:
+                        return int(master[1]), [int(r[1]) for r in replicas]
+            except redis.RedisError:
+                continue
+            finally:
+                client.close()
+        raise RuntimeError(f"no node knows who serves slot {slot}")
+
+    def failover(self, slot: int, timeout: float = 30) -> tuple[int, int]:
+        """Promote the replica of `slot`'s master (CLUSTER FAILOVER, coordinated: no write lost).
+        Returns (old master port, new master port) once the replica says it is master."""
+        old, replicas = self.owner(slot)
+        new = replicas[0]
+        replica = self.client(new)
+        try:
+            replica.execute_command("CLUSTER", "FAILOVER")
+            wait_until(
+                lambda: replica.execute_command("ROLE")[0] == "master",
+                timeout=timeout,
+                interval=0.05,
+                message=f"replica {new} promoted",
+            )
+        finally:
+            replica.close()
+        wait_until(lambda: self.owner(slot)[0] == new, timeout=timeout, interval=0.05, message="new owner seen")
+        return old, new
+
+    def migrate(self, slot: int, timeout: float = 30) -> tuple[int, int]:
+        """Move `slot` to another master while clients write to it, as `redis-cli --cluster reshard`
+        does: IMPORTING/MIGRATING, MIGRATE the keys in batches, then SETSLOT NODE everywhere."""
+        source_port, _ = self.owner(slot)
+        masters = self._masters()
+        target_port = next(p for p in masters if p != source_port)
+        source, target = self.client(source_port), self.client(target_port)
+        try:
+            source_id, target_id = source.cluster("myid"), target.cluster("myid")
+            target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+            while keys := source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                source.execute_command(
+                    "MIGRATE", "127.0.0.1", target_port, "", 0, 10_000, "REPLACE", "KEYS", *keys
+                )
+            for port in (target_port, source_port, *(p for p in masters if p not in (source_port, target_port))):
+                node = self.client(port)
+                try:
+                    node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+                finally:
+                    node.close()
+        finally:
+            source.close()
+            target.close()
+        wait_until(
+            lambda: self.owner(slot)[0] == target_port, timeout=timeout, interval=0.05, message="slot moved"
+        )
+        return source_port, target_port
+
+    def _masters(self) -> list[int]:
+        client = self.client(self.ports[0])
+        try:
+            return sorted({int(master[1]) for _, _, master, *_ in _slot_ranges(client)})
+        finally:
+            client.close()
+
+    def flush(self) -> None:
+        for port in self._masters():
+            client = self.client(port)
+            try:
+                client.flushall()
+            finally:
+                client.close()
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+        self.nodes = []
+
+
+def _slot_ranges(client: redis.Redis) -> list[Any]:
+    reply: list[Any] = client.execute_command("CLUSTER SLOTS")
+    return reply
