@@ -54,7 +54,9 @@ def seeds(url: str) -> Seeds:
     credentials (they may hold the password)."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in (*CLUSTER_SCHEMES, "redis", "rediss"):
-        raise ValueError("a cluster is reached with redis+cluster://, rediss+cluster://, redis:// or rediss://")
+        raise ValueError(
+            "a cluster is reached with redis+cluster://, rediss+cluster://, redis:// or rediss://"
+        )
     tls = scheme.startswith("rediss")
     # As in redact.safe_url: everything up to the last '@' is credentials (a password may hold '/').
     credentials, at, tail = rest.rpartition("@")

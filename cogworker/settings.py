@@ -178,7 +178,9 @@ class Settings(BaseSettings):
             return value
         parsed = urlparse(value)
         if parsed.scheme not in _SCHEMES:
-            raise ValueError("must start with redis://, rediss://, unix://, redis+cluster:// or rediss+cluster://")
+            raise ValueError(
+                "must start with redis://, rediss://, unix://, redis+cluster:// or rediss+cluster://"
+            )
         try:
             port = parsed.port
         except ValueError:
@@ -271,6 +273,7 @@ class Settings(BaseSettings):
                 cluster_url.seeds(self.redis_url)
             except ValueError as exc:
                 raise ValueError(f"COGWORKER_REDIS_CLUSTER=true: COGWORKER_REDIS_URL {exc}") from None
+            cluster_url.check_prefix(self.key_prefix)
         if bool(self.web_username) != bool(self.web_password.get_secret_value()):
             raise ValueError("set both COGWORKER_WEB_USERNAME and COGWORKER_WEB_PASSWORD, or neither")
         return self

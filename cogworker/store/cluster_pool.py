@@ -25,6 +25,8 @@ One slot means one master does all the work: a cluster gives a deployment failov
 from __future__ import annotations
 
 import threading
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -55,6 +57,11 @@ class SlotOwner:
         # Every node CLUSTER SLOTS named: asked too, so the seeds going away doesn't lose the cluster.
         self._known: list[tuple[str, int]] = []
         self.changes = 0  # how often the owner changed (the tests read it)
+        self._on_change: Callable[[], None] = lambda: None
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """`callback()` after the owner changed (not under this object's lock)."""
+        self._on_change = callback
 
     def address(self) -> tuple[str, int]:
         with self._lock:
@@ -64,15 +71,21 @@ class SlotOwner:
 
     def moved(self, host: str, port: int) -> None:
         with self._lock:
-            if self._owner != (host, port):
+            changed = self._owner != (host, port)
+            if changed:
                 self._owner = (host, port)
                 self.changes += 1
+        if changed:
+            self._on_change()
 
     def forget(self, address: tuple[str, int]) -> None:
         with self._lock:
-            if self._owner == address:
+            changed = self._owner == address
+            if changed:
                 self._owner = None
                 self.changes += 1
+        if changed:
+            self._on_change()
 
     def _discover(self) -> tuple[str, int]:
         tried = 0
@@ -113,16 +126,14 @@ class PinnedConnection(redis.Connection):
 
     def __init__(self, *, slot_owner: SlotOwner, **kwargs: Any) -> None:
         self.slot_owner = slot_owner
-        super().__init__(**kwargs)
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
 
     def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
         if self._sock:
             return
         self.host, self.port = self.slot_owner.address()
         try:
-            super().connect_check_health(  # type: ignore[no-untyped-call]
-                check_health=check_health, retry_socket_connect=retry_socket_connect
-            )
+            super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
         except (redis.ConnectionError, redis.TimeoutError):
             # The owner we knew is gone (killed, or partitioned): ask the cluster again next time.
             self.slot_owner.forget((self.host, self.port))
@@ -157,6 +168,16 @@ class PinnedPool(redis.ConnectionPool):
     def __init__(self, slot_owner: SlotOwner, **kwargs: Any) -> None:
         self.slot_owner = slot_owner
         super().__init__(slot_owner=slot_owner, **kwargs)
+        # When the owner changes, idle connections to the old one are closed (as redis-py's Sentinel
+        # pool does), so they don't each fail one command with MOVED when next taken. Connections in
+        # use (a pub/sub listener, the fetch loop's own) find out at their next command.
+        pool = weakref.ref(self)
+        slot_owner.on_change(lambda: _close_idle(pool()))
+
+
+def _close_idle(pool: PinnedPool | None) -> None:
+    if pool is not None:
+        pool.disconnect(inuse_connections=False)
 
 
 def slot_of(prefix: str) -> int:
@@ -170,14 +191,12 @@ def slot_of(prefix: str) -> int:
 def cluster_client(seeds: Seeds, prefix: str, **options: Any) -> redis.Redis:
     """A redis.Redis whose every connection goes to the master owning `prefix`'s slot. `options` are
     those connect() gives redis.Redis.from_url (timeouts, retries off, TLS files, decoding)."""
-    url_options = parse_url(seeds.urls[0])
+    url_options = parse_url(seeds.urls[0])  # type: ignore[no-untyped-call]
     for name in ("host", "port", "path", "db", "connection_class"):
         url_options.pop(name, None)
     kwargs = {**options, **url_options}  # as from_url: the URL's query options win
     discovery = {
-        k: v
-        for k, v in kwargs.items()
-        if k in ("username", "password") or k.startswith("ssl_") or k == "ssl"
+        k: v for k, v in kwargs.items() if k in ("username", "password") or k.startswith("ssl_") or k == "ssl"
     }
     discovery.update(
         socket_timeout=DISCOVERY_TIMEOUT_S, socket_connect_timeout=DISCOVERY_TIMEOUT_S, decode_responses=True

@@ -19,10 +19,9 @@ import redis
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cogworker import codec
+from cogworker import cluster_url, codec
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
-from cogworker import cluster_url
 from cogworker.redis_tls import TlsSettings, client_options
 from cogworker.store.cluster_pool import cluster_client
 from cogworker.store.connection import text_options

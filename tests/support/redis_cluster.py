@@ -135,7 +135,9 @@ class RedisCluster:
             )
         finally:
             replica.close()
-        wait_until(lambda: self.owner(slot)[0] == new, timeout=timeout, interval=0.05, message="new owner seen")
+        wait_until(
+            lambda: self.owner(slot)[0] == new, timeout=timeout, interval=0.05, message="new owner seen"
+        )
         return old, new
 
     def migrate(self, slot: int, timeout: float = 30) -> tuple[int, int]:
@@ -153,7 +155,11 @@ class RedisCluster:
                 source.execute_command(
                     "MIGRATE", "127.0.0.1", target_port, "", 0, 10_000, "REPLACE", "KEYS", *keys
                 )
-            for port in (target_port, source_port, *(p for p in masters if p not in (source_port, target_port))):
+            for port in (
+                target_port,
+                source_port,
+                *(p for p in masters if p not in (source_port, target_port)),
+            ):
                 node = self.client(port)
                 try:
                     node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
