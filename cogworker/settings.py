@@ -21,6 +21,7 @@ from pydantic import SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cogworker import exitcodes, redis_tls
+from cogworker.prefix_rule import check_key_prefix
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 from cogworker.redact import safe_url
 
@@ -165,6 +166,10 @@ class Settings(BaseSettings):
     redis_ssl_cert_file: str = ""
     redis_ssl_key_file: str = ""
     redis_ssl_check_hostname: bool = True
+    # Every key and channel name starts with this (store/keys.py), so apps with different prefixes share
+    # one Redis unseen by each other. A hash tag in it (`{myapp}:`) puts all of them in one Redis
+    # Cluster slot, which cluster mode needs: a script's keys must share a slot.
+    key_prefix: str = "cogworker:"
 
     @field_validator("redis_url")
     @classmethod
@@ -195,6 +200,11 @@ class Settings(BaseSettings):
     @classmethod
     def _readable_file(cls, value: str) -> str:
         return redis_tls.readable(value) if value else value
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _check_prefix(cls, value: str) -> str:
+        return check_key_prefix(value)
 
     @field_validator("queues")
     @classmethod

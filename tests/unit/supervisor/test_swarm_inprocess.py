@@ -51,6 +51,7 @@ SETTINGS = SwarmConfig(
     redis_ssl_key_file="",
     redis_ssl_check_hostname=True,
     redis_timeout_s=5.0,
+    key_prefix="cogworker:",
     log_level="info",
     log_format="json",
 )
