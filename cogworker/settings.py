@@ -21,6 +21,7 @@ from pydantic import SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cogworker import cluster_url, exitcodes, redis_tls
+from cogworker.prefix_rule import check_key_prefix
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 from cogworker.redact import safe_url
 
@@ -169,6 +170,10 @@ class Settings(BaseSettings):
     # rediss+cluster:// URL, or by this with a redis:// / rediss:// URL naming one node. Needs a
     # hash-tagged COGWORKER_KEY_PREFIX (cluster_url.check_prefix says why).
     redis_cluster: bool = False
+    # Every key and channel name starts with this (store/keys.py), so apps with different prefixes share
+    # one Redis unseen by each other. A hash tag in it (`{myapp}:`) puts all of them in one Redis
+    # Cluster slot, which cluster mode needs: a script's keys must share a slot.
+    key_prefix: str = "cogworker:"
 
     @field_validator("redis_url")
     @classmethod
@@ -204,6 +209,11 @@ class Settings(BaseSettings):
     @classmethod
     def _readable_file(cls, value: str) -> str:
         return redis_tls.readable(value) if value else value
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _check_prefix(cls, value: str) -> str:
+        return check_key_prefix(value)
 
     @field_validator("queues")
     @classmethod

@@ -106,8 +106,8 @@ class RedisCollector(Collector):
             client = self._connection()
             infos = queue_ops.queue_infos(client)
             pipe = client.pipeline(transaction=False)
-            for key in set_ops.SETS.values():
-                pipe.zcard(key)
+            for name in set_ops.SETS:
+                pipe.zcard(set_ops.set_key(name))
             sizes = tuple((name, int(n)) for name, n in zip(set_ops.SETS, pipe.execute(), strict=True))
         except Exception as exc:
             # Never a failed scrape: redis_up says 0, and the log says so once per outage.

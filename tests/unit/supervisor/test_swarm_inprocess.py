@@ -52,6 +52,7 @@ SETTINGS = SwarmConfig(
     redis_ssl_check_hostname=True,
     redis_cluster=False,
     redis_timeout_s=5.0,
+    key_prefix="cogworker:",
     log_level="info",
     log_format="json",
 )
