@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import redis
 from redis.crc import key_slot
 
 from tests.support.redis_server import RedisServer, free_port, wait_until
+from tests.support.tls_redis import make_ca, make_cert
 
 MASTERS = 3
 # The tests' deployment: a hash-tagged key prefix, so every key is in SLOT.
@@ -25,16 +28,39 @@ SLOT = key_slot(b"{cw}")
 
 
 class RedisCluster:
-    def __init__(self, node_timeout_ms: int = 3000) -> None:
+    """With `tls=True` each node also listens with TLS on its own port (a client certificate required
+    there), and the cluster bus and replication run over TLS; the plain ports stay for the tests' own
+    admin reads. A TLS client asking CLUSTER SLOTS is told the TLS ports."""
+
+    def __init__(self, node_timeout_ms: int = 3000, *, tls: bool = False) -> None:
         cli = shutil.which("redis-cli")
         if cli is None:
             raise RuntimeError("redis-cli not found: run `make install` (it installs Redis) or install Redis")
         self.nodes: list[RedisServer] = []
+        self.tls_ports: list[int] = []
+        self.certs = Path(tempfile.mkdtemp(prefix="cogworker-cluster-tls-")) if tls else None
+        tls_args: tuple[str, ...] = ()
+        if self.certs is not None:
+            make_ca(self.certs, "ca")
+            make_cert(self.certs, "server", "ca", server=True)
+            make_cert(self.certs, "client", "ca", server=False)
+            # A node dials the others' bus (and its master) as a TLS client: the client certificate.
+            tls_args = (
+                *("--tls-cluster", "yes", "--tls-replication", "yes", "--tls-auth-clients", "yes"),
+                *("--tls-cert-file", str(self.certs / "server.crt")),
+                *("--tls-key-file", str(self.certs / "server.key")),
+                *("--tls-client-cert-file", str(self.certs / "client.crt")),
+                *("--tls-client-key-file", str(self.certs / "client.key")),
+                *("--tls-ca-cert-file", str(self.certs / "ca.crt")),
+            )
         try:
             for _ in range(MASTERS * 2):
+                tls_port = () if self.certs is None else ("--tls-port", str(free_port()))
                 self.nodes.append(
                     RedisServer(
                         extra=(
+                            *tls_args,
+                            *tls_port,
                             *("--cluster-enabled", "yes", "--cluster-port", str(free_port())),
                             *("--cluster-config-file", "nodes.conf"),
                             *("--cluster-node-timeout", str(node_timeout_ms)),
@@ -45,9 +71,20 @@ class RedisCluster:
                         )
                     )
                 )
-            addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
+            self.tls_ports = [int(n.extra[n.extra.index("--tls-port") + 1]) for n in self.nodes if self.certs]
+            # With TLS the cluster is made over TLS: the nodes then tell each other their TLS ports.
+            addresses = [f"127.0.0.1:{p}" for p in (self.tls_ports or self.ports)]
             subprocess.run(
-                [cli, "--cluster", "create", *addresses, "--cluster-replicas", "1", "--cluster-yes"],
+                [
+                    cli,
+                    *self.cli_tls(),
+                    "--cluster",
+                    "create",
+                    *addresses,
+                    "--cluster-replicas",
+                    "1",
+                    "--cluster-yes",
+                ],
                 check=True,
                 capture_output=True,
                 timeout=60,
@@ -61,19 +98,31 @@ class RedisCluster:
     def ports(self) -> list[int]:
         return [n.port for n in self.nodes]
 
-    def url(self, scheme: str = "redis+cluster") -> str:
-        """A cluster URL naming two seed nodes (any one answering is enough)."""
-        return f"{scheme}://127.0.0.1:{self.ports[0]},127.0.0.1:{self.ports[1]}"
+    def cli_tls(self) -> list[str]:
+        if self.certs is None:
+            return []
+        files = {"--cacert": "ca.crt", "--cert": "client.crt", "--key": "client.key"}
+        return ["--tls", *(part for flag, name in files.items() for part in (flag, str(self.certs / name)))]
+
+    def url(self) -> str:
+        """A cluster URL naming two seed nodes (any one answering is enough); TLS ports with TLS."""
+        if self.tls_ports:
+            return f"rediss+cluster://127.0.0.1:{self.tls_ports[0]},127.0.0.1:{self.tls_ports[1]}"
+        return f"redis+cluster://127.0.0.1:{self.ports[0]},127.0.0.1:{self.ports[1]}"
 
     def env(self, **extra: str) -> dict[str, str]:
         """COGWORKER_* settings for a process of the tests' deployment on this cluster."""
-        return {
+        values = {
             "COGWORKER_REDIS_URL": self.url(),
             "COGWORKER_KEY_PREFIX": PREFIX,
             "COGWORKER_REQUIRE": "cluster_jobs",
             "COGWORKER_LOG_FORMAT": "json",
-            **extra,
         }
+        if self.certs is not None:
+            values["COGWORKER_REDIS_SSL_CA_FILE"] = str(self.certs / "ca.crt")
+            values["COGWORKER_REDIS_SSL_CERT_FILE"] = str(self.certs / "client.crt")
+            values["COGWORKER_REDIS_SSL_KEY_FILE"] = str(self.certs / "client.key")
+        return {**values, **extra}
 
     def client(self, port: int) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=port, decode_responses=True, socket_timeout=5)
@@ -192,6 +241,8 @@ class RedisCluster:
         for node in self.nodes:
             node.close()
         self.nodes = []
+        if self.certs is not None:
+            shutil.rmtree(self.certs, ignore_errors=True)
 
 
 def _slot_ranges(client: redis.Redis) -> list[Any]:

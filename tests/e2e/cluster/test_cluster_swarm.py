@@ -58,11 +58,19 @@ def scrape(port: int) -> dict[str, float]:
     }
 
 
+@pytest.mark.parametrize("form", ["redis+cluster URL", "COGWORKER_REDIS_CLUSTER=true"])
 def test_a_first_push_from_env_alone_lands_in_the_deployments_slot(
-    redis_cluster: RedisCluster, cluster: redis.RedisCluster
+    redis_cluster: RedisCluster, cluster: redis.RedisCluster, form: str
 ) -> None:
+    env = redis_cluster.env()
+    if form == "COGWORKER_REDIS_CLUSTER=true":
+        # A plain URL naming one node (a replica, even): the flag makes it a seed.
+        env.update(
+            COGWORKER_REDIS_URL=f"redis://127.0.0.1:{redis_cluster.ports[4]}/0",
+            COGWORKER_REDIS_CLUSTER="true",
+        )
     done = run(
-        redis_cluster.env(),
+        env,
         code="""
         import cogworker, cluster_jobs
         print(cluster_jobs.note.perform_async("/dev/null", "first"))
