@@ -36,9 +36,10 @@ from procs import RUN_ID_VAR, NotRunnable, memory, sweep, wait_for
 from recovery import recovery
 from redis_server import RedisServer
 from report import footnotes, table, web_table, write_json
+from restart import rolling_restart
 from scaling import scaling
 from scaling import table as scaling_table
-from systems.base import System
+from systems.base import MANY_PROCESSES, System
 from throughput import drain, enqueue_rates
 from w4 import check as w4_check
 from w4 import shortfall as w4_shortfall
@@ -92,11 +93,37 @@ def step_memory(ctx: Context, system: System) -> dict[str, Any]:
             figures[mode] = memory(group).as_dict()
         finally:
             ctx.stop(group)
+    many = system.many_processes(MANY_PROCESSES)
+    if many is not None:
+        argv, many_env = many
+        for mode, env in {"default": {}, **system.memory_variants()}.items():
+            figures[f"{mode}-{MANY_PROCESSES}"] = _memory_of(ctx, system, mode, {**many_env, **env}, argv)
     return {"memory": figures}
+
+
+def _memory_of(
+    ctx: Context, system: System, mode: str, env: dict[str, str], argv: list[str]
+) -> dict[str, Any]:
+    """Memory with MANY_PROCESSES workers, once each has run jobs (a hundred per process)."""
+    ctx.redis.flush()
+    group = ctx.start(system, f"memory-{mode}-{MANY_PROCESSES}", env, argv)
+    try:
+        jobs = 100 * MANY_PROCESSES
+        system.push_noop_bulk(jobs)
+        wait_for(lambda: ctx.done() >= jobs, 120, f"{jobs} jobs on {MANY_PROCESSES} processes", group)
+        wait_for(lambda: len(group.children()) >= MANY_PROCESSES, 60, "every worker process", group)
+        time.sleep(1)  # as above
+        return memory(group).as_dict()
+    finally:
+        ctx.stop(group)
 
 
 def step_recovery(ctx: Context, system: System) -> dict[str, Any]:
     return {"w3": recovery(ctx, system)}
+
+
+def step_restart(ctx: Context, system: System) -> dict[str, Any]:
+    return {"restart": rolling_restart(ctx, system)}
 
 
 def step_w4(ctx: Context, system: System) -> dict[str, Any]:
@@ -111,13 +138,18 @@ STEPS: list[tuple[str, Step, bool]] = [  # (name, step, needs running workers)
     ("memory", step_memory, True),
     ("w3", step_recovery, True),
     ("w4", step_w4, True),
+    ("restart", step_restart, True),
 ]
 STEP_NAMES = [name for name, _, _ in STEPS]
 
 
 def system_steps(system: System) -> tuple[str, ...]:
     """The steps `system` can run: its own list, and W4 where it runs async jobs."""
-    return (*system.steps, *(("w4",) if system.w4_argv() is not None else ()))
+    return (
+        *system.steps,
+        *(("w4",) if system.w4_argv() is not None else ()),
+        *(("restart",) if system.rolling_restart_signal is not None else ()),
+    )
 
 
 def measure(ctx: Context, name: str, steps: list[str]) -> dict[str, Any]:

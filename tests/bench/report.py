@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from systems.base import MANY_PROCESSES as MANY
+
 BASE = "cogworker"
 Result = dict[str, Any]
 
@@ -53,6 +55,11 @@ def _preload(key: str) -> Callable[[Result], Any]:
     return read
 
 
+def _many_preload(result: Result) -> Any:
+    mode = "preload" if result.get("name") == BASE else "default"
+    return _get("memory", f"{mode}-{MANY}", "total_pss_mb")(result)
+
+
 def _survived(result: Result) -> Any:
     parent = _get("w3", "parent")(result)
     if parent is None:
@@ -82,6 +89,10 @@ ROWS = [
     Row("W1 start-up to first job done (s)", "↓", _get("w1", "startup_s"), "{:.2f}"),
     Row("Redis commands per job", "↓", _get("w1", "commands_per_job"), "{:.2f}"),
     Row("  of which script calls", "↓", _get("w1", "script_calls_per_job"), "{:.2f}"),
+    Row("W1 CPU used, first to last job (%)", "↑", _get("w1", "cpu_used_pct"), "{:.0f}"),
+    Row("W1 CPU/job from launch: workers (µs)", "↓", _get("w1", "cpu_us_per_job", "workers")),
+    Row("  supervisor/parent + fork server (µs)", "↓", _get("w1", "cpu_us_per_job", "supervisor"), "{:.1f}"),
+    Row("  Redis (µs)", "↓", _get("w1", "cpu_us_per_job", "redis"), "{:.1f}"),
     Row("W2 pickup p50 (ms)", "↓", _get("w2", "p50_ms"), "{:.1f}"),
     Row("W2 pickup p90 (ms)", "↓", _get("w2", "p90_ms"), "{:.1f}"),
     Row("W2 pickup p99 (ms)", "↓", _get("w2", "p99_ms"), "{:.1f}"),
@@ -101,9 +112,21 @@ ROWS = [
     Row("child USS, cogworker preload (MB) ¹", "↓", _preload("child_uss_mb_mean"), "{:.1f}"),
     Row("child PSS, cogworker preload (MB) ¹", "↓", _preload("child_pss_mb_mean"), "{:.1f}"),
     Row("total PSS, cogworker preload (MB) ¹", "↓", _preload("total_pss_mb"), "{:.1f}"),
+    Row(
+        f"{MANY} procs: child USS (MB, mean)",
+        "↓",
+        _get("memory", f"default-{MANY}", "child_uss_mb_mean"),
+        "{:.1f}",
+    ),
+    Row(f"{MANY} procs: total PSS (MB)", "↓", _get("memory", f"default-{MANY}", "total_pss_mb"), "{:.1f}"),
+    Row(f"{MANY} procs: total PSS, preload (MB) ¹", "↓", _many_preload, "{:.1f}"),
     Row("idle parent CPU (%)", "↓", _get("idle", "parent_cpu_pct"), "{:.2f}"),
     Row("idle workers CPU (%, all)", "↓", _get("idle", "children_cpu_pct"), "{:.2f}"),
     Row("idle Redis commands/s per worker", "↓", _get("idle", "redis_commands_per_s_per_child"), "{:.1f}"),
+    Row("rolling restart: took (s)", "↓", _get("restart", "restart_took_s"), "{:.2f}"),
+    Row("  each slot without jobs, max (s)", "↓", _get("restart", "max_slot_unavailable_s"), "{:.3f}"),
+    Row("  no job started anywhere, max (s)", "↓", _get("restart", "max_pickup_gap_s"), "{:.3f}"),
+    Row("  jobs lost", "↓", _get("restart", "lost")),
     Row("W4 async drain (jobs/s, median)", "↑", _get("w4", "jobs_per_s")),
     Row("W4 loop lag p50 (ms)", "↓", _get("w4", "lag_p50_ms"), "{:.1f}"),
     Row("W4 loop lag p99 (ms)", "↓", _get("w4", "lag_p99_ms"), "{:.1f}"),
@@ -129,6 +152,8 @@ def _ratio(base: Any, peer: Any) -> str:
 
 
 VALUE_WIDTH = 14
+# The ratio column's short name for a peer whose first four letters would not tell it apart.
+RATIO_NAMES = {"sidekiq-yjit": "skYJ", "sidekiq": "sk"}
 RATIO_WIDTH = 9
 
 
@@ -145,7 +170,7 @@ def table(results: dict[str, Result]) -> str:
         header.append(peer)
         widths.append(VALUE_WIDTH)
         if has_base:
-            header.append(f"cog/{peer[:4]}")
+            header.append(f"cog/{RATIO_NAMES.get(peer, peer[:4])}")
             widths.append(RATIO_WIDTH)
     lines = [_line(header, widths)]
     lines.append("-" * len(lines[0]))
@@ -172,6 +197,12 @@ def footnotes(results: dict[str, Result], plan: dict[str, Any]) -> list[str]:
     notes = ["ratio = cogworker / peer; ↑ higher is better, ↓ lower is better."]
     if any(r.get(step) for r in results.values() for step in ("enqueue", "w1", "w2", "w3", "memory")):
         notes += _sync_notes(plan)
+    if any(r.get("restart") for r in results.values()):
+        notes.append(
+            "rolling restart: SIGHUP to the worker command under a job every 5 ms; a slot is a worker "
+            "process and its replacement (without jobs from the old one's last start to the new one's "
+            "first); 'no job started anywhere' is the longest pause in job starts across all slots."
+        )
     notes += _w4_notes(results, plan)
     for name, result in results.items():
         notes += [

@@ -34,6 +34,18 @@ if ! command -v redis-server >/dev/null 2>&1; then
     "$ROOT/deploy/ensure-redis-server.sh"
 fi
 
+# Sidekiq, the Ruby original, is a peer: Debian's ruby-sidekiq (Sidekiq 6.4, Ruby 3.1 with YJIT).
+# Installed as root when missing; otherwise its two columns say "not runnable" and why.
+if ! command -v sidekiq >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "bench: installing Debian's ruby-sidekiq for the Sidekiq columns" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq ruby-sidekiq >/dev/null \
+            || echo "bench: ruby-sidekiq did not install; the Sidekiq columns will say not runnable" >&2
+    else
+        echo "bench: no sidekiq (Debian: apt-get install ruby-sidekiq); its columns will say not runnable" >&2
+    fi
+fi
+
 # The venv's bin/ goes first on PATH so the worker commands (cogworker-swarm, dramatiq, rq, celery)
 # are the ones installed beside the interpreter that runs the harness.
 export PATH="$VENV/bin:$PATH"

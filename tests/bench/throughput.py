@@ -13,13 +13,15 @@ of the commands-per-job figure, as are the harness's own polls.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import jobkit
 from context import Context
-from procs import wait_for
+from procs import WorkerGroup, cpu_seconds, wait_for
 from redis_server import SCRIPT_COMMANDS, delta
 from systems.base import System
 
@@ -58,6 +60,12 @@ def drain(ctx: Context, system: System) -> dict[str, Any]:
     summary: dict[str, Any] = {"jobs": jobs, "runs": runs}
     for key in ("jobs_per_s", "startup_s", "commands_per_job", "script_calls_per_job"):
         summary[key] = statistics.median(run[key] for run in runs)
+    used = [run["cpu_used_pct"] for run in runs if run["cpu_used_pct"] is not None]
+    summary["cpu_used_pct"] = statistics.median(used) if used else None
+    summary["cpu_us_per_job"] = {
+        kind: statistics.median(run["cpu_us_per_job"][kind] for run in runs)
+        for kind in ("workers", "supervisor", "redis")
+    }
     return summary
 
 
@@ -67,10 +75,16 @@ def drain_once(
     ctx.redis.flush()
     system.push_noop_bulk(jobs)
     polls = 0
+    steady: CpuSample | None = None
 
     def finished() -> bool:
-        nonlocal polls
+        # Until the first job is done, poll for it and take the CPU sample the steady window starts at.
+        nonlocal polls, steady
         polls += 1
+        if steady is None:
+            if ctx.client.exists(jobkit.T_FIRST):
+                steady = CpuSample.take(ctx, group)
+            return False
         return bool(ctx.client.exists(jobkit.T_LAST))
 
     before = ctx.redis.commandstats()
@@ -78,6 +92,7 @@ def drain_once(
     group = ctx.start(system, "w1", {"BENCH_TARGET": str(jobs), **(extra_env or {})})
     try:
         wait_for(finished, ctx.plan.w1_timeout_s, f"{jobs} jobs to finish", group)
+        ended = CpuSample.take(ctx, group)
         cpu_after = ctx.redis.cpu_s()
         after = ctx.redis.commandstats()
         done = ctx.done()
@@ -85,7 +100,7 @@ def drain_once(
         t_last = float(ctx.client.get(jobkit.T_LAST) or 0)
     finally:
         stop_s = ctx.stop(group)
-    calls = own_commands(delta(before, after), done=done, polls=polls)
+    calls = own_commands(delta(before, after), done=done, polls=polls, done_command=system.done_command)
     return {
         "jobs": jobs,
         "jobs_per_s": (jobs - 1) / (t_last - t_first),
@@ -98,13 +113,48 @@ def drain_once(
         # Redis's own CPU (user + system) from the workers' start to the last job, per job.
         "redis_cpu_us_per_job": (cpu_after - cpu_before) * 1e6 / jobs,
         "commands": calls,
+        # CPU per job by process kind, from launch to the last job (start-up included).
+        "cpu_us_per_job": {
+            "workers": ended.workers * 1e6 / jobs,
+            "supervisor": ended.parent * 1e6 / jobs,
+            "redis": (ended.redis - cpu_before) * 1e6 / jobs,
+        },
+        # Share of the machine's CPUs the system's processes and Redis used between the first and
+        # the last job done: 100 % means nothing waited.
+        "cpu_used_pct": ended.used_pct_since(steady) if steady is not None else None,
     }
 
 
-def own_commands(calls: dict[str, int], *, done: int, polls: int) -> dict[str, int]:
-    """The system's own commands in a drain window: the jobs' reporting and our polls taken out."""
-    # redis-py sends INCR as INCRBY key 1.
-    ours = {"incrby": done, "set": 2, "exists": polls}
+@dataclass(frozen=True)
+class CpuSample:
+    """CPU seconds so far of a worker command's processes, split by kind, and of Redis."""
+
+    at: float
+    workers: float
+    parent: float
+    redis: float
+
+    @classmethod
+    def take(cls, ctx: Context, group: WorkerGroup) -> CpuSample:
+        workers = [proc for child in group.children() for proc in group.subtree(child)]
+        assert group.parent is not None
+        parent = [group.parent, *(p for h in group.helpers() for p in group.subtree(h))]
+        return cls(time.monotonic(), cpu_seconds(workers), cpu_seconds(parent), ctx.redis.cpu_s())
+
+    def by_kind(self) -> dict[str, float]:
+        return {"workers": self.workers, "supervisor": self.parent, "redis": self.redis}
+
+    def used_pct_since(self, start: CpuSample) -> float:
+        busy = sum(self.by_kind().values()) - sum(start.by_kind().values())
+        return 100.0 * busy / ((self.at - start.at) * (os.cpu_count() or 1))
+
+
+def own_commands(
+    calls: dict[str, int], *, done: int, polls: int, done_command: str = "incrby"
+) -> dict[str, int]:
+    """The system's own commands in a drain window: the jobs' reporting and our polls taken out.
+    `done_command` is how the jobs' client sends INCR (redis-py: INCRBY key 1; redis-rb: INCR)."""
+    ours = {done_command: done, "set": 2, "exists": polls}
     own = dict(calls)
     for name, count in ours.items():
         own[name] = own.get(name, 0) - count

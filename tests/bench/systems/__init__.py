@@ -7,10 +7,12 @@ import importlib
 
 from systems.base import System
 
-NAMES = ("cogworker", "dramatiq", "rq", "celery", "arq", "saq")
+NAMES = ("cogworker", "sidekiq-yjit", "sidekiq", "dramatiq", "rq", "celery", "arq", "saq")
 
 _CLASSES = {
     "cogworker": ("systems.cogworker_system", "Cogworker"),
+    "sidekiq-yjit": ("systems.sidekiq_system", "SidekiqYjit"),
+    "sidekiq": ("systems.sidekiq_system", "Sidekiq"),
     "dramatiq": ("systems.dramatiq_system", "Dramatiq"),
     "rq": ("systems.rq_system", "Rq"),
     "celery": ("systems.celery_system", "Celery"),

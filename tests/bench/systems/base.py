@@ -11,6 +11,8 @@ from typing import ClassVar
 
 WORKER_PROCESSES = 2
 THREADS_PER_PROCESS = 8
+# The memory step's second size: what a deployment that fills a bigger machine costs.
+MANY_PROCESSES = 8
 # W4: `async def` jobs running at once in each of the WORKER_PROCESSES worker processes.
 ASYNC_PER_PROCESS = 100
 # The steps bench.py runs for a system that has every workload (W4 only where w4_argv is not None).
@@ -26,6 +28,10 @@ class System(ABC):
     steps: ClassVar[tuple[str, ...]] = ALL_STEPS
     # W4's exact worker configuration, in words, for the notes under the table.
     w4_config: ClassVar[str] = ""
+    # The signal that makes the worker command replace its workers one by one; None: it has none.
+    rolling_restart_signal: ClassVar[int | None] = None
+    # The command the jobs' INCR of the done counter arrives as (redis-py sends INCRBY key 1).
+    done_command: ClassVar[str] = "incrby"
 
     def __init__(self, redis_url: str) -> None:
         self.redis_url = redis_url
@@ -36,6 +42,11 @@ class System(ABC):
 
     def worker_env(self) -> dict[str, str]:
         return {}
+
+    def many_processes(self, processes: int) -> tuple[list[str], dict[str, str]] | None:
+        """The worker command and extra environment for `processes` worker processes (the memory
+        step at MANY_PROCESSES); None: not measured that way."""
+        return None
 
     def memory_variants(self) -> dict[str, dict[str, str]]:
         """Extra worker environments whose memory is measured too (name -> env)."""

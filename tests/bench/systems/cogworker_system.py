@@ -19,6 +19,7 @@ What the harness assumes of cogworker (the contract this file codes to):
 from __future__ import annotations
 
 import importlib
+import signal
 from importlib import metadata
 from types import ModuleType
 
@@ -28,6 +29,7 @@ from systems.base import ASYNC_PER_PROCESS, THREADS_PER_PROCESS, WORKER_PROCESSE
 class Cogworker(System):
     name = "cogworker"
     bulk_label = "push_bulk"
+    rolling_restart_signal = signal.SIGHUP
     w4_config = (
         f"cogworker: `cogworker-swarm`, COGWORKER_COUNT={WORKER_PROCESSES}, "
         f"COGWORKER_ASYNC_CONCURRENCY={ASYNC_PER_PROCESS} (COGWORKER_CONCURRENCY={THREADS_PER_PROCESS} "
@@ -56,6 +58,9 @@ class Cogworker(System):
             "COGWORKER_QUEUES": "default",
             "COGWORKER_LOG_LEVEL": "warning",
         }
+
+    def many_processes(self, processes: int) -> tuple[list[str], dict[str, str]]:
+        return self.worker_argv(), {"COGWORKER_COUNT": str(processes)}
 
     def memory_variants(self) -> dict[str, dict[str, str]]:
         return {"preload": {"COGWORKER_PRELOAD": "true"}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from importlib import metadata
 from types import ModuleType
@@ -12,6 +13,8 @@ from systems.base import ASYNC_PER_PROCESS, THREADS_PER_PROCESS, WORKER_PROCESSE
 
 class Dramatiq(System):
     name = "dramatiq"
+    # dramatiq's main process restarts every worker process on SIGHUP (its reload).
+    rolling_restart_signal = signal.SIGHUP
     bulk_label = "group().run() (no bulk path: one script call per message)"
     notes = ("dramatiq: stock RedisBroker and default middleware; INFO logging (nothing per job).",)
     w4_config = (
@@ -29,13 +32,16 @@ class Dramatiq(System):
         self._dramatiq = dramatiq
         self._jobs: ModuleType = importlib.import_module("jobs_dramatiq")
 
-    def worker_argv(self) -> list[str]:
+    def worker_argv(self, processes: int = WORKER_PROCESSES) -> list[str]:
         return [
             "dramatiq", "jobs_dramatiq",
-            "--processes", str(WORKER_PROCESSES),
+            "--processes", str(processes),
             "--threads", str(THREADS_PER_PROCESS),
             "--queues", "default",
         ]  # fmt: skip
+
+    def many_processes(self, processes: int) -> tuple[list[str], dict[str, str]]:
+        return self.worker_argv(processes), {}
 
     def version(self) -> str:
         return metadata.version("dramatiq")

@@ -1,0 +1,52 @@
+# Sidekiq's benchmark jobs: the bodies of jobkit.py, written in Ruby.
+#
+# Each job reports to the bench Redis (BENCH_REDIS_URL) on a connection of its own thread, as the
+# Python systems' jobs do on a connection of their own process, so every system pays the same round
+# trips per job and the harness can take them out of the commands-per-job figure (throughput.py).
+# redis-rb sends INCR as INCR (redis-py sends INCRBY key 1): systems/sidekiq_system.py says so.
+require "sidekiq"
+require "redis"
+
+# Sidekiq logs a "start" and a "done" line per job at its default level; the other systems log
+# nothing per job (rq and cogworker are run at WARNING for that reason), so Sidekiq is too.
+Sidekiq.logger.level = Logger::WARN
+
+module Bench
+  def self.redis
+    Thread.current[:bench_redis] ||= Redis.new(url: ENV.fetch("BENCH_REDIS_URL"))
+  end
+
+  def self.now
+    Process.clock_gettime(Process::CLOCK_REALTIME)
+  end
+end
+
+class NoopJob
+  include Sidekiq::Worker
+
+  def perform
+    now = Bench.now
+    count = Bench.redis.incr("bench:done")
+    Bench.redis.set("bench:t:first", now.to_s) if count == 1
+    Bench.redis.set("bench:t:last", Bench.now.to_s) if count == ENV.fetch("BENCH_TARGET", "0").to_i
+  end
+end
+
+class PickupJob
+  include Sidekiq::Worker
+
+  def perform(pushed_at)
+    started = Bench.now
+    Bench.redis.rpush("bench:latency", ((started - pushed_at) * 1000.0).to_s)
+  end
+end
+
+class SleeperJob
+  include Sidekiq::Worker
+
+  def perform(index, seconds)
+    Bench.redis.rpush("bench:events", "start #{index} #{Process.pid} #{Bench.now}")
+    sleep(seconds)
+    Bench.redis.rpush("bench:events", "end #{index} #{Process.pid} #{Bench.now}")
+  end
+end

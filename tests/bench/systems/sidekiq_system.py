@@ -1,0 +1,136 @@
+"""Sidekiq, the Ruby original, from Debian's `ruby-sidekiq`: two `sidekiq -c 8` processes under
+multiproc.py, with and without YJIT.
+
+Sidekiq 6 has no parent process of its own (its forking swarm is Enterprise's), so two copies under
+one parent stand for `COGWORKER_COUNT=2`. Its fetch is BRPOP: a job is gone from Redis while it runs,
+and a SIGKILLed process loses what it was running (W3 shows it). Jobs are pushed from Python in
+Sidekiq's own wire format, as its Client#push writes them: SADD `queues`, LPUSH `queue:<name>` a JSON
+payload; the bulk path is one pipeline, as Client#push_bulk's.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import redis
+
+from systems.base import THREADS_PER_PROCESS, WORKER_PROCESSES, System
+
+BENCH_DIR = Path(__file__).resolve().parents[1]
+MULTIPROC = BENCH_DIR / "multiproc.py"
+JOBS = BENCH_DIR / "jobs_sidekiq.rb"
+QUEUE = "default"
+BULK_CHUNK = 1_000  # payloads per LPUSH in the bulk pipeline
+
+
+class Sidekiq(System):
+    name: ClassVar[str] = "sidekiq"
+    bulk_label = "one pipeline: SADD queues + LPUSH (Client#push_bulk's shape)"
+    # redis-rb sends INCR as INCR; throughput.own_commands takes the jobs' own reporting out by name.
+    done_command = "incr"
+    yjit: ClassVar[bool] = False
+
+    def __init__(self, redis_url: str) -> None:
+        super().__init__(redis_url)
+        sidekiq = shutil.which("sidekiq")
+        if sidekiq is None or shutil.which("ruby") is None:
+            raise RuntimeError(
+                "no `sidekiq` on PATH: install Debian's ruby-sidekiq (tests/bench/run.sh does as root)"
+            )
+        self._sidekiq = sidekiq
+        self._version = self._ask_version()
+        self._conn = redis.Redis.from_url(redis_url)
+
+    def _ruby(self) -> list[str]:
+        return ["ruby", "--yjit"] if self.yjit else ["ruby"]
+
+    def _ask_version(self) -> str:
+        script = (
+            'require "sidekiq"; print "Sidekiq #{Sidekiq::VERSION}, Ruby #{RUBY_VERSION}"; '
+            'print " + YJIT" if defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?'
+        )
+        done = subprocess.run(
+            [*self._ruby(), "-e", script], capture_output=True, text=True, timeout=60, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"ruby could not load sidekiq: {done.stderr.strip()[-300:]}")
+        if self.yjit and "YJIT" not in done.stdout:
+            raise RuntimeError("this Ruby was built without YJIT")
+        return done.stdout.strip()
+
+    def worker_argv(self, processes: int = WORKER_PROCESSES) -> list[str]:
+        return [
+            sys.executable, str(MULTIPROC), str(processes),
+            *self._ruby(), self._sidekiq,
+            "-r", str(JOBS),
+            "-c", str(THREADS_PER_PROCESS),
+            "-q", QUEUE,
+        ]  # fmt: skip
+
+    def many_processes(self, processes: int) -> tuple[list[str], dict[str, str]]:
+        return self.worker_argv(processes), {}
+
+    def worker_env(self) -> dict[str, str]:
+        return {"REDIS_URL": self.redis_url}
+
+    def version(self) -> str:
+        return self._version
+
+    def _payload(self, job_class: str, args: list[Any]) -> str:
+        now = time.time()
+        return json.dumps(
+            {
+                "class": job_class,
+                "args": args,
+                "retry": True,
+                "queue": QUEUE,
+                "jid": secrets.token_hex(12),
+                "created_at": now,
+                "enqueued_at": now,
+            }
+        )
+
+    def _push(self, job_class: str, args: list[Any]) -> None:
+        pipe = self._conn.pipeline(transaction=True)
+        pipe.sadd("queues", QUEUE)
+        pipe.lpush(f"queue:{QUEUE}", self._payload(job_class, args))
+        pipe.execute()
+
+    def push_noop(self) -> None:
+        self._push("NoopJob", [])
+
+    def push_noop_bulk(self, count: int) -> None:
+        pipe = self._conn.pipeline(transaction=False)
+        pipe.sadd("queues", QUEUE)
+        for start in range(0, count, BULK_CHUNK):
+            size = min(BULK_CHUNK, count - start)
+            pipe.lpush(f"queue:{QUEUE}", *(self._payload("NoopJob", []) for _ in range(size)))
+        pipe.execute()
+
+    def push_pickup(self, pushed_at: float) -> None:
+        self._push("PickupJob", [pushed_at])
+
+    def push_sleeper(self, index: int, seconds: float) -> None:
+        self._push("SleeperJob", [index, seconds])
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class SidekiqYjit(Sidekiq):
+    name = "sidekiq-yjit"
+    yjit = True
+    notes = (
+        f"sidekiq, sidekiq-yjit: {WORKER_PROCESSES} `sidekiq -c {THREADS_PER_PROCESS}` processes under "
+        "multiproc.py (Sidekiq 6 forks no workers itself), BRPOP fetch (not reliable: a killed process "
+        "loses its running jobs), logger at WARN (it logs two lines per job at INFO); sidekiq-yjit "
+        "runs the same with `ruby --yjit`, whose "
+        "code region (256 MiB by default on Ruby 3.1) is resident in each process: its memory rows.",
+    )
