@@ -197,13 +197,12 @@ def test_a_killed_workers_jobs_are_recovered_as_orphans_by_another(
     )
 
 
+# One per kind of check (the prefix, the URL, the flag); tests/unit/test_cluster_url.py has the rest.
 @pytest.mark.parametrize(
     ("extra", "says"),
     [
         ({"COGWORKER_KEY_PREFIX": "cogworker:"}, "hash tag"),
-        ({"COGWORKER_KEY_PREFIX": "{}:"}, "hash tag"),
         ({"COGWORKER_REDIS_URL": "redis+cluster://127.0.0.1:7000/1"}, "database"),
-        ({"COGWORKER_REDIS_URL": "redis+cluster://127.0.0.1:7000,:7001"}, "without a host"),
         ({"COGWORKER_REDIS_URL": "unix:///tmp/redis.sock", "COGWORKER_REDIS_CLUSTER": "true"}, "cluster"),
     ],
 )
