@@ -88,20 +88,27 @@ class SlotOwner:
             self._on_change()
 
     def _discover(self) -> tuple[str, int]:
-        tried = 0
+        tried: list[tuple[str, int]] = []
+        last: redis.RedisError | None = None
         for node in dict.fromkeys([*self._seeds, *self._known]):
-            tried += 1
+            tried.append(node)
             try:
                 slots = self._ask(node)
-            except redis.RedisError:
-                continue  # that node is down or not a cluster member: ask the next
+            except redis.RedisError as exc:
+                last = exc  # that node is down, refuses us or isn't a cluster member: ask the next
+                continue
             for start, end, master, *replicas in slots:
                 found = [_node(master, node), *(_node(r, node) for r in replicas)]
                 self._known.extend(a for a in found if a not in self._known)
                 if start <= self.slot <= end:
                     return found[0]
             raise SlotUnavailable(f"no master serves slot {self.slot} (asked {node[0]}:{node[1]})")
-        raise SlotUnavailable(f"none of the {tried} cluster nodes known answered CLUSTER SLOTS")
+        # The last node's reason (a wrong password, a certificate refused): what an operator needs.
+        # redis-py's messages name the host and port, never the credentials.
+        raise SlotUnavailable(
+            f"none of the {len(tried)} cluster nodes known answered CLUSTER SLOTS "
+            f"(last: {type(last).__name__}: {last})"
+        )
 
     def _ask(self, node: tuple[str, int]) -> list[Any]:
         conn_class = redis.SSLConnection if self._options.get("ssl") else redis.Connection
