@@ -1,4 +1,4 @@
-"""Fixtures for the Redis Cluster tests: one real 3-master + 3-replica cluster for the whole group
+"""Fixtures for the Redis Cluster tests: one real 3-master + 3-replica cluster for this folder
 (tests/support/redis_cluster.py; ~5 s to start), flushed before each test. cogworker reaches it by its
 cluster URL with a hash-tagged key prefix, so all of a deployment's keys are in one slot."""
 
@@ -16,7 +16,7 @@ from tests.support.swarm import SwarmRunner, swarm_runner
 from tests.support.workers import WorkerPool
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def redis_cluster() -> Iterator[RedisCluster]:
     cluster = RedisCluster()
     try:
