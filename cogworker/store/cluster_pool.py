@@ -89,7 +89,7 @@ class SlotOwner:
 
     def _discover(self) -> tuple[str, int]:
         tried: list[tuple[str, int]] = []
-        last: redis.RedisError | None = None
+        last: Exception | None = None
         for node in dict.fromkeys([*self._seeds, *self._known]):
             tried.append(node)
             try:
@@ -102,9 +102,12 @@ class SlotOwner:
                 self._known.extend(a for a in found if a not in self._known)
                 if start <= self.slot <= end:
                     return found[0]
-            raise SlotUnavailable(f"no master serves slot {self.slot} (asked {node[0]}:{node[1]})")
-        # The last node's reason (a wrong password, a certificate refused): what an operator needs.
-        # redis-py's messages name the host and port, never the credentials.
+            # A node that lost its view (restarted without its nodes.conf) may know no owner: ask on.
+            last = SlotUnavailable(f"no master serves slot {self.slot} (asked {node[0]}:{node[1]})")
+        # The last node's reason (a wrong password, a certificate refused, no owner): what an operator
+        # needs. redis-py's messages name the host and port, never the credentials.
+        if isinstance(last, SlotUnavailable):
+            raise last
         raise SlotUnavailable(
             f"none of the {len(tried)} cluster nodes known answered CLUSTER SLOTS "
             f"(last: {type(last).__name__}: {last})"
