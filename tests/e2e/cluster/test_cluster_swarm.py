@@ -27,6 +27,7 @@ from cogworker.web import create_app
 from tests.support.redis_cluster import PREFIX, SLOT, RedisCluster
 from tests.support.redis_server import free_port, wait_until
 from tests.support.swarm import SwarmRunner
+from tests.support.tls_redis import APP_COMMANDS
 from tests.support.workers import WorkerPool
 
 pytestmark = pytest.mark.slow
@@ -195,6 +196,37 @@ def test_a_killed_workers_jobs_are_recovered_as_orphans_by_another(
     wait_until(
         lambda: cluster.keys(f"{PREFIX}inprogress:*") == [], timeout=10, message="no in-progress list left"
     )
+
+
+def test_an_acl_user_with_the_readmes_commands_and_cluster_slots_is_refused_nothing(
+    redis_cluster: RedisCluster, cluster: redis.RedisCluster, workers: WorkerPool, tmp_path: Path
+) -> None:
+    # The README's list for one Redis, plus the one command cluster mode adds.
+    redis_cluster.add_user("app", "Cluster-app-pw-7", APP_COMMANDS + " cluster|slots")
+    url = redis_cluster.url().replace("://", "://app:Cluster-app-pw-7@", 1)
+    env = redis_cluster.env(
+        COGWORKER_REDIS_URL=url, COGWORKER_HEARTBEAT_INTERVAL_S="0.3", COGWORKER_POLL_INTERVAL_S="0.3"
+    )
+    out = tmp_path / "ran.txt"
+    worker = workers.start(**env)
+    worker.identity()
+    pushed = run(
+        env,
+        code=f"""
+        import cluster_jobs
+        cluster_jobs.note.perform_async({str(out)!r}, "acl")
+        cluster_jobs.fail_first.perform_async({str(out)!r}, "r")
+        cluster_jobs.unique_note.perform_async({str(out)!r}, "u")
+        """,
+    )
+    assert pushed.returncode == 0, pushed.stderr
+    expected = {"acl", "retried-r", "unique-u"}
+    wait_until(lambda: tags(out) >= expected, timeout=20, message=f"the jobs:\n{worker.log_text()[-2000:]}")
+    status = run(env, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert worker.stop() == 0
+    assert redis_cluster.refused("app") == []
+    assert "Cluster-app-pw-7" not in status.stdout + status.stderr + worker.log_text()
 
 
 # One per kind of check (the prefix, the URL, the flag); tests/unit/test_cluster_url.py has the rest.
