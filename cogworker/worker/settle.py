@@ -39,7 +39,6 @@ from cogworker.store.scripts import Scripts
 
 log = structlog.get_logger("cogworker.settle")
 
-FILEABLE_SETS = (keys.RETRY, keys.DEAD, keys.SCHEDULE)
 # A filing stopped by a wrong-type key is retried on every fetch loop: logged (and the guard asked)
 # at most this often per key.
 WRONG_TYPE_REPORT_S = 10.0
@@ -336,7 +335,7 @@ def file_unsettled(client: redis.Redis, scripts: Scripts, settings: Settings, lo
         entry = codec.loads_dict(record)
         valid = (
             entry is not None
-            and entry.get("set") in FILEABLE_SETS
+            and entry.get("set") in (keys.RETRY, keys.DEAD, keys.SCHEDULE)
             and isinstance(entry.get("score"), int | float)
             and isinstance(entry.get("payload"), dict)
         )
