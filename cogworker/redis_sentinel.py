@@ -112,6 +112,12 @@ def parse_url(url: str) -> SentinelTarget:
     )
 
 
+def checked_url(url: str) -> str:
+    """`url` once it reads as a Sentinel URL (the settings' check; ValueError otherwise)."""
+    parse_url(url)
+    return url
+
+
 def _from_settings_form(url: str, sentinels: str, master: str) -> SentinelTarget:
     scheme, _, rest = url.partition("://")
     if scheme not in ("redis", "rediss"):

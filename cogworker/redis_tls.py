@@ -14,10 +14,13 @@ from __future__ import annotations
 import os
 import ssl
 from typing import Any, Protocol
-from urllib.parse import urlparse
 
-# rediss+sentinel://: TLS to the sentinels and to the master (redis_sentinel.py).
-_TLS_SCHEMES = ("rediss", "rediss+sentinel")
+from cogworker.cluster_url import tls_scheme
+
+
+def _tls(url: str) -> bool:
+    """rediss://, rediss+cluster:// or rediss+sentinel:// (TLS to the sentinels and the master)."""
+    return tls_scheme(url) or url.partition("://")[0].lower() == "rediss+sentinel"
 
 
 class TlsSettings(Protocol):
@@ -63,11 +66,11 @@ def check_together(settings: TlsSettings) -> None:
             "set both COGWORKER_REDIS_SSL_CERT_FILE and COGWORKER_REDIS_SSL_KEY_FILE (a client "
             "certificate and its private key), or neither"
         )
-    if (ca or cert) and urlparse(settings.redis_url).scheme not in _TLS_SCHEMES:
+    if (ca or cert) and not _tls(settings.redis_url):
         # Else the files would be ignored and the password sent in clear.
         raise ValueError(
-            "COGWORKER_REDIS_SSL_CA_FILE, _CERT_FILE and _KEY_FILE need a rediss:// COGWORKER_REDIS_URL "
-            "or rediss+sentinel:// (redis:// and unix:// are not TLS)"
+            "COGWORKER_REDIS_SSL_CA_FILE, _CERT_FILE and _KEY_FILE need a rediss:// (or rediss+cluster://, "
+            "rediss+sentinel://) COGWORKER_REDIS_URL (redis:// and unix:// are not TLS)"
         )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if ca:
@@ -88,9 +91,10 @@ def check_together(settings: TlsSettings) -> None:
 
 
 def client_options(settings: TlsSettings) -> dict[str, Any]:
-    """redis-py's ssl_* options for a `rediss://` URL; nothing for another scheme (redis-py would
-    refuse them there, and check_together already refused TLS files with one)."""
-    if urlparse(settings.redis_url).scheme not in _TLS_SCHEMES:
+    """redis-py's ssl_* options for a `rediss://` (or `rediss+cluster://`, `rediss+sentinel://`) URL;
+    nothing for another scheme (redis-py would refuse them there, and check_together already refused
+    TLS files with one)."""
+    if not _tls(settings.redis_url):
         return {}
     return {
         "ssl_ca_certs": settings.redis_ssl_ca_file or None,

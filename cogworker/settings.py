@@ -14,15 +14,17 @@ import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
 
-from cogworker import exitcodes, redis_sentinel, redis_tls
+from cogworker import cluster_url, exitcodes, redis_sentinel, redis_tls
+from cogworker.prefix_rule import check_key_prefix
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 from cogworker.redact import safe_url
+from cogworker.replication_settings import ReplicationSettings
 
 _SCHEMES = ("redis", "rediss", "unix", *redis_sentinel.SCHEMES)
 # A password holding one of these characters ends the URL's host part early, and the rest of it
@@ -67,7 +69,7 @@ def parse_queues(text: str) -> QueueSpec:
     return QueueSpec(tuple(names), tuple(weights) if all(weighted) else None)
 
 
-class Settings(BaseSettings):
+class Settings(ReplicationSettings):
     model_config = SettingsConfigDict(
         env_prefix="COGWORKER_",
         env_nested_delimiter="__",
@@ -165,25 +167,28 @@ class Settings(BaseSettings):
     redis_ssl_cert_file: str = ""
     redis_ssl_key_file: str = ""
     redis_ssl_check_hostname: bool = True
-    # Redis Sentinel (redis_sentinel.py; README "Sentinel"): the sentinels and the master's name, as
-    # an alternative to a redis+sentinel:// URL, and the sentinels' own password (both forms).
-    redis_sentinels: str = ""
-    redis_sentinel_master: str = ""
-    redis_sentinel_password: SecretStr = SecretStr("")
-    # A push (and a fetch's acknowledgements) returns only once WAIT saw it reach this many replicas
-    # within redis_min_replicas_timeout_s (store/replicas.py says what fewer means). 0: no WAIT.
-    redis_min_replicas: Annotated[int, Field(ge=0)] = 0
-    redis_min_replicas_timeout_s: float = 1.0
+    # Redis Cluster (README "Redis Cluster"): the URL names seed nodes. Set by a redis+cluster:// or
+    # rediss+cluster:// URL, or by this with a redis:// / rediss:// URL naming one node. Needs a
+    # hash-tagged COGWORKER_KEY_PREFIX (cluster_url.check_prefix says why).
+    redis_cluster: bool = False
+    # Every key and channel name starts with this (store/keys.py), so apps with different prefixes share
+    # one Redis unseen by each other. A hash tag in it (`{myapp}:`) puts all of them in one Redis
+    # Cluster slot, which cluster mode needs: a script's keys must share a slot.
+    key_prefix: str = "cogworker:"
 
     @field_validator("redis_url")
     @classmethod
     def _check_url(cls, value: str) -> str:
+        if value.partition("://")[0] in cluster_url.CLUSTER_SCHEMES:
+            cluster_url.seeds(value)  # several hosts: urlparse can't read them
+            return value
         parsed = urlparse(value)
         if parsed.scheme not in _SCHEMES:
-            raise ValueError("must start with redis://, rediss://, unix:// or redis+sentinel://")
+            raise ValueError(
+                "must start with redis://, rediss://, unix://, redis(s)+cluster://, redis+sentinel://"
+            )
         if redis_sentinel.is_sentinel_url(value):
-            redis_sentinel.parse_url(value)
-            return value
+            return redis_sentinel.checked_url(value)
         try:
             port = parsed.port
         except ValueError:
@@ -207,6 +212,11 @@ class Settings(BaseSettings):
     @classmethod
     def _readable_file(cls, value: str) -> str:
         return redis_tls.readable(value) if value else value
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _check_prefix(cls, value: str) -> str:
+        return check_key_prefix(value)
 
     @field_validator("queues")
     @classmethod
@@ -271,11 +281,12 @@ class Settings(BaseSettings):
                 )
             )
         redis_tls.check_together(self)
-        redis_sentinel.target(self)
-        if self.redis_min_replicas and self.redis_min_replicas_timeout_s >= self.redis_timeout_s:
-            why = "a WAIT must end before the client gives up on its reply"
-            wait = "redis_min_replicas_timeout_s"
-            raise ValueError(self._order_error("redis_timeout_s", "above", wait, why))
+        if cluster_url.is_cluster(self):
+            try:
+                cluster_url.seeds(self.redis_url)
+            except ValueError as exc:
+                raise ValueError(f"COGWORKER_REDIS_CLUSTER=true: COGWORKER_REDIS_URL {exc}") from None
+            cluster_url.check_prefix(self.key_prefix)
         if bool(self.web_username) != bool(self.web_password.get_secret_value()):
             raise ValueError("set both COGWORKER_WEB_USERNAME and COGWORKER_WEB_PASSWORD, or neither")
         return self

@@ -41,7 +41,9 @@ class SwarmConfig:
     redis_sentinels: str
     redis_sentinel_master: str
     redis_sentinel_password: str = field(repr=False)
+    redis_cluster: bool  # the scrape pins its client to the deployment's slot's master (cluster_pool.py)
     redis_timeout_s: float  # a requeue in the fork server may wait this long on Redis
+    key_prefix: str  # the metrics scrape reads this deployment's keys only (cogworker/store/keys.py)
     log_level: str
     log_format: str
 

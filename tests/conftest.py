@@ -17,6 +17,7 @@ from cogworker import logs, testing
 from cogworker.api import client as cw_client
 from cogworker.api import death, middleware
 from cogworker.settings import Settings, load_settings
+from cogworker.store import keys
 from tests.support.paths import APP_DIR, ROOT
 from tests.support.redis_server import RedisServer
 from tests.support.workers import WorkerPool
@@ -83,6 +84,8 @@ def _clean_globals() -> Iterator[None]:
     cogworker.install_builtin_middleware()
     cw_client.reset_after_fork()
     cw_client._settings = None
+    # A test that used another COGWORKER_KEY_PREFIX must not leave it to the next one.
+    keys.use_prefix(keys.DEFAULT_PREFIX)
 
 
 @pytest.fixture

@@ -43,6 +43,8 @@ def configure(settings: Settings | None = None, client: redis.Redis | None = Non
     """Point the job API at a Redis. Without a call, the first push reads COGWORKER_* settings."""
     global _settings, _redis
     new_settings = settings or load_settings()
+    # The prefix is the process's, not the client's: a worker's own keys and its jobs' pushes must agree.
+    keys.use_prefix(new_settings.key_prefix)
     new_client = client or connect(new_settings)
     with _lock:
         _settings, _redis = new_settings, new_client
@@ -68,6 +70,9 @@ def settings() -> Settings:
     with _lock:
         if _settings is None:
             _settings = loaded
+            # Outside `configure()` this is the first use (a push configured only by COGWORKER_*):
+            # its keys must carry the configured prefix from the first one.
+            keys.use_prefix(loaded.key_prefix)
         return _settings
 
 

@@ -20,7 +20,7 @@ from cogworker.cli.common import Context, Failure, json_flag
 from cogworker.ops import OpsError
 from cogworker.redact import safe_url
 from cogworker.settings import ConfigError, load_env_file, load_or_exit
-from cogworker.store import key_guard
+from cogworker.store import key_guard, keys
 from cogworker.store.connection import is_unavailable
 
 VERB_GROUPS = (status, queues, sets, enqueue, cancel, processes, periodic, doctor, web)
@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_or_exit()
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else exitcodes.CONFIG_ERROR
+    keys.use_prefix(settings.key_prefix)  # every verb, `run` too, reads and writes this deployment's keys
     if args.verb == "run":
         from cogworker.worker.main import main as run_main
 

@@ -53,7 +53,8 @@ HIT_CAP = 20
 JID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
 
 # The places searched: the three sets by name, each queue as "queue:<name>".
-SET_PLACES = {"retry": keys.RETRY, "scheduled": keys.SCHEDULE, "dead": keys.DEAD}
+# Names only: the keys come from keys.job_sets() when used, so they carry the prefix in force.
+SET_PLACES = ("retry", "scheduled", "dead")
 QUEUE_PLACE = "queue:"
 # Where a job with this status most likely is, searched first ("queue": the queue its status
 # names). A scheduled job's status is "queued" too; a "working" job not running in a live process
@@ -190,7 +191,7 @@ def search_order(first: tuple[str, ...], queues: list[str]) -> list[str]:
 
 
 def place_key(place: str) -> str:
-    return SET_PLACES[place] if place in SET_PLACES else keys.queue(place[len(QUEUE_PLACE) :])
+    return keys.job_sets()[place] if place in SET_PLACES else keys.queue(place[len(QUEUE_PLACE) :])
 
 
 def _sizes(client: redis.Redis, order: list[str]) -> dict[str, int]:
@@ -276,7 +277,7 @@ def locate(
     pipe.hgetall(keys.status(jid))
     pipe.pttl(keys.status(jid))
     for name in SET_PLACES:
-        pipe.zcard(SET_PLACES[name])
+        pipe.zcard(keys.job_sets()[name])
     # A key of the wrong type answers an error: no status, an empty set (the search names it).
     raw_status, ttl_ms, *counts = pipe.execute(raise_on_error=False)
     status = {str(k): str(v) for k, v in raw_status.items()} if isinstance(raw_status, dict) else {}

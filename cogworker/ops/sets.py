@@ -21,7 +21,8 @@ from cogworker import codec
 from cogworker.ops import NotFound, OpsError
 from cogworker.store import keys
 
-SETS = {"retry": keys.RETRY, "scheduled": keys.SCHEDULE, "dead": keys.DEAD}
+# Names only: set_key gives the key, built with the prefix in force (store/keys.py).
+SETS = ("retry", "scheduled", "dead")
 UNREADABLE = "cogworker.UnreadablePayload"
 RAW_REF_PREFIX = "raw-"
 BATCH = 500
@@ -99,7 +100,7 @@ class Entry:
 
 def set_key(name: str) -> str:
     try:
-        return SETS[name]
+        return keys.job_sets()[name]
     except KeyError:
         raise OpsError(f"unknown set {name!r}: use one of {', '.join(SETS)}") from None
 

@@ -9,10 +9,11 @@ from redis._parsers.encoders import Encoder
 from redis.connection import HiredisRespSerializer, PythonRespSerializer
 from redis.utils import HIREDIS_AVAILABLE
 
-from cogworker import redis_sentinel
+from cogworker import cluster_url, redis_sentinel
 from cogworker.redis_tls import client_options
 from cogworker.settings import Settings
 from cogworker.store import sentinel_pool
+from cogworker.store.cluster_pool import cluster_client
 
 CONNECT_TIMEOUT_S = 2.0
 # Bytes that aren't UTF-8 (a payload written by something else) decode to lone surrogates instead
@@ -61,8 +62,9 @@ def connect(settings: Settings, *, extra_timeout_s: float = 0.0) -> redis.Redis:
     """A client with a small pool. redis-py's own retries are off: callers decide what a failure means.
     A command may wait `redis_timeout_s` for Redis; a blocking one adds its block time (`extra_timeout_s`).
     A `rediss://` URL gets the COGWORKER_REDIS_SSL_* files; every connection of the pool has them (the
-    fetch loop's own DirectConnection is made by this pool, so it has them too). With Sentinel
-    (redis_sentinel.py) the pool asks the sentinels for the master at each connect (sentinel_pool.py)."""
+    fetch loop's own DirectConnection is made by this pool, so it has them too).
+    A Redis Cluster gets a client pinned to the master owning the deployment's slot (cluster_pool.py);
+    with Sentinel the pool asks the sentinels for the master at each connect (sentinel_pool.py)."""
     options: dict[str, Any] = dict(
         socket_timeout=settings.redis_timeout_s + extra_timeout_s,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
@@ -73,6 +75,8 @@ def connect(settings: Settings, *, extra_timeout_s: float = 0.0) -> redis.Redis:
         **client_options(settings),
         **text_options(),
     )
+    if cluster_url.is_cluster(settings):
+        return cluster_client(cluster_url.seeds(settings.redis_url), settings.key_prefix, **options)
     target = redis_sentinel.target(settings)
     if target is not None:
         password = settings.redis_sentinel_password.get_secret_value()

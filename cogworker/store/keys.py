@@ -1,49 +1,144 @@
-"""Every Redis key name cogworker uses, built in this one module.
+"""Every Redis key name cogworker uses, built in this one module from the deployment's prefix.
 
 Lists, sets and hashes are documented with their type so the key guard (key_guard.py) can check them.
+
+The prefix (COGWORKER_KEY_PREFIX, default `cogworker:`) lets two apps share one Redis without seeing
+each other's queues, stats, processes or periodic entries, and a prefix holding a hash tag
+(`{myapp}:`) puts every key of a deployment in one Redis Cluster slot. It is one per process:
+`use_prefix` rebinds the names below, and is called wherever a process's settings take effect
+(`cogworker.configure` and the job API's first use, the CLI, the fork server, the supervisor's
+metrics, the Web UI). Rebinding module names works because every caller reads them as `keys.NAME`
+at the time of use; nothing copies one (`from ... keys import NAME`) or keeps one in a module-level
+constant, or it would keep the default prefix.
 """
 
 from __future__ import annotations
 
-PREFIX = "cogworker:"
-
-QUEUE_PREFIX = PREFIX + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
-QUEUES = PREFIX + "queues"  # set: every queue name ever pushed to
-PAUSED = PREFIX + "paused"  # set: queue names no process fetches from
-SCHEDULE = PREFIX + "schedule"  # zset: jobs due at a time (score = epoch seconds)
-RETRY = PREFIX + "retry"  # zset: failed jobs waiting for their next try
-DEAD = PREFIX + "dead"  # zset: jobs out of retries (score = time of death)
-# list: one notice per job filed in dead, written in the same script as the dead entry and popped by
-# workers with on_death hooks (api/death.py); capped at COGWORKER_DEATH_NOTICES_MAX, newest at the head
-DEATHS = PREFIX + "deaths"
-IN_PROGRESS_PREFIX = PREFIX + "inprogress:"  # list per process: fetched, not yet acknowledged
-IN_PROGRESS_IDENTITIES = PREFIX + "inprogress-identities"  # set: identities that may own such a list
-PROCESSES = PREFIX + "processes"  # set: identities that have beaten
-PROCESS_PREFIX = PREFIX + "process:"  # hash per process, with the presence TTL
-WORK_PREFIX = PREFIX + "work:"  # hash per process: thread -> job running on it
-SIGNAL_PREFIX = PREFIX + "signals:"  # list per process: remote commands (quiet, stop, resume)
-LAST_BEAT = PREFIX + "last-beat"  # hash: identity -> last beat, seconds on Redis's clock
-LIVE_QUEUES = PREFIX + "live-queues"  # zset: queue -> last time a live process said it reads it
-ORPHANINGS_PREFIX = PREFIX + "orphanings:"  # string per jid: times its process died running it
-UNSETTLED = PREFIX + "unsettled"  # list: settles a stopping process could not file itself
-QUARANTINE_PREFIX = PREFIX + "quarantine:"  # anything moved aside for a human, with a TTL
-GUARD_REQUESTS = PREFIX + "key-guard:requests"  # set: keys some component found of the wrong type
-STAT_PROCESSED = PREFIX + "stat:processed"
-STAT_FAILED = PREFIX + "stat:failed"
-# Jobs that ended without running to an outcome of their own, each counted in cogworker:stat:<name>
+DEFAULT_PREFIX = "cogworker:"
+# Jobs that ended without running to an outcome of their own, each counted in <prefix>stat:<name>
 # (and per UTC day, like processed/failed): outcomes.py writes them, ops/stats.py reads them.
 ENDED_UNRUN = ("expired", "cancelled")
-UNIQUE_PREFIX = PREFIX + "unique:"  # string per digest: the jid holding the unique claim
-PERIODIC_SLOT_PREFIX = PREFIX + "periodic:slot:"  # string per (entry, slot): the one enqueue's claim
-PERIODIC_RUNNING_PREFIX = PREFIX + "periodic:running:"  # string per entry: the jid of the run in flight
-PERIODIC_ENTRIES = PREFIX + "periodic:entries"  # hash: entry name -> its registration (JSON)
-STATUS_PREFIX = PREFIX + "status:"  # hash per jid, with a TTL
-# zset: jid -> when `cogworker.cancel` was asked for it (Redis's clock), trimmed by age and size;
-# every worker process reads it about once a second (worker/cancel_watch.py).
-CANCELS = PREFIX + "cancels"
-RESULT_PREFIX = PREFIX + "result:"  # string per jid, with a TTL: a job's kept result (api/results.py)
-RESULT_CHANNEL_PREFIX = PREFIX + "result-ready:"  # pub/sub per jid: "its result was just written"
-WAKE_CHANNEL = PREFIX + "wake"  # pub/sub: "a job was pushed to <queue>", for idle fetchers
+
+# Set by use_prefix (at the bottom of this module, then by each process's settings).
+PREFIX: str
+QUEUE_PREFIX: str
+QUEUES: str
+PAUSED: str
+SCHEDULE: str
+RETRY: str
+DEAD: str
+DEATHS: str
+IN_PROGRESS_PREFIX: str
+IN_PROGRESS_IDENTITIES: str
+PROCESSES: str
+PROCESS_PREFIX: str
+WORK_PREFIX: str
+SIGNAL_PREFIX: str
+LAST_BEAT: str
+LIVE_QUEUES: str
+ORPHANINGS_PREFIX: str
+UNSETTLED: str
+QUARANTINE_PREFIX: str
+GUARD_REQUESTS: str
+STAT_PROCESSED: str
+STAT_FAILED: str
+UNIQUE_PREFIX: str
+PERIODIC_SLOT_PREFIX: str
+PERIODIC_RUNNING_PREFIX: str
+PERIODIC_ENTRIES: str
+STATUS_PREFIX: str
+CANCELS: str
+RESULT_PREFIX: str
+RESULT_CHANNEL_PREFIX: str
+WAKE_CHANNEL: str
+# The types the key guard expects. Prefix entries cover every key that starts with them.
+EXPECTED_TYPES: dict[str, str]
+EXPECTED_PREFIX_TYPES: dict[str, str]
+
+
+def use_prefix(prefix: str) -> None:
+    """Build every key name from `prefix` (validated by settings.py: non-empty, no whitespace, a
+    balanced non-empty hash tag if any)."""
+    global PREFIX, QUEUE_PREFIX, QUEUES, PAUSED, SCHEDULE, RETRY, DEAD, DEATHS, IN_PROGRESS_PREFIX
+    global IN_PROGRESS_IDENTITIES, PROCESSES, PROCESS_PREFIX, WORK_PREFIX, SIGNAL_PREFIX, LAST_BEAT
+    global LIVE_QUEUES, ORPHANINGS_PREFIX, UNSETTLED, QUARANTINE_PREFIX, GUARD_REQUESTS, STAT_PROCESSED
+    global STAT_FAILED, UNIQUE_PREFIX, PERIODIC_SLOT_PREFIX, PERIODIC_RUNNING_PREFIX, PERIODIC_ENTRIES
+    global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL
+    global EXPECTED_TYPES, EXPECTED_PREFIX_TYPES
+    PREFIX = prefix
+    QUEUE_PREFIX = prefix + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
+    QUEUES = prefix + "queues"  # set: every queue name ever pushed to
+    PAUSED = prefix + "paused"  # set: queue names no process fetches from
+    SCHEDULE = prefix + "schedule"  # zset: jobs due at a time (score = epoch seconds)
+    RETRY = prefix + "retry"  # zset: failed jobs waiting for their next try
+    DEAD = prefix + "dead"  # zset: jobs out of retries (score = time of death)
+    # list: one notice per job filed in dead, written in the same script as the dead entry and popped by
+    # workers with on_death hooks (api/death.py); capped at COGWORKER_DEATH_NOTICES_MAX, newest at the head
+    DEATHS = prefix + "deaths"
+    IN_PROGRESS_PREFIX = prefix + "inprogress:"  # list per process: fetched, not yet acknowledged
+    IN_PROGRESS_IDENTITIES = prefix + "inprogress-identities"  # set: identities that may own such a list
+    PROCESSES = prefix + "processes"  # set: identities that have beaten
+    PROCESS_PREFIX = prefix + "process:"  # hash per process, with the presence TTL
+    WORK_PREFIX = prefix + "work:"  # hash per process: thread -> job running on it
+    SIGNAL_PREFIX = prefix + "signals:"  # list per process: remote commands (quiet, stop, resume)
+    LAST_BEAT = prefix + "last-beat"  # hash: identity -> last beat, seconds on Redis's clock
+    LIVE_QUEUES = prefix + "live-queues"  # zset: queue -> last time a live process said it reads it
+    ORPHANINGS_PREFIX = prefix + "orphanings:"  # string per jid: times its process died running it
+    UNSETTLED = prefix + "unsettled"  # list: settles a stopping process could not file itself
+    QUARANTINE_PREFIX = prefix + "quarantine:"  # anything moved aside for a human, with a TTL
+    GUARD_REQUESTS = prefix + "key-guard:requests"  # set: keys some component found of the wrong type
+    STAT_PROCESSED = prefix + "stat:processed"
+    STAT_FAILED = prefix + "stat:failed"
+    UNIQUE_PREFIX = prefix + "unique:"  # string per digest: the jid holding the unique claim
+    PERIODIC_SLOT_PREFIX = prefix + "periodic:slot:"  # string per (entry, slot): the one enqueue's claim
+    PERIODIC_RUNNING_PREFIX = prefix + "periodic:running:"  # string per entry: the jid of the run in flight
+    PERIODIC_ENTRIES = prefix + "periodic:entries"  # hash: entry name -> its registration (JSON)
+    STATUS_PREFIX = prefix + "status:"  # hash per jid, with a TTL
+    # zset: jid -> when `cogworker.cancel` was asked for it (Redis's clock), trimmed by age and size;
+    # every worker process reads it about once a second (worker/cancel_watch.py).
+    CANCELS = prefix + "cancels"
+    RESULT_PREFIX = prefix + "result:"  # string per jid, with a TTL: a job's kept result (api/results.py)
+    RESULT_CHANNEL_PREFIX = prefix + "result-ready:"  # pub/sub per jid: "its result was just written"
+    WAKE_CHANNEL = prefix + "wake"  # pub/sub: "a job was pushed to <queue>", for idle fetchers
+    EXPECTED_TYPES = {
+        QUEUES: "set",
+        PAUSED: "set",
+        SCHEDULE: "zset",
+        RETRY: "zset",
+        DEAD: "zset",
+        DEATHS: "list",
+        IN_PROGRESS_IDENTITIES: "set",
+        PROCESSES: "set",
+        LAST_BEAT: "hash",
+        LIVE_QUEUES: "zset",
+        UNSETTLED: "list",
+        STAT_PROCESSED: "string",
+        STAT_FAILED: "string",
+        **{stat(outcome): "string" for outcome in ENDED_UNRUN},
+        PERIODIC_ENTRIES: "hash",
+        GUARD_REQUESTS: "set",
+        CANCELS: "zset",
+    }
+    EXPECTED_PREFIX_TYPES = {
+        QUEUE_PREFIX: "list",
+        IN_PROGRESS_PREFIX: "list",
+        PROCESS_PREFIX: "hash",
+        WORK_PREFIX: "hash",
+        SIGNAL_PREFIX: "list",
+        ORPHANINGS_PREFIX: "string",
+        UNIQUE_PREFIX: "string",
+        STATUS_PREFIX: "hash",
+        RESULT_PREFIX: "string",
+        PERIODIC_SLOT_PREFIX: "string",
+        PERIODIC_RUNNING_PREFIX: "string",
+        STAT_PROCESSED + ":": "string",  # the per-day counters
+        STAT_FAILED + ":": "string",
+    }
+
+
+def job_sets() -> dict[str, str]:
+    """The sorted sets of jobs, by the name the CLI, the UI and the metrics give them."""
+    return {"retry": RETRY, "scheduled": SCHEDULE, "dead": DEAD}
 
 
 def queue(name: str) -> str:
@@ -118,38 +213,4 @@ def quarantine(what: str) -> str:
     return QUARANTINE_PREFIX + what
 
 
-# The types the key guard expects. Prefix entries cover every key that starts with them.
-EXPECTED_TYPES: dict[str, str] = {
-    QUEUES: "set",
-    PAUSED: "set",
-    SCHEDULE: "zset",
-    RETRY: "zset",
-    DEAD: "zset",
-    DEATHS: "list",
-    IN_PROGRESS_IDENTITIES: "set",
-    PROCESSES: "set",
-    LAST_BEAT: "hash",
-    LIVE_QUEUES: "zset",
-    UNSETTLED: "list",
-    STAT_PROCESSED: "string",
-    STAT_FAILED: "string",
-    **{stat(outcome): "string" for outcome in ENDED_UNRUN},
-    PERIODIC_ENTRIES: "hash",
-    GUARD_REQUESTS: "set",
-    CANCELS: "zset",
-}
-EXPECTED_PREFIX_TYPES: dict[str, str] = {
-    QUEUE_PREFIX: "list",
-    IN_PROGRESS_PREFIX: "list",
-    PROCESS_PREFIX: "hash",
-    WORK_PREFIX: "hash",
-    SIGNAL_PREFIX: "list",
-    ORPHANINGS_PREFIX: "string",
-    UNIQUE_PREFIX: "string",
-    STATUS_PREFIX: "hash",
-    RESULT_PREFIX: "string",
-    PERIODIC_SLOT_PREFIX: "string",
-    PERIODIC_RUNNING_PREFIX: "string",
-    STAT_PROCESSED + ":": "string",  # the per-day counters
-    STAT_FAILED + ":": "string",
-}
+use_prefix(DEFAULT_PREFIX)

@@ -20,6 +20,7 @@ from starlette.staticfiles import StaticFiles
 
 from cogworker.redact import safe_url
 from cogworker.settings import Settings, load_settings
+from cogworker.store import keys
 from cogworker.store.connection import is_unavailable
 from cogworker.web import busy, dashboard, jobs, periodic, queues, sets
 from cogworker.web.render import page
@@ -45,6 +46,7 @@ def create_app(settings: Settings | None = None, *, read_only: ReadOnlyRule | No
     """The Web UI as an ASGI app. `settings` default to the COGWORKER_* environment; `read_only`
     is the host's rule per request (True: show, never act), on top of COGWORKER_WEB_READ_ONLY."""
     settings = settings if settings is not None else load_settings()
+    keys.use_prefix(settings.key_prefix)  # the pages show (and act on) this deployment's keys only
     state = WebState(settings, read_only)
     middleware = [Middleware(StateAndHeaders, state=state)]
     if settings.web_username:

@@ -67,7 +67,8 @@ class Waited:
 @dataclass(slots=True)
 class Reconciled:
     requeued: int = 0
-    kept: int = 0  # not held, but left on the list: a key of the wrong type (named) stopped it
+    kept: int = 0  # not held, but left on the list: a key of the wrong type (named) stopped it, or a key
+    # the script was not given (the entry landed after the list was read: store/job_keys.py)
     wrong_type_keys: list[str] = field(default_factory=list)
     buried: list[str] = field(default_factory=list)  # raw payloads filed in dead as poison pills
 

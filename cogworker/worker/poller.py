@@ -27,7 +27,6 @@ from cogworker.worker.settle import file_unsettled
 log = structlog.get_logger("cogworker.poller")
 
 BATCH = 100
-SETS = (keys.SCHEDULE, keys.RETRY)
 # However often the guard is asked for, it runs at most this often (a key it can't move aside, an
 # ACL refusing RENAME, must not turn the poller into a busy loop).
 KEY_GUARD_MIN_GAP_S = 1.0
@@ -164,7 +163,7 @@ class Poller:
         """Move every due entry of the schedule and retry sets to its queue; returns how many."""
         moved = 0
         now = time.time()
-        for set_key in SETS:
+        for set_key in (keys.SCHEDULE, keys.RETRY):
             while True:
                 due = self._due(set_key, now)
                 if not due:

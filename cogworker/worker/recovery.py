@@ -22,7 +22,7 @@ from cogworker import codec
 from cogworker.api import death, retry
 from cogworker.api.job_status import record_failed
 from cogworker.api.payload import DEFAULT_QUEUE
-from cogworker.store import key_guard, keys, outcomes
+from cogworker.store import job_keys, key_guard, keys, outcomes
 from cogworker.store.redis_context import RedisContext
 
 log = structlog.get_logger("cogworker.recovery")
@@ -55,8 +55,40 @@ class Recovery:
 
     def requeue(self, identity: str, *, if_dead_for: float | None, count_orphans: bool) -> RequeueResult:
         """Requeue `identity`'s in-progress list. `if_dead_for=None` skips the death check (the
-        caller knows the owner is dead, or is the owner shutting down)."""
+        caller knows the owner is dead, or is the owner shutting down).
+
+        The list is read first, to declare the keys its jobs need (store/job_keys.py); a job the
+        script had no keys for (it came after the read) stays on the list, and one more pass
+        declares what the script named."""
+        declared = job_keys.Declared()
+        total = RequeueResult()
+        for _ in range(job_keys.MAX_PASSES):
+            raws = [str(raw) for raw in self._client.lrange(keys.in_progress(identity), 0, -1)]
+            declared.add_jobs(raws, DEFAULT_QUEUE, counters=count_orphans)
+            result, left, needs = self._requeue_pass(identity, declared, if_dead_for, count_orphans)
+            if result.alive:
+                # Nothing touched in this pass; what an earlier one moved (the owner beat since) stands.
+                total.alive = True
+                return total
+            total.moved += result.moved
+            total.failed = result.failed  # a job kept by a wrong-type key is counted again each pass
+            total.unlisted += [q for q in result.unlisted if q not in total.unlisted]
+            total.wrong_type += [k for k in result.wrong_type if k not in total.wrong_type]
+            total.cancelled += result.cancelled
+            total.buried += result.buried
+            if not left:
+                return total
+            declared.add_needs(needs)
+        log.warning("requeue_left_jobs_for_next_pass", owner=identity, note="the list kept changing")
+        return total
+
+    def _requeue_pass(
+        self, identity: str, declared: job_keys.Declared, if_dead_for: float | None, count_orphans: bool
+    ) -> tuple[RequeueResult, int, list[Any]]:
+        """One run of requeue.lua: its result, how many jobs it left for want of keys, and the
+        (kind, name) pairs it named for them."""
         s = self._settings
+        job_key_list, job_key_args = declared.keys_and_args()
         reply: list[Any] = self._scripts.run(
             "requeue",
             [
@@ -67,33 +99,34 @@ class Recovery:
                 keys.QUEUES,
                 keys.LIVE_QUEUES,
                 keys.CANCELS,
+                *job_key_list,
             ],
             [
-                keys.QUEUE_PREFIX,
                 DEFAULT_QUEUE,
                 identity,
                 "" if if_dead_for is None else if_dead_for,
-                keys.ORPHANINGS_PREFIX if count_orphans else "",
+                "1" if count_orphans else "",
                 ORPHANINGS_TTL_S,
                 s.max_orphanings,
                 2 * s.presence_ttl_s,
-                keys.PERIODIC_RUNNING_PREFIX,
                 PERIODIC_RUNNING_TTL_S,
                 int(time.time()),
+                *job_key_args,
             ],
             client=self._client,
         )
-        moved, failed, n_unlisted, n_wrong, n_cancelled = (int(n) for n in reply[:5])
+        moved, failed, n_unlisted, n_wrong, n_cancelled, left, n_needs = (int(n) for n in reply[:7])
         if moved < 0:
-            return RequeueResult(alive=True)
-        at = 5 + n_unlisted + n_wrong
+            return RequeueResult(alive=True), 0, []
+        at = 7 + n_unlisted + n_wrong
+        needs_at = at + n_cancelled
         result = RequeueResult(
             moved=moved,
             failed=failed,
-            unlisted=[str(q) for q in reply[5 : 5 + n_unlisted]],
-            wrong_type=[str(k) for k in reply[5 + n_unlisted : at]],
-            cancelled=[str(r) for r in reply[at : at + n_cancelled]],
-            buried=[str(r) for r in reply[at + n_cancelled :]],
+            unlisted=[str(q) for q in reply[7 : 7 + n_unlisted]],
+            wrong_type=[str(k) for k in reply[7 + n_unlisted : at]],
+            cancelled=[str(r) for r in reply[at:needs_at]],
+            buried=[str(r) for r in reply[needs_at + 2 * n_needs :]],
         )
         self._end_cancelled(identity, result.cancelled)
         if result.unlisted:
@@ -115,7 +148,7 @@ class Recovery:
         if result.wrong_type:
             key_guard.request(self._client, *result.wrong_type)
         self.complete_burials(result.buried)
-        return result
+        return result, left, reply[needs_at : needs_at + 2 * n_needs]
 
     def _end_cancelled(self, identity: str, raws: list[str]) -> None:
         """Jobs cancelled while their process was dying, taken off its list instead of requeued:

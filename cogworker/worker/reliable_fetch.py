@@ -25,7 +25,7 @@ import structlog
 
 from cogworker.api.payload import DEFAULT_QUEUE
 from cogworker.settings import QueueSpec
-from cogworker.store import key_guard, keys
+from cogworker.store import job_keys, key_guard, keys
 from cogworker.store.direct_connection import DirectConnection
 from cogworker.store.replicas import AckWait
 from cogworker.store.scripts import Scripts
@@ -79,12 +79,12 @@ class ReliableFetch:
         """Acknowledge `acks` ((raw, jid) pairs) and move up to `limit` jobs onto our list."""
         if limit > 0:  # on the fetcher thread (a final ack flush may come from another)
             self._wake.discard_backlog()
-        queue_keys = [keys.queue(name) for name in queue_order(self._spec, self._rng)]
+        names = queue_order(self._spec, self._rng)
+        queue_keys = [keys.queue(name) for name in names]
         day = today()
-        args: list[str | int] = [limit, len(acks)]
-        for raw, jid in acks:
-            args += [raw, jid]
-        args += [keys.ORPHANINGS_PREFIX, keys.QUEUE_PREFIX]
+        # The counters go in KEYS (a script builds no key names: store/job_keys.py says why).
+        counters = [keys.orphanings(jid) for _raw, jid in acks if jid]
+        args: list[str | int] = [limit, len(acks), *(raw for raw, _jid in acks), len(names), *names]
         try:
             reply = self._run_script(
                 "fetch",
@@ -94,6 +94,7 @@ class ReliableFetch:
                     keys.STAT_PROCESSED,
                     keys.stat_processed_day(day),
                     *queue_keys,
+                    *counters,
                 ],
                 args,
                 wait=bool(acks),
@@ -127,15 +128,6 @@ class ReliableFetch:
             reply, waited = self._scripts.run_direct_then(self._direct, name, script_keys, args, command)
             ack_wait.observe(waited)
             return reply
-        finally:
-            self._direct_lock.release()
-
-    def _ping(self) -> None:
-        if not self._direct_lock.acquire(blocking=False):
-            self._client.ping()
-            return
-        try:
-            self._direct.call("PING")
         finally:
             self._direct_lock.release()
 
@@ -177,31 +169,50 @@ class ReliableFetch:
         account for back on its queue; entries in `failed` (their job thread failed) count an
         orphaning, so a job that keeps failing its thread ends in dead.
 
-        A PING goes first: a reconcile sent to a stalled Redis, given up on and run later, could
-        put back a job fetched in between. Sent once Redis answers, it runs at once."""
-        self._ping()
+        The list is read first, to declare the keys its entries need (store/job_keys.py). That read
+        also does what a PING did before it: a reconcile sent to a stalled Redis, given up on and
+        run later, could put back a job fetched in between; sent once Redis answers, it runs at once.
+        An entry the script had no keys for (it landed after the read) stays; one more pass
+        declares what the script named."""
         held_digests = [digest(raw) for raw in held]
-        args: list[str | int] = [
-            keys.QUEUE_PREFIX,
-            DEFAULT_QUEUE,
-            keys.ORPHANINGS_PREFIX,
-            ORPHANINGS_TTL_S,
-            max_orphanings,
-            keys.PERIODIC_RUNNING_PREFIX,
-            PERIODIC_RUNNING_TTL_S,
-            int(time.time()),
-            len(held_digests),
-            *held_digests,
-            *(digest(raw) for raw in failed),
-        ]
-        reply = self._run_script("reconcile", [self.in_progress_key, keys.DEAD, keys.QUEUES], args)
-        n_wrong = int(reply[2])
-        return Reconciled(
-            requeued=int(reply[0]),
-            kept=int(reply[1]),
-            wrong_type_keys=[str(k) for k in reply[3 : 3 + n_wrong]],
-            buried=[str(raw) for raw in reply[3 + n_wrong :]],
-        )
+        failed_digests = [digest(raw) for raw in failed]
+        declared = job_keys.Declared()
+        total = Reconciled()
+        for _ in range(job_keys.MAX_PASSES):
+            declared.add_jobs(self._read_list(), DEFAULT_QUEUE, counters=True)
+            job_key_list, job_key_args = declared.keys_and_args()
+            args: list[str | int] = [
+                DEFAULT_QUEUE,
+                ORPHANINGS_TTL_S,
+                max_orphanings,
+                PERIODIC_RUNNING_TTL_S,
+                int(time.time()),
+                *job_key_args,
+                len(held_digests),
+                *held_digests,
+                *failed_digests,
+            ]
+            reply = self._run_script(
+                "reconcile", [self.in_progress_key, keys.DEAD, keys.QUEUES, *job_key_list], args
+            )
+            n_wrong, left, n_needs = int(reply[2]), int(reply[3]), int(reply[4])
+            needs_at = 5 + n_wrong
+            total.requeued += int(reply[0])
+            total.kept = int(reply[1])  # what this pass left on the list
+            total.wrong_type_keys = [str(k) for k in reply[5:needs_at]]
+            total.buried += [str(raw) for raw in reply[needs_at + 2 * n_needs :]]
+            if not left:
+                break
+            declared.add_needs(reply[needs_at : needs_at + 2 * n_needs])
+        return total
+
+    def _read_list(self) -> list[str]:
+        if not self._direct_lock.acquire(blocking=False):
+            return [str(raw) for raw in self._client.lrange(self.in_progress_key, 0, -1)]
+        try:
+            return [str(raw) for raw in self._direct.call("LRANGE", self.in_progress_key, 0, -1)]
+        finally:
+            self._direct_lock.release()
 
     @property
     def can_block(self) -> bool:

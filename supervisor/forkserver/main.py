@@ -23,6 +23,7 @@ from setproctitle import setproctitle
 
 from cogworker import exitcodes, logs
 from cogworker.settings import load_or_exit
+from cogworker.store import keys
 from cogworker.worker.main import BootError, import_app
 from supervisor.forkserver import TITLE
 from supervisor.forkserver.fork import die_with_parent
@@ -43,6 +44,8 @@ def main() -> int:
     if os.getppid() != supervisor_pid:
         return exitcodes.FAILURE  # the supervisor died before PDEATHSIG was armed
     settings = load_or_exit()  # exits 78 on a bad setting; the supervisor exits with the same code
+    # Before anything forks: the requeues done here and every child use this deployment's keys.
+    keys.use_prefix(settings.key_prefix)
     logs.configure(settings.log_level, settings.log_format, role="forkserver")
     setproctitle(TITLE)
     app_loaded = False

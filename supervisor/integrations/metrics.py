@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cogworker.store import keys
 from cogworker.worker.job_stats import DURATION_BUCKETS_S, format_bound
 from supervisor.child import Child, ExitOutcome
 from supervisor.config import SwarmConfig
@@ -169,6 +170,9 @@ class SwarmMetrics:
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.settings = settings
+        # The supervisor's only reader of keys is the scrape: it must count this deployment's queues
+        # and sets, not another app's sharing the Redis.
+        keys.use_prefix(settings.key_prefix)
         self.request_timeout_s = request_timeout_s
         self.max_connections = max_connections
         self.registry = CollectorRegistry(auto_describe=True)

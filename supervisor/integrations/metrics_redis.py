@@ -19,20 +19,14 @@ import redis
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cogworker import codec, redis_sentinel
+from cogworker import cluster_url, codec, redis_sentinel
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
 from cogworker.redis_tls import TlsSettings, client_options
 from cogworker.store import sentinel_pool
+from cogworker.store.cluster_pool import cluster_client
 from cogworker.store.connection import text_options
 from cogworker.store.outage import Outages
-
-
-class ScrapeSettings(TlsSettings, redis_sentinel.SentinelSettings, Protocol):
-    """What the scrape reads (the supervisor's SwarmConfig): the URL, TLS files and sentinels."""
-
-    @property
-    def redis_sentinel_password(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +36,15 @@ class RedisReading:
     up: bool
     queues: tuple[queue_ops.QueueInfo, ...] = ()
     sets: tuple[tuple[str, int], ...] = ()
+
+
+class ScrapeSettings(TlsSettings, cluster_url.ClusterSettings, redis_sentinel.SentinelSettings, Protocol):
+    """What the scrape reads: the supervisor's SwarmConfig (from the validated settings)."""
+
+    @property
+    def key_prefix(self) -> str: ...
+    @property
+    def redis_sentinel_password(self) -> str: ...
 
 
 class RedisCollector(Collector):
@@ -84,12 +87,17 @@ class RedisCollector(Collector):
                 # Decoded as the workers decode: a payload or name that isn't UTF-8 can't fail it.
                 **text_options(),
             )
+            url = self._settings.redis_url
             target = redis_sentinel.target(self._settings)
-            if target is not None:
+            if cluster_url.is_cluster(self._settings):
+                # Pinned to the master owning the deployment's slot, as every worker is.
+                seeds = cluster_url.seeds(url)
+                self._client = cluster_client(seeds, self._settings.key_prefix, **options)
+            elif target is not None:
                 password = self._settings.redis_sentinel_password
                 self._client = sentinel_pool.client(target, password, **options)
             else:
-                self._client = redis.Redis.from_url(self._settings.redis_url, **options)
+                self._client = redis.Redis.from_url(url, **options)
         return self._client
 
     def reading(self) -> RedisReading:
@@ -105,8 +113,8 @@ class RedisCollector(Collector):
             client = self._connection()
             infos = queue_ops.queue_infos(client)
             pipe = client.pipeline(transaction=False)
-            for key in set_ops.SETS.values():
-                pipe.zcard(key)
+            for name in set_ops.SETS:
+                pipe.zcard(set_ops.set_key(name))
             sizes = tuple((name, int(n)) for name, n in zip(set_ops.SETS, pipe.execute(), strict=True))
         except Exception as exc:
             # Never a failed scrape: redis_up says 0, and the log says so once per outage.

@@ -1,15 +1,16 @@
 -- Acknowledge finished jobs and fetch new ones, in one round trip (reliable fetch).
 --
 -- KEYS[1]      this process's in-progress list
--- KEYS[2]      cogworker:paused (set of paused queue names)
--- KEYS[3]      cogworker:stat:processed
--- KEYS[4]      cogworker:stat:processed:<today>
--- KEYS[5..n]   queue keys, in the order to try (already weight-shuffled by the caller)
+-- KEYS[2]      <prefix>paused (set of paused queue names)
+-- KEYS[3]      <prefix>stat:processed
+-- KEYS[4]      <prefix>stat:processed:<today>
+-- KEYS[5 .. 4+q]  queue keys, in the order to try (already weight-shuffled by the caller)
+-- KEYS[5+q ..]    the orphan counters of the acknowledged jobs (an acknowledged job's count is moot)
 -- ARGV[1]      most jobs to fetch (0: only acknowledge)
--- ARGV[2]      number of acknowledgements that follow
--- ARGV[3..]    acknowledgements as pairs: raw payload, jid
--- ARGV[last-1] orphan-counter key prefix (an acknowledged job's count is moot)
--- ARGV[last]   queue key prefix (to tell a paused queue by name)
+-- ARGV[2]      number of acknowledgements that follow (n)
+-- ARGV[3 .. 2+n]  the acknowledged jobs' raw payloads
+-- ARGV[3+n]    q, the number of queue keys
+-- ARGV[4+n ..]    each queue key's queue name, in the same order (to tell a paused queue by name)
 -- Returns {acked, paused_count, bad_count, <bad queue keys>..., queue_key, raw, queue_key, raw, ...}.
 -- A queue key of the wrong type is skipped and named (bad), not raised: an error after an earlier
 -- LMOVE would abort the script with that job already moved and the caller never told of it.
@@ -21,24 +22,18 @@
 local inprogress = KEYS[1]
 local want = tonumber(ARGV[1])
 local nacks = tonumber(ARGV[2])
-local counter_prefix = ARGV[3 + 2 * nacks]
-local queue_prefix = ARGV[4 + 2 * nacks]
+local nqueues = tonumber(ARGV[3 + nacks])
 
 local acked = 0
-local counters = {}
-for i = 0, nacks - 1 do
-  local raw, jid = ARGV[3 + 2 * i], ARGV[4 + 2 * i]
-  if redis.call("LREM", inprogress, -1, raw) > 0 then
+for i = 3, 2 + nacks do
+  if redis.call("LREM", inprogress, -1, ARGV[i]) > 0 then
     acked = acked + 1
-  end
-  if jid ~= "" then
-    counters[#counters + 1] = counter_prefix .. jid
   end
 end
 -- One DEL for the batch: almost every counter is absent (only orphaned jobs have one), and a
 -- command per job would cost more than the check.
-if #counters > 0 then
-  redis.call("DEL", unpack(counters))
+if #KEYS > 4 + nqueues then
+  redis.call("DEL", unpack(KEYS, 5 + nqueues, #KEYS))
 end
 if acked > 0 then
   redis.call("INCRBY", KEYS[3], acked)
@@ -55,13 +50,13 @@ end
 local bad = {}
 local paused = {}
 for _, name in ipairs(redis.call("SMEMBERS", KEYS[2])) do
-  paused[queue_prefix .. name] = true
+  paused[name] = true
 end
 local got = 0
 local jobs = {}
-for k = 5, #KEYS do
+for k = 5, 4 + nqueues do
   local queue = KEYS[k]
-  if paused[queue] then
+  if paused[ARGV[k - 1 + nacks]] then
     reply[2] = reply[2] + 1
   else
     while got < want do

@@ -13,7 +13,7 @@
 -- further on, so it is read twice rather than skipped. A key of the wrong type is skipped and
 -- reported (the key guard moves such keys; this page only reads).
 --
--- KEYS     the sets and queues to search, in search order
+-- KEYS[1..]  the sets and queues to search, in search order (the three sets at least: never none)
 -- ARGV[1]  the jid (the caller allows only letters, digits and "_.:-")
 -- ARGV[2]  one letter per key: "z" a sorted set, "l" a list
 -- ARGV[3]  the key index to start at (1-based)
@@ -31,7 +31,7 @@
 local kinds = ARGV[2]
 local index, offset = tonumber(ARGV[3]), tonumber(ARGV[4])
 local budget, hit_cap, key_cost = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local field, quoted = '"jid":', '"' .. ARGV[1] .. '"'
+local field, quoted = '"jid":', '"' .. ARGV[1] .. '"'  -- not a key: the text searched for
 
 local function holds_jid(item)
   -- Almost every element lacks the quoted jid: one find settles those.

@@ -3,47 +3,66 @@
 -- the requeue would keep running jobs that a second process also runs.
 --
 -- KEYS[1]  the owner's in-progress list
--- KEYS[2]  the owner's presence key (cogworker:process:<identity>)
--- KEYS[3]  cogworker:last-beat (hash identity -> seconds on Redis's clock)
--- KEYS[4]  cogworker:dead
--- KEYS[5]  cogworker:queues
--- KEYS[6]  cogworker:live-queues
--- KEYS[7]  cogworker:cancels (jid -> when it was cancelled): a job named there is not requeued
--- ARGV[1]  queue key prefix
--- ARGV[2]  queue for a payload whose own queue can't be read (the processor buries it from there)
--- ARGV[3]  the owner's identity
--- ARGV[4]  seconds of silence that make the owner dead; "" = known dead, don't check
--- ARGV[5]  orphan-counter key prefix; "" = don't count (a clean shutdown requeueing its own list)
--- ARGV[6]  orphan-counter TTL in seconds
--- ARGV[7]  max orphanings: a job orphaned more often than this is filed in dead instead
--- ARGV[8]  live-queue window in seconds
--- ARGV[9]  periodic running-lock key prefix
--- ARGV[10] periodic running-lock TTL in seconds
--- ARGV[11] the caller's clock (epoch seconds), used only if TIME is refused
--- Returns {moved, failed, n, m, c, <n queue names no live process reads>..., <m keys of the wrong
--- type>..., <c raw jobs cancelled>..., <raw jobs filed in dead>...}, or {-1, 0, 0, 0, 0} when the owner
--- turned out to be alive. A job whose queue, orphan counter or dead set has the wrong type is kept on
--- the list (failed) and that key named, for the key guard. A job `cogworker.cancel` was asked for
--- (its jid in the cancel record) is taken off the list and returned, not requeued: it was cancelled
--- while its process was dying, and must not run again (the caller counts it and releases its locks).
+-- KEYS[2]  the owner's presence key (<prefix>process:<identity>)
+-- KEYS[3]  <prefix>last-beat (hash identity -> seconds on Redis's clock)
+-- KEYS[4]  <prefix>dead
+-- KEYS[5]  <prefix>queues
+-- KEYS[6]  <prefix>live-queues
+-- KEYS[7]  <prefix>cancels (jid -> when it was cancelled): a job named there is not requeued
+-- KEYS[8..]  the keys the jobs need, declared by the caller from its read of the list
+--          (store/job_keys.py): nq queue keys, then nc orphan counters, then nl periodic running locks
+-- ARGV[1]  queue for a payload whose own queue can't be read (the processor buries it from there)
+-- ARGV[2]  the owner's identity
+-- ARGV[3]  seconds of silence that make the owner dead; "" = known dead, don't check
+-- ARGV[4]  "1" to count orphanings, "" not to (a clean shutdown requeueing its own list)
+-- ARGV[5]  orphan-counter TTL in seconds
+-- ARGV[6]  max orphanings: a job orphaned more often than this is filed in dead instead
+-- ARGV[7]  live-queue window in seconds
+-- ARGV[8]  periodic running-lock TTL in seconds
+-- ARGV[9]  the caller's clock (epoch seconds), used only if TIME is refused
+-- ARGV[10..12]  nq, nc, nl
+-- ARGV[13..]    the names the declared keys belong to, in KEYS order: queue names, jids, entry names
+-- Returns {moved, failed, n, m, c, left, u, <n queue names no live process reads>..., <m keys of the
+-- wrong type>..., <c raw jobs cancelled>..., <u needs as kind, name pairs>..., <raw jobs filed in
+-- dead>...}, or {-1, 0, 0, 0, 0, 0, 0} when the owner turned out to be alive. A job whose queue,
+-- orphan counter or dead set has the wrong type is kept on the list (failed) and that key named, for
+-- the key guard. A job needing a key the caller didn't declare (the list changed after it read it) is
+-- left on the list untouched (left), and what it needs named ("queue"/"counter"/"lock", name) for the
+-- caller's next pass. A job `cogworker.cancel` was asked for (its jid in the cancel record) is taken
+-- off the list and returned, not requeued: it was cancelled while its process was dying, and must not
+-- run again (the caller counts it and releases its locks).
 if redis.replicate_commands then redis.replicate_commands() end
 
-local now = tonumber(ARGV[11])
+local now = tonumber(ARGV[9])
 local ok_time, time = pcall(redis.call, "TIME")
 if ok_time then now = tonumber(time[1]) end
 
-if ARGV[4] ~= "" then
+if ARGV[3] ~= "" then
   if redis.call("EXISTS", KEYS[2]) == 1 then
-    return {-1, 0, 0, 0, 0}
+    return {-1, 0, 0, 0, 0, 0, 0}
   end
   -- A stamp that isn't a number counts as none: the presence key alone then decides.
-  local last = tonumber(redis.call("HGET", KEYS[3], ARGV[3]) or "")
-  if last and now - last <= tonumber(ARGV[4]) then
-    return {-1, 0, 0, 0, 0}
+  local last = tonumber(redis.call("HGET", KEYS[3], ARGV[2]) or "")
+  if last and now - last <= tonumber(ARGV[3]) then
+    return {-1, 0, 0, 0, 0, 0, 0}
   end
 end
 
-local moved, failed = 0, 0
+-- name -> its declared key, for each kind. Keys are only ever looked up here, never built.
+local declared = {queue = {}, counter = {}, lock = {}}
+do
+  local k, a = 8, 13
+  for i, kind in ipairs({"queue", "counter", "lock"}) do
+    for _ = 1, tonumber(ARGV[9 + i]) do
+      declared[kind][ARGV[a]] = KEYS[k]
+      k, a = k + 1, a + 1
+    end
+  end
+end
+local needs = {queue = {}, counter = {}, lock = {}}
+local counting = ARGV[4] ~= ""
+
+local moved, failed, left = 0, 0, 0
 local buried, unlisted, wrong, cancelled = {}, {}, {}, {}
 
 -- A cancel record of the wrong type answers an error: read as "not cancelled" (the key guard's
@@ -63,9 +82,10 @@ local function retake_running_lock(key, jid, ttl)
   end
 end
 
--- The queue name the job goes back to, and its jid (or nil).
+-- The queue name the job goes back to, its jid (or nil), and the periodic entry whose running lock
+-- it holds (or nil). store/job_keys.py reads payloads the same way to declare their keys.
 local function read_job(job)
-  local queue, jid = ARGV[2], nil
+  local queue, jid, pname = ARGV[1], nil, nil
   local ok, decoded = pcall(cjson.decode, job)
   if ok and type(decoded) == "table" then
     if type(decoded["queue"]) == "string" and decoded["queue"] ~= "" then
@@ -74,30 +94,45 @@ local function read_job(job)
     if type(decoded["jid"]) == "string" then
       jid = decoded["jid"]
     end
-    local pname = decoded["periodic_name"]
-    if decoded["periodic_until_executed"] == true and type(pname) == "string" and jid then
-      retake_running_lock(ARGV[9] .. pname, jid, ARGV[10])
+    local name = decoded["periodic_name"]
+    if decoded["periodic_until_executed"] == true and type(name) == "string" and jid then
+      pname = name
     end
   end
-  return queue, jid
+  return queue, jid, pname
+end
+
+-- The declared keys a job needs, or nil after noting each one missing.
+local function keys_for(queue, jid, pname)
+  local found = {queue = declared.queue[queue]}
+  if not found.queue then needs.queue[queue] = true end
+  local complete = found.queue ~= nil
+  if counting and jid then
+    found.counter = declared.counter[jid]
+    if not found.counter then needs.counter[jid], complete = true, false end
+  end
+  if pname then
+    found.lock = declared.lock[pname]
+    if not found.lock then needs.lock[pname], complete = true, false end
+  end
+  return complete and found or nil
 end
 
 -- The job's orphan count after this orphaning, or nil when its counter has the wrong type.
-local function count_orphaning(jid)
-  local key = ARGV[5] .. jid
+local function count_orphaning(key)
   local count = redis.pcall("INCR", key)
   if type(count) ~= "number" then
     wrong[key] = true
     return nil
   end
-  redis.call("EXPIRE", key, ARGV[6])
+  redis.call("EXPIRE", key, ARGV[5])
   return count
 end
 
 -- Writes the job where it goes; returns "buried", "moved", or nil when a key had the wrong type
 -- (nothing written for it then).
-local function place(job, queue, orphaned)
-  if orphaned > tonumber(ARGV[7]) then
+local function place(job, queue_key, orphaned)
+  if orphaned > tonumber(ARGV[6]) then
     -- A poison pill: it keeps killing its process. Filed raw; the caller swaps in a proper entry.
     if type(redis.pcall("ZADD", KEYS[4], now, job)) ~= "number" then
       wrong[KEYS[4]] = true
@@ -105,9 +140,9 @@ local function place(job, queue, orphaned)
     end
     return "buried"
   end
-  local pushed = redis.pcall("RPUSH", ARGV[1] .. queue, job)
+  local pushed = redis.pcall("RPUSH", queue_key, job)
   if type(pushed) ~= "number" then
-    wrong[ARGV[1] .. queue] = true
+    wrong[queue_key] = true
     return nil
   end
   return "moved"
@@ -116,29 +151,36 @@ end
 -- One pass over the list as it stands. The newest job is at the head: taking from the head and
 -- pushing onto the popped end leaves the oldest job to be popped first. Each job is written where it
 -- goes and only then taken off, so a script stopped by an error loses nothing (Redis keeps the
--- writes made before the error). A job that can't be written (a key of the wrong type) goes to the
--- back of the list -- pushed there before it is taken off the head -- for the next pass.
+-- writes made before the error). A job that can't be written (a key of the wrong type) or whose keys
+-- weren't declared goes to the back of the list -- pushed there before it is taken off the head --
+-- for the next pass.
 local count = redis.call("LLEN", KEYS[1])
 for _ = 1, count do
   local job = redis.call("LINDEX", KEYS[1], 0)
   if not job then break end
-  local queue, jid = read_job(job)
+  local queue, jid, pname = read_job(job)
+  local found = keys_for(queue, jid, pname)
   local outcome
   local counted = false
-  if is_cancelled(jid) then
-    outcome = "cancelled"
+  if not found then
+    outcome = "left"
   else
-    local orphaned = 0
-    if ARGV[5] ~= "" and jid then
-      orphaned = count_orphaning(jid)
-      counted = orphaned ~= nil
+    if found.lock then retake_running_lock(found.lock, jid, ARGV[8]) end
+    if is_cancelled(jid) then
+      outcome = "cancelled"
+    else
+      local orphaned = 0
+      if found.counter then
+        orphaned = count_orphaning(found.counter)
+        counted = orphaned ~= nil
+      end
+      outcome = orphaned and place(job, found.queue, orphaned)
     end
-    outcome = orphaned and place(job, queue, orphaned)
   end
-  if outcome == nil then
+  if outcome == nil or outcome == "left" then
     redis.call("RPUSH", KEYS[1], job)
-    if counted then redis.call("DECR", ARGV[5] .. jid) end
-    failed = failed + 1
+    if counted then redis.call("DECR", found.counter) end
+    if outcome == nil then failed = failed + 1 else left = left + 1 end
   elseif outcome == "buried" then
     buried[#buried + 1] = job
   elseif outcome == "cancelled" then
@@ -146,7 +188,7 @@ for _ = 1, count do
   else
     moved = moved + 1
     local seen = tonumber(redis.pcall("ZSCORE", KEYS[6], queue) or "")
-    if not seen or seen < now - tonumber(ARGV[8]) then
+    if not seen or seen < now - tonumber(ARGV[7]) then
       redis.pcall("SADD", KEYS[5], queue)
       unlisted[queue] = true
     end
@@ -154,7 +196,7 @@ for _ = 1, count do
   redis.call("LPOP", KEYS[1])
 end
 
-local reply = {moved, failed, 0, 0, #cancelled}
+local reply = {moved, failed, 0, 0, #cancelled, left, 0}
 for name in pairs(unlisted) do
   reply[#reply + 1] = name
   reply[3] = reply[3] + 1
@@ -164,5 +206,12 @@ for key in pairs(wrong) do
   reply[4] = reply[4] + 1
 end
 for _, job in ipairs(cancelled) do reply[#reply + 1] = job end
+for _, kind in ipairs({"queue", "counter", "lock"}) do
+  for name in pairs(needs[kind]) do
+    reply[#reply + 1] = kind
+    reply[#reply + 1] = name
+    reply[7] = reply[7] + 1
+  end
+end
 for _, job in ipairs(buried) do reply[#reply + 1] = job end
 return reply

@@ -50,7 +50,7 @@ if KEYS[6] then
 end
 local cap = tonumber(ARGV[5])
 if cap and cap > 0 then
-  redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[6])
+  redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[6])  -- not a key: a score bound
   redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -cap - 1)
 end
 return 1

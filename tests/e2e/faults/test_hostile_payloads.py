@@ -157,7 +157,7 @@ def test_set_listings_show_non_utf8_entries_escaped(cli: CLI, rb: redis.Redis, v
     assert shown_json.code == 0 and "\\x" in shown_json.json()["raw"]
     deleted = cli(verb, "delete", refs[0], "--yes")
     assert deleted.code == 0, deleted.err
-    assert rb.zcard(set_ops.SETS[verb]) == (1 if verb == "dead" else 0)
+    assert rb.zcard(set_ops.set_key(verb)) == (1 if verb == "dead" else 0)
 
 
 def test_status_queues_and_doctor_exit_0_with_non_utf8_data(cli: CLI, rb: redis.Redis) -> None:

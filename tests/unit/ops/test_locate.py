@@ -216,7 +216,7 @@ def test_the_status_named_queue_is_searched_before_big_sets(r: redis.Redis) -> N
 def find_with(r: redis.Redis, jid: str, limits: dict[str, Any]) -> locate.Search:
     status = {str(k): str(v) for k, v in r.hgetall(keys.status(jid)).items()}
     queues = sorted(str(q) for q in r.smembers(keys.QUEUES))
-    sizes = {name: int(r.zcard(key)) for name, key in locate.SET_PLACES.items()}
+    sizes = {name: int(r.zcard(key)) for name, key in keys.job_sets().items()}
     first = locate.first_places(status, queues, sizes)
     start = locate.Cursor(locate.search_order(first, queues)[0], 0, first)
     return locate.search(r, Scripts(r), jid, start, queues, **limits)

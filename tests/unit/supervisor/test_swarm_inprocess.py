@@ -53,7 +53,9 @@ SETTINGS = SwarmConfig(
     redis_sentinels="",
     redis_sentinel_master="",
     redis_sentinel_password="",
+    redis_cluster=False,
     redis_timeout_s=5.0,
+    key_prefix="cogworker:",
     log_level="info",
     log_format="json",
 )

@@ -11,7 +11,7 @@ import structlog
 
 from cogworker import codec
 from cogworker.settings import load_settings
-from cogworker.store import keys
+from cogworker.store import job_keys, keys
 from tests.support import components
 from tests.support.redis_server import RedisServer
 
@@ -112,6 +112,9 @@ def test_a_dead_entry_left_raw_by_an_outage_is_completed_next_pass() -> None:
         r = server.client()
         fill_in_progress(r, [pill])
         # Redis goes away between the script that files the pill raw and the swap that completes it.
+        declared = job_keys.Declared()
+        declared.add_jobs([pill], "default", counters=True)
+        job_key_list, job_key_args = declared.keys_and_args()
         reply = parts.scripts.run(
             "requeue",
             [
@@ -122,23 +125,12 @@ def test_a_dead_entry_left_raw_by_an_outage_is_completed_next_pass() -> None:
                 keys.QUEUES,
                 keys.LIVE_QUEUES,
                 keys.CANCELS,
+                *job_key_list,
             ],
-            [
-                keys.QUEUE_PREFIX,
-                "default",
-                OWNER,
-                "",
-                keys.ORPHANINGS_PREFIX,
-                60,
-                0,
-                120,
-                keys.PERIODIC_RUNNING_PREFIX,
-                60,
-                int(time.time()),
-            ],
+            ["default", OWNER, "", "1", 60, 0, 120, 60, int(time.time()), *job_key_args],
             client=parts.client,
         )
-        assert reply[5:] == [pill]
+        assert reply[7:] == [pill]
         server.stop()
         parts.recovery.complete_burials([pill])
         assert parts.recovery.pending_burials == 1

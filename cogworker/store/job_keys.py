@@ -1,0 +1,78 @@
+"""The per-job keys a recovery script is given in KEYS (requeue.lua, reconcile.lua).
+
+Putting a job back touches keys named by the job itself: its queue, its orphan counter, its periodic
+entry's running lock. A script must not build those names from ARGV: Redis Cluster (and Dragonfly)
+route a script by its declared keys and refuse the rest, and even a single Redis is only promised
+correct for declared ones. So the caller reads the list first, works out from each payload the keys
+the script will want, and passes them in KEYS, each named in ARGV (queue name, jid, entry name), so
+the script looks keys up by name and never makes one.
+
+The list may change between that read and the script (a late fetch reply landing on it), and Python
+may read a payload differently from Lua's cjson (bytes that aren't UTF-8). Either way the script
+leaves a job whose keys it wasn't given where it is, untouched, and names what it missed; the caller
+declares those too and runs it again. Nothing is lost or moved twice: the script is still the one
+atomic step that moves each job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cogworker import codec
+from cogworker.store import keys
+
+# What a script names when it left a job for want of a key (its reply's `needs`, as kind, name pairs).
+QUEUE, COUNTER, LOCK = "queue", "counter", "lock"
+# Passes of read, declare, run: the second declares what the first missed, so a third is needed only
+# when the list keeps changing underneath.
+MAX_PASSES = 3
+
+
+def read_job(raw: str, default_queue: str) -> tuple[str, str | None, str | None]:
+    """(queue, jid, periodic entry holding a running lock) as the scripts' `read_job` reads them:
+    the queue falls back to `default_queue`, the entry counts only for an until_executed run."""
+    job = codec.loads_dict(raw) if codec.is_utf8(raw) else None
+    if job is None:
+        return default_queue, None, None
+    queue = job.get("queue")
+    jid = job.get("jid") if isinstance(job.get("jid"), str) else None
+    pname = job.get("periodic_name")
+    locked = job.get("periodic_until_executed") is True and isinstance(pname, str) and jid is not None
+    return (queue if isinstance(queue, str) and queue else default_queue), jid, pname if locked else None
+
+
+@dataclass
+class Declared:
+    """Queue names, jids and periodic entry names whose keys a script is given."""
+
+    queues: set[str] = field(default_factory=set)
+    jids: set[str] = field(default_factory=set)
+    entries: set[str] = field(default_factory=set)
+
+    def add_jobs(self, raws: Iterable[str], default_queue: str, *, counters: bool) -> None:
+        self.queues.add(default_queue)
+        for raw in raws:
+            queue, jid, entry = read_job(raw, default_queue)
+            self.queues.add(queue)
+            if counters and jid is not None:
+                self.jids.add(jid)
+            if entry is not None:
+                self.entries.add(entry)
+
+    def add_needs(self, pairs: Sequence[Any]) -> None:
+        """What a script said it missed: (kind, name) pairs flattened."""
+        for kind, name in zip(pairs[::2], pairs[1::2], strict=True):
+            {QUEUE: self.queues, COUNTER: self.jids, LOCK: self.entries}[str(kind)].add(str(name))
+
+    def keys_and_args(self) -> tuple[list[str], list[str | int]]:
+        """The keys to append to KEYS, and ARGV's tail: the three counts, then every name in the
+        keys' order."""
+        queues, jids, entries = sorted(self.queues), sorted(self.jids), sorted(self.entries)
+        declared = [
+            *(keys.queue(q) for q in queues),
+            *(keys.orphanings(j) for j in jids),
+            *(keys.periodic_running(e) for e in entries),
+        ]
+        return declared, [len(queues), len(jids), len(entries), *queues, *jids, *entries]
