@@ -6,8 +6,8 @@ and the swarm's speed after the failover is its own, not the producer's), keepin
 job whose push RETURNED; a push that raises is counted and the producer goes on (the jobs it tried
 may or may not be in Redis). A 2-child swarm runs them; each run appends `<time> <jid>`
 to a sink file, outside Redis. Halfway through the pushes, the master is SIGKILLed; the sentinels
-promote the replica; the killed node is started again (empty, as a service manager restarts it) and
-the sentinels make it the new master's replica. When every job Redis still holds has run:
+promote the replica; the killed node is started again, empty, as the new master's replica. When
+every job Redis still holds has run:
 
 - lost: jids whose push returned that never ran;
 - twice: jids that ran more than once;
@@ -162,7 +162,7 @@ def run_failover(
         killed_at = time.time()
         old = deployment.kill_master()
         promoted_at = deployment.wait_promoted(old)
-        deployment.restart(old)
+        deployment.restart(old, replica_of=deployment.master_port_now() or 0)
         thread.join(timeout=180)
         assert not thread.is_alive(), "the producer did not finish"
         wait_until(lambda: settled(deployment), timeout=120, interval=0.2, message="every job run")

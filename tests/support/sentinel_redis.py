@@ -3,8 +3,8 @@
 
 The master and replica have `requirepass` (and `masterauth`, so either can replicate from the other
 after a failover); the sentinels have their own password (`requirepass`, and `sentinel sentinel-pass`
-to talk to each other). Failure detection is shortened (down-after 500 ms), so a killed master is
-replaced in about 1 to 3 s.
+to talk to each other). Failure detection is shortened (down-after 1 s), so a killed master is
+replaced in about 2 to 3 s.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ MASTER_NAME = "cogmaster"
 # characters that must be %-encoded in a URL.
 MASTER_PASSWORD = "Sntl-master/pw#4K"
 SENTINEL_PASSWORD = "Sntl-sentinel-pw@9Z"
-DOWN_AFTER_MS = 500
+# Short, so a failover takes ~2 s; not shorter: on a loaded machine a 500 ms stall once had the new
+# master marked down too, and the sentinels failed back to the old node, restarted empty.
+DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 2000
 
 
@@ -114,11 +116,11 @@ class SentinelRedis:
         proc.wait()
         return port
 
-    def restart(self, port: int) -> None:
-        """Start the node on `port` again, empty (as a service manager would restart a killed Redis).
-        The sentinels make it a replica of the current master (+convert-to-slave)."""
+    def restart(self, port: int, replica_of: int) -> None:
+        """Start the node on `port` again, empty, as a replica of the master on `replica_of` (as a
+        deployment restarts a failed node: never as an empty master the others could resync from)."""
         assert self.procs[port].poll() is not None, "the node is still running"
-        self._start_redis(port)
+        self._start_redis(port, "--replicaof", "127.0.0.1", str(replica_of))
 
     def wait_promoted(self, old_port: int, timeout: float = 30.0) -> float:
         """Wait until the sentinels name a new master that says it is one; returns when (epoch s)."""
