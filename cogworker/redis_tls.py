@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import ssl
 from typing import Any, Protocol
-from urllib.parse import urlparse
+
+from cogworker.cluster_url import tls_scheme
 
 
 class TlsSettings(Protocol):
@@ -60,11 +61,11 @@ def check_together(settings: TlsSettings) -> None:
             "set both COGWORKER_REDIS_SSL_CERT_FILE and COGWORKER_REDIS_SSL_KEY_FILE (a client "
             "certificate and its private key), or neither"
         )
-    if (ca or cert) and urlparse(settings.redis_url).scheme != "rediss":
+    if (ca or cert) and not tls_scheme(settings.redis_url):
         # Else the files would be ignored and the password sent in clear.
         raise ValueError(
-            "COGWORKER_REDIS_SSL_CA_FILE, _CERT_FILE and _KEY_FILE need a rediss:// COGWORKER_REDIS_URL "
-            "(redis:// and unix:// are not TLS)"
+            "COGWORKER_REDIS_SSL_CA_FILE, _CERT_FILE and _KEY_FILE need a rediss:// (or rediss+cluster://) "
+            "COGWORKER_REDIS_URL (redis:// and unix:// are not TLS)"
         )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if ca:
@@ -85,9 +86,9 @@ def check_together(settings: TlsSettings) -> None:
 
 
 def client_options(settings: TlsSettings) -> dict[str, Any]:
-    """redis-py's ssl_* options for a `rediss://` URL; nothing for another scheme (redis-py would
-    refuse them there, and check_together already refused TLS files with one)."""
-    if urlparse(settings.redis_url).scheme != "rediss":
+    """redis-py's ssl_* options for a `rediss://` (or `rediss+cluster://`) URL; nothing for another
+    scheme (redis-py would refuse them there, and check_together already refused TLS files with one)."""
+    if not tls_scheme(settings.redis_url):
         return {}
     return {
         "ssl_ca_certs": settings.redis_ssl_ca_file or None,

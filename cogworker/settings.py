@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 from pydantic import SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from cogworker import exitcodes, redis_tls
+from cogworker import cluster_url, exitcodes, redis_tls
 from cogworker.prefix_rule import check_key_prefix
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 from cogworker.redact import safe_url
@@ -166,6 +166,10 @@ class Settings(BaseSettings):
     redis_ssl_cert_file: str = ""
     redis_ssl_key_file: str = ""
     redis_ssl_check_hostname: bool = True
+    # Redis Cluster (README "Redis Cluster"): the URL names seed nodes. Set by a redis+cluster:// or
+    # rediss+cluster:// URL, or by this with a redis:// / rediss:// URL naming one node. Needs a
+    # hash-tagged COGWORKER_KEY_PREFIX (cluster_url.check_prefix says why).
+    redis_cluster: bool = False
     # Every key and channel name starts with this (store/keys.py), so apps with different prefixes share
     # one Redis unseen by each other. A hash tag in it (`{myapp}:`) puts all of them in one Redis
     # Cluster slot, which cluster mode needs: a script's keys must share a slot.
@@ -174,9 +178,14 @@ class Settings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _check_url(cls, value: str) -> str:
+        if value.partition("://")[0] in cluster_url.CLUSTER_SCHEMES:
+            cluster_url.seeds(value)  # several hosts: urlparse can't read them
+            return value
         parsed = urlparse(value)
         if parsed.scheme not in _SCHEMES:
-            raise ValueError("must start with redis://, rediss:// or unix://")
+            raise ValueError(
+                "must start with redis://, rediss://, unix://, redis+cluster:// or rediss+cluster://"
+            )
         try:
             port = parsed.port
         except ValueError:
@@ -269,6 +278,12 @@ class Settings(BaseSettings):
                 )
             )
         redis_tls.check_together(self)
+        if cluster_url.is_cluster(self):
+            try:
+                cluster_url.seeds(self.redis_url)
+            except ValueError as exc:
+                raise ValueError(f"COGWORKER_REDIS_CLUSTER=true: COGWORKER_REDIS_URL {exc}") from None
+            cluster_url.check_prefix(self.key_prefix)
         if bool(self.web_username) != bool(self.web_password.get_secret_value()):
             raise ValueError("set both COGWORKER_WEB_USERNAME and COGWORKER_WEB_PASSWORD, or neither")
         return self

@@ -37,6 +37,7 @@ class SwarmConfig:
     redis_ssl_cert_file: str
     redis_ssl_key_file: str
     redis_ssl_check_hostname: bool
+    redis_cluster: bool  # the scrape pins its client to the deployment's slot's master (cluster_pool.py)
     redis_timeout_s: float  # a requeue in the fork server may wait this long on Redis
     key_prefix: str  # the metrics scrape reads this deployment's keys only (cogworker/store/keys.py)
     log_level: str

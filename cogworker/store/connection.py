@@ -9,8 +9,10 @@ from redis._parsers.encoders import Encoder
 from redis.connection import HiredisRespSerializer, PythonRespSerializer
 from redis.utils import HIREDIS_AVAILABLE
 
+from cogworker import cluster_url
 from cogworker.redis_tls import client_options
 from cogworker.settings import Settings
+from cogworker.store.cluster_pool import cluster_client
 
 CONNECT_TIMEOUT_S = 2.0
 # Bytes that aren't UTF-8 (a payload written by something else) decode to lone surrogates instead
@@ -59,9 +61,9 @@ def connect(settings: Settings, *, extra_timeout_s: float = 0.0) -> redis.Redis:
     """A client with a small pool. redis-py's own retries are off: callers decide what a failure means.
     A command may wait `redis_timeout_s` for Redis; a blocking one adds its block time (`extra_timeout_s`).
     A `rediss://` URL gets the COGWORKER_REDIS_SSL_* files; every connection of the pool has them (the
-    fetch loop's own DirectConnection is made by this pool, so it has them too)."""
-    return redis.Redis.from_url(
-        settings.redis_url,
+    fetch loop's own DirectConnection is made by this pool, so it has them too).
+    A Redis Cluster gets a client pinned to the master owning the deployment's slot (cluster_pool.py)."""
+    options: dict[str, Any] = dict(
         socket_timeout=settings.redis_timeout_s + extra_timeout_s,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
         retry_on_timeout=False,
@@ -71,6 +73,9 @@ def connect(settings: Settings, *, extra_timeout_s: float = 0.0) -> redis.Redis:
         **client_options(settings),
         **text_options(),
     )
+    if cluster_url.is_cluster(settings):
+        return cluster_client(cluster_url.seeds(settings.redis_url), settings.key_prefix, **options)
+    return redis.Redis.from_url(settings.redis_url, **options)
 
 
 def is_unavailable(exc: BaseException) -> bool:

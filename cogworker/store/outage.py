@@ -20,6 +20,9 @@ class Outages:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._since: dict[str, float] = {}
+        # Outages begun so far, any component: a reader comparing two values learns that Redis was
+        # out of reach in between (reconcile.py then checks what it still owns).
+        self._started = 0
 
     def report(self, component: str, exc: BaseException) -> None:
         """Record a failure. Unavailability is logged once per outage; other errors every time."""
@@ -30,6 +33,7 @@ class Outages:
             if component in self._since:
                 return
             self._since[component] = time.monotonic()
+            self._started += 1
         log.warning("redis_outage_started", component=component, error=f"{type(exc).__name__}: {exc}")
 
     def recovered(self, component: str) -> None:
@@ -39,6 +43,11 @@ class Outages:
             log.warning(
                 "redis_outage_ended", component=component, lasted_s=round(time.monotonic() - since, 2)
             )
+
+    @property
+    def started(self) -> int:
+        with self._lock:
+            return self._started
 
     @property
     def down(self) -> bool:

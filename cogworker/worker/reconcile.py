@@ -17,6 +17,13 @@ Redis read later), so a reconcile after a failure is followed by one more, RECON
 Between failures one runs every COGWORKER_ORPHAN_CHECK_INTERVAL_S, a backstop for any path missed.
 Only the fetcher thread runs it, between fetches and never during a blocking wait: a job moved by a
 fetch in flight would look unheld.
+
+A reconcile after a failure, or after any outage this process had (its heartbeat's, say, while every
+thread was busy and nothing was fetched), also looks the other way: jobs held here that are no longer
+on the list were requeued by orphan recovery while this process was silent past
+COGWORKER_ORPHAN_THRESHOLD_S (a partition: it was declared dead), or lost with Redis's data. They
+are not ours any more; the settler disowns them (settle.py). An outage makes a reconcile due at once,
+so this runs before the next fetch: no copy fetched again here can be mistaken for the one we hold.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
+from cogworker import codec
 from cogworker.store.redis_context import RedisContext
 from cogworker.worker.fetch import Fetcher, Reconciled
 from cogworker.worker.settle import Settler
@@ -48,6 +56,7 @@ class Reconciler:
         on_wrong_type: Callable[[], None] | None = None,
     ) -> None:
         self._settings = ctx.settings
+        self._client = ctx.client
         self._outages = ctx.outages
         self._settler = settler
         self._on_wrong_type = on_wrong_type
@@ -59,6 +68,7 @@ class Reconciler:
         self._failures = 0  # failures that may have left an unknown entry on the list
         self._answered = 0  # ... of which the last successful reconcile ran after this many
         self._due = time.monotonic() + self._settings.orphan_check_interval_s
+        self._outages_seen = self._outages.started
 
     # The ledger -----------------------------------------------------------------------------
     def hold(self, raws: Iterable[str]) -> None:
@@ -104,23 +114,54 @@ class Reconciler:
     # The reconcile --------------------------------------------------------------------------
     def run_if_due(self, fetcher: Fetcher) -> None:
         """On the fetcher thread, between fetches. A failure is retried soon; it never blocks."""
-        if not self.due:
+        outages = self._outages.started
+        if not self.due and outages == self._outages_seen:
             return
         with self._lock:
             held = Counter(self._held)
             failed = Counter(self._thread_failed)
             failures = self._failures
+            after_failure = failures != self._answered or outages != self._outages_seen
         held.update(self._settler.holding())
         try:
             result = fetcher.reconcile(held.elements(), failed.elements(), self._settings.max_orphanings)
+            if after_failure and fetcher.keeps_in_progress:
+                self._disown_requeued(fetcher.in_progress_key)
         except Exception as exc:
             self._outages.report("Reconcile", exc)
             with self._lock:
                 self._due = min(self._due, time.monotonic() + FAILED_RETRY_S)
             return
         self._outages.recovered("Reconcile")
+        self._outages_seen = outages
         self._schedule_next(result, failures, failed)
         self._report(result)
+        if self._settler.disowned:
+            self._settler.prune_disowned(self._holding())
+
+    def _holding(self) -> Counter[str]:
+        with self._lock:
+            held = Counter(self._held)
+        held.update(self._settler.holding())
+        return held
+
+    def _disown_requeued(self, list_key: str) -> None:
+        """Held jobs missing from our list were requeued while we were declared dead: disowned."""
+        held = self._holding()
+        if not held:
+            return
+        missing = held - Counter(str(raw) for raw in self._client.lrange(list_key, 0, -1))
+        if not missing:
+            return
+        self._settler.disown(missing)
+        log.warning(
+            "held_jobs_gone_from_list",
+            count=sum(missing.values()),
+            jids=sorted({str((codec.loads_dict(raw) or {}).get("jid")) for raw in missing})[:20],
+            note="jobs this process runs are no longer on its in-progress list: it was silent past "
+            "COGWORKER_ORPHAN_THRESHOLD_S and declared dead, so another process requeued them (they "
+            "run twice), or Redis lost its data; they are neither acknowledged nor filed from here",
+        )
 
     def _schedule_next(self, result: Reconciled, failures: int, failed: Counter[str]) -> None:
         now = time.monotonic()

@@ -6,6 +6,12 @@ for another process to file. If even that fails, the job is still on this proces
 list, so recovery runs it again: a job is never lost, at worst it runs twice. A filing stopped by a
 key of the wrong type (settle.lua checks every key before it changes anything) is kept the same way,
 and the key guard is asked to move the key aside.
+
+A process silent past COGWORKER_ORPHAN_THRESHOLD_S (a partition) is declared dead and its list
+requeued while it still runs those jobs. Back in touch, the reconciler finds the jobs it holds that
+are no longer on its list and `disown`s them: their acknowledgements and filings are dropped, since
+those jobs now belong to the process running the requeued copy (an ack could take that copy's entry
+off the list if this process fetched it again; a filing would put a third run in retry).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -68,19 +74,67 @@ class Settler:
         self._pending_results: list[PendingResult] = []
         self._lock = threading.Lock()
         self._wrong_type_reported: dict[str, float] = {}
+        # Payloads requeued by orphan recovery while this process was silent: settled nowhere.
+        self._disowned: Counter[str] = Counter()
 
     @property
     def client(self) -> redis.Redis:
         return self._client
 
+    # Jobs requeued while this process was declared dead -------------------------------------
+    def disown(self, raws: Counter[str]) -> None:
+        """On the fetcher thread: these held jobs (once per copy) are no longer on our list. Their
+        pending acknowledgements and filings are dropped now, the settles of those still running when
+        they end."""
+        with self._lock:
+            self._disowned.update(raws)
+            kept_filings = [item for item in self._pending if not self._drop_locked(item.raw)]
+            self._pending = kept_filings
+        # Acks are appended by job threads, taken only by this (the fetcher) thread.
+        self.return_acks([(raw, jid) for raw, jid in self.take_acks() if not self._drop(raw)])
+
+    def prune_disowned(self, held: Counter[str]) -> None:
+        """Forget marks for payloads no longer held (their settle came before the mark)."""
+        with self._lock:
+            self._disowned = Counter(
+                {raw: min(n, held[raw]) for raw, n in self._disowned.items() if held[raw]}
+            )
+
+    @property
+    def disowned(self) -> int:
+        with self._lock:
+            return sum(self._disowned.values())
+
+    def _drop(self, raw: str) -> bool:
+        if not self._disowned:  # almost always: no lock on every job's ack
+            return False
+        with self._lock:
+            return self._drop_locked(raw)
+
+    def _drop_locked(self, raw: str) -> bool:
+        """True (and one mark used) when `raw` is disowned: its settle is skipped."""
+        if self._disowned[raw] <= 0:
+            self._disowned.pop(raw, None)
+            return False
+        self._disowned[raw] -= 1
+        if not self._disowned[raw]:
+            del self._disowned[raw]
+        job = codec.loads_dict(raw) or {}
+        log.info("settle_skipped_requeued_job", jid=job.get("jid"), note="another process runs its copy")
+        return True
+
     # Acknowledgements: taken by the fetcher on its next round trip.
     def ack(self, raw: str, jid: str) -> None:
+        if self._drop(raw):
+            return
         self._acks.append((raw, jid))
 
     def end_unrun(self, raw: str, job: dict[str, Any], outcome: str) -> None:
         """A job that ended without running (expired, cancelled): counted in Redis, its locks (a
         unique claim) released, then acknowledged like a finished one. The count and the release are
         best-effort (logged, deferred); the acknowledgement is as reliable as any."""
+        if self._drop(raw):
+            return
         jid = str(job.get("jid") or "")
         outcomes.record(self._client, outcome, jid)
         self._locks.release_terminal(job)
@@ -133,6 +187,8 @@ class Settler:
         """File now; on a Redis failure keep it for later. True when it was filed now. The payload is
         encoded first (retry.storable): a payload JSON can't hold is filed sanitised, never kept
         and retried as if Redis had failed."""
+        if self._drop(raw):
+            return True
         filing = storable(filing, raw)
         try:
             filed = self._file_now(raw, filing)
@@ -248,6 +304,9 @@ class Settler:
                 wrong = key_guard.script_wrong_type(reply)
                 if wrong is not None:
                     raise key_guard.wrong_type_error(self._client, wrong)
+                if not reply:
+                    # Off our list: requeued while we were silent (handover.lua), run elsewhere.
+                    log.info("handover_skipped_requeued_job", jid=item.filing.payload.get("jid"))
             except Exception as exc:
                 if not is_unavailable(exc):
                     log.error("handover_failed", error=f"{type(exc).__name__}: {exc}")

@@ -13,15 +13,17 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import redis
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cogworker import codec
+from cogworker import cluster_url, codec
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
 from cogworker.redis_tls import TlsSettings, client_options
+from cogworker.store.cluster_pool import cluster_client
 from cogworker.store.connection import text_options
 from cogworker.store.outage import Outages
 
@@ -35,6 +37,13 @@ class RedisReading:
     sets: tuple[tuple[str, int], ...] = ()
 
 
+class ScrapeSettings(TlsSettings, cluster_url.ClusterSettings, Protocol):
+    """What the scrape reads: the supervisor's SwarmConfig (from the validated settings)."""
+
+    @property
+    def key_prefix(self) -> str: ...
+
+
 class RedisCollector(Collector):
     """Queue sizes and latencies and the retry/scheduled/dead sizes, read when scraped.
 
@@ -44,7 +53,7 @@ class RedisCollector(Collector):
 
     def __init__(
         self,
-        settings: TlsSettings,
+        settings: ScrapeSettings,
         timeout_s: float,
         cache_s: float,
         clock: Callable[[], float] = time.monotonic,
@@ -63,8 +72,7 @@ class RedisCollector(Collector):
 
     def _connection(self) -> redis.Redis:
         if self._client is None:
-            self._client = redis.Redis.from_url(
-                self._settings.redis_url,
+            options: dict[str, Any] = dict(
                 socket_timeout=self._timeout_s,
                 socket_connect_timeout=self._timeout_s,
                 retry_on_timeout=False,
@@ -76,6 +84,13 @@ class RedisCollector(Collector):
                 # Decoded as the workers decode: a payload or name that isn't UTF-8 can't fail it.
                 **text_options(),
             )
+            url = self._settings.redis_url
+            if cluster_url.is_cluster(self._settings):
+                # Pinned to the master owning the deployment's slot, as every worker is.
+                seeds = cluster_url.seeds(url)
+                self._client = cluster_client(seeds, self._settings.key_prefix, **options)
+            else:
+                self._client = redis.Redis.from_url(url, **options)
         return self._client
 
     def reading(self) -> RedisReading:

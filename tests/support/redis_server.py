@@ -33,10 +33,16 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.01, message
 
 
 class RedisServer:
-    """One redis-server on 127.0.0.1:<port>, nothing on disk."""
+    """One redis-server on 127.0.0.1:<port> (and on `bind_also`, e.g. simulated hosts' addresses),
+    nothing on disk."""
 
     def __init__(
-        self, port: int | None = None, *, persistent: bool = False, extra: tuple[str, ...] = ()
+        self,
+        port: int | None = None,
+        *,
+        persistent: bool = False,
+        extra: tuple[str, ...] = (),
+        bind_also: tuple[str, ...] = (),
     ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
@@ -48,6 +54,7 @@ class RedisServer:
         # Persistent: an append-only file synced on every write, so a restart keeps every job.
         self.persistent = persistent
         self.extra = extra
+        self.bind = ("127.0.0.1", *bind_also)
         self.dir = tempfile.mkdtemp(prefix="cogworker-redis-")
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
@@ -64,7 +71,12 @@ class RedisServer:
         self.proc = subprocess.Popen(
             [
                 self.binary,
-                *("--port", str(self.port), "--bind", "127.0.0.1", "--save", ""),
+                *("--port", str(self.port), "--save", ""),
+                "--bind",
+                *self.bind,
+                # Protected mode refuses clients from anywhere but loopback when no password is set;
+                # the extra addresses are test-only veth ends (tests/support/netns_hosts.py).
+                *("--protected-mode", "no" if len(self.bind) > 1 else "yes"),
                 *("--appendonly", "yes" if self.persistent else "no", "--appendfsync", "always"),
                 *("--dir", self.dir, "--daemonize", "no"),
                 *self.extra,

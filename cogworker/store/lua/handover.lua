@@ -6,14 +6,21 @@
 -- KEYS[2]  this process's in-progress list
 -- ARGV[1]  the record (JSON: set, score, payload)
 -- ARGV[2]  the raw payload as fetched
--- Returns 1, or {"wrongtype", key} when a key has the wrong type (nothing changed: the job stays
--- in progress and is requeued with the rest of the list).
+-- Returns 1, 0 when the job is no longer on the list (nothing handed over: see below), or
+-- {"wrongtype", key} when a key has the wrong type (nothing changed: the job stays in progress and
+-- is requeued with the rest of the list).
 -- The record is written before the job is taken off the list, so an error loses nothing.
 for _, want in ipairs({{KEYS[1], "list"}, {KEYS[2], "list"}}) do
   local kind = redis.call("TYPE", want[1])["ok"]
   if kind ~= want[2] and kind ~= "none" then
     return {"wrongtype", want[1]}
   end
+end
+-- Not on the list: orphan recovery requeued it while this process was silent past the orphan
+-- threshold (declared dead), and another process runs that copy. Handed over, it would be filed in
+-- retry too and run a third time. (Same rule as settle.lua's LREM check.)
+if not redis.call("LPOS", KEYS[2], ARGV[2]) then
+  return 0
 end
 redis.call("RPUSH", KEYS[1], ARGV[1])
 redis.call("LREM", KEYS[2], -1, ARGV[2])

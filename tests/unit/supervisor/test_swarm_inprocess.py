@@ -50,6 +50,7 @@ SETTINGS = SwarmConfig(
     redis_ssl_cert_file="",
     redis_ssl_key_file="",
     redis_ssl_check_hostname=True,
+    redis_cluster=False,
     redis_timeout_s=5.0,
     key_prefix="cogworker:",
     log_level="info",
