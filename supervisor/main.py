@@ -35,7 +35,7 @@ signals:
                left; a child still alive after COGWORKER_GRACEFUL_STOP_TIMEOUT_S is killed and its
                jobs requeued
   USR1, TSTP   quiet: children finish running jobs and fetch no more (children forked later too);
-               undo per child with `LPUSH cogworker:signals:<identity> resume`
+               undo per child with `cogworker resume --identity <identity>`
   HUP, USR2    restart every child with the code on disk now: a new fork server loads it, then
                children are replaced, phased (a replacement reports ready before the old child
                stops, one slot at a time) unless COGWORKER_PHASED_RESTART=false

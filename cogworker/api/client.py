@@ -71,7 +71,9 @@ def settings() -> Settings:
         if _settings is None:
             _settings = loaded
             # Outside `configure()` this is the first use (a push configured only by COGWORKER_*):
-            # its keys must carry the configured prefix from the first one.
+            # its keys must carry the configured prefix from the first one. Under the lock, so no
+            # thread sees these settings before their prefix; use_prefix only rebinds names, so it
+            # can't reach `configure()`.
             keys.use_prefix(loaded.key_prefix)
         return _settings
 
