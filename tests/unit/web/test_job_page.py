@@ -184,6 +184,13 @@ def _commands(r: redis.Redis) -> dict[str, int]:
     return {name: int(value["calls"]) for name, value in r.info("commandstats").items()}
 
 
+def _script_runs(r: redis.Redis) -> int:
+    """EVALSHA calls that ran a script: a NOSCRIPT reply (a server that hasn't loaded the script
+    yet, which redis-py answers by loading it and calling again) is counted by Redis as a failed call."""
+    stats = r.info("commandstats").get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0)) - int(stats.get("failed_calls", 0))
+
+
 def _page_commands(
     client: TestClient, r: redis.Redis, path: str, headers: dict[str, str] | None = None
 ) -> tuple[str, dict[str, int]]:
@@ -233,15 +240,15 @@ def test_a_long_search_goes_on_through_continue_links_to_the_oldest_entry(
 ) -> None:
     fill_dead(r, 50_000)
     r.zadd(keys.DEAD, {codec.dumps(job("oldest1")): -1.0})  # read last: dead is read newest first
-    before = _commands(r)
+    before = _script_runs(r)
     path: str | None = "/jobs/oldest1"
     pages: list[str] = []
     progress: list[int] = []
     while path is not None:
         assert len(pages) < 50, "the search does not end"
-        start = _commands(r).get("cmdstat_evalsha", 0)
+        start = _script_runs(r)
         text = client.get(path).text
-        assert _commands(r).get("cmdstat_evalsha", 0) - start <= locate.MAX_CALLS
+        assert _script_runs(r) - start <= locate.MAX_CALLS
         pages.append(text)
         path = continue_link(text)
         if path is not None:
@@ -251,7 +258,7 @@ def test_a_long_search_goes_on_through_continue_links_to_the_oldest_entry(
             progress.append(int(searched.group(1).replace(",", "")))
     assert len(pages) >= 3 and progress == sorted(set(progress))
     assert places(pages[-1]) == ["dead"] and 'href="/dead/-1.0-oldest1"' in pages[-1]
-    assert _commands(r)["cmdstat_evalsha"] - before.get("cmdstat_evalsha", 0) <= len(pages) * locate.MAX_CALLS
+    assert _script_runs(r) - before <= len(pages) * locate.MAX_CALLS
     # The same search in read-only mode: finding is a read, so nothing is hidden or refused.
     read_only = TestClient(create_app(load_settings(redis_url=redis_server.url, web_read_only=True)))
     last = read_only.get(continue_link(pages[-2]) or "").text
