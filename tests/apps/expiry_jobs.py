@@ -19,7 +19,7 @@ def fresh_only(tag: str) -> None:
     _redis().rpush("test:ran", tag)
 
 
-@job(expires_in=dt.timedelta(seconds=2), unique="until_executed", status=True, retry=3)
+@job(expires_in=dt.timedelta(seconds=5), unique="until_executed", status=True, retry=3)
 def fresh_unique(tag: str) -> None:
     _redis().rpush("test:ran", tag)
     raise ValueError(f"fails so it retries: {tag}")

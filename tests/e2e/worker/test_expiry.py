@@ -83,8 +83,10 @@ def test_a_scheduled_jobs_window_starts_at_its_scheduled_time(
 def test_the_deadline_holds_through_retries_and_frees_the_unique_claim_and_marks_the_status(
     r: redis.Redis, configured: Settings, workers: WorkerPool
 ) -> None:
+    # The worker is up before the push: the job's window (5 s) must not pass while it boots, which
+    # on a loaded machine under coverage took longer than the 2 s this test once allowed.
+    workers.start(**ENV).identity(timeout=30)
     jid = expiry_jobs.fresh_unique.perform_async("u")  # fails: its retry is filed with the deadline
-    workers.start(**ENV)
     wait_until(lambda: r.zcard("cogworker:retry") == 1, timeout=20)
     (raw,) = r.zrange("cogworker:retry", 0, -1)
     deadline = json.loads(raw)["expires_at"]

@@ -39,7 +39,11 @@ def test_a_sync_job_past_its_limit_fails_with_job_timeout_and_is_retried(
     assert r.lrange("test:started", 0, -1) == ["long"] and r.llen("test:ran") == 0
     assert r.get("cogworker:stat:failed") == "1"
     assert r.llen(f"cogworker:inprogress:{worker.identity()}") == 0
-    assert worker.events_named("job_time_limit_reached")[0]["jid"] == jid
+    # The watchdog logs after it has raised in the job's thread, which may fail and file the job first.
+    reached = wait_until(
+        lambda: worker.events_named("job_time_limit_reached"), timeout=10, message="the line"
+    )
+    assert reached[0]["jid"] == jid
     assert worker.stop() == 0
 
 
