@@ -6,11 +6,14 @@ while the master is down and every component is reporting errors."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -21,6 +24,7 @@ from tests.support.first_call import first_call
 from tests.support.redis_server import free_port, wait_until
 from tests.support.sentinel_redis import MASTER_NAME, MASTER_PASSWORD, SENTINEL_PASSWORD, SentinelRedis
 from tests.support.swarm import SwarmRunner
+from tests.support.web_server import cogworker_web
 
 pytestmark = pytest.mark.slow
 
@@ -63,6 +67,25 @@ def titles(pid: int) -> list[str]:
     return found
 
 
+@pytest.fixture
+def stack() -> Iterator[contextlib.ExitStack]:
+    with contextlib.ExitStack() as opened:
+        yield opened
+
+
+def page(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return str(response.read().decode())
+
+
+def answers_200(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
 def test_first_calls_through_the_sentinels(deployment: SentinelRedis) -> None:
     code = "from demo_jobs import record; print(record.perform_async('a'))"
     by_url = first_call(code, deployment.url, COGWORKER_REDIS_SENTINEL_PASSWORD=SENTINEL_PASSWORD)
@@ -83,8 +106,8 @@ def test_first_calls_through_the_sentinels(deployment: SentinelRedis) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_a_swarm_the_cli_and_the_metrics_follow_a_failover_without_showing_a_password(
-    deployment: SentinelRedis, swarms: SwarmRunner, tmp_path: Path
+def test_a_swarm_the_cli_the_metrics_and_the_web_ui_follow_a_failover_without_showing_a_password(
+    deployment: SentinelRedis, swarms: SwarmRunner, tmp_path: Path, stack: contextlib.ExitStack
 ) -> None:
     port = free_port()
     env = {
@@ -108,10 +131,14 @@ def test_a_swarm_the_cli_and_the_metrics_follow_a_failover_without_showing_a_pas
         )
         assert done.returncode == 0, done.stderr
 
+    web_env = {k: v for k, v in env.items() if k not in ("COGWORKER_REDIS_URL", "COGWORKER_METRICS_PORT")}
+    web = stack.enter_context(cogworker_web(deployment.url, **web_env))
+    outputs: dict[str, str] = {}
     push_one()
     wait_until(lambda: sink.exists() and len(sink.read_text().splitlines()) == 1, timeout=30, message="a run")
+    outputs["web busy"] = page(web.url + "/busy")
+    assert outputs["web busy"].count("data-identity=") == 2  # the swarm's two children
     wait_until(lambda: redis_up(port) == 1.0, timeout=30, message="the scrape to read Redis")
-    outputs: dict[str, str] = {}
     for argv in (["status"], ["status", "--json"], ["doctor"], ["doctor", "--json"]):
         done = cli(env, *argv)
         outputs[" ".join(argv)] = done.stdout + done.stderr
@@ -134,6 +161,9 @@ def test_a_swarm_the_cli_and_the_metrics_follow_a_failover_without_showing_a_pas
         lambda: len(sink.read_text().splitlines()) == 2, timeout=30, message="a run after the failover"
     )
     wait_until(lambda: redis_up(port) == 1.0, timeout=30, message="the scrape to follow the new master")
+    # The Web UI found the new master by itself too: its pages answer again (503 while none is known).
+    wait_until(lambda: answers_200(web.url + "/"), timeout=30, message="the Web UI after the failover")
+    outputs["web after"] = page(web.url + "/") + page(web.url + "/busy")
     after = cli(env, "status", "--json")
     assert after.returncode == 0, after.stderr
     outputs["metrics"] = scrape(port)
