@@ -1,4 +1,5 @@
-"""`make bench`: cogworker and its Python peers, measured back to back on one private Redis.
+"""`make bench`: cogworker and its peers (Sidekiq and the Python job runners), measured back to back on
+one private Redis.
 
 Usage (through tests/bench/run.sh, which builds .bench-venv/):
     tests/bench/run.sh                  # the full run, every system (under 15 minutes on 2 cores)
