@@ -112,21 +112,3 @@ def short_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Save this process's coverage data now, when `make test` measures the run.
-
-    Under pytest-xdist each worker process runs tests in-process, and the controller kills a worker
-    that takes more than a few seconds to exit; coverage.py writes a process's data only at its
-    exit, so a killed worker's in-process coverage was lost (a module covered by unit tests alone
-    fell under the floor). Every session-scoped fixture has been torn down by now.
-    """
-    try:
-        import coverage
-    except ImportError:  # not measured: nothing to save
-        return
-    current = coverage.Coverage.current()
-    if current is not None:
-        current.stop()
-        current.save()
