@@ -34,14 +34,9 @@ run: install
 COVERAGE_DIR := $(CURDIR)/.coverage-data
 COVERAGE     := COVERAGE_FILE=$(COVERAGE_DIR)/coverage $(BIN)/coverage
 
-# Two pytest workers (pytest-xdist), each taking a whole test file at a time: most of the suite's time
-# is spent waiting on real servers, failovers and child processes, not on the CPU, so two files at a
-# time halve the wall time on a 2-core machine. PYTEST_WORKERS=0 runs everything in one process.
-PYTEST_WORKERS ?= 2
-
 test: install chromium
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
-	$(COVERAGE) run -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS); tests=$$?; \
+	$(COVERAGE) run -m pytest -q $(PYTEST_ARGS); tests=$$?; \
 	$(COVERAGE) combine -q && $(COVERAGE) report; report=$$?; \
 	if [ $$tests -ne 0 ]; then exit $$tests; fi; exit $$report
 
