@@ -263,8 +263,9 @@ def test_a_long_search_goes_on_through_continue_links_to_the_oldest_entry(
     read_only = TestClient(create_app(load_settings(redis_url=redis_server.url, web_read_only=True)))
     last = read_only.get(continue_link(pages[-2]) or "").text
     assert places(last) == ["dead"] and '<form method="post"' not in section(last, "where")
+    # How far one request gets depends on its time budget (MAX_WALL_S), so only where it goes on is compared.
     first = read_only.get("/jobs/oldest1").text
-    assert continue_link(first) == continue_link(pages[0])
+    assert (continue_link(first) or "").startswith("/jobs/oldest1?place=dead&at=")
 
 
 def test_bad_cursors_restart_the_search_and_offsets_are_clamped(client: TestClient, r: redis.Redis) -> None:
