@@ -103,9 +103,17 @@ def trace_push(job: dict[str, Any], call_next: ClientNext) -> Any:
         return jid
 
 
+def _carrier(value: Any) -> dict[str, str]:
+    """A payload field as a propagator's carrier: its string entries only. Anyone who can write to
+    Redis writes payloads; a malformed trace context is ignored, never the job's failure."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
 def _links(job: dict[str, Any]) -> list[Link]:
-    previous = job.get(PREVIOUS_FIELD)
-    if not isinstance(previous, dict):
+    previous = _carrier(job.get(PREVIOUS_FIELD))
+    if not previous:
         return []
     span_context = trace.get_current_span(_W3C.extract(previous)).get_span_context()
     if not span_context.is_valid:
@@ -116,9 +124,8 @@ def _links(job: dict[str, Any]) -> list[Link]:
 def trace_perform(job: dict[str, Any], call_next: ServerNext) -> None:
     """Server middleware: the job's CONSUMER span, a child of the push's span."""
     tracer = _tracer or trace.get_tracer(__name__)
-    carrier = job.get(CONTEXT_FIELD)
     # The push's context (with its baggage) is current for the whole job, then detached.
-    token = context.attach(propagate.extract(carrier if isinstance(carrier, dict) else {}))
+    token = context.attach(propagate.extract(_carrier(job.get(CONTEXT_FIELD))))
     try:
         with tracer.start_as_current_span(
             f"perform {job.get('queue')}",

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import sentry_sdk
+import structlog
 from sentry_sdk.integrations import Integration
 from sentry_sdk.scrubber import DEFAULT_DENYLIST
 from sentry_sdk.utils import event_from_exception
@@ -33,6 +34,8 @@ from cogworker.api.middleware import ServerNext, server_chain
 from cogworker.api.registry import registered
 
 FILTERED = "[Filtered]"
+
+log = structlog.get_logger("cogworker.sentry")
 
 __all__ = ["DEFAULT_DENYLIST", "CogworkerIntegration"]
 
@@ -72,7 +75,10 @@ def report_failures(job: dict[str, Any], call_next: ServerNext) -> None:
             found = registered(name)
             again = retry.will_retry(job, exc, found.options if found else None)
             if not again or integration.report_every_attempt:
-                _report(integration, scope, job, exc, again)
+                try:
+                    _report(integration, scope, job, exc, again)
+                except Exception as failure:  # the job's own error is what gets filed, never this
+                    log.warning("sentry_report_failed", error=f"{type(failure).__name__}: {failure}"[:300])
             raise
 
 

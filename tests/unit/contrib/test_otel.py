@@ -94,8 +94,18 @@ def test_an_unreadable_previous_attempt_is_no_link(exporter: InMemorySpanExporte
         lambda: ran.append("ran"),
     )
     otel.trace_perform({"class": "x.y", "queue": "unit", "otel_previous": "nonsense"}, lambda: None)
-    assert ran == ["ran"]
-    assert [list(span.links) for span in exporter.get_finished_spans()] == [[], []]
+    # Written by something else: values that aren't text are ignored, never the job's failure.
+    hostile = {
+        "class": "x.y",
+        "queue": "unit",
+        "otel": {"traceparent": 5},
+        "otel_previous": {"traceparent": [1]},
+    }
+    otel.trace_perform(hostile, lambda: ran.append("ran too"))
+    assert ran == ["ran", "ran too"]
+    spans = exporter.get_finished_spans()
+    assert [list(span.links) for span in spans] == [[], [], []]
+    assert spans[2].parent is None
 
 
 def test_uninstrument_takes_both_middleware_out(exporter: InMemorySpanExporter) -> None:
