@@ -9,6 +9,7 @@ or the context leaked into the thread that runs the next job.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +17,12 @@ import otel_jobs  # the jobs of this app
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
 
 from cogworker import server_chain
 from cogworker.contrib import otel
@@ -61,7 +67,9 @@ def check_context(job: dict[str, Any], call_next: Any) -> None:
 
 
 provider = TracerProvider(resource=Resource.create({"service.name": "otel-app"}))
-provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter()))
+# SPANS_BATCH=1: the batching processor a real app uses (its thread restarts in a forked child).
+batch = os.environ.get("SPANS_BATCH") == "1"
+provider.add_span_processor((BatchSpanProcessor if batch else SimpleSpanProcessor)(JsonLinesExporter()))
 trace.set_tracer_provider(provider)
 
 server_chain.add(check_context)  # added first: runs outside the tracing middleware

@@ -20,7 +20,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from cogworker.contrib import otel
 from tests.support.first_call import first_call
-from tests.support.redis_server import wait_until
+from tests.support.redis_server import RedisServer, wait_until
+from tests.support.swarm import SwarmRunner, swarm_runner
 from tests.support.workers import WorkerPool
 
 
@@ -45,6 +46,11 @@ def pusher(configured: object) -> Iterator[Pusher]:
         yield found
     finally:
         otel.uninstrument()
+
+
+@pytest.fixture
+def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
+    yield from swarm_runner(redis_server.url, tmp_path)
 
 
 @pytest.fixture
@@ -231,3 +237,29 @@ def test_first_call_a_fresh_app_process_pushes_and_a_worker_continues_its_trace(
     assert perform["parent_id"] == push["span_id"] and inside["parent_id"] == perform["span_id"]
     assert len({request["trace_id"], push["trace_id"], perform["trace_id"], inside["trace_id"]}) == 1
     assert perform["pid"] != push["pid"]
+
+
+def test_a_preloading_swarm_traces_in_its_children_with_a_batching_processor(
+    r: redis.Redis, pusher: Pusher, swarms: SwarmRunner, spans_file: Path
+) -> None:
+    """The app (SDK set up, BatchSpanProcessor) imported once by the fork server: each forked child
+    exports its own spans, continuing the pusher's traces."""
+    jids = []
+    for tag in ("s1", "s2", "s3", "s4"):
+        with pusher.tracer.start_as_current_span(f"request {tag}"):
+            jids.append(otel_jobs.work.perform_async(tag))
+    swarm = swarms.start(
+        COGWORKER_REQUIRE="otel_app",
+        COGWORKER_QUEUES="traced",
+        COGWORKER_PRELOAD="true",
+        SPANS_FILE=str(spans_file),
+        SPANS_BATCH="1",
+        OTEL_BSP_SCHEDULE_DELAY="100",
+    )
+    swarm.wait_ready(timeout=60)
+    wait_for(spans_file, 4, "span", name="perform traced")
+    pushes = {span.attributes["messaging.message.id"]: span for span in pusher.spans("push traced")}  # type: ignore[index]
+    for jid in jids:
+        [perform] = performs(spans_file, jid)
+        assert (perform["trace_id"], perform["parent_id"]) == hex_ids(pushes[jid])
+    assert swarm.stop() == 0

@@ -6,6 +6,7 @@ never leave the worker."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,8 +14,9 @@ import redis
 import sentry_jobs
 
 from tests.support.first_call import first_call
-from tests.support.redis_server import wait_until
+from tests.support.redis_server import RedisServer, wait_until
 from tests.support.sentry_endpoint import SentryEndpoint
+from tests.support.swarm import SwarmRunner, swarm_runner
 from tests.support.workers import Worker, WorkerPool
 
 SECRETS = ("4111-1111-1111-1111", "hunter2", "tok-123")
@@ -27,6 +29,11 @@ def sentry() -> Iterator[SentryEndpoint]:
         yield endpoint
     finally:
         endpoint.close()
+
+
+@pytest.fixture
+def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
+    yield from swarm_runner(redis_server.url, tmp_path)
 
 
 def start_worker(workers: WorkerPool, sentry: SentryEndpoint, **env: str) -> Worker:
@@ -132,3 +139,20 @@ def test_first_call_a_fresh_process_configured_by_env_reports_a_failure(
     [event] = sentry.events()
     assert event["contexts"]["cogworker"]["job"] == "sentry_jobs.once"
     assert event["contexts"]["cogworker"]["will_retry"] is False
+
+
+def test_a_preloading_swarm_reports_from_its_children(
+    r: redis.Redis, configured: object, swarms: SwarmRunner, sentry: SentryEndpoint
+) -> None:
+    """sentry_sdk.init run once in the fork server (COGWORKER_PRELOAD): each forked child sends."""
+    jids = [str(sentry_jobs.once.perform_async(f"n{i}")) for i in range(4)]
+    swarm = swarms.start(
+        COGWORKER_REQUIRE="sentry_app",
+        COGWORKER_QUEUES="reported",
+        COGWORKER_PRELOAD="true",
+        SENTRY_DSN=sentry.dsn,
+    )
+    swarm.wait_ready(timeout=60)
+    wait_until(lambda: len(sentry.events()) == 4, timeout=30, message="four events")
+    assert sorted(e["contexts"]["cogworker"]["jid"] for e in sentry.events()) == sorted(jids)
+    assert swarm.stop() == 0
