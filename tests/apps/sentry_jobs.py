@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import sentry_sdk
+
 from cogworker import job
 
 
@@ -19,4 +21,6 @@ def once(note: str) -> None:
 
 @job(queue="reported")
 def fine(note: str) -> None:
-    pass
+    """Leaves a tag and a breadcrumb on its scope: no later job's event may carry them."""
+    sentry_sdk.set_tag("left_by", note)
+    sentry_sdk.add_breadcrumb(message=f"left by {note}")

@@ -63,10 +63,10 @@ def charge() -> str:
 def test_only_the_last_failure_is_reported_with_the_job_and_its_arguments_scrubbed(
     r: redis.Redis, configured: object, workers: WorkerPool, sentry: SentryEndpoint
 ) -> None:
+    sentry_jobs.fine.perform_async("ok")  # first, on the one job thread the others run on after it
     charged = charge()  # retry=1: fails, is retried at once, fails again: dead
     once = sentry_jobs.once.perform_async("only")  # retry=False: dead at once
-    sentry_jobs.fine.perform_async("ok")
-    worker = start_worker(workers, sentry)
+    worker = start_worker(workers, sentry, COGWORKER_CONCURRENCY="1")
     wait_until(lambda: r.zcard("cogworker:dead") == 2, timeout=30, message="two dead jobs")
     wait_until(lambda: len(sentry.events()) >= 2, timeout=30, message="two events")
     assert worker.stop() == 0  # the SDK flushes at exit: nothing more was waiting to be sent
@@ -99,6 +99,9 @@ def test_only_the_last_failure_is_reported_with_the_job_and_its_arguments_scrubb
     assert event["contexts"]["cogworker"]["arguments"] == {"note": "only"}
     assert event["contexts"]["cogworker"]["retry_count"] is None
     assert len(sentry.events()) == 2  # `fine` succeeded; charge's first attempt was retried
+    for event in sentry.events():  # each job had its own scope: nothing `fine` left behind
+        assert "left_by" not in event["tags"]
+        assert "left by ok" not in str(event.get("breadcrumbs"))
     sent = b"".join(sentry.bodies)
     assert not [secret for secret in SECRETS if secret.encode() in sent]
 
