@@ -221,13 +221,18 @@ def test_first_call_a_fresh_app_process_pushes_and_a_worker_continues_its_trace(
         """
         import otel_app, otel_jobs
         from opentelemetry import trace
+        from cogworker.contrib import otel
         with trace.get_tracer("first").start_as_current_span("first request"):
             print(otel_jobs.work.perform_async("first"))
+            otel.uninstrument()
+            otel_jobs.work.perform_async("untraced")
         """,
         redis_server.url,
         COGWORKER_REQUIRE="otel_app",
         SPANS_FILE=str(spans_file),
     )
+    untraced = json.loads(r.lindex("cogworker:queue:traced", 0) or "{}")
+    assert untraced["args"] == ["untraced"] and "otel" not in untraced  # after uninstrument()
     [request] = records(spans_file, "span", name="first request")
     [push] = records(spans_file, "span", name="push traced")
     assert push["parent_id"] == request["span_id"] and push["kind"] == "PRODUCER"
