@@ -46,6 +46,8 @@ class CogworkerIntegration(Integration):
     def __init__(self, *, denylist: Iterable[str] | None = None, report_every_attempt: bool = False) -> None:
         """`denylist`: argument names whose values are never sent (Sentry's DEFAULT_DENYLIST unless
         given; extend it with `[*DEFAULT_DENYLIST, "card_number"]`)."""
+        if isinstance(denylist, str):  # would be read as its letters, and scrub nothing useful
+            raise TypeError(f"denylist must be a list of names, not the string {denylist!r}")
         self.denylist = frozenset(
             name.lower() for name in (DEFAULT_DENYLIST if denylist is None else denylist)
         )

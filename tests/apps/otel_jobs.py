@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from typing import Any
 
 from opentelemetry import trace
@@ -42,10 +43,20 @@ def work(tag: str) -> None:
     _after_call()
 
 
+_arrived: list[str] = []
+
+
 @job(queue="traced")
-async def work_async(tag: str, pause_s: float = 0.0) -> None:
+async def work_async(tag: str, together: int = 1) -> None:
+    """Holds its span open until `together` of these are inside theirs at once on this process's
+    loop (or fails after 30 s), so the test knows they overlapped."""
     with tracer.start_as_current_span(f"inside {tag}"):
-        await asyncio.sleep(pause_s)
+        _arrived.append(tag)
+        deadline = time.monotonic() + 30
+        while len(_arrived) < together:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {_arrived} arrived")
+            await asyncio.sleep(0.01)
     _after_call()
 
 

@@ -115,7 +115,8 @@ def test_one_trace_runs_from_the_request_through_the_push_into_the_job(
         "cogworker.outcome": "pushed",
     }
     start_worker(workers, spans_file)
-    [inside] = wait_for(spans_file, 1, "span", name="inside a")
+    wait_for(spans_file, 1, "around", jid=jid)  # written once the job's span has ended
+    [inside] = records(spans_file, "span", name="inside a")
     [perform] = records(spans_file, "span", name="perform traced")
     assert perform["kind"] == "CONSUMER" and perform["status"] == "UNSET"
     assert (perform["trace_id"], perform["parent_id"]) == (trace_id, push_id)
@@ -169,7 +170,7 @@ def test_async_jobs_on_one_loop_each_see_their_own_span(
     jids = []
     for tag in ("a1", "a2", "a3"):
         with pusher.tracer.start_as_current_span(f"request {tag}"):
-            jids.append(otel_jobs.work_async.perform_async(tag, 0.5))
+            jids.append(otel_jobs.work_async.perform_async(tag, 3))
     start_worker(workers, spans_file)
     wait_for(spans_file, 3, "around")
     pushes = {span.attributes["messaging.message.id"]: span for span in pusher.spans("push traced")}  # type: ignore[index]
@@ -183,8 +184,9 @@ def test_async_jobs_on_one_loop_each_see_their_own_span(
         [around] = records(spans_file, "around", jid=jid)
         assert around["before"] is None and around["after"] is None
     inner = [span for span in records(spans_file, "span") if span["name"].startswith("inside a")]
-    # They overlapped on the loop: every inner span started before any ended.
+    # They overlapped on the loop (each waited for the others inside its span).
     assert max(span["start"] for span in inner) < min(span["end"] for span in inner)
+    assert len({span["pid"] for span in inner}) == 1
 
 
 def test_a_retried_job_links_each_attempt_to_the_one_before(
@@ -237,7 +239,8 @@ def test_first_call_a_fresh_app_process_pushes_and_a_worker_continues_its_trace(
     [push] = records(spans_file, "span", name="push traced")
     assert push["parent_id"] == request["span_id"] and push["kind"] == "PRODUCER"
     start_worker(workers, spans_file)
-    [inside] = wait_for(spans_file, 1, "span", name="inside first")
+    wait_for(spans_file, 1, "around", jid=jid)
+    [inside] = records(spans_file, "span", name="inside first")
     [perform] = performs(spans_file, jid)
     assert perform["parent_id"] == push["span_id"] and inside["parent_id"] == perform["span_id"]
     assert len({request["trace_id"], push["trace_id"], perform["trace_id"], inside["trace_id"]}) == 1

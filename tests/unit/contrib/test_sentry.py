@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from cogworker import job
 from cogworker.contrib.sentry import (
     DEFAULT_DENYLIST,
@@ -48,6 +50,11 @@ def test_scrub_filters_denylisted_names_at_any_depth_whatever_their_case() -> No
         6: "six",
     }
     assert CogworkerIntegration().denylist == frozenset(name.lower() for name in DEFAULT_DENYLIST)
+
+
+def test_a_denylist_given_as_one_string_is_refused() -> None:
+    with pytest.raises(TypeError, match="denylist must be a list of names, not the string 'password'"):
+        CogworkerIntegration(denylist="password")
 
 
 def test_without_sentry_initialised_the_middleware_only_runs_the_job() -> None:
