@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, overload
 
 from cogworker import testing
-from cogworker.api import client, features
+from cogworker.api import client, features, typed_args
 from cogworker.api.async_jobs import is_async
 from cogworker.api.payload import DEFAULT_QUEUE
 from cogworker.api.registry import RegisteredJob, register
@@ -35,6 +35,9 @@ class _Pusher:
     def _push(self, args: Sequence[Any], kwargs: dict[str, Any], at: float | None) -> str | None:
         features.ensure_installed()
         queue = str(self.options.get("queue") or self.job.queue)
+        typed = self.job.typed
+        if typed is not None:
+            args, kwargs = typed.dump(args, kwargs)
         return client.push(self.job.name, args, kwargs, queue=queue, options=self.options, at=at)
 
     def perform_async(self, *args: Any, **kwargs: Any) -> str | None:
@@ -69,6 +72,7 @@ class JobFunction(_Pusher, RegisteredJob):
         self.options = options
         self.is_async = is_async(func)
         functools.update_wrapper(self, func)
+        self.typed = typed_args.plan_for(func, self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -165,4 +169,7 @@ def push_bulk(
     features.ensure_installed()
     options = fn.set(queue=queue).options if queue is not None else dict(fn.options)
     queue_name = str(options.get("queue") or fn.job.queue)
+    typed = fn.job.typed
+    if typed is not None:
+        arg_lists = [typed.dump(args, {})[0] for args in arg_lists]
     return client.push_bulk(fn.job.name, arg_lists, queue=queue_name, options=options, at=at)
