@@ -33,12 +33,21 @@ class _Pusher:
     options: dict[str, Any]
 
     def _push(self, args: Sequence[Any], kwargs: dict[str, Any], at: float | None) -> str | None:
+        return self.send(self.build(args, kwargs, at))
+
+    def build(self, args: Sequence[Any], kwargs: dict[str, Any], at: float | None = None) -> dict[str, Any]:
+        """The payload a push would write (arguments checked and converted, jid assigned), unsent."""
         features.ensure_installed()
         queue = str(self.options.get("queue") or self.job.queue)
         typed = self.job.typed
         if typed is not None:
             args, kwargs = typed.dump(args, kwargs)
-        return client.push(self.job.name, args, kwargs, queue=queue, options=self.options, at=at)
+        return client.build_job(self.job.name, args, kwargs, queue=queue, options=self.options, at=at)
+
+    def send(self, payload: dict[str, Any]) -> str | None:
+        """Push a payload `build` made. Overridden by pushers that send later (after a database
+        transaction commits: cogworker/contrib/django/transaction.py)."""
+        return client.send(payload)
 
     def perform_async(self, *args: Any, **kwargs: Any) -> str | None:
         return self._push(args, kwargs, None)
