@@ -51,6 +51,7 @@ def test_requests_push_jobs_a_worker_runs(
             assert result["zip"] == "10001" and result["total"] == "12.51" and result["hours"] == 2.0
         status, error = post(f"{server.url}/shipments", {"order": {"id": "x"}, "window": BODY["window"]})
         assert status == 422  # FastAPI's own validation: nothing pushed
+        assert ["body", "order", "id"] in [e["loc"] for e in error["detail"]]
         with urllib.request.urlopen(f"{server.url}/jobs/", timeout=10) as page:
             assert page.status == 200 and b"cogworker" in page.read()
         server.stop()
