@@ -21,6 +21,7 @@ import cogworker
 from cogworker import job, testing
 from cogworker.api import typed_args
 from cogworker.settings import Settings
+from tests.support.first_call import first_call
 
 if TYPE_CHECKING:
     from collections import OrderedDict  # never importable at run time in this module
@@ -185,3 +186,21 @@ def test_a_name_only_imported_for_type_checking_leaves_the_parameter_plain() -> 
 
     assert plain_only.typed.load([{"a": 1}], {}) == ([{"a": 1}], {})
     assert plain_only.typed is None
+
+
+def test_first_call_pushes_a_typed_job_from_a_fresh_interpreter(r: redis.Redis, redis_server: Any) -> None:
+    jid = first_call(
+        """
+        import datetime as dt, uuid
+        from decimal import Decimal
+        import typed_jobs as t
+        order = t.Order(id=uuid.uuid4(), total=Decimal("1.5"), ship_to=t.Address(street="s", zip="z"))
+        when = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+        print(t.ship.perform_async(order, t.Window(start=when, end=when)))
+        """,
+        redis_server.url,
+        COGWORKER_REQUIRE="typed_jobs",
+    )
+    payload = pushed(r)
+    assert payload["jid"] == jid
+    assert payload["args"][0]["total"] == "1.5" and payload["args"][1]["start"] == "2026-01-01T00:00:00Z"
