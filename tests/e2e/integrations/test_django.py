@@ -7,6 +7,7 @@ refuses to boot when the two disagree."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 import redis
+from structlog.testing import capture_logs
 
 from cogworker import exitcodes
 from cogworker.api import client
@@ -127,8 +129,6 @@ def test_pushes_wait_for_the_commit_and_vanish_on_rollback(
 
 
 def _loads(raw: str) -> dict[str, Any]:
-    import json
-
     return dict(json.loads(raw))
 
 
@@ -210,3 +210,65 @@ def test_settings_come_from_django_and_the_environment_wins(
     assert worker.proc.wait(timeout=60) == exitcodes.BOOT_ERROR
     assert "settings.COGWORKER sets COGWORKER_KEY_PREFIX" in worker.log_text()
     assert client.settings  # the test process's own client is untouched
+
+
+def test_bad_settings_tasks_and_failed_pushes_say_what_is_wrong(
+    django_env: dict[str, str], r: redis.Redis, settings: Settings
+) -> None:
+    import datetime as dt
+
+    from django.core.exceptions import ImproperlyConfigured
+    from django.db import transaction
+    from django.test import override_settings
+    from django_shop import jobs
+    from django_tasks import task
+    from django_tasks.exceptions import InvalidTaskError
+
+    from cogworker.api.registry import JobNotFound
+    from cogworker.contrib.django import conf, perform_on_commit
+    from cogworker.contrib.django.tasks import run_task
+    from cogworker.settings import load_settings
+
+    for value, error in [
+        ("redis://x", "must be a dict"),
+        ({"NOPE": 1}, r"\['NOPE'\] is not a cogworker setting"),
+        ({"CONCURRENCY": "many"}, "CONCURRENCY"),
+        ({1: 2}, "not a setting name"),
+    ]:
+        with override_settings(COGWORKER=value), pytest.raises(ImproperlyConfigured, match=error):
+            conf.load_settings()
+    with override_settings(COGWORKER={"TRANSACTION_AWARE": "yes"}), pytest.raises(ImproperlyConfigured):
+        conf.transaction_aware()
+
+    # A scheduled task, and a task the backend can't run.
+    client.configure(settings)
+    at = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    result = jobs.ship_task.using(run_after=at).enqueue(1)
+    assert r.zscore("cogworker:schedule", r.zrange("cogworker:schedule", 0, 0)[0]) == pytest.approx(
+        at.timestamp()
+    )
+    assert result.id in r.zrange("cogworker:schedule", 0, 0)[0]
+
+    def with_context(context: object) -> None:
+        pass
+
+    with_context.__module__ = "django_shop.jobs"
+    with_context.__qualname__ = "with_context"
+    with pytest.raises(InvalidTaskError, match="takes_context"):
+        task(takes_context=True)(with_context)
+
+    # A worker runs only tasks under COGWORKER_REQUIRE, and only @task functions.
+    client.configure(load_settings(redis_url=settings.redis_url, require="django_shop"))
+    with pytest.raises(JobNotFound, match="not under COGWORKER_REQUIRE"):
+        run_task.func("os.path.join", [], {})
+    with pytest.raises(JobNotFound, match="not a @task function"):
+        run_task.func("django_shop.models.Order", [], {})
+    with pytest.raises(JobNotFound, match="can't import"):
+        run_task.func("django_shop.missing.thing", [], {})
+
+    # A push that fails at the commit is logged with its payload and raised to the committer.
+    client.configure(load_settings(redis_url="redis://127.0.0.1:1/0"))
+    with capture_logs() as events, pytest.raises(redis.ConnectionError), transaction.atomic():
+        jid = perform_on_commit(jobs.ship, 99)
+    [failed] = [e for e in events if e["event"] == "push_on_commit_failed"]
+    assert failed["jid"] == jid and json.loads(failed["payload"])["args"] == [99]
