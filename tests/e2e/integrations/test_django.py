@@ -205,6 +205,25 @@ def test_settings_come_from_django_and_the_environment_wins(
     assert done.returncode == 0, done.stderr
     assert r.llen("fromenv:queue:django") == 1
 
+    # "TRANSACTION_AWARE": True in settings.COGWORKER: a plain perform_async waits for the commit.
+    aware = (
+        "import django; django.setup()\n"
+        "from django.db import transaction\n"
+        "from django_shop import jobs\n"
+        "try:\n"
+        "    with transaction.atomic():\n"
+        "        jobs.ship.perform_async(1)\n"
+        "        raise KeyError\n"
+        "except KeyError:\n"
+        "    pass\n"
+        "with transaction.atomic():\n"
+        "    print(jobs.ship.perform_async(2))\n"
+    )
+    env.update(COGWORKER_KEY_PREFIX="aware:", COGTEST_TRANSACTION_AWARE="1")
+    done = subprocess.run([sys.executable, "-c", aware], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [_loads(raw)["jid"] for raw in r.lrange("aware:queue:django", 0, -1)] == [done.stdout.strip()]
+
     # A worker reads only its environment: one that would serve another prefix refuses to boot.
     worker = start_worker(workers, django_env, COGTEST_KEY_PREFIX="fromdjango:")
     assert worker.proc.wait(timeout=60) == exitcodes.BOOT_ERROR
