@@ -1,1 +1,1 @@
-"""Integrations with other libraries, each behind its own optional extra (never imported by the core)."""
+"""Integrations with other libraries, each behind its own optional extra (cogworker[django], ...)."""
