@@ -5,6 +5,7 @@ twice or before its members had all ended."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -16,6 +17,7 @@ import cogworker
 from cogworker import job
 
 
+@functools.cache
 def _redis() -> redis.Redis:
     return redis.Redis.from_url(os.environ["COGWORKER_REDIS_URL"], decode_responses=True)
 
