@@ -35,7 +35,11 @@ def test_a_member_retried_then_successful_counts_once_and_the_batch_succeeds(
     assert status is not None
     assert (status.total, status.pending, status.done, status.failed) == (2, 0, 2, 0)
     assert status.failures == {}
-    assert {c.kind: c.state for c in status.callbacks} == {"success": "done", "complete": "done", "death": "waiting"}
+    assert {c.kind: c.state for c in status.callbacks} == {
+        "success": "done",
+        "complete": "done",
+        "death": "waiting",
+    }
     assert_never_early(r)
 
 
@@ -58,7 +62,9 @@ def test_a_member_that_goes_to_dead_fires_on_death_and_on_complete_once(
     assert_never_early(r)
 
 
-def test_members_pushed_by_a_member_are_waited_for(r: redis.Redis, configured: object, workers: WorkerPool) -> None:
+def test_members_pushed_by_a_member_are_waited_for(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
     with cogworker.batch("spawning", on_success=bj.on_success, on_complete=bj.on_complete,
                          callback_args=("spawning",)) as b:  # fmt: skip
         bj.spawns.perform_async("parent-a", 20)
@@ -73,7 +79,9 @@ def test_members_pushed_by_a_member_are_waited_for(r: redis.Redis, configured: o
     assert all(record["finished"] == 42 for record in callbacks(r))
 
 
-def test_batches_nested_three_deep_complete_inside_out(r: redis.Redis, configured: object, workers: WorkerPool) -> None:
+def test_batches_nested_three_deep_complete_inside_out(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
     def callbacks_for(label: str) -> dict[str, object]:
         return {"on_success": bj.on_success, "on_complete": bj.on_complete, "callback_args": (label,)}
 

@@ -58,9 +58,13 @@ def test_three_workers_ending_the_last_members_together_push_each_callback_once(
             cogworker.push_bulk(bj.gated, [(f"r{n}-m{i}",) for i in range(3)])
         bids.append(b.bid)
         # Each worker (one thread each) holds one member, blocked on the gate: then all go at once.
-        wait_until(lambda: r.get("test:gated-started") == str(3 * (n + 1)), timeout=20, message="all 3 started")
+        wait_until(
+            lambda n=n: r.get("test:gated-started") == str(3 * (n + 1)), timeout=20, message="all 3 started"
+        )
         r.set("test:go", "1")
-        wait_until(lambda: r.llen("test:callbacks") >= 2 * (n + 1), timeout=20, message=f"round {n} callbacks")
+        wait_until(
+            lambda n=n: r.llen("test:callbacks") >= 2 * (n + 1), timeout=20, message=f"round {n} callbacks"
+        )
         if len(bids) >= 40:
             break
     for worker in trio:
