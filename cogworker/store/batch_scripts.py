@@ -1,6 +1,7 @@
 """The batch scripts (api/batch.py): each is batch_lib.lua followed by its own text, and a batch
-member's dead filing is the filing script itself (settle.lua, file_unsettled.lua) wrapped as a
-function ahead of batch_filed.lua, so the filing and the member's count are one atomic step.
+member's dead filing is the filing script itself (settle.lua, file_unsettled.lua, or swap_dead.lua
+for a poison pill's burial) wrapped as a function ahead of batch_filed.lua, so the filing and the
+member's count are one atomic step.
 
 Built and registered on first use, not with the other scripts (store/scripts.py): a worker that never
 meets a batch member never reads them. `layout` builds the keys and arguments batch_lib.lua reads
@@ -21,7 +22,7 @@ from cogworker.store.scripts import source
 
 # Where the batch layout starts after each filing script's own keys and arguments (with the dead
 # set's death notice, which a dead filing always has).
-_FILINGS = {"settle": (7, 9), "file_unsettled": (5, 6)}
+_FILINGS = {"settle": (7, 9), "file_unsettled": (5, 6), "swap_dead": (3, 6)}
 
 _lock = threading.Lock()
 _scripts: dict[str, Script] = {}

@@ -129,6 +129,22 @@ def test_a_dead_member_handed_over_is_counted_where_it_is_filed(
     assert callback_kinds(r) == ["complete"]
 
 
+def test_a_poison_pill_member_is_counted_dead_when_recovery_buries_it(
+    r: redis.Redis, settler: Settler, configured: Settings
+) -> None:
+    with cogworker.batch("pill", **CALLBACKS, callback_args=("x",)) as b:
+        bj.ok.perform_async("a")
+    ((raw, job),) = fetch_all(r)
+    r.lrem(keys.in_progress(ME), 1, raw)
+    r.zadd(keys.DEAD, {raw: 1.0})  # filed raw by requeue.lua; the swap completes its burial
+    components.build(configured).recovery.complete_burials([raw])
+    status = cogworker.batch_status(b.bid)
+    assert status is not None and (status.dead, status.pending) == (1, 0)
+    assert status.failures[job["jid"]].startswith("cogworker.ProcessDied: its process died")
+    assert callback_kinds(r) == ["complete"]
+    assert json.loads(r.lrange(keys.queue("default"), 0, -1)[0])["bcb"] == [b.bid, "death"]
+
+
 def test_an_ack_redis_refuses_is_kept_and_sent_later(r: redis.Redis, settler: Settler) -> None:
     with cogworker.batch("kept", **CALLBACKS, callback_args=("x",)) as b:
         bj.ok.perform_async("a")
