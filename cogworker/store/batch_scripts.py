@@ -71,7 +71,7 @@ def layout(job: dict[str, Any], outcome: str, error: str, ttl_s: float) -> tuple
     queues = _strings(job.get("bq"))
     script_keys = [keys.QUEUES, keys.WAKE_CHANNEL, keys.SCHEDULE, keys.batch(owner) if kind else keys.QUEUES]
     for bid in bids:
-        script_keys += keys.batch_keys(bid)
+        script_keys += [keys.batch(bid), keys.batch_pending(bid), keys.batch_failures(bid)]
     script_keys += [keys.queue(name) for name in queues]
     args: list[Any] = [str(job.get("jid") or ""), outcome, error, repr(time.time()), max(1, int(ttl_s)), kind]
     args += [len(bids), *bids, len(queues), *queues]

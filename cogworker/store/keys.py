@@ -237,11 +237,6 @@ def batch_failures(bid: str) -> str:
     return BATCH_FAILURES_PREFIX + bid
 
 
-def batch_keys(bid: str) -> list[str]:
-    """A batch's three keys, in the order the batch scripts take them (store/batch_scripts.py)."""
-    return [batch(bid), batch_pending(bid), batch_failures(bid)]
-
-
 def quarantine(what: str) -> str:
     return QUARANTINE_PREFIX + what
 

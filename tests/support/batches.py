@@ -9,6 +9,8 @@ from typing import Any
 
 import redis
 
+from tests.support.workers import Worker
+
 # Workers read the members' queue and the callbacks' queue; the poller moves retries quickly.
 ENV = {
     "COGWORKER_REQUIRE": "batch_jobs",
@@ -47,3 +49,12 @@ def assert_never_early(r: redis.Redis, children: dict[str, int] | None = None) -
             assert record["failed"] == 0 and record["finished"] == record["total"], record
         else:
             assert record["finished"] + record["failed"] == record["total"], record
+
+
+def stop_all(*workers: Worker) -> None:
+    """Stop each worker once it has booted (a worker still importing when SIGTERM comes dies of it:
+    under load one worker may do all the work before another is up), checking it stopped cleanly."""
+    for worker in workers:
+        worker.identity(timeout=60)
+    for worker in workers:
+        assert worker.stop() == 0, worker.log_text()[-2000:]

@@ -8,7 +8,7 @@ import batch_jobs as bj
 import redis
 
 import cogworker
-from tests.support.batches import ENV, assert_never_early, callbacks, runs_of
+from tests.support.batches import ENV, assert_never_early, callbacks, runs_of, stop_all
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
 
@@ -28,7 +28,7 @@ def test_a_member_retried_then_successful_counts_once_and_the_batch_succeeds(
         bj.ok.perform_async("plain-1")
     worker = workers.start(**ENV)
     settle_quietly(r, 2)
-    assert worker.stop() == 0
+    stop_all(worker)
     assert r.get("test:tries:flaky-1") == "2"  # it failed once, then succeeded
     assert runs_of(r, b.bid) == {"success": 1, "complete": 1}
     status = cogworker.batch_status(b.bid)
@@ -52,7 +52,7 @@ def test_a_member_that_goes_to_dead_fires_on_death_and_on_complete_once(
         bj.ok.perform_async("ok-1")
     worker = workers.start(**ENV)
     settle_quietly(r, 2)
-    assert worker.stop() == 0
+    stop_all(worker)
     assert runs_of(r, b.bid) == {"death": 1, "complete": 1}
     status = cogworker.batch_status(b.bid)
     assert status is not None
@@ -71,7 +71,7 @@ def test_members_pushed_by_a_member_are_waited_for(
         bj.spawns.perform_async("parent-b", 20)
     first, second = workers.start(**ENV), workers.start(**ENV)
     settle_quietly(r, 2)
-    assert first.stop() == 0 and second.stop() == 0
+    stop_all(first, second)
     assert runs_of(r, b.bid) == {"success": 1, "complete": 1}
     status = cogworker.batch_status(b.bid)
     assert status is not None and (status.total, status.pending) == (42, 0)
@@ -95,7 +95,7 @@ def test_batches_nested_three_deep_complete_inside_out(
         bj.ok.perform_async("outer-2")
     first, second = workers.start(**ENV), workers.start(**ENV)
     settle_quietly(r, 6)
-    assert first.stop() == 0 and second.stop() == 0
+    stop_all(first, second)
     for made in (outer, middle, inner):
         assert runs_of(r, made.bid) == {"success": 1, "complete": 1}, made
     order = [(record["label"], record["kind"]) for record in callbacks(r)]

@@ -12,7 +12,7 @@ import batch_jobs as bj
 import redis
 
 import cogworker
-from tests.support.batches import ENV, QUICK, assert_never_early, runs_of
+from tests.support.batches import ENV, QUICK, assert_never_early, runs_of, stop_all
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
 
@@ -39,7 +39,7 @@ def test_a_member_killed_mid_run_stays_pending_until_its_recovered_copy_ends(
     assert r.llen("test:callbacks") == 0
     r.set("test:release", "1")
     wait_until(lambda: r.llen("test:callbacks") >= 2, timeout=30, message="the callbacks")
-    assert rescuer.stop() == 0
+    stop_all(rescuer)
     assert runs_of(r, b.bid) == {"success": 1, "complete": 1}
     assert_never_early(r)
 
@@ -68,7 +68,7 @@ def test_three_workers_ending_the_last_members_together_push_each_callback_once(
         if len(bids) >= 40:
             break
     for worker in trio:
-        assert worker.stop() == 0
+        stop_all(worker)
     for bid in bids:
         assert runs_of(r, bid) == {"success": 1, "complete": 1}, bid
     assert r.llen("test:callbacks") == 2 * len(bids)
@@ -89,7 +89,7 @@ def test_a_batch_of_ten_thousand_members_completes_once(
     wait_until(lambda: r.llen("test:callbacks") >= 2, timeout=120, message="the big batch's callbacks")
     run_s = time.monotonic() - started
     for worker in pool:
-        assert worker.stop() == 0
+        stop_all(worker)
     assert runs_of(r, b.bid) == {"success": 1, "complete": 1}
     status = cogworker.batch_status(b.bid)
     assert status is not None and (status.total, status.done, status.pending) == (10_000, 10_000, 0)

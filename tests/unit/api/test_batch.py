@@ -20,6 +20,7 @@ from cogworker.settings import Settings
 from cogworker.store import key_guard, keys
 from cogworker.worker.settle import Settler, file_unsettled, handover_record
 from tests.support import components
+from tests.support.redis_server import RedisServer
 
 ME = "batch-unit:1:x"
 CALLBACKS = {"on_success": bj.on_success, "on_complete": bj.on_complete, "on_death": bj.on_death}
@@ -226,3 +227,68 @@ def test_the_callback_payload_is_a_job(r: redis.Redis, configured: Settings) -> 
         [b.bid, "complete"],
     )
     assert isinstance(job["enqueued_at"], float)
+
+
+def test_under_a_testing_mode_a_batch_only_runs_its_block(r: redis.Redis, configured: Settings) -> None:
+    from cogworker import testing
+
+    with testing.fake():
+        with cogworker.batch("fake", on_complete=bj.on_complete, callback_args=("x",)) as b:
+            bj.ok.perform_async("a")
+        with b.jobs():
+            bj.ok.perform_async("b")
+        assert [job["args"] for job in bj.ok.jobs] == [["a"], ["b"]]
+        assert "bid" not in bj.ok.jobs[0]
+    assert cogworker.batch_status(b.bid) is None
+    assert r.keys("*") == []
+
+
+def test_add_and_close_and_a_wrong_type_batch_key(r: redis.Redis, configured: Settings) -> None:
+    held = batch_api.create("by hand", on_complete=bj.on_complete, callback_args=("x",))
+    jid = held.add(bj.ok, "a")
+    assert cogworker.batch_status(held.bid).pending == 1  # type: ignore[union-attr]
+    r.delete(keys.queue("default"))
+    r.srem(keys.batch_pending(held.bid), jid)  # as if it ended
+    assert callback_kinds(r) == []
+    batch_api.close(held)  # the hold `create` took: now it completes
+    assert callback_kinds(r) == ["complete"]
+    r.set(keys.BATCHES, "not a zset")
+    with pytest.raises(key_guard.WrongTypeKey), cogworker.batch("refused"):
+        pass
+    r.delete(keys.BATCHES)
+    made = batch_api.create("close refused")
+    r.delete(keys.batch_failures(made.bid))
+    r.set(keys.batch_failures(made.bid), "a string")
+    with pytest.raises(key_guard.WrongTypeKey):
+        batch_api.close(made)
+
+
+@pytest.fixture
+def durable_redis() -> Any:
+    server = RedisServer(persistent=True)  # keeps its data across the stop and start below
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_acks_kept_through_an_outage_are_sent_when_redis_is_back(durable_redis: Any) -> None:
+    from cogworker.api import client
+    from cogworker.settings import load_settings
+
+    private_redis = durable_redis
+    settings = load_settings(redis_url=private_redis.url)
+    client.configure(settings)
+    r = private_redis.client()
+    with cogworker.batch("outage", on_complete=bj.on_complete, callback_args=("x",)) as b:
+        bj.ok.perform_async("a")
+    ((raw, job),) = fetch_all(r)
+    settler = Settler(components.build(settings).ctx, keys.in_progress(ME))
+    private_redis.stop()
+    settler.ack_member(raw, job)
+    settler.retry_pending()  # still down: kept
+    assert settler.holding() == [raw]
+    private_redis.start()
+    settler.retry_pending()
+    assert settler.holding() == []
+    assert cogworker.batch_status(b.bid).complete  # type: ignore[union-attr]
