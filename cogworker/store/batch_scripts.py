@@ -41,17 +41,21 @@ def text(name: str) -> str:
     return f"{lib}\n{source(name)}"
 
 
-def run(client: Any, name: str, script_keys: list[str], args: list[Any]) -> Any:
-    """Run a batch script ("batch_ack", "batch_close", "batch_open", "filed:settle",
-    "filed:file_unsettled") on `client` (a client or a pipeline)."""
-    script = _scripts.get(name)
-    if script is None:
+def script(name: str) -> Script:
+    """The batch script `name` ("batch_ack", "batch_close", "batch_open", "filed:settle",
+    "filed:file_unsettled", "filed:swap_dead"), bound to no client: every call names its own."""
+    found = _scripts.get(name)
+    if found is None:
         with _lock:
-            script = _scripts.get(name)
-            if script is None:
-                # Bound to no client of its own: every call names the client it runs on.
-                script = _scripts[name] = Script(redis.Redis(), text(name))
-    return script(keys=script_keys, args=args, client=client)
+            found = _scripts.get(name)
+            if found is None:
+                found = _scripts[name] = Script(redis.Redis(), text(name))
+    return found
+
+
+def run(client: Any, name: str, script_keys: list[str], args: list[Any]) -> Any:
+    """Run batch script `name` on `client` (redis-py loads it again on NOSCRIPT)."""
+    return script(name)(keys=script_keys, args=args, client=client)
 
 
 def is_member(job: dict[str, Any]) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 
 import redis
 import structlog
+from redis.exceptions import NoScriptError
 
 from cogworker.settings import Settings
 from cogworker.store import batch_scripts, key_guard, keys
@@ -40,41 +41,76 @@ class MemberAcks:
         self._settings = settings
         self._outages = outages
         self._in_progress = in_progress
-        self._pending: list[PendingAck] = []
+        self._pending: list[PendingAck] = []  # failed to send: retried with the filings
+        self._queued: list[PendingAck] = []  # waiting for the send in progress to end
+        self._sending: list[PendingAck] | None = None  # None: no send in progress
+        self._loaded = False
         self._lock = threading.Lock()
 
     def ack(self, raw: str, job: dict[str, Any], outcome: str) -> None:
-        item = PendingAck(raw, job, outcome)
+        """Send the ack, with those other job threads queued meanwhile, in one pipeline (a group
+        commit: under load one round trip carries many members' scripts, each atomic on its own).
+        The thread that finds no send in progress sends; the others only queue theirs."""
+        with self._lock:
+            self._queued.append(PendingAck(raw, job, outcome))
+            if self._sending is not None:
+                return
+            self._sending = []
+        while True:
+            with self._lock:
+                items, self._queued = self._queued, []
+                self._sending = items if items else None
+            if not items:
+                return
+            failed = self._send(items)
+            with self._lock:
+                self._pending += failed
+
+    def _send(self, items: list[PendingAck]) -> list[PendingAck]:
+        """One pipeline of batch_ack.lua calls; returns the items not acknowledged (kept)."""
         try:
-            self._send(item)
+            script = batch_scripts.script("batch_ack")
+            if not self._loaded:
+                self._client.script_load(script.script)
+                self._loaded = True
+            pipe = self._client.pipeline(transaction=False)
+            for item in items:
+                script_keys, args = self._call(item)
+                pipe.execute_command("EVALSHA", script.sha, len(script_keys), *script_keys, *args)  # type: ignore[no-untyped-call]
+            replies = pipe.execute(raise_on_error=False)
         except Exception as exc:
             self._report(exc)
-            with self._lock:
-                self._pending.append(item)
+            return items
+        failed = []
+        for item, reply in zip(items, replies, strict=True):
+            wrong = None if isinstance(reply, Exception) else key_guard.script_wrong_type(reply)
+            if isinstance(reply, Exception) or wrong is not None:
+                if isinstance(reply, NoScriptError):
+                    self._loaded = False  # Redis lost its scripts (a restart): loaded again next time
+                self._report(
+                    reply if isinstance(reply, Exception) else key_guard.WrongTypeKey(str(wrong), None)
+                )
+                failed.append(item)
+            elif not reply:
+                log.info(
+                    "settle_skipped_requeued_job",
+                    jid=item.job.get("jid"),
+                    note="another process runs its copy",
+                )
+        if len(failed) < len(items):
+            self._outages.recovered("Settle")
+        return failed
 
-    def _send(self, item: PendingAck) -> None:
+    def _call(self, item: PendingAck) -> tuple[list[str], list[Any]]:
         day = time.strftime("%Y-%m-%d", time.gmtime())
         jid = str(item.job.get("jid") or "")
         layout_keys, layout_args = batch_scripts.layout(
             item.job, item.outcome, "", self._settings.batch_ttl_s
         )
         if item.outcome != "ok":
-            layout_args[2] = f"ended without running ({item.outcome})"
-            layout_args[1] = "failed"
-        own_keys = [
-            self._in_progress,
-            keys.STAT_PROCESSED,
-            keys.stat_processed_day(day),
-            keys.orphanings(jid),
-        ]
-        reply = batch_scripts.run(
-            self._client, "batch_ack", [*own_keys, *layout_keys], [item.raw, *layout_args]
-        )
-        wrong = key_guard.script_wrong_type(reply)
-        if wrong is not None:
-            raise key_guard.WrongTypeKey(wrong, None)
-        if not reply:
-            log.info("settle_skipped_requeued_job", jid=jid, note="another process runs its copy")
+            layout_args[1:3] = ["failed", f"ended without running ({item.outcome})"]
+        own = [self._in_progress, keys.STAT_PROCESSED, keys.stat_processed_day(day), keys.orphanings(jid)]
+        return [*own, *layout_keys], [item.raw, *layout_args]
 
     def _report(self, exc: Exception) -> None:
         if isinstance(exc, key_guard.WrongTypeKey):
@@ -84,22 +120,20 @@ class MemberAcks:
         self._outages.report("Settle", exc)
 
     def retry(self) -> bool:
-        """Send the kept acknowledgements; False when Redis still fails (the rest stay kept)."""
+        """Send the kept acknowledgements; False when some are still kept (Redis still fails)."""
         with self._lock:
             pending, self._pending = self._pending, []
-        for index, item in enumerate(pending):
-            try:
-                self._send(item)
-            except Exception as exc:
-                self._report(exc)
-                with self._lock:
-                    self._pending[:0] = pending[index:]
-                return False
-        return True
+        if not pending:
+            return True
+        failed = self._send(pending)
+        with self._lock:
+            self._pending[:0] = failed
+        return not failed
 
     def holding(self) -> list[str]:
+        """Payloads whose ack is queued, being sent or kept: still on the in-progress list."""
         with self._lock:
-            return [item.raw for item in self._pending]
+            return [item.raw for item in (*self._queued, *(self._sending or ()), *self._pending)]
 
 
 def run_filed(

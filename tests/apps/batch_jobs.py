@@ -37,6 +37,11 @@ def ok(tag: str) -> None:
     _finished(_bid(), tag)
 
 
+@job(retry=False)
+def noop(tag: str) -> None:
+    """Nothing: what a member's own acknowledgement costs, against a plain job's."""
+
+
 @job(retry=3, retry_in=lambda count, exc: 0)
 def flaky(tag: str) -> None:
     """Fails on its first run, succeeds on its second."""
