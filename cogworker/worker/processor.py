@@ -210,6 +210,8 @@ def _perform(
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise TypeError("payload args must be a list and kwargs an object")
     found = resolve(job["class"], allowed=allowed)
+    if found.typed is not None:
+        args, kwargs = found.typed.load(args, kwargs)
     if "bid" in job:
         from cogworker.api.batch import as_member  # only batch members load batches
 
