@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from cogworker.api.middleware import client_chain, server_chain
 
 if TYPE_CHECKING:
+    from cogworker.api.batch import Batch, BatchClosed, batch, create_batch, current_batch
+    from cogworker.api.batch_status import BatchStatus, batch_status
     from cogworker.api.cancel import cancel
     from cogworker.api.client import configure
     from cogworker.api.current_job import CurrentJob, JobCancelled, current_job
@@ -33,6 +35,13 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LAZY = {
+    "Batch": "cogworker.api.batch",
+    "BatchClosed": "cogworker.api.batch",
+    "batch": "cogworker.api.batch",
+    "create_batch": "cogworker.api.batch",
+    "current_batch": "cogworker.api.batch",
+    "BatchStatus": "cogworker.api.batch_status",
+    "batch_status": "cogworker.api.batch_status",
     "configure": "cogworker.api.client",
     "Death": "cogworker.api.death",
     "on_death": "cogworker.api.death",
@@ -71,6 +80,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Batch",
+    "BatchClosed",
+    "BatchStatus",
     "CancelOutcome",
     "ConfigError",
     "CurrentJob",
@@ -86,9 +98,13 @@ __all__ = [
     "Settings",
     "WrongTypeKey",
     "__version__",
+    "batch",
+    "batch_status",
     "cancel",
     "client_chain",
     "configure",
+    "create_batch",
+    "current_batch",
     "current_job",
     "install_builtin_middleware",
     "job",

@@ -35,6 +35,9 @@ BUILDERS = {
     "result": ("jid1",),
     "result_channel": ("jid1",),
     "quarantine": ("what",),
+    "batch": ("bid1",),
+    "batch_pending": ("bid1",),
+    "batch_failures": ("bid1",),
 }
 
 
