@@ -18,6 +18,10 @@ DEFAULT_PREFIX = "cogworker:"
 # Jobs that ended without running to an outcome of their own, each counted in <prefix>stat:<name>
 # (and per UTC day, like processed/failed): outcomes.py writes them, ops/stats.py reads them.
 ENDED_UNRUN = ("expired", "cancelled")
+# Jobs a rate limiter put back in the schedule set (api/limit_jobs.py): not an end, but counted the
+# same way (total and per day, in the reschedule's own settle), and shown beside the outcomes above.
+LIMITED = "limited"
+COUNTED_OUTCOMES = (*ENDED_UNRUN, LIMITED)
 
 # Set by use_prefix (at the bottom of this module, then by each process's settings).
 PREFIX: str
@@ -51,6 +55,7 @@ CANCELS: str
 RESULT_PREFIX: str
 RESULT_CHANNEL_PREFIX: str
 WAKE_CHANNEL: str
+LIMITER_PREFIX: str
 # The types the key guard expects. Prefix entries cover every key that starts with them.
 EXPECTED_TYPES: dict[str, str]
 EXPECTED_PREFIX_TYPES: dict[str, str]
@@ -63,7 +68,7 @@ def use_prefix(prefix: str) -> None:
     global IN_PROGRESS_IDENTITIES, PROCESSES, PROCESS_PREFIX, WORK_PREFIX, SIGNAL_PREFIX, LAST_BEAT
     global LIVE_QUEUES, ORPHANINGS_PREFIX, UNSETTLED, QUARANTINE_PREFIX, GUARD_REQUESTS, STAT_PROCESSED
     global STAT_FAILED, UNIQUE_PREFIX, PERIODIC_SLOT_PREFIX, PERIODIC_RUNNING_PREFIX, PERIODIC_ENTRIES
-    global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL
+    global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL, LIMITER_PREFIX
     global EXPECTED_TYPES, EXPECTED_PREFIX_TYPES
     PREFIX = prefix
     QUEUE_PREFIX = prefix + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
@@ -100,6 +105,10 @@ def use_prefix(prefix: str) -> None:
     RESULT_PREFIX = prefix + "result:"  # string per jid, with a TTL: a job's kept result (api/results.py)
     RESULT_CHANNEL_PREFIX = prefix + "result-ready:"  # pub/sub per jid: "its result was just written"
     WAKE_CHANNEL = prefix + "wake"  # pub/sub: "a job was pushed to <queue>", for idle fetchers
+    # Rate limiters (api/limiter.py), one key per limiter name, expiring once idle:
+    # limiter:concurrent:<name> zset of holders scored by lease end (ms, Redis's clock);
+    # limiter:window:<name> and limiter:bucket:<name> hashes of the state and the limit.
+    LIMITER_PREFIX = prefix + "limiter:"
     EXPECTED_TYPES = {
         QUEUES: "set",
         PAUSED: "set",
@@ -114,7 +123,7 @@ def use_prefix(prefix: str) -> None:
         UNSETTLED: "list",
         STAT_PROCESSED: "string",
         STAT_FAILED: "string",
-        **{stat(outcome): "string" for outcome in ENDED_UNRUN},
+        **{stat(outcome): "string" for outcome in COUNTED_OUTCOMES},
         PERIODIC_ENTRIES: "hash",
         GUARD_REQUESTS: "set",
         CANCELS: "zset",
@@ -133,6 +142,9 @@ def use_prefix(prefix: str) -> None:
         PERIODIC_RUNNING_PREFIX: "string",
         STAT_PROCESSED + ":": "string",  # the per-day counters
         STAT_FAILED + ":": "string",
+        LIMITER_PREFIX + "concurrent:": "zset",
+        LIMITER_PREFIX + "window:": "hash",
+        LIMITER_PREFIX + "bucket:": "hash",
     }
 
 
@@ -207,6 +219,11 @@ def result(jid: str) -> str:
 
 def result_channel(jid: str) -> str:
     return RESULT_CHANNEL_PREFIX + jid
+
+
+def limiter(kind: str, name: str) -> str:
+    """A limiter's state: `kind` is concurrent, window or bucket."""
+    return f"{LIMITER_PREFIX}{kind}:{name}"
 
 
 def quarantine(what: str) -> str:

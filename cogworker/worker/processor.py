@@ -94,7 +94,9 @@ def process(
     except BaseException as exc:
         # BaseException too: a job's SystemExit or KeyboardInterrupt is its failure, not the
         # thread's end. Left to escape, it would leave the job in progress and the thread dead.
-        _file_failure(work, job, exc, settler, stats, time.perf_counter() - started, ttl)
+        # A full rate limiter's OverLimit puts the job back instead (api/limit_jobs.py).
+        if not (getattr(exc, "cogworker_reschedule", False) and _put_back(work, job, exc, settler, stats)):
+            _file_failure(work, job, exc, settler, stats, time.perf_counter() - started, ttl)
     else:
         if ttl is not None and kept:
             settler.after_result(work.raw, jid, kept[0], ttl, lambda: settler.ack(work.raw, jid))
@@ -133,6 +135,27 @@ def _end_unrun(
         jid = str(job.get("jid") or "")
         record = results.failure_record(error)
         settler.after_result(work.raw, jid, record, ttl, lambda: settler.end_unrun(work.raw, job, outcome))
+
+
+def _put_back(work: Work, job: dict[str, Any], exc: BaseException, settler: Settler, stats: Stats) -> bool:
+    """A job its rate limiter turned away: filed in the schedule set (counted `limited`, not failed,
+    its retry count untouched). False once it has waited its limiter's max wait: then it fails."""
+    from cogworker.api import limit_jobs  # only here: a worker whose jobs use no limiter never loads it
+
+    now = time.time()
+    if not limit_jobs.puts_back(job, exc, now):
+        limit_jobs.gave_up(job, exc, now)
+        return False
+    filing = limit_jobs.put_back(job, exc, now)
+    settler.file(work.raw, filing)
+    stats.jobs.ended_unrun(work.queue, job["class"], "limited")
+    log.info(
+        "job_limited",
+        limiter=filing.payload[limit_jobs.BY],
+        times=filing.payload[limit_jobs.COUNT],
+        retry_in_s=round(filing.score - now, 3),
+    )
+    return True
 
 
 def _file_unreadable(work: Work, settler: Settler, stats: Stats) -> None:
@@ -201,7 +224,14 @@ def _perform(
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise TypeError("payload args must be a list and kwargs an object")
     found = resolve(job["class"], allowed=allowed)
-    value = _call(found, args, kwargs, job, work, run_async, limits)
+    limit = found.options.get("limit")
+    if limit is None:
+        value = _call(found, args, kwargs, job, work, run_async, limits)
+    else:  # @job(limit=...): passed before the body, held around it (api/limit_jobs.py)
+        from cogworker.api import limit_jobs
+
+        with limit_jobs.limiter_for(limit, args, kwargs):
+            value = _call(found, args, kwargs, job, work, run_async, limits)
     if kept is not None:
         kept.append(results.success_record(found.name, value))
 
