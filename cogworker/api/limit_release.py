@@ -32,14 +32,15 @@ class Releases:
     def __init__(self, release: Release) -> None:
         self._release = release
         self._lock = threading.Lock()
-        self._pending: dict[str, list[str]] = {}
+        # name -> [(when it was given back, monotonic; token)]
+        self._pending: dict[str, list[tuple[float, str]]] = {}
         self._wake = threading.Event()
         self._owner: tuple[int, threading.Thread] | None = None
         atexit.register(self.flush)
 
     def add(self, name: str, token: str) -> None:
         with self._lock:
-            self._pending.setdefault(name, []).append(token)
+            self._pending.setdefault(name, []).append((time.monotonic(), token))
             owner = self._owner
             if owner is None or owner[0] != os.getpid() or not owner[1].is_alive():
                 # First use in this process (or in a forked child, which has no thread of its parent).
@@ -54,21 +55,39 @@ class Releases:
         if not self._pending:  # almost always, outside a worker: no lock
             return []
         with self._lock:
-            return self._pending.pop(name, [])
+            return [token for _at, token in self._pending.pop(name, [])]
 
     def _run(self) -> None:
         wake = self._wake
         while True:
             wake.wait()
             wake.clear()
-            time.sleep(CARRY_WINDOW_S)
-            self.flush()
+            # Each token gets its window to be carried by an acquire; what is left then goes alone.
+            while self.flush(older_than=CARRY_WINDOW_S):
+                pass
             wake = self._wake
 
-    def flush(self) -> None:
+    def flush(self, older_than: float = 0.0) -> bool:
+        """Give back the tokens of every name whose oldest has waited `older_than` seconds (after a
+        wait for the oldest of all to reach that age); True when others are still waiting."""
+        if older_than:
+            with self._lock:
+                oldest = min((at for tokens in self._pending.values() for at, _ in tokens), default=None)
+            if oldest is None:
+                return False
+            time.sleep(max(0.0, oldest + older_than - time.monotonic()))
+        cutoff = time.monotonic() - older_than
         with self._lock:
-            pending, self._pending = self._pending, {}
-        for name, tokens in pending.items():
+            # A name with a token due goes whole: its round trip is made anyway.
+            due = {
+                name: [t for _, t in tokens]
+                for name, tokens in self._pending.items()
+                if tokens[0][0] <= cutoff
+            }
+            for name in due:
+                del self._pending[name]
+            left = bool(self._pending)
+        for name, tokens in due.items():
             try:
                 self._release(name, tokens)
             except Exception as exc:
@@ -79,3 +98,4 @@ class Releases:
                     error=f"{type(exc).__name__}: {exc}",
                     note="their leases end them",
                 )
+        return left

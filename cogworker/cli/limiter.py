@@ -45,7 +45,7 @@ def _usage(s: limiter_ops.LimiterState) -> str:
         return f"{s.in_use:g}/{_number(s.limit)} held (leases of {_number(s.per_s)} s)"
     if s.kind == "window":
         return f"{s.in_use:g}/{_number(s.limit)} in this {_number(s.per_s)} s window"
-    return f"{s.in_use:g}/{_number(s.burst)} tokens taken ({_number(s.limit)} per {_number(s.per_s)} s)"
+    return f"{s.in_use:.1f}/{_number(s.burst)} tokens taken ({_number(s.limit)} per {_number(s.per_s)} s)"
 
 
 def _resets(s: limiter_ops.LimiterState) -> str:

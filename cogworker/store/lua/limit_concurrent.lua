@@ -15,8 +15,9 @@
 -- lease ends, holders} when every slot is held. Release returns {1, 0, 0}. Either returns
 -- {"wrongtype", key} when the key is not a sorted set (nothing changed: the first command on it
 -- is a pcall that fails on a wrong type before anything is written).
+-- Redis's reply turns Lua numbers into integers: "holders" is a count, "ms" a whole number.
 --
--- Expired leases are reclaimed first, in the same step. The key expires with its longest lease, so a
+-- Expired leases are reclaimed in the same step, when they would turn a caller away. The key expires with its longest lease, so a
 -- dynamic name (one per account, say) leaves nothing behind once idle.
 local function wrongtype(reply)
   return type(reply) == "table" and reply.err ~= nil and string.find(reply.err, "WRONGTYPE", 1, true)
@@ -29,17 +30,23 @@ if ARGV[1] == "release" then
   end
   return {1, 0, 0}
 end
-local clock = redis.call("TIME")
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-if wrongtype(redis.pcall("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)) then
+local held = redis.pcall("ZCARD", KEYS[1])
+if wrongtype(held) then
   return {"wrongtype", KEYS[1]}
 end
+local clock = redis.call("TIME")
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 for i = 5, #ARGV do
-  redis.call("ZREM", KEYS[1], ARGV[i])
+  held = held - redis.call("ZREM", KEYS[1], ARGV[i])
 end
 local limit = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
-local held = redis.call("ZCARD", KEYS[1])
+-- Expired leases only matter once the limiter looks full: reclaimed then (a holder that died is
+-- counted until its lease ends, and never after), which spares the common case a command.
+if held >= limit then
+  redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
+  held = redis.call("ZCARD", KEYS[1])
+end
 if held >= limit then
   local first = redis.call("ZRANGE", KEYS[1], 0, 0, "WITHSCORES")
   local wait = 0
