@@ -56,13 +56,13 @@ _LAZY = {
     "cancel": "cogworker.api.cancel",
     "CancelOutcome": "cogworker.ops.cancel",
     "current_job": "cogworker.api.current_job",
+    "CurrentJob": "cogworker.api.current_job",
+    "JobCancelled": "cogworker.api.current_job",
     "OverLimit": "cogworker.api.limiter",
 }
 # Public names that are modules: `cogworker.limiter.concurrent(...)`.
 _LAZY_MODULES = {
     "limiter": "cogworker.api.limiter",
-    "CurrentJob": "cogworker.api.current_job",
-    "JobCancelled": "cogworker.api.current_job",
 }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import limiter_jobs
 import pytest
 import redis
+from starlette.testclient import TestClient
 
 import cogworker
 from cogworker.api import client as cw_client
@@ -19,6 +20,7 @@ from cogworker.ops import stats
 from cogworker.settings import Settings, load_settings
 from cogworker.store import keys
 from cogworker.store.key_guard import WrongTypeKey
+from cogworker.web import create_app
 from tests.support.first_call import first_call
 from tests.support.inproc import Runner
 from tests.support.redis_server import RedisServer
@@ -229,6 +231,8 @@ def test_a_job_over_its_limit_is_put_back_then_fails_past_its_max_wait(
     assert "retry_count" not in put_back and score > time.time() + 60  # the next hour's window
     assert r.get(keys.stat("limited")) == "1" and r.get(keys.STAT_FAILED) is None
     assert stats.totals(r).ended["limited"] == (1, 1)
+    page = TestClient(create_app(settings)).get("/").text  # the dashboard counts it
+    assert 'id="limited-total"' in page and '>1</span><span class="label">limited' in page
     assert runner.stats.failed == 0
     # Put back for longer than its max wait (1 s): the next turn away is its failure.
     put_back["limited_since"] = time.time() - 5
