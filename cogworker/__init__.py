@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from cogworker.api.middleware import client_chain, server_chain
 
 if TYPE_CHECKING:
+    from cogworker.api import limiter
     from cogworker.api.batch import Batch, BatchClosed, batch, create_batch, current_batch
     from cogworker.api.batch_status import BatchStatus, batch_status
     from cogworker.api.cancel import cancel
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from cogworker.api.decorator import JobFunction, job, push_bulk
     from cogworker.api.features import install_builtin_middleware
     from cogworker.api.job_status import status
+    from cogworker.api.limiter import OverLimit
     from cogworker.api.periodic import periodic
     from cogworker.api.registry import JobNotFound
     from cogworker.api.results import JobFailed, ResultTimeout, result
@@ -67,14 +69,22 @@ _LAZY = {
     "current_job": "cogworker.api.current_job",
     "CurrentJob": "cogworker.api.current_job",
     "JobCancelled": "cogworker.api.current_job",
+    "OverLimit": "cogworker.api.limiter",
+}
+# Public names that are modules: `cogworker.limiter.concurrent(...)`.
+_LAZY_MODULES = {
+    "limiter": "cogworker.api.limiter",
 }
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'cogworker' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
+        if name not in _LAZY_MODULES:
+            raise AttributeError(f"module 'cogworker' has no attribute {name!r}")
+        value: Any = import_module(_LAZY_MODULES[name])
+    else:
+        value = getattr(import_module(module), name)
     globals()[name] = value
     return value
 
@@ -94,6 +104,7 @@ __all__ = [
     "JobNotFound",
     "JobTimeout",
     "NotReplicated",
+    "OverLimit",
     "ResultTimeout",
     "Settings",
     "WrongTypeKey",
@@ -108,6 +119,7 @@ __all__ = [
     "current_job",
     "install_builtin_middleware",
     "job",
+    "limiter",
     "load_settings",
     "on_death",
     "periodic",

@@ -1,8 +1,7 @@
 """One typed, frozen settings object built from `COGWORKER_*` variables (each is listed, with its
-default, in deploy/cogworker.env.example).
-
-Built once per command and passed down explicitly; nothing deeper reads the environment. A bad value
-is reported as one line naming the variable and what it accepts; the command exits 78 (CONFIG_ERROR).
+default, in deploy/cogworker.env.example; some concerns' fields live in bases, *_settings.py). Built
+once per command and passed down explicitly; nothing deeper reads the environment. A bad value is
+reported as one line naming the variable and what it accepts; the command exits 78 (CONFIG_ERROR).
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from pydantic import SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from cogworker import cluster_url, exitcodes, redis_sentinel, redis_tls
+from cogworker.limiter_settings import LimiterSettings
 from cogworker.prefix_rule import check_key_prefix
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 from cogworker.redact import safe_url
@@ -69,7 +69,7 @@ def parse_queues(text: str) -> QueueSpec:
     return QueueSpec(tuple(names), tuple(weights) if all(weighted) else None)
 
 
-class Settings(ReplicationSettings, WorkflowSettings):
+class Settings(ReplicationSettings, WorkflowSettings, LimiterSettings):
     model_config = SettingsConfigDict(
         env_prefix="COGWORKER_",
         env_nested_delimiter="__",

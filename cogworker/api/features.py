@@ -21,6 +21,15 @@ def _check_queue(value: Any) -> None:
         raise TypeError(f"queue must be {QUEUE_NAME_RULE}, not {value!r}")
 
 
+def _check_limit(value: Any) -> None:
+    """`limit=` (api/limit_jobs.py), imported only when a job declares one: a worker whose jobs use
+    no limiter never loads the limiter modules."""
+    if value is not None:
+        from cogworker.api import limit_jobs
+
+        limit_jobs.check_limit(value)
+
+
 # Every job option, with its check (None: taken as given); each module declares its own.
 OPTIONS: dict[str, Callable[[Any], None] | None] = {
     "queue": _check_queue,
@@ -31,6 +40,7 @@ OPTIONS: dict[str, Callable[[Any], None] | None] = {
     **expiry.OPTIONS,
     **results.OPTIONS,
     **time_limits.OPTIONS,
+    "limit": _check_limit,
 }
 
 _installed = False

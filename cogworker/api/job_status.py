@@ -1,5 +1,5 @@
 """Job status: `cogworker.status(jid)` -> "queued", "working", "retrying", "complete", "failed",
-"cancelled", or None.
+"cancelled", "expired", "limited", or None.
 
 Opt-in, because it costs a write per state change on the hot path: a job records its status when it
 has `@job(status=True)` (or `.set(status=True)`), or for every job when `COGWORKER_STATUS_ALL=true`
@@ -18,6 +18,8 @@ simply not due yet. Unknown and expired jids read as None — and so does a job 
   "failed" when the failure sends it to dead, "retrying" when it goes to the retry set.
 - cancelled: the job ended with JobCancelled, or `cogworker.cancel` took it off its queue or set.
 - expired: a worker found it past its `expires_in` and did not run it (`record_unrun`).
+- limited: a full rate limiter put it back in the schedule set (api/limit_jobs.py), with the
+  limiter's name (`limiter`) and how long it has been put back in all (`waited_s`).
 
 Every write is best-effort: a Redis error while writing a status never fails a push or a job, and it
 is logged once per outage. A job filed in dead outside the chain -- a poison pill, whose process died
@@ -109,6 +111,25 @@ def _write_to(
         raise
 
 
+def _limited(job: dict[str, Any], exc: BaseException) -> bool:
+    """A full rate limiter puts the job back (api/limit_jobs.py): "limited", with the limiter and
+    how long it has waited. False once it waited too long (a failure, written as one)."""
+    from cogworker.api import limit_jobs
+
+    now = time.time()
+    if not limit_jobs.puts_back(job, exc, now):
+        return False
+    by = str(getattr(exc, "limiter_name", "?"))
+    _write(
+        job,
+        "limited",
+        limit_jobs.backoff_bound_s(exc),
+        limiter=by,
+        waited_s=f"{limit_jobs.waited_s(job, now):.1f}",
+    )
+    return True
+
+
 def record_failed(conn: redis.Redis, ttl_s: float, job: dict[str, Any]) -> None:
     """A tracked job filed in dead outside the server chain (a poison pill): "failed", with the
     error it was filed with. Raises on a Redis error (the caller retries or reports it)."""
@@ -183,6 +204,8 @@ def on_run(job: dict[str, Any], call_next: ServerNext) -> None:
         _write(job, "cancelled")
         raise
     except BaseException as exc:  # a job's SystemExit is a failure too (worker/processor.py files it)
+        if getattr(exc, "cogworker_reschedule", False) and _limited(job, exc):
+            raise
         error = error_fields(exc)
         error["error_message"] = error["error_message"][:1000]
         if terminal_failure(job, DEFAULT_RETRIES):

@@ -26,8 +26,9 @@ import structlog
 
 log = structlog.get_logger("cogworker.retry")
 
-# Options read on the worker from the registered job, never put in a payload.
-WORKER_SIDE = frozenset({"retry_on", "discard_on", "retry_in"})
+# Options read on the worker from the registered job, never put in a payload: these filters, and
+# `limit` (api/limit_jobs.py), a limiter or a function returning one.
+WORKER_SIDE = frozenset({"retry_on", "discard_on", "retry_in", "limit"})
 # The longest delay retry_in may ask for (ten years, the settings' own bound for seconds).
 MAX_DELAY_S = 10 * 365 * 24 * 3600.0
 

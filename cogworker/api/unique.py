@@ -187,10 +187,21 @@ def release_when_done(job: dict[str, Any], call_next: ServerNext) -> None:
         # Only a failure that sends it to dead; one going to retry is still pending. (The filing in
         # dead releases them too, after it is written; releasing twice is harmless, as owner-checked.)
         # A cancelled job has ended for good too.
-        if isinstance(exc, JobCancelled) or terminal_failure(job, DEFAULT_RETRIES):
+        # A job a full rate limiter puts back (api/limit_jobs.py) is still pending.
+        if isinstance(exc, JobCancelled) or (
+            terminal_failure(job, DEFAULT_RETRIES) and not _put_back(job, exc)
+        ):
             _release(job)
         raise
     _release(job)
+
+
+def _put_back(job: dict[str, Any], exc: BaseException) -> bool:
+    if not getattr(exc, "cogworker_reschedule", False):
+        return False
+    from cogworker.api import limit_jobs
+
+    return limit_jobs.puts_back(job, exc, time.time())
 
 
 def _release(job: dict[str, Any]) -> None:

@@ -64,6 +64,7 @@ LIKELY = {
     "queued": ("queue", "scheduled"),
     "working": ("queue", "retry"),
     "retrying": ("retry", "queue"),
+    "limited": ("scheduled", "queue"),  # put back by a rate limiter (api/limit_jobs.py)
     "failed": ("dead",),
 }
 

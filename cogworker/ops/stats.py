@@ -25,7 +25,7 @@ class Totals:
     failed: int
     processed_today: int
     failed_today: int
-    # keys.ENDED_UNRUN outcome -> (total, today)
+    # keys.COUNTED_OUTCOMES (the jobs that ended unrun, and those a limiter put back) -> (total, today)
     ended: dict[str, tuple[int, int]]
 
 
@@ -59,7 +59,7 @@ def today(now: dt.datetime | None = None) -> str:
 
 def totals(client: redis.Redis, now: dt.datetime | None = None) -> Totals:
     day = today(now)
-    ended = keys.ENDED_UNRUN
+    ended = keys.COUNTED_OUTCOMES
     values = [
         _count(v)
         for v in client.mget(

@@ -18,6 +18,10 @@ DEFAULT_PREFIX = "cogworker:"
 # Jobs that ended without running to an outcome of their own, each counted in <prefix>stat:<name>
 # (and per UTC day, like processed/failed): outcomes.py writes them, ops/stats.py reads them.
 ENDED_UNRUN = ("expired", "cancelled")
+# Jobs a rate limiter put back in the schedule set (api/limit_jobs.py): not an end, but counted the
+# same way (total and per day, in the reschedule's own settle), and shown beside the outcomes above.
+LIMITED = "limited"
+COUNTED_OUTCOMES = (*ENDED_UNRUN, LIMITED)
 
 # Set by use_prefix (at the bottom of this module, then by each process's settings).
 PREFIX: str
@@ -58,6 +62,7 @@ BATCHES: str
 BATCH_PREFIX: str
 BATCH_PENDING_PREFIX: str
 BATCH_FAILURES_PREFIX: str
+LIMITER_PREFIX: str
 # The types the key guard expects. Prefix entries cover every key that starts with them.
 EXPECTED_TYPES: dict[str, str]
 EXPECTED_PREFIX_TYPES: dict[str, str]
@@ -72,6 +77,7 @@ def use_prefix(prefix: str) -> None:
     global STAT_FAILED, UNIQUE_PREFIX, PERIODIC_SLOT_PREFIX, PERIODIC_RUNNING_PREFIX, PERIODIC_ENTRIES
     global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL
     global BATCHES, BATCH_PREFIX, BATCH_PENDING_PREFIX, BATCH_FAILURES_PREFIX
+    global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL, LIMITER_PREFIX
     global EXPECTED_TYPES, EXPECTED_PREFIX_TYPES
     PREFIX = prefix
     QUEUE_PREFIX = prefix + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
@@ -115,6 +121,10 @@ def use_prefix(prefix: str) -> None:
     BATCH_PREFIX = prefix + "batch:"
     BATCH_PENDING_PREFIX = prefix + "batch-pending:"
     BATCH_FAILURES_PREFIX = prefix + "batch-failures:"
+    # Rate limiters (api/limiter.py), one key per limiter name, expiring once idle:
+    # limiter:concurrent:<name> zset of holders scored by lease end (ms, Redis's clock);
+    # limiter:window:<name> and limiter:bucket:<name> hashes of the state and the limit.
+    LIMITER_PREFIX = prefix + "limiter:"
     EXPECTED_TYPES = {
         QUEUES: "set",
         PAUSED: "set",
@@ -129,7 +139,7 @@ def use_prefix(prefix: str) -> None:
         UNSETTLED: "list",
         STAT_PROCESSED: "string",
         STAT_FAILED: "string",
-        **{stat(outcome): "string" for outcome in ENDED_UNRUN},
+        **{stat(outcome): "string" for outcome in COUNTED_OUTCOMES},
         PERIODIC_ENTRIES: "hash",
         GUARD_REQUESTS: "set",
         CANCELS: "zset",
@@ -152,6 +162,9 @@ def use_prefix(prefix: str) -> None:
         BATCH_PREFIX: "hash",
         BATCH_PENDING_PREFIX: "set",
         BATCH_FAILURES_PREFIX: "hash",
+        LIMITER_PREFIX + "concurrent:": "zset",
+        LIMITER_PREFIX + "window:": "hash",
+        LIMITER_PREFIX + "bucket:": "hash",
     }
 
 
@@ -238,6 +251,11 @@ def batch_pending(bid: str) -> str:
 
 def batch_failures(bid: str) -> str:
     return BATCH_FAILURES_PREFIX + bid
+
+
+def limiter(kind: str, name: str) -> str:
+    """A limiter's state: `kind` is concurrent, window or bucket."""
+    return f"{LIMITER_PREFIX}{kind}:{name}"
 
 
 def quarantine(what: str) -> str:

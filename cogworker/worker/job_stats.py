@@ -46,8 +46,8 @@ class JobCounts:
         self._add(queue, job, seconds, "failed" if failed else "processed", dead=dead)
 
     def ended_unrun(self, queue: str, job: str, outcome: str) -> None:
-        """A job that ended without running (keys.ENDED_UNRUN: expired, cancelled): counted under its
-        outcome, with no duration (it took none)."""
+        """A job that ended without running (keys.ENDED_UNRUN: expired, cancelled), or that a rate
+        limiter put back (limited): counted under its outcome, with no duration."""
         self._add(queue, job, None, outcome)
 
     def _add(self, queue: str, job: str, seconds: float | None, outcome: str, *, dead: bool = False) -> None:
@@ -63,6 +63,7 @@ class JobCounts:
                     "dead": 0,
                     "expired": 0,
                     "cancelled": 0,
+                    "limited": 0,
                     "duration": {"sum_s": 0.0, "buckets": {}},
                 }
             entry[outcome] += 1

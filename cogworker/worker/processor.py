@@ -13,6 +13,7 @@ field values all end filed in retry or dead with their error. A job ending with 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -94,7 +95,9 @@ def process(
     except BaseException as exc:
         # BaseException too: a job's SystemExit or KeyboardInterrupt is its failure, not the
         # thread's end. Left to escape, it would leave the job in progress and the thread dead.
-        _file_failure(work, job, exc, settler, stats, time.perf_counter() - started, ttl)
+        # A full rate limiter's OverLimit puts the job back instead (api/limit_jobs.py).
+        if not (getattr(exc, "cogworker_reschedule", False) and _put_back(work, job, exc, settler, stats)):
+            _file_failure(work, job, exc, settler, stats, time.perf_counter() - started, ttl)
     else:
         if ttl is not None and kept:
             settler.after_result(work.raw, jid, kept[0], ttl, lambda: _ack(settler, work.raw, job))
@@ -142,6 +145,27 @@ def _end_unrun(
         jid = str(job.get("jid") or "")
         record = results.failure_record(error)
         settler.after_result(work.raw, jid, record, ttl, lambda: settler.end_unrun(work.raw, job, outcome))
+
+
+def _put_back(work: Work, job: dict[str, Any], exc: BaseException, settler: Settler, stats: Stats) -> bool:
+    """A job its rate limiter turned away: filed in the schedule set (counted `limited`, not failed,
+    its retry count untouched). False once it has waited its limiter's max wait: then it fails."""
+    from cogworker.api import limit_jobs  # only here: a worker whose jobs use no limiter never loads it
+
+    now = time.time()
+    if not limit_jobs.puts_back(job, exc, now):
+        limit_jobs.gave_up(job, exc, now)
+        return False
+    filing = limit_jobs.put_back(job, exc, now)
+    settler.file(work.raw, filing)
+    stats.jobs.ended_unrun(work.queue, job["class"], "limited")
+    log.info(
+        "job_limited",
+        limiter=filing.payload[limit_jobs.BY],
+        times=filing.payload[limit_jobs.COUNT],
+        retry_in_s=round(filing.score - now, 3),
+    )
+    return True
 
 
 def _file_unreadable(work: Work, settler: Settler, stats: Stats) -> None:
@@ -212,12 +236,12 @@ def _perform(
     found = resolve(job["class"], allowed=allowed)
     if found.typed is not None:
         args, kwargs = found.typed.load(args, kwargs)
-    if "bid" in job:
-        from cogworker.api.batch import as_member  # only batch members load batches
-
-        with as_member(job):  # cogworker.current_batch() is the member's batch
-            value = _call(found, args, kwargs, job, work, run_async, limits)
-    else:
+    # Only a batch member loads batches, only a limited job the limiters (api/batch.py,
+    # api/limit_jobs.py: passed before the body, held around it).
+    member = _as_member(job) if "bid" in job else contextlib.nullcontext()
+    limit = found.options.get("limit")
+    held = _limiter_for(limit, args, kwargs) if limit is not None else contextlib.nullcontext()
+    with member, held:  # cogworker.current_batch() is the member's batch
         value = _call(found, args, kwargs, job, work, run_async, limits)
     if kept is not None:
         kept.append(results.success_record(found.name, value))
@@ -248,3 +272,17 @@ def _call(
         value = limits.call(limit, work, job, lambda: found.func(*args, **kwargs), inject=True)
     check_result(found.name, value)
     return value
+
+
+def _as_member(job: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
+    from cogworker.api.batch import as_member
+
+    return as_member(job)
+
+
+def _limiter_for(
+    limit: Any, args: list[Any], kwargs: dict[str, Any]
+) -> contextlib.AbstractContextManager[Any]:
+    from cogworker.api import limit_jobs
+
+    return limit_jobs.limiter_for(limit, args, kwargs)

@@ -232,14 +232,17 @@ class Settler:
         jid = str(filing.payload.get("jid") or "")
         # A job filed in dead gets its death notice (api/death.py) in the same script.
         notice_keys, notice_args = death_notice(self._settings, death.cause_of(filing.payload), text, dead)
+        # A filing in the schedule set is a job a rate limiter put back (api/limit_jobs.py): counted
+        # as limited, not failed, by the same script.
+        limited = filing.set_key == keys.SCHEDULE
         reply = run_filing(
             (self._client, self._scripts, self._settings),
             "settle",
             [
                 self._in_progress,
                 filing.set_key,
-                keys.STAT_FAILED,
-                keys.stat_failed_day(day),
+                keys.stat(keys.LIMITED) if limited else keys.STAT_FAILED,
+                keys.stat_day(keys.LIMITED, day) if limited else keys.stat_failed_day(day),
                 keys.orphanings(jid),
                 *notice_keys,
             ],

@@ -15,12 +15,14 @@ Children report job counts as deltas in their status messages (one a second), pe
 
 `processed` finished without error; `failed` raised (or was unreadable); of those, `retried` were
 filed in retry and `dead` in dead; `expired` and `cancelled` ended without running to an end of
-their own (they have no duration). `duration` covers every finished job: `buckets` counts jobs per
-bucket, not cumulatively, keyed by the bucket's upper bound in seconds (DURATION_BUCKETS_S; the
-first bound the duration is <= to, "+Inf" past the last), and `sum_s` is their total time. Buckets
-keep the message small whatever the throughput and still give quantiles; a bound the supervisor
-does not know is counted in its next larger bucket, so children and supervisor may disagree on
-bounds without the histogram ever claiming a job was faster than it was.
+their own (they have no duration), and `limited` were put back in the schedule set by a full rate
+limiter (api/limit_jobs.py; counted per put-back, no duration). `duration` covers every finished
+job: `buckets` counts jobs per bucket, not cumulatively, keyed by the bucket's upper bound in
+seconds (DURATION_BUCKETS_S; the first bound the duration is <= to, "+Inf" past the last), and
+`sum_s` is their total time. Buckets keep the message small whatever the throughput and still
+give quantiles; a bound the supervisor does not know is counted in its next larger bucket, so
+children and supervisor may disagree on bounds without the histogram ever claiming a job was faster
+than it was.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from supervisor.integrations.metrics_server import MAX_CONNECTIONS, REQUEST_TIME
 RECOVERY_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 CHILD_STATES = ("booting", "ready", "quiet", "stopping")
 RESTART_REASONS = ("crash", "signal", "memory", "stuck", "hung", "straggler", "restart", "exit", "boot_error")
-JOB_COUNTS = ("processed", "failed", "retried", "dead", "expired", "cancelled")
+JOB_COUNTS = ("processed", "failed", "retried", "dead", "expired", "cancelled", "limited")
 # Label sets are bounded: past this many (queue, job) pairs, new ones are counted as job="(other)"
 # (a bug pushing generated job names must not grow the supervisor's memory and every scrape).
 MAX_JOB_SERIES = 1000
@@ -195,6 +197,7 @@ class SwarmMetrics:
                 ("dead", "filed in the dead set"),
                 ("expired", "not run: not started before their expires_in"),
                 ("cancelled", "not run, or stopped, by cogworker.cancel"),
+                ("limited", "put back in the scheduled set by a full rate limiter (not failed)"),
             )
         }
         self._restarts = Counter(

@@ -6,6 +6,7 @@ Usage (through tests/bench/run.sh, which builds .bench-venv/):
     tests/bench/run.sh --quick          # a smoke run: small workloads, one W1 run
     tests/bench/run.sh --only cogworker,dramatiq
     tests/bench/run.sh --only web        # only the Web UI's page times (web_pages.py)
+    tests/bench/run.sh --only limiter    # W1 plain and behind a concurrent limiter (limiter_overhead.py)
     tests/bench/run.sh --only cogworker,dramatiq,arq,saq --steps w4   # W4 (async jobs) alone
 
 arq and SAQ run W4 only (they have no sync jobs); rq and celery have no async jobs, so no W4.
@@ -33,6 +34,8 @@ import systems
 from context import Context, Plan
 from footprint import idle_cost
 from latency import pickup_latency
+from limiter_overhead import limiter_overhead
+from limiter_overhead import table as limiter_table
 from procs import RUN_ID_VAR, NotRunnable, memory, sweep, wait_for
 from recovery import recovery
 from redis_server import RedisServer
@@ -49,6 +52,7 @@ from web_pages import run as web_pages
 
 WEB = "web"  # not a system: the Web UI's page times, after the systems
 SCALING = "scaling"  # not a system: cogworker with 1, 2, 4 and 8 processes against one Redis
+LIMITER = "limiter"  # not a system: cogworker's W1 plain and behind a concurrent limiter
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "bench-results"
@@ -188,7 +192,7 @@ def measure(ctx: Context, name: str, steps: list[str]) -> dict[str, Any]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run: small workloads, one W1 run")
-    names = [*systems.NAMES, WEB, SCALING]
+    names = [*systems.NAMES, WEB, SCALING, LIMITER]
     parser.add_argument("--only", default=",".join(names), help=f"comma-separated, from {','.join(names)}")
     parser.add_argument(
         "--steps",
@@ -205,6 +209,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error(f"--only takes names from {', '.join(names)} (got {args.only})")
     args.web = WEB in args.only
     args.scaling = SCALING in args.only
+    args.limiter = LIMITER in args.only
     # Run in the canonical order, so cogworker comes first and the table reads the same every time.
     args.only = [n for n in systems.NAMES if n in args.only]
     return args
@@ -230,6 +235,7 @@ def main(argv: list[str]) -> int:
     results: dict[str, Any] = {}
     web: dict[str, Any] | None = None
     scaled: dict[str, Any] | None = None
+    limited: dict[str, Any] | None = None
     try:
         server.start()
         # The job modules imported here, to push, read the bench Redis from the environment too.
@@ -239,6 +245,8 @@ def main(argv: list[str]) -> int:
             results[name] = measure(ctx, name, args.steps)
         if args.scaling:
             scaled = scaling(ctx, say)
+        if args.limiter:
+            limited = limiter_overhead(ctx, say)
         if args.web:
             say("web: the Web UI's pages ...")
             web = web_pages(server.client, server.url, plan.quick, say)
@@ -258,8 +266,10 @@ def main(argv: list[str]) -> int:
             print(f"  {note}")
     if scaled is not None:
         print(("\n" if results else "") + scaling_table(scaled))
+    if limited is not None:
+        print(("\n" if results or scaled else "") + limiter_table(limited))
     if web is not None:
-        print(("\n" if results or scaled else "") + web_table(web))
+        print(("\n" if results or scaled or limited else "") + web_table(web))
     document = {
         "started": stamp,
         "elapsed_s": elapsed,
@@ -269,6 +279,7 @@ def main(argv: list[str]) -> int:
         "results": results,
         "web": web,
         "scaling": scaled,
+        "limiter": limited,
     }
     path = write_json(RESULTS_DIR, stamp, document)
     print(f"\n  raw figures: {path.relative_to(ROOT)}; took {elapsed / 60:.1f} min")

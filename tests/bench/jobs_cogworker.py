@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jobkit
 
+import cogworker
 from cogworker import job
 
 
@@ -25,3 +26,13 @@ def sleeper(index: int, seconds: float) -> None:
 @job(queue="default")
 async def w4(index: int) -> None:
     await jobkit.w4_job(index)
+
+
+# `limiter` in make bench (tests/bench/limiter_overhead.py): W1's job behind a concurrent limiter far
+# above the load (a swarm runs 2 x 8 jobs at once), so it never turns one away: what a check costs.
+UNBOUNDED = cogworker.limiter.concurrent("bench", 10_000, lease_s=60)
+
+
+@job(queue="default", limit=UNBOUNDED)
+def noop_limited() -> None:
+    jobkit.mark_done()

@@ -2,8 +2,9 @@
 --
 -- KEYS[1]  the in-progress list it was fetched onto
 -- KEYS[2]  the set to file it in (cogworker:retry, cogworker:dead or cogworker:schedule)
--- KEYS[3]  cogworker:stat:failed, or the same key as KEYS[2] with ARGV[4] = "0" (nothing to count)
--- KEYS[4]  cogworker:stat:failed:<today>
+-- KEYS[3]  cogworker:stat:failed (cogworker:stat:limited for a job a rate limiter put back in
+--          schedule), or the same key as KEYS[2] with ARGV[4] = "0" (nothing to count)
+-- KEYS[4]  the same counter's key for <today>
 -- KEYS[5]  the job's orphan counter (it ran to the end: its count is moot)
 -- ARGV[1]  the raw payload as fetched
 -- ARGV[2]  score in the set

@@ -67,7 +67,7 @@ def test_expired_jobs_are_not_run_but_counted_and_logged_once_and_fresh_ones_run
     # Seen by the operator: `cogworker status` and the dashboard.
     shown = cli("status")
     assert shown.code == 0 and "Expired: 4" in shown.out and "Cancelled: 0" in shown.out
-    assert cli("status", "--json").json()["ended"] == {"expired": 4, "cancelled": 0}
+    assert cli("status", "--json").json()["ended"] == {"expired": 4, "cancelled": 0, "limited": 0}
     page = TestClient(create_app(configured)).get("/").text
     assert 'id="expired-total"' in page and '>4</span><span class="label">expired' in page
 
