@@ -14,6 +14,7 @@ from cogworker.api.middleware import client_chain, server_chain
 
 if TYPE_CHECKING:
     from cogworker.api.cancel import cancel
+    from cogworker.api.chain import Chain, Signature, chain, chain_status
     from cogworker.api.client import configure
     from cogworker.api.current_job import CurrentJob, JobCancelled, current_job
     from cogworker.api.death import Death, on_death
@@ -32,6 +33,10 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LAZY = {
+    "chain": "cogworker.api.chain",
+    "chain_status": "cogworker.api.chain",
+    "Chain": "cogworker.api.chain",
+    "Signature": "cogworker.api.chain",
     "configure": "cogworker.api.client",
     "Death": "cogworker.api.death",
     "on_death": "cogworker.api.death",
@@ -70,6 +75,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CancelOutcome",
+    "Chain",
     "ConfigError",
     "CurrentJob",
     "Death",
@@ -81,9 +87,12 @@ __all__ = [
     "NotReplicated",
     "ResultTimeout",
     "Settings",
+    "Signature",
     "WrongTypeKey",
     "__version__",
     "cancel",
+    "chain",
+    "chain_status",
     "client_chain",
     "configure",
     "current_job",

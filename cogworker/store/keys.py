@@ -50,6 +50,7 @@ STATUS_PREFIX: str
 CANCELS: str
 RESULT_PREFIX: str
 RESULT_CHANNEL_PREFIX: str
+CHAIN_PREFIX: str
 WAKE_CHANNEL: str
 # The types the key guard expects. Prefix entries cover every key that starts with them.
 EXPECTED_TYPES: dict[str, str]
@@ -64,6 +65,7 @@ def use_prefix(prefix: str) -> None:
     global LIVE_QUEUES, ORPHANINGS_PREFIX, UNSETTLED, QUARANTINE_PREFIX, GUARD_REQUESTS, STAT_PROCESSED
     global STAT_FAILED, UNIQUE_PREFIX, PERIODIC_SLOT_PREFIX, PERIODIC_RUNNING_PREFIX, PERIODIC_ENTRIES
     global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL
+    global CHAIN_PREFIX
     global EXPECTED_TYPES, EXPECTED_PREFIX_TYPES
     PREFIX = prefix
     QUEUE_PREFIX = prefix + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
@@ -99,6 +101,7 @@ def use_prefix(prefix: str) -> None:
     CANCELS = prefix + "cancels"
     RESULT_PREFIX = prefix + "result:"  # string per jid, with a TTL: a job's kept result (api/results.py)
     RESULT_CHANNEL_PREFIX = prefix + "result-ready:"  # pub/sub per jid: "its result was just written"
+    CHAIN_PREFIX = prefix + "chain:"  # hash per chain, with a TTL: its steps and progress (api/chain.py)
     WAKE_CHANNEL = prefix + "wake"  # pub/sub: "a job was pushed to <queue>", for idle fetchers
     EXPECTED_TYPES = {
         QUEUES: "set",
@@ -129,6 +132,7 @@ def use_prefix(prefix: str) -> None:
         UNIQUE_PREFIX: "string",
         STATUS_PREFIX: "hash",
         RESULT_PREFIX: "string",
+        CHAIN_PREFIX: "hash",
         PERIODIC_SLOT_PREFIX: "string",
         PERIODIC_RUNNING_PREFIX: "string",
         STAT_PROCESSED + ":": "string",  # the per-day counters
@@ -207,6 +211,10 @@ def result(jid: str) -> str:
 
 def result_channel(jid: str) -> str:
     return RESULT_CHANNEL_PREFIX + jid
+
+
+def chain(cid: str) -> str:
+    return CHAIN_PREFIX + cid
 
 
 def quarantine(what: str) -> str:
