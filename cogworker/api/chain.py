@@ -23,16 +23,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cogworker import codec
 from cogworker.api import client, features
 from cogworker.api.payload import check_arguments, new_jid
 from cogworker.api.retry_filters import WORKER_SIDE
 from cogworker.store import keys
-
-if TYPE_CHECKING:
-    from cogworker.api.decorator import JobFunction
 
 # How long a chain's record is kept after its last change (a step done, the chain's end).
 DEFAULT_TTL_S = 7 * 24 * 3600.0
@@ -62,12 +59,12 @@ class Signature:
 
 
 def signature(
-    job: JobFunction, options: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    name: str, default_queue: str, options: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Signature:
     """What `job.s(...)` returns; the arguments are checked now, as a push would."""
     check_arguments(args, kwargs)
-    queue = str(options.get("queue") or job.queue)
-    return Signature(job.name, queue, tuple(args), dict(kwargs), dict(options))
+    queue = str(options.get("queue") or default_queue)
+    return Signature(name, queue, tuple(args), dict(kwargs), dict(options))
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,7 +57,7 @@ class _Pusher:
         """This job with these arguments, not pushed: a step of `cogworker.chain(...)`."""
         from cogworker.api.chain import signature
 
-        return signature(self.job, self.options, args, kwargs)
+        return signature(self.job.name, self.job.queue, self.options, args, kwargs)
 
 
 class JobSetter(_Pusher):

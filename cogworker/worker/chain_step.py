@@ -83,12 +83,15 @@ def succeeded(
     jid = str(job.get("jid") or "")
     nxt = successor(job, record)
     day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+    record_key = keys.chain(str(carried["id"]))
+    # Basic fetch (BRPOP) keeps no in-progress list: nothing to take the job off (chain_ack.lua).
+    in_progress = settler.in_progress_key
     script_keys = [
-        settler.in_progress_key,
+        in_progress or record_key,
         keys.STAT_PROCESSED,
         keys.stat_processed_day(day),
         keys.orphanings(jid),
-        keys.chain(str(carried["id"])),
+        record_key,
         keys.result(jid),
         keys.result_channel(jid),
     ]
@@ -105,6 +108,7 @@ def succeeded(
         nxt["queue"] if nxt is not None else "",
         int(carried.get("ttl") or 86400),
         repr(time.time()),
+        "1" if in_progress else "0",
     ]
     conn = settler.client
     deadline = time.monotonic() + ACK_RETRY_S

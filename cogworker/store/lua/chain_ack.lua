@@ -1,6 +1,7 @@
 -- Acknowledge a chain step that succeeded and push the chain's next step, in one atomic step.
 --
--- KEYS[1]  the in-progress list the step was fetched onto
+-- KEYS[1]  the in-progress list the step was fetched onto (basic fetch, which keeps none: the
+--          chain's record again, with ARGV[9] = "0")
 -- KEYS[2]  <prefix>stat:processed
 -- KEYS[3]  <prefix>stat:processed:<today>
 -- KEYS[4]  the step's orphan counter (it ran to the end: its count is moot)
@@ -18,6 +19,8 @@
 -- ARGV[6]  the next step's queue name
 -- ARGV[7]  how long the chain's record is kept after this change, in seconds
 -- ARGV[8]  the caller's clock (epoch seconds), recorded as the step's end
+-- ARGV[9]  "1": only the run whose LREM takes the job off KEYS[1] writes; "0" (basic fetch, BRPOP:
+--          the job was only in the worker's memory, at most once already): no list to check
 -- Returns 1 when the step was acknowledged (and its successor pushed), 0 when it was no longer in
 -- progress (another run of it, or recovery, took it: nothing is written, so a step that ran twice
 -- pushes its successor once), or {"wrongtype", key} (nothing changed: the caller tries again later).
@@ -25,7 +28,11 @@
 -- Only the run whose LREM takes the job off the list pushes: that is what makes the successor's
 -- push exactly-once however often the step itself runs. Every key's type is checked before the
 -- removal, so the writes after it can't fail half way.
-local wanted = {{KEYS[1], "list"}, {KEYS[2], "string"}, {KEYS[3], "string"}, {KEYS[5], "hash"}}
+local gated = ARGV[9] == "1"
+local wanted = {{KEYS[2], "string"}, {KEYS[3], "string"}, {KEYS[5], "hash"}}
+if gated then
+  wanted[#wanted + 1] = {KEYS[1], "list"}
+end
 local successor = ARGV[5] ~= ""
 if successor then
   wanted[#wanted + 1] = {KEYS[8], "list"}
@@ -37,7 +44,7 @@ for _, want in ipairs(wanted) do
     return {"wrongtype", want[1]}
   end
 end
-if redis.call("LREM", KEYS[1], -1, ARGV[1]) == 0 then
+if gated and redis.call("LREM", KEYS[1], -1, ARGV[1]) == 0 then
   return 0
 end
 redis.call("DEL", KEYS[4])

@@ -102,3 +102,26 @@ def test_a_dead_step_stops_the_chain_and_chain_status_reports_it(
     # The step's status says "failed" as its failure is filed: the filing may follow a moment later.
     wait_until(lambda: r.zcard(keys.DEAD) == 1, timeout=10, message="the dead step's entry")
     assert r.llen(keys.queue("default")) == 0
+
+
+def test_many_chains_over_three_processes_run_each_step_exactly_once(
+    r: redis.Redis, configured: Settings, workers: WorkerPool
+) -> None:
+    """No crash, so nothing may run twice: a successor pushed twice would show as a second run."""
+    pushed = [
+        cogworker.chain(*(chain_jobs.step.s(f"{n}.{i}") for i in range(4)), chain_jobs.first.s(n))
+        for n in range(25)
+    ]
+    for _ in range(3):
+        workers.start(**APP)
+    for chain in pushed:
+        assert chain is not None
+        assert finished(chain.id)["state"] == "complete"
+    wait_until(lambda: r.get(keys.STAT_PROCESSED) == str(25 * 5), timeout=10, message="every step counted")
+    seen = runs(r)
+    assert sorted(seen) == sorted(
+        [f"step {n}.{i}" for n in range(25) for i in range(4)] + [f"first {n}" for n in range(25)]
+    )
+    for n in range(25):  # each chain's steps in order
+        mine = [entry for entry in seen if entry.startswith(f"step {n}.") or entry == f"first {n}"]
+        assert mine == [f"step {n}.{i}" for i in range(4)] + [f"first {n}"]

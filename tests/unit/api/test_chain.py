@@ -94,9 +94,8 @@ def test_a_chain_whose_first_push_is_stopped_leaves_nothing(r: redis.Redis, conf
 
 
 def test_testing_modes_refuse_chains(r: redis.Redis, configured: Settings) -> None:
-    with testing.fake():
-        with pytest.raises(RuntimeError, match="chains need Redis"):
-            cogworker.chain(chain_jobs.step.s("a"))
+    with testing.fake(), pytest.raises(RuntimeError, match="chains need Redis"):
+        cogworker.chain(chain_jobs.step.s("a"))
 
 
 def test_an_unknown_chain_has_no_status(r: redis.Redis, configured: Settings) -> None:

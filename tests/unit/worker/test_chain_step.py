@@ -81,6 +81,25 @@ def test_a_dead_step_stops_the_chain_and_its_status_says_so(r: redis.Redis, runn
     assert r.zcard(keys.DEAD) == 1
 
 
+def test_a_dead_step_retried_from_dead_carries_the_chain_on(r: redis.Redis, runner: Runner) -> None:
+    pushed = cogworker.chain(chain_jobs.doomed.s("x"), chain_jobs.step.s("after"))
+    assert pushed is not None
+    assert runner.run_next()
+    assert cogworker.chain_status(pushed.id)["state"] == "dead"  # type: ignore[index]
+    [entry] = r.zrange(keys.DEAD, 0, -1)
+    r.zrem(keys.DEAD, entry)
+    r.lpush(keys.queue("default"), entry)  # what `cogworker dead retry` does (graduate.lua)
+    # Its second run fails too (it always does); make the retried run succeed instead.
+    job = json.loads(entry)
+    job["class"] = "chain_jobs.step"
+    r.lset(keys.queue("default"), 0, json.dumps(job))
+    while runner.run_next():
+        pass
+    assert runs(r) == ["doomed x", "step x", "step after"]
+    status = cogworker.chain_status(pushed.id)
+    assert status is not None and status["state"] == "complete"
+
+
 def test_a_step_dead_without_a_worker_saying_so_is_read_from_its_status(
     r: redis.Redis, runner: Runner
 ) -> None:
@@ -110,3 +129,16 @@ def test_an_ack_stopped_by_a_wrong_type_key_leaves_the_step_in_progress(
     assert r.llen(IN_PROGRESS) == 1  # still ours: it runs again once the key is moved aside
     assert r.llen(keys.queue("default")) == 0
     assert keys.chain(pushed.id) in r.smembers(keys.GUARD_REQUESTS)
+
+
+def test_without_an_in_progress_list_the_ack_pushes_unchecked(r: redis.Redis, runner: Runner) -> None:
+    """Basic fetch (BRPOP) keeps no in-progress list (its settler's key is ""): the job was only in
+    the worker's memory, so there is nothing to take off, and the next step is pushed."""
+    pushed = cogworker.chain(chain_jobs.step.s("a"), chain_jobs.step.s("b"))
+    assert pushed is not None
+    raw = r.rpop(keys.queue("default"))
+    basic = Settler(runner.parts.ctx, "")
+    assert chain_step.succeeded(basic, Work("default", raw), json.loads(raw), None, None) is True
+    [successor] = r.lrange(keys.queue("default"), 0, -1)
+    assert json.loads(successor)["jid"] == pushed.jids[1]
+    assert cogworker.chain_status(pushed.id)["done"] == 1  # type: ignore[index]
