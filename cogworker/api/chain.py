@@ -86,6 +86,11 @@ def _step_spec(sig: Signature, jid: str, pass_results: bool, result_ttl: float) 
     }
     # Tracked, so chain_status can tell a step queued, running, retrying or dead.
     options["status"] = True
+    default_ttl = client.settings().result_ttl_s
+    if default_ttl is not None and "result_ttl" not in options:
+        options["result_ttl"] = (
+            default_ttl  # COGWORKER_RESULT_TTL_S, applied at push as client.build_job does
+        )
     if pass_results:
         kept = options.get("result_ttl", result_ttl)
         if not kept:
