@@ -54,6 +54,10 @@ def successor(job: dict[str, Any], record: str | None) -> dict[str, Any] | None:
     """The next step's payload (None after the last step), with the previous result first among its
     arguments when the chain passes results."""
     carried = job[FIELD]
+    if not isinstance(carried, dict) or not isinstance(carried.get("id"), str):
+        raise TypeError(
+            f"the payload's {FIELD!r} field is not a chain's: {codec.escape(repr(carried)[:100])}"
+        )
     rest: list[dict[str, Any]] = carried.get("next") or []
     if not rest:
         return None
@@ -81,7 +85,16 @@ def succeeded(
     (False: another run or recovery had taken it, or Redis failed for ACK_RETRY_S)."""
     carried = job[FIELD]
     jid = str(job.get("jid") or "")
-    nxt = successor(job, record)
+    try:
+        nxt = successor(job, record)
+    except Exception as exc:
+        # Not a chain field cogworker wrote: the job itself succeeded, so it is acknowledged as any
+        # job is (never lost, never run again for it); the chain can't go on, and says why.
+        log.error(
+            "chain_field_unusable", error=f"{type(exc).__name__}: {exc}", note="acknowledged as a plain job"
+        )
+        settler.ack(work.raw, jid)
+        return False
     day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     record_key = keys.chain(str(carried["id"]))
     # Basic fetch (BRPOP) keeps no in-progress list: nothing to take the job off (chain_ack.lua).

@@ -142,3 +142,15 @@ def test_without_an_in_progress_list_the_ack_pushes_unchecked(r: redis.Redis, ru
     [successor] = r.lrange(keys.queue("default"), 0, -1)
     assert json.loads(successor)["jid"] == pushed.jids[1]
     assert cogworker.chain_status(pushed.id)["done"] == 1  # type: ignore[index]
+
+
+def test_a_step_whose_chain_field_is_unusable_is_acknowledged_as_a_plain_job(
+    r: redis.Redis, runner: Runner
+) -> None:
+    for n, field in enumerate(["nonsense", {"id": 7}, {"id": "c", "next": [{"class": "x"}]}]):
+        raw = json.dumps({"class": "chain_jobs.step", "args": [f"odd{n}"], "jid": f"odd{n}", "chain": field})
+        r.lpush(keys.queue("default"), raw)
+        assert runner.run_next()
+    assert runs(r) == ["step odd0", "step odd1", "step odd2"]
+    assert r.llen(IN_PROGRESS) == 0 and r.llen(keys.queue("default")) == 0
+    assert r.zcard(keys.DEAD) == 0 and r.zcard(keys.RETRY) == 0
