@@ -4,6 +4,7 @@ the job itself, so a test sees every run, in every process."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -70,3 +71,14 @@ def stall_once(tag: str) -> str:
 def doomed(tag: str) -> None:
     _ran(f"doomed {tag}")
     raise ValueError(f"{tag} is doomed")
+
+
+@job
+def nap(tag: str, seconds: float) -> str:
+    """Records its start and its end (`test:chain:naps`, with its pid): a run SIGKILLed in between
+    has a start and no end."""
+    _redis().rpush("test:chain:naps", f"start {tag} {os.getpid()}")
+    time.sleep(seconds)
+    _ran(f"nap {tag}")
+    _redis().rpush("test:chain:naps", f"end {tag} {os.getpid()}")
+    return tag

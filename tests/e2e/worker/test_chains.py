@@ -5,6 +5,8 @@ so "the successor was pushed once" is read from what actually ran."""
 
 from __future__ import annotations
 
+import json
+import random
 import signal
 from typing import Any
 
@@ -14,7 +16,8 @@ import redis
 import cogworker
 from cogworker.settings import Settings
 from cogworker.store import keys
-from tests.support.redis_server import wait_until
+from tests.support.monitor import Monitor
+from tests.support.redis_server import RedisServer, wait_until
 from tests.support.workers import WorkerPool
 
 APP = {"COGWORKER_REQUIRE": "chain_jobs", "COGWORKER_POLL_INTERVAL_S": "0.1", "COGWORKER_CONCURRENCY": "4"}
@@ -125,3 +128,49 @@ def test_many_chains_over_three_processes_run_each_step_exactly_once(
     for n in range(25):  # each chain's steps in order
         mine = [entry for entry in seen if entry.startswith(f"step {n}.") or entry == f"first {n}"]
         assert mine == [f"step {n}.{i}" for i in range(4)] + [f"first {n}"]
+
+
+def test_workers_sigkilled_at_random_moments_push_each_successor_exactly_once(
+    r: redis.Redis, redis_server: RedisServer, configured: Settings, workers: WorkerPool
+) -> None:
+    """Eight chains of four steps over two workers, one of them SIGKILLed (and replaced) six times.
+    Each kill follows a step's start or end record, so some land mid-run and some between a body's
+    end and its ack (those steps run to their end twice). Steps may run again (at least once), but
+    MONITOR shows each step after the first pushed by exactly one script-run LPUSH: a killed run
+    never acknowledges, the run after it does. (An ack that runs twice for one step -- a lost reply
+    tried again, a process declared dead -- is tests/unit/worker/test_chain_step.py's.)"""
+    monitor = Monitor(redis_server.url)
+    try:
+        chains = [cogworker.chain(*(chain_jobs.nap.s(f"{n}.{i}", 0.15) for i in range(4))) for n in range(8)]
+        env = {**APP, **QUICK, "COGWORKER_CONCURRENCY": "2"}
+        live = [workers.start(**env), workers.start(**env)]
+        rng = random.Random(19)
+        for kill in range(1, 7):
+            wait_until(lambda k=kill: r.llen("test:chain:naps") >= 7 * k, timeout=40, message=f"kill {kill}")
+            victim = live.pop(rng.randrange(len(live)))
+            victim.signal(signal.SIGKILL)
+            victim.proc.wait(timeout=5)
+            live.append(workers.start(**env))
+        for chain in chains:
+            assert chain is not None
+            assert finished(chain.id, timeout=90)["state"] == "complete"
+    finally:
+        commands = monitor.stop()
+    pushes: dict[str, int] = {}
+    for command in commands:
+        if (
+            command.source == "lua"
+            and command.name == "LPUSH"
+            and command.args[1].startswith(b"cogworker:queue:")
+        ):
+            for raw in command.args[2:]:
+                jid = json.loads(raw)["jid"]
+                pushes[jid] = pushes.get(jid, 0) + 1
+    later_steps = [jid for chain in chains if chain is not None for jid in chain.jids[1:]]
+    assert {jid: pushes.get(jid, 0) for jid in later_steps} == {jid: 1 for jid in later_steps}
+    ended = runs(r)
+    for n in range(8):  # every step ran to its end, in order within its chain
+        mine = [e for e in ended if e.startswith(f"nap {n}.")]
+        assert sorted(set(mine), key=mine.index) == [f"nap {n}.{i}" for i in range(4)]
+    started = sum(1 for e in r.lrange("test:chain:naps", 0, -1) if e.startswith("start"))
+    print(f"FIGURE chain kills: 6, step runs started {started}, ended {len(ended)}, steps 32")
