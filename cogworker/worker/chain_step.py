@@ -37,7 +37,7 @@ ACK_RETRY_S = 30.0
 _RETRY_FIRST_S = 0.05
 _RETRY_MAX_S = 2.0
 COMPONENT = "ChainAck"
-_outages = Outages()
+outages = Outages()
 _script: tuple[redis.Redis, Script] | None = None
 
 
@@ -133,7 +133,7 @@ def succeeded(
             if wrong is not None:
                 raise key_guard.wrong_type_error(conn, wrong)
         except Exception as exc:
-            _outages.report(COMPONENT, exc)
+            outages.report(COMPONENT, exc)
             if time.monotonic() + wait > deadline:
                 log.error(
                     "chain_ack_failed",
@@ -145,7 +145,7 @@ def succeeded(
             time.sleep(wait)  # a retry's backoff on this job's own thread, not synchronisation
             wait = min(wait * 2, _RETRY_MAX_S)
             continue
-        _outages.recovered(COMPONENT)
+        outages.recovered(COMPONENT)
         if not reply:
             log.info("chain_step_taken_elsewhere", chain=carried["id"], step=carried.get("step"))
             return False

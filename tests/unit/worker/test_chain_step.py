@@ -6,19 +6,21 @@ progress."""
 from __future__ import annotations
 
 import json
+import threading
 
 import chain_jobs
 import pytest
 import redis
 
 import cogworker
+from cogworker.api import client
 from cogworker.settings import Settings, load_settings
-from cogworker.store import keys
+from cogworker.store import keys, scripts
 from cogworker.worker import chain_step
 from cogworker.worker.fetch import Work
 from cogworker.worker.settle import Settler
 from tests.support.inproc import IN_PROGRESS, Runner
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, wait_until
 
 
 @pytest.fixture
@@ -154,3 +156,39 @@ def test_a_step_whose_chain_field_is_unusable_is_acknowledged_as_a_plain_job(
     assert runs(r) == ["step odd0", "step odd1", "step odd2"]
     assert r.llen(IN_PROGRESS) == 0 and r.llen(keys.queue("default")) == 0
     assert r.zcard(keys.DEAD) == 0 and r.zcard(keys.RETRY) == 0
+
+
+def test_an_ack_whose_reply_is_lost_is_tried_again_and_pushes_the_next_step_once(
+    private_redis: RedisServer,
+) -> None:
+    """Redis stops (SIGSTOP) with the ack sent on an open connection: the client times out and tries
+    again until Redis is back. Continued, Redis runs the first ack (its reply goes nowhere), which
+    pushes the next step; the try after it finds the step gone and writes nothing."""
+    settings = load_settings(redis_url=private_redis.url, require="chain_jobs", redis_timeout_s=0.3)
+    client.configure(settings)
+    r = private_redis.client()
+    runner = Runner(settings)
+    pushed = cogworker.chain(chain_jobs.step.s("a"), chain_jobs.step.s("b"))
+    assert pushed is not None
+    raw = r.lmove(keys.queue("default"), IN_PROGRESS, "RIGHT", "LEFT")
+    # The script cached in Redis (a NOSCRIPT reply would make the first try a no-op), and one open
+    # connection in the pool: the ack goes out on it, and is read by Redis once it is continued.
+    runner.client.script_load(scripts.source("chain_ack"))
+    done: list[bool] = []
+    chain_step.outages.reset()
+    private_redis.pause()
+    try:
+        acker = threading.Thread(
+            target=lambda: done.append(
+                chain_step.succeeded(runner.settler, Work("default", raw), json.loads(raw), None, None)
+            )
+        )
+        acker.start()
+        wait_until(lambda: chain_step.outages.down, timeout=10, message="the first try to time out")
+    finally:
+        private_redis.resume()
+    acker.join(timeout=20)
+    assert done == [False]  # the try that got an answer found the step gone
+    [successor] = r.lrange(keys.queue("default"), 0, -1)
+    assert json.loads(successor)["jid"] == pushed.jids[1]
+    assert r.llen(IN_PROGRESS) == 0 and r.get(keys.STAT_PROCESSED) == "1"
