@@ -27,16 +27,24 @@ chromium:
 run: install
 	deploy/run-local.sh
 
-# The suite runs once, under coverage: the pytest process and every Python process it starts (workers,
-# swarms, fork servers and the workers they fork; see [tool.coverage.run] in pyproject.toml) write
-# their data under .coverage-data/, which is combined into the one-line-per-module summary printed at
-# the end. The exit status is pytest's when it fails, else the report's.
+# The suite runs once, under coverage: the pytest processes and every Python process they start
+# (workers, swarms, fork servers and the workers they fork; see [tool.coverage.run] in pyproject.toml)
+# write their data under .coverage-data/, which is combined into the one-line-per-module summary
+# printed at the end. With no PYTEST_ARGS the suite runs as a few pytest streams side by side
+# (tests/run_streams.py says which folders and why); with PYTEST_ARGS, as one pytest over them. The
+# exit status is pytest's when it fails, else the report's.
 COVERAGE_DIR := $(CURDIR)/.coverage-data
 COVERAGE     := COVERAGE_FILE=$(COVERAGE_DIR)/coverage $(BIN)/coverage
 
+ifeq ($(strip $(PYTEST_ARGS)),)
+RUN_TESTS := COVERAGE_FILE=$(COVERAGE_DIR)/coverage COVERAGE_RUN="$(BIN)/coverage run" $(BIN)/python tests/run_streams.py
+else
+RUN_TESTS := $(COVERAGE) run -m pytest -q $(PYTEST_ARGS)
+endif
+
 test: install chromium
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
-	$(COVERAGE) run -m pytest -q $(PYTEST_ARGS); tests=$$?; \
+	$(RUN_TESTS); tests=$$?; \
 	$(COVERAGE) combine -q && $(COVERAGE) report; report=$$?; \
 	if [ $$tests -ne 0 ]; then exit $$tests; fi; exit $$report
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from cogworker.api.registry import JobNotFound
     from cogworker.api.results import JobFailed, ResultTimeout, result
     from cogworker.api.time_limits import JobTimeout
+    from cogworker.api.typed_args import InvalidArguments
     from cogworker.ops.cancel import CancelOutcome
     from cogworker.settings import ConfigError, Settings, load_settings
     from cogworker.store.key_guard import WrongTypeKey
@@ -45,6 +46,7 @@ _LAZY = {
     "JobNotFound": "cogworker.api.registry",
     "JobFailed": "cogworker.api.results",
     "JobTimeout": "cogworker.api.time_limits",
+    "InvalidArguments": "cogworker.api.typed_args",
     "ResultTimeout": "cogworker.api.results",
     "result": "cogworker.api.results",
     "job": "cogworker.api.decorator",
@@ -79,6 +81,7 @@ __all__ = [
     "ConfigError",
     "CurrentJob",
     "Death",
+    "InvalidArguments",
     "JobCancelled",
     "JobFailed",
     "JobFunction",

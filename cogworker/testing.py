@@ -112,6 +112,8 @@ def perform(job: dict[str, Any]) -> None:
     # Only jobs this process registered: it pushed them, so their modules are imported already.
     fn = resolve(job["class"], allowed=())
     args, kwargs = copy.deepcopy(job.get("args", [])), copy.deepcopy(job.get("kwargs", {}))
+    if fn.typed is not None:
+        args, kwargs = fn.typed.load(args, kwargs)
     features.ensure_installed()
     # `cogworker.current_job()` works in a job run here as in a worker (never cancelled, though).
     current, token = current_job.begin(str(job.get("jid") or ""), str(job.get("queue")), job["class"])

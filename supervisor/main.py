@@ -9,16 +9,20 @@ import os
 import selectors
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import structlog
 
 from cogworker import exitcodes, logs
 from supervisor import signals
-from supervisor.config import SwarmConfig
 from supervisor.forkserver_handle import ForkServerHandle
-from supervisor.forkserver_keeper import keeper_for
-from supervisor.integrations.hooks import SwarmHooks
-from supervisor.swarm import Swarm
+
+# The swarm's own modules are imported in main(), once the fork server has been started: the fork
+# server's imports (the worker code, the settings) are the long part of start-up, and this process's
+# imports then run beside them on another core instead of before them (issue 18).
+if TYPE_CHECKING:
+    from supervisor.config import SwarmConfig
+    from supervisor.integrations.hooks import SwarmHooks
 
 log = structlog.get_logger("cogworker.swarm")
 
@@ -117,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"cogworker-swarm: can't start the fork server: {exc}", file=sys.stderr)
         return exitcodes.FAILURE
+    from supervisor.config import SwarmConfig
+    from supervisor.forkserver_keeper import keeper_for
+    from supervisor.swarm import Swarm
+
     code = await_forkserver(server, signal_pipe)
     if code is not None:
         return code

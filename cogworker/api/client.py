@@ -50,6 +50,19 @@ def configure(settings: Settings | None = None, client: redis.Redis | None = Non
         _settings, _redis = new_settings, new_client
 
 
+def close() -> None:
+    """Disconnect the job API's client and its pool (an app shutting down: the FastAPI lifespan helper,
+    cogworker/contrib/fastapi.py). The settings stay; the next push connects again."""
+    global _redis
+    with _lock:
+        conn, _redis = _redis, None
+    if conn is not None:
+        conn.close()
+        pool = getattr(conn, "connection_pool", None)
+        if pool is not None:  # a pool the client was given isn't closed by close()
+            pool.disconnect()
+
+
 def reset_after_fork() -> None:
     """A forked child must not share its parent's sockets.
 
@@ -141,9 +154,34 @@ def push(
     at: float | None = None,
 ) -> str | None:
     """Push one job; returns its jid, or None when a client middleware stopped the push."""
-    job = build_job(name, args, kwargs, queue=queue, options=options, at=at)
+    return send(build_job(name, args, kwargs, queue=queue, options=options, at=at))
+
+
+def send(job: dict[str, Any]) -> str | None:
+    """Push a payload `build_job` made: through the client middleware, then to Redis (or the testing
+    mode's step). Split from `push` so a payload can be built (its arguments checked, its jid known)
+    now and sent later: after a database transaction commits (cogworker/contrib/django/transaction.py)."""
+    deferral = _deferral
+    return send_now(job) if deferral is None else deferral(job, send_now)
+
+
+def send_now(job: dict[str, Any]) -> str | None:
+    """`send`, never deferred."""
     jid: str | None = run_client_chain(job, _push_step or _write_one)
     return jid
+
+
+SendNow = Callable[[dict[str, Any]], str | None]
+# Decides when a push is sent: given the payload and `send_now`, sends it now or arranges to later
+# (returning its jid). Django's transaction-aware pushes install one; None: every push is sent now.
+Deferral = Callable[[dict[str, Any], SendNow], str | None]
+_deferral: Deferral | None = None
+
+
+def install_deferral(deferral: Deferral | None) -> None:
+    """Route every `send` (each perform_async/in/at; not push_bulk) through `deferral` (None: no more)."""
+    global _deferral
+    _deferral = deferral
 
 
 def _write_one(job: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from cogworker import testing
-from cogworker.api import client, features
+from cogworker.api import client, features, typed_args
 from cogworker.api.async_jobs import is_async
 from cogworker.api.payload import DEFAULT_QUEUE
 from cogworker.api.registry import RegisteredJob, register
@@ -36,9 +36,21 @@ class _Pusher:
     options: dict[str, Any]
 
     def _push(self, args: Sequence[Any], kwargs: dict[str, Any], at: float | None) -> str | None:
+        return self.send(self.build(args, kwargs, at))
+
+    def build(self, args: Sequence[Any], kwargs: dict[str, Any], at: float | None = None) -> dict[str, Any]:
+        """The payload a push would write (arguments checked and converted, jid assigned), unsent."""
         features.ensure_installed()
         queue = str(self.options.get("queue") or self.job.queue)
-        return client.push(self.job.name, args, kwargs, queue=queue, options=self.options, at=at)
+        typed = self.job.typed
+        if typed is not None:
+            args, kwargs = typed.dump(args, kwargs)
+        return client.build_job(self.job.name, args, kwargs, queue=queue, options=self.options, at=at)
+
+    def send(self, payload: dict[str, Any]) -> str | None:
+        """Push a payload `build` made. Overridden by pushers that send later (after a database
+        transaction commits: cogworker/contrib/django/transaction.py)."""
+        return client.send(payload)
 
     def perform_async(self, *args: Any, **kwargs: Any) -> str | None:
         return self._push(args, kwargs, None)
@@ -78,6 +90,7 @@ class JobFunction(_Pusher, RegisteredJob):
         self.options = options
         self.is_async = is_async(func)
         functools.update_wrapper(self, func)
+        self.typed = typed_args.plan_for(func, self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -174,4 +187,7 @@ def push_bulk(
     features.ensure_installed()
     options = fn.set(queue=queue).options if queue is not None else dict(fn.options)
     queue_name = str(options.get("queue") or fn.job.queue)
+    typed = fn.job.typed
+    if typed is not None:
+        arg_lists = [typed.dump(args, {})[0] for args in arg_lists]
     return client.push_bulk(fn.job.name, arg_lists, queue=queue_name, options=options, at=at)

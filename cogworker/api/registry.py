@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cogworker.api.typed_args import PlanLater, TypedArgs
 
 
 class JobNotFound(Exception):
@@ -26,6 +29,9 @@ class RegisteredJob:
     options: dict[str, Any]
     # An `async def` job: a worker awaits it on its event loop (api/async_jobs.py).
     is_async: bool = False
+    # Parameters annotated with models, datetimes, UUIDs... (api/typed_args.py): their arguments are
+    # rebuilt before the call. None for a job with none, so a plain job costs one attribute read.
+    typed: TypedArgs | PlanLater | None = None
 
 
 _registry: dict[str, RegisteredJob] = {}

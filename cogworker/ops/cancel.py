@@ -35,7 +35,7 @@ from cogworker.store.scripts import Scripts
 # How long the cancel record keeps an entry, and how many it keeps at most: long enough for a job
 # on a dead process's in-progress list to be recovered (minutes), small enough that a worker reads
 # the whole record at start in one command.
-CANCEL_KEEP_S = 24 * 3600
+CANCEL_KEEP_S = keys.CANCEL_KEEP_S
 CANCEL_MAX = 10_000
 # A job moving while it is cancelled (fetched, come due) is looked for again, this many times.
 ATTEMPTS = 5

@@ -48,6 +48,9 @@ PERIODIC_RUNNING_PREFIX: str
 PERIODIC_ENTRIES: str
 STATUS_PREFIX: str
 CANCELS: str
+# How long a jid stays in the cancel record (CANCELS): ops/cancel.py says why it is kept. Here, not
+# there, so a worker reads it without importing the operator-side modules (start-up time, issue 18).
+CANCEL_KEEP_S = 24 * 3600
 RESULT_PREFIX: str
 RESULT_CHANNEL_PREFIX: str
 CHAIN_PREFIX: str

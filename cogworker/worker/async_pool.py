@@ -28,6 +28,7 @@ from cogworker.api import registry
 from cogworker.worker.async_loop import AsyncLoop
 from cogworker.worker.fetch import Work
 from cogworker.worker.job_mix import JobMix
+from cogworker.worker.reserve import Reserve
 from cogworker.worker.wait_turn import Running
 
 log = structlog.get_logger("cogworker.manager")
@@ -46,6 +47,7 @@ class AsyncHandoff(abc.ABC):
     _async_queued: int
     _async_running: int
     _carriers: list[threading.Thread]
+    _reserve: Reserve
     _stuck: set[int]
     _mix: JobMix
     loop: AsyncLoop
@@ -123,7 +125,7 @@ class AsyncHandoff(abc.ABC):
 
     def _room(self) -> int:
         """How many jobs the next fetch may take (lock held): job_mix.py."""
-        return self._mix.room(self._free_threads(), self._free_async())
+        return self._mix.room(self._free_threads() + self._reserve.extra, self._free_async())
 
     def _give_back_async_unstarted(self) -> None:
         while True:

@@ -23,7 +23,6 @@ from typing import cast
 import structlog
 
 from cogworker.api import current_job
-from cogworker.ops.cancel import CANCEL_KEEP_S
 from cogworker.store import key_guard, keys
 from cogworker.store.redis_context import RedisContext
 
@@ -58,7 +57,7 @@ class CancelWatch:
         if entries:
             newest = max(float(at) for _jid, at in entries)
             self._since = newest if self._since is None else max(self._since, newest)
-            current_job.forget_before(self._since - CANCEL_KEEP_S)
+            current_job.forget_before(self._since - keys.CANCEL_KEEP_S)
         return len(fresh)
 
     def read_guarded(self) -> bool:

@@ -1,11 +1,12 @@
 """The manager: one fetcher thread feeding a fixed pool of job threads.
 
-The fetcher only takes as many jobs as there are idle threads, so a job never waits in this
-process's memory while another process could run it. Jobs it has taken sit on this process's
-in-progress list (reliable fetch) until acknowledged; acknowledgements ride along with the next
-fetch, saving a round trip per job. When the queues run dry and there is only one, the fetcher hands
-the blocking wait (BLMOVE) to an idle job thread, which runs the job it gets itself. When every queue
-it reads is paused it blocks on none of them: it waits for a wake-up (a push or a resume).
+The fetcher takes as many jobs as there are idle threads, a few more while jobs are short (reserve.py),
+so a job never waits long in memory while another process could run it. Jobs it has taken sit on
+this process's in-progress list (reliable fetch) until acknowledged; acknowledgements ride along
+with the next fetch, saving a round trip per job. When the queues run dry and there is only one, the
+fetcher hands the blocking wait (BLMOVE) to an idle job thread, which runs the job it gets itself.
+When every queue it reads is paused it blocks on none of them: it waits for a wake-up (a push or a
+resume).
 
 `async def` jobs run beside the threads, up to COGWORKER_ASYNC_CONCURRENCY at once on the process's
 event loop; async_pool.py sorts fetched jobs by kind and job_mix.py sizes a fetch for both kinds.
@@ -34,6 +35,7 @@ from cogworker.worker.fetch import Fetcher, UnsupportedError, Work
 from cogworker.worker.job_mix import JobMix
 from cogworker.worker.processor import Stats, process
 from cogworker.worker.reconcile import Reconciler
+from cogworker.worker.reserve import Reserve
 from cogworker.worker.settle import Settler
 from cogworker.worker.stuck_jobs import StuckThreads
 from cogworker.worker.wait_turn import BLOCK_TIMEOUT_S, OUTAGE_RETRY_S, Running, WaitTurn, WaitTurnHandoff
@@ -68,6 +70,7 @@ class Manager(WaitTurnHandoff, AsyncHandoff, StuckThreads):
         # What a job thread runs; tests pass their own to make a thread fail outside the processor.
         self._run_job = run_job or self._process
         self._batch_min = max(1, settings.concurrency // 2)
+        self._reserve = Reserve(self._batch_min)
         self._work: queue.SimpleQueue[Work | WaitTurn | None] = queue.SimpleQueue()
         self._cond = threading.Condition()
         self._queued = 0
@@ -193,7 +196,7 @@ class Manager(WaitTurnHandoff, AsyncHandoff, StuckThreads):
                     else:
                         self._queued -= 1
                     self._running[ident] = Running(work, time.time())
-            failed = False
+            failed, began = False, time.monotonic()
             try:
                 self._run_job(work)
             except BaseException:
@@ -210,6 +213,7 @@ class Manager(WaitTurnHandoff, AsyncHandoff, StuckThreads):
                 else:
                     self.reconciler.release(work.raw)
                 with self._cond:
+                    self._reserve.observe(time.monotonic() - began)
                     before = self._room()
                     del self._running[ident]
                     if is_async:

@@ -215,6 +215,8 @@ def _perform(
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise TypeError("payload args must be a list and kwargs an object")
     found = resolve(job["class"], allowed=allowed)
+    if found.typed is not None:
+        args, kwargs = found.typed.load(args, kwargs)
     value = _call(found, args, kwargs, job, work, run_async, limits)
     if kept is not None:
         kept.append(results.success_record(found.name, value))

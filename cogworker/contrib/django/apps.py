@@ -1,0 +1,20 @@
+"""The Django app (`"cogworker.contrib.django"` in INSTALLED_APPS): when Django starts, the job API
+takes its settings from `settings.COGWORKER` (conf.py), and with `"TRANSACTION_AWARE": True` pushes
+inside an atomic block wait for the commit (transaction.py)."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class CogworkerConfig(AppConfig):  # type: ignore[misc]
+    name = "cogworker.contrib.django"
+    label = "cogworker"
+    verbose_name = "cogworker"
+
+    def ready(self) -> None:
+        from cogworker.api import client
+        from cogworker.contrib.django import conf, transaction
+
+        client.configure(conf.load_settings())
+        transaction.use_transaction_aware(conf.transaction_aware())

@@ -1,0 +1,34 @@
+"""FastAPI and Starlette: a lifespan that points the job API at Redis when the app starts and closes
+its connections when it stops (docs/integrations/fastapi.md). It uses only the ASGI lifespan, so it
+serves any Starlette app as well as FastAPI (neither is imported here).
+
+    app = FastAPI(lifespan=cogworker.contrib.fastapi.lifespan)
+    app.mount("/jobs", cogworker.web.create_app())        # the Web UI, with cogworker[web]
+
+With settings of its own: `lifespan=functools.partial(lifespan, settings=my_settings)`; inside a
+lifespan of the app's own: `async with cogworker.contrib.fastapi.lifespan(app): yield`.
+
+Settings are loaded, and checked, at startup: a bad COGWORKER_* value stops the app from starting
+with the same one-line error a worker gives, rather than failing the first request that pushes.
+A push (`perform_async`) is a blocking Redis round trip: call it from a `def` endpoint (FastAPI runs
+those in its threadpool), or from `async def` through `await run_in_threadpool(job.perform_async, ...)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from cogworker.api import client
+from cogworker.settings import Settings, load_settings
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: object = None, *, settings: Settings | None = None) -> AsyncIterator[None]:
+    """Configure the job API (`settings`, else COGWORKER_* from the environment) for the app's life;
+    close the client's pool when the app shuts down."""
+    client.configure(settings or load_settings())
+    try:
+        yield
+    finally:
+        client.close()

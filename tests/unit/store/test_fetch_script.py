@@ -1,0 +1,101 @@
+"""fetch.lua's batch paths, against a real Redis: several acknowledgements come off the in-progress
+list with one LRANGE + LTRIM (+ one RPUSH for a job still running among them), and several jobs move
+with LRANGE + LPUSH + LTRIM, in exactly the order and with exactly the effect of the one-at-a-time
+commands they replace (LREM per ack, LMOVE per job)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from cogworker.store import keys
+from cogworker.store.scripts import Scripts
+
+INPROGRESS = keys.in_progress("me:1:fetch")
+
+
+def fetch(r: redis.Redis, want: int, acks: list[str], queues: tuple[str, ...] = ("default",)) -> list[object]:
+    script_keys = [INPROGRESS, keys.PAUSED, keys.STAT_PROCESSED, keys.stat_processed_day("20261201")]
+    script_keys += [keys.queue(q) for q in queues]
+    args: list[object] = [want, len(acks), *acks, len(queues), *queues]
+    return list(Scripts(r).run("fetch", script_keys, args))
+
+
+def moved(reply: list[object]) -> list[str]:
+    n_bad = int(reply[2])  # type: ignore[call-overload]
+    return [str(raw) for raw in reply[3 + n_bad + 1 :: 2]]
+
+
+def one_at_a_time(r: redis.Redis, want: int, acks: list[str]) -> tuple[int, list[str]]:
+    """What the script replaces: LREM per acknowledgement, LMOVE per job."""
+    acked = sum(int(r.lrem(INPROGRESS, -1, raw)) for raw in acks)
+    got: list[str] = []
+    while len(got) < want:
+        raw = r.lmove(keys.queue("default"), INPROGRESS, "RIGHT", "LEFT")
+        if raw is None:
+            break
+        got.append(str(raw))
+    return acked, got
+
+
+@pytest.mark.parametrize(
+    ("listed", "acks", "want"),
+    [
+        (list("abcdef"), list("fed"), 0),  # the three oldest: trimmed off the tail
+        (list("abcdef"), list("fdc"), 4),  # one still running among them (e) goes back in place
+        (list("abcdef"), list("abf"), 2),  # two outside the window's acknowledged stretch
+        (list("aabbc"), list("cba"), 3),  # copies of one payload: the oldest copy goes first
+        (list("abc"), list("xyz"), 5),  # acknowledgements of jobs no longer listed count nothing
+        (list("abcdefghijklmnopqrst"), list("tsrqa"), 1),  # one far from the tail: an LREM
+    ],
+)
+def test_batch_paths_do_what_one_command_per_job_did(
+    r: redis.Redis, listed: list[str], acks: list[str], want: int
+) -> None:
+    queued = [f"job{i}" for i in range(6)]
+
+    def setup() -> None:
+        r.delete(INPROGRESS, keys.queue("default"), keys.STAT_PROCESSED)
+        if listed:
+            r.rpush(INPROGRESS, *listed)
+        r.rpush(keys.queue("default"), *queued)
+
+    setup()
+    expected_acked, expected_moved = one_at_a_time(r, want, acks)
+    expected_list = r.lrange(INPROGRESS, 0, -1)
+    expected_queue = r.lrange(keys.queue("default"), 0, -1)
+
+    setup()
+    reply = fetch(r, want, acks)
+    assert int(reply[0]) == expected_acked  # type: ignore[call-overload]
+    assert moved(reply) == expected_moved
+    assert r.lrange(INPROGRESS, 0, -1) == expected_list
+    assert r.lrange(keys.queue("default"), 0, -1) == expected_queue
+    assert int(r.get(keys.STAT_PROCESSED) or 0) == expected_acked
+
+
+def test_a_batch_move_spans_queues_in_order_and_stops_at_the_limit(r: redis.Redis) -> None:
+    r.rpush(keys.queue("a"), "a1", "a2")
+    r.rpush(keys.queue("b"), "b1", "b2", "b3", "b4", "b5")
+    reply = fetch(r, 5, [], queues=("a", "b"))
+    # LPUSH-ed jobs are popped from the right: a2 is the oldest of a.
+    assert moved(reply) == ["a2", "a1", "b5", "b4", "b3"]
+    assert r.lrange(keys.queue("b"), 0, -1) == ["b1", "b2"]
+    assert r.lrange(INPROGRESS, 0, -1) == ["b3", "b4", "b5", "a1", "a2"]
+
+
+def test_a_batch_move_onto_a_list_of_the_wrong_type_moves_nothing(r: redis.Redis) -> None:
+    r.set(INPROGRESS, "not a list")
+    r.rpush(keys.queue("default"), "j1", "j2", "j3", "j4")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        fetch(r, 4, [])
+    assert r.lrange(keys.queue("default"), 0, -1) == ["j1", "j2", "j3", "j4"]
+
+
+def test_a_batch_move_from_a_queue_of_the_wrong_type_names_it_and_takes_the_next(r: redis.Redis) -> None:
+    r.set(keys.queue("a"), "not a list")
+    r.rpush(keys.queue("b"), "b1", "b2", "b3")
+    reply = fetch(r, 3, [], queues=("a", "b"))
+    assert int(reply[2]) == 1 and reply[3] == keys.queue("a")  # type: ignore[call-overload]
+    assert moved(reply) == ["b3", "b2", "b1"]
+    assert r.get(keys.queue("a")) == "not a list"
