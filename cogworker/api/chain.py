@@ -51,20 +51,28 @@ class Signature:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     options: dict[str, Any] = field(default_factory=dict)
+    # The job has typed parameters (api/typed_args.py): its arguments were converted by position.
+    typed: bool = False
 
     def set(self, **options: Any) -> Signature:
         features.check_set_options(options)
         queue = str(options.get("queue") or self.queue)
-        return Signature(self.name, queue, self.args, self.kwargs, {**self.options, **options})
+        return Signature(self.name, queue, self.args, self.kwargs, {**self.options, **options}, self.typed)
 
 
 def signature(
-    name: str, default_queue: str, options: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    name: str,
+    default_queue: str,
+    options: dict[str, Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    typed: bool = False,
 ) -> Signature:
     """What `job.s(...)` returns; the arguments are checked now, as a push would."""
     check_arguments(args, kwargs)
     queue = str(options.get("queue") or default_queue)
-    return Signature(name, queue, tuple(args), dict(kwargs), dict(options))
+    return Signature(name, queue, tuple(args), dict(kwargs), dict(options), typed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +126,11 @@ def chain(
     for index, step in enumerate(steps):
         if not isinstance(step, Signature):
             raise TypeError(f"chain step {index} must be a signature (job.s(...)), not {type(step).__name__}")
+        if pass_results and index > 0 and step.typed and step.args:
+            raise TypeError(
+                f"chain step {index} ({step.name}) has typed parameters: with pass_results=True pass its "
+                "arguments by keyword (the previous result takes the first position)"
+            )
         late = sorted(o for o in FIRST_STEP_ONLY if index > 0 and step.options.get(o) is not None)
         if late:
             raise TypeError(

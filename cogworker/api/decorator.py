@@ -69,7 +69,13 @@ class _Pusher:
         """This job with these arguments, not pushed: a step of `cogworker.chain(...)`."""
         from cogworker.api.chain import signature
 
-        return signature(self.job.name, self.job.queue, self.options, args, kwargs)
+        typed = self.job.typed
+        if typed is not None:  # converted now, as a push would (api/typed_args.py)
+            converted, kwargs = typed.dump(args, kwargs)
+            args = tuple(converted)
+        return signature(
+            self.job.name, self.job.queue, self.options, tuple(args), kwargs, typed=typed is not None
+        )
 
 
 class JobSetter(_Pusher):

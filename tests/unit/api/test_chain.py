@@ -5,10 +5,13 @@ chain, and both as the first call of a fresh interpreter configured only by envi
 from __future__ import annotations
 
 import json
+import uuid
+from decimal import Decimal
 
 import chain_jobs
 import pytest
 import redis
+import typed_jobs
 
 import cogworker
 from cogworker import testing
@@ -114,3 +117,18 @@ def test_chain_and_chain_status_as_the_first_calls(r: redis.Redis, redis_server:
     assert (state, steps) == ("running", "['queued', 'pending']")
     assert json.loads(r.lindex(keys.queue("default"), 0))["jid"] == first_jid
     assert r.hget(keys.chain(cid), "pass_results") == "1"
+
+
+def test_typed_arguments_are_converted_as_a_push_converts_them(r: redis.Redis, configured: Settings) -> None:
+    order = typed_jobs.Order(
+        id=uuid.uuid4(), total=Decimal("9.99"), ship_to={"street": "Main", "zip": "1234"}
+    )
+    step = typed_jobs.ship_strict.s(order)
+    assert step.typed and step.args == (
+        {"id": str(order.id), "total": "9.99", "ship_to": {"street": "Main", "zip": "1234"}},
+    )
+    assert cogworker.chain(chain_jobs.step.s("a"), step) is not None
+    with pytest.raises(TypeError, match="pass its arguments by keyword"):
+        cogworker.chain(chain_jobs.step.s("a"), step, pass_results=True)
+    keyword = typed_jobs.ship_strict.s(order=order)
+    assert cogworker.chain(chain_jobs.step.s("a"), keyword, pass_results=True) is not None
