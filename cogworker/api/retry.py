@@ -136,6 +136,14 @@ def on_failure(
     return Filing(keys.DEAD, now, failed)
 
 
+def will_retry(job: dict[str, Any], exc: BaseException, options: Mapping[str, Any] | None = None) -> bool:
+    """Whether `on_failure` would file this failure in retry (not dead): for integrations that
+    report a failure before it is filed (cogworker.contrib). The same count, limit and filters."""
+    previous = retry_count(job)
+    count = previous + 1 if previous is not None else 0
+    return count < retry_limit(job, DEFAULT_RETRIES) and retry_filters.not_retried(options, exc) is None
+
+
 def unreadable(raw: str, queue: str | None, reason: str, now: float | None = None) -> Filing:
     """A payload that isn't a job at all: straight to dead, wrapped so nothing of it is lost (bytes
     that aren't UTF-8 are kept escaped under `raw` and exactly under `raw_base64`)."""
