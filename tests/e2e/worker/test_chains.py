@@ -34,7 +34,7 @@ def runs(r: redis.Redis) -> list[str]:
     return list(r.lrange("test:chain:runs", 0, -1))
 
 
-def finished(cid: str, timeout: float = 30) -> dict[str, Any]:
+def finished(cid: str, timeout: float = 60) -> dict[str, Any]:
     """The chain's status once it is no longer running."""
 
     def ended() -> dict[str, Any] | None:
@@ -146,7 +146,7 @@ def test_workers_sigkilled_at_random_moments_push_each_successor_exactly_once(
         live = [workers.start(**env), workers.start(**env)]
         rng = random.Random(19)
         for kill in range(1, 7):
-            wait_until(lambda k=kill: r.llen("test:chain:naps") >= 7 * k, timeout=40, message=f"kill {kill}")
+            wait_until(lambda k=kill: r.llen("test:chain:naps") >= 7 * k, timeout=60, message=f"kill {kill}")
             victim = live.pop(rng.randrange(len(live)))
             victim.signal(signal.SIGKILL)
             victim.proc.wait(timeout=5)
