@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from cogworker.api.middleware import client_chain, server_chain
 
 if TYPE_CHECKING:
+    from cogworker.api.batch import Batch, BatchClosed, batch, create_batch, current_batch
+    from cogworker.api.batch_status import BatchStatus, batch_status
     from cogworker.api.cancel import cancel
     from cogworker.api.chain import Chain, Signature, chain, chain_status
     from cogworker.api.client import configure
@@ -38,6 +40,13 @@ _LAZY = {
     "chain_status": "cogworker.api.chain",
     "Chain": "cogworker.api.chain",
     "Signature": "cogworker.api.chain",
+    "Batch": "cogworker.api.batch",
+    "BatchClosed": "cogworker.api.batch",
+    "batch": "cogworker.api.batch",
+    "create_batch": "cogworker.api.batch",
+    "current_batch": "cogworker.api.batch",
+    "BatchStatus": "cogworker.api.batch_status",
+    "batch_status": "cogworker.api.batch_status",
     "configure": "cogworker.api.client",
     "Death": "cogworker.api.death",
     "on_death": "cogworker.api.death",
@@ -76,6 +85,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Batch",
+    "BatchClosed",
+    "BatchStatus",
     "CancelOutcome",
     "Chain",
     "ConfigError",
@@ -93,11 +105,15 @@ __all__ = [
     "Signature",
     "WrongTypeKey",
     "__version__",
+    "batch",
+    "batch_status",
     "cancel",
     "chain",
     "chain_status",
     "client_chain",
     "configure",
+    "create_batch",
+    "current_batch",
     "current_job",
     "install_builtin_middleware",
     "job",

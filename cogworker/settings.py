@@ -1,9 +1,8 @@
 """One typed, frozen settings object built from `COGWORKER_*` variables (each is listed, with its
 default, in deploy/cogworker.env.example).
 
-It is built once per command and passed down explicitly; nothing deeper reads the environment.
-A bad value is reported as one line naming the variable and what it accepts, and the command
-exits with CONFIG_ERROR (78) before it does anything else.
+Built once per command and passed down explicitly; nothing deeper reads the environment. A bad value
+is reported as one line naming the variable and what it accepts; the command exits 78 (CONFIG_ERROR).
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from cogworker.prefix_rule import check_key_prefix
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 from cogworker.redact import safe_url
 from cogworker.replication_settings import ReplicationSettings
+from cogworker.workflow_settings import WorkflowSettings
 
 _SCHEMES = ("redis", "rediss", "unix", *redis_sentinel.SCHEMES)
 # A password holding one of these characters ends the URL's host part early, and the rest of it
@@ -69,7 +69,7 @@ def parse_queues(text: str) -> QueueSpec:
     return QueueSpec(tuple(names), tuple(weights) if all(weighted) else None)
 
 
-class Settings(ReplicationSettings):
+class Settings(ReplicationSettings, WorkflowSettings):
     model_config = SettingsConfigDict(
         env_prefix="COGWORKER_",
         env_nested_delimiter="__",

@@ -21,6 +21,7 @@ options that need it at push (`unique`, `unique_for`, `expires_in`) are refused 
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -141,6 +142,11 @@ def chain(
             raise TypeError(f"chain() {name} must be seconds above 0, not {value!r}")
     if not client.redis_in_use():
         raise RuntimeError("chains need Redis: a testing mode (fake, inline) can't run them")
+    batches = sys.modules.get("cogworker.api.batch")  # loaded by whoever opened a batch
+    if batches is not None and batches._open.get() is not None:
+        # Its first step would join the batch, but a chain step is acknowledged by chain_ack.lua,
+        # which doesn't count batch members: the batch would never complete.
+        raise TypeError("chain() inside a batch's block: a chain can't be a batch member (yet)")
     features.ensure_installed()
     cid = new_jid()
     specs = [_step_spec(step, new_jid(), pass_results, result_ttl) for step in steps]

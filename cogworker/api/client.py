@@ -16,7 +16,7 @@ import structlog
 from redis.commands.core import Script
 
 from cogworker import codec
-from cogworker.api import payload
+from cogworker.api import middleware, payload
 from cogworker.api.middleware import abandon, compose_client_chain, run_client_chain
 from cogworker.api.retry_filters import WORKER_SIDE
 from cogworker.settings import Settings, load_settings
@@ -185,6 +185,19 @@ def install_deferral(deferral: Deferral | None) -> None:
 
 
 def _write_one(job: dict[str, Any]) -> str:
+    if not middleware.before_write_hooks:
+        return _write_job(job)
+    undo = middleware.before_write([job])
+    try:
+        return _write_job(job)
+    except replicas.NotReplicated:
+        raise  # written: it stands
+    except BaseException:
+        undo()
+        raise
+
+
+def _write_job(job: dict[str, Any]) -> str:
     """Write one job. A key of the wrong type raises key_guard.WrongTypeKey, naming the key, when the
     job wasn't written; after it was (only the queue registry refused), the push stands. With
     COGWORKER_REDIS_MIN_REPLICAS, a WAIT rides in the same write and replicas.NotReplicated is raised
@@ -261,6 +274,7 @@ def push_bulk(
         chain = compose_client_chain(collect)
         for job in jobs[start : start + BULK_BATCH]:
             jids.append(chain(job))
+        undo = middleware.before_write(batch) if middleware.before_write_hooks and batch else None
         try:
             _write_batch(conn, batch)
         except replicas.NotReplicated:
@@ -269,6 +283,8 @@ def push_bulk(
             # Give back what the chain took for the batch (unique claims, "queued" statuses), or a
             # retried push_bulk would find every job a duplicate of one that was never pushed.
             abandon(batch)
+            if undo is not None:
+                undo()
             raise
     return jids
 

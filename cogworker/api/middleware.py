@@ -64,6 +64,29 @@ def abandon(batch: list[dict[str, Any]]) -> None:
         hook(batch)
 
 
+# Called with jobs that passed the client chain, just before they are written to Redis; returns how to
+# undo what it did should the write fail. Batches (api/batch.py) register their members this way, so
+# a member is counted before it can run. No hook: a push pays one truth test.
+BeforeWriteHook = Callable[[list[dict[str, Any]]], Callable[[], None] | None]
+before_write_hooks: list[BeforeWriteHook] = []
+
+
+def add_before_write_hook(hook: BeforeWriteHook) -> None:
+    if hook not in before_write_hooks:
+        before_write_hooks.append(hook)
+
+
+def before_write(jobs: list[dict[str, Any]]) -> Callable[[], None]:
+    """Run the before-write hooks; returns one undo for all of them."""
+    undos = [undo for hook in before_write_hooks if (undo := hook(jobs)) is not None]
+
+    def undo_all() -> None:
+        for undo in reversed(undos):
+            undo()
+
+    return undo_all
+
+
 def run_client_chain(job: dict[str, Any], push: ClientNext) -> Any:
     return compose_client_chain(push)(job)
 

@@ -15,7 +15,19 @@ import sys
 import redis
 
 from cogworker import exitcodes, logs
-from cogworker.cli import cancel, chains, doctor, enqueue, periodic, processes, queues, sets, status, web
+from cogworker.cli import (
+    batch,
+    cancel,
+    chains,
+    doctor,
+    enqueue,
+    periodic,
+    processes,
+    queues,
+    sets,
+    status,
+    web,
+)
 from cogworker.cli.common import Context, Failure, json_flag
 from cogworker.ops import OpsError
 from cogworker.redact import safe_url
@@ -23,7 +35,7 @@ from cogworker.settings import ConfigError, load_env_file, load_or_exit
 from cogworker.store import key_guard, keys
 from cogworker.store.connection import is_unavailable
 
-VERB_GROUPS = (status, queues, sets, enqueue, cancel, chains, processes, periodic, doctor, web)
+VERB_GROUPS = (status, queues, sets, enqueue, cancel, batch, chains, processes, periodic, doctor, web)
 
 
 def build_parser() -> argparse.ArgumentParser:

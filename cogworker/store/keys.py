@@ -55,6 +55,10 @@ RESULT_PREFIX: str
 RESULT_CHANNEL_PREFIX: str
 CHAIN_PREFIX: str
 WAKE_CHANNEL: str
+BATCHES: str
+BATCH_PREFIX: str
+BATCH_PENDING_PREFIX: str
+BATCH_FAILURES_PREFIX: str
 # The types the key guard expects. Prefix entries cover every key that starts with them.
 EXPECTED_TYPES: dict[str, str]
 EXPECTED_PREFIX_TYPES: dict[str, str]
@@ -69,6 +73,7 @@ def use_prefix(prefix: str) -> None:
     global STAT_FAILED, UNIQUE_PREFIX, PERIODIC_SLOT_PREFIX, PERIODIC_RUNNING_PREFIX, PERIODIC_ENTRIES
     global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL
     global CHAIN_PREFIX
+    global BATCHES, BATCH_PREFIX, BATCH_PENDING_PREFIX, BATCH_FAILURES_PREFIX
     global EXPECTED_TYPES, EXPECTED_PREFIX_TYPES
     PREFIX = prefix
     QUEUE_PREFIX = prefix + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
@@ -106,6 +111,13 @@ def use_prefix(prefix: str) -> None:
     RESULT_CHANNEL_PREFIX = prefix + "result-ready:"  # pub/sub per jid: "its result was just written"
     CHAIN_PREFIX = prefix + "chain:"  # hash per chain, with a TTL: its steps and progress (api/chain.py)
     WAKE_CHANNEL = prefix + "wake"  # pub/sub: "a job was pushed to <queue>", for idle fetchers
+    # Batches (api/batch.py): a hash per batch (counts, times, callbacks), the set of its members not
+    # yet finished, and a hash of its failed members (jid -> error); all expire COGWORKER_BATCH_TTL_S
+    # after it completed. zset: bid -> created, for `cogworker batch list` (trimmed by the same age).
+    BATCHES = prefix + "batches"
+    BATCH_PREFIX = prefix + "batch:"
+    BATCH_PENDING_PREFIX = prefix + "batch-pending:"
+    BATCH_FAILURES_PREFIX = prefix + "batch-failures:"
     EXPECTED_TYPES = {
         QUEUES: "set",
         PAUSED: "set",
@@ -124,6 +136,7 @@ def use_prefix(prefix: str) -> None:
         PERIODIC_ENTRIES: "hash",
         GUARD_REQUESTS: "set",
         CANCELS: "zset",
+        BATCHES: "zset",
     }
     EXPECTED_PREFIX_TYPES = {
         QUEUE_PREFIX: "list",
@@ -140,6 +153,9 @@ def use_prefix(prefix: str) -> None:
         PERIODIC_RUNNING_PREFIX: "string",
         STAT_PROCESSED + ":": "string",  # the per-day counters
         STAT_FAILED + ":": "string",
+        BATCH_PREFIX: "hash",
+        BATCH_PENDING_PREFIX: "set",
+        BATCH_FAILURES_PREFIX: "hash",
     }
 
 
@@ -218,6 +234,18 @@ def result_channel(jid: str) -> str:
 
 def chain(cid: str) -> str:
     return CHAIN_PREFIX + cid
+
+
+def batch(bid: str) -> str:
+    return BATCH_PREFIX + bid
+
+
+def batch_pending(bid: str) -> str:
+    return BATCH_PENDING_PREFIX + bid
+
+
+def batch_failures(bid: str) -> str:
+    return BATCH_FAILURES_PREFIX + bid
 
 
 def quarantine(what: str) -> str:

@@ -150,6 +150,7 @@ NAV = (
     ("/scheduled", "Scheduled"),
     ("/dead", "Dead"),
     ("/periodic", "Periodic"),
+    ("/batches", "Batches"),
 )
 
 

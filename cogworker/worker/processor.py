@@ -99,7 +99,9 @@ def process(
         if "chain" in job:  # a chain step: acked with its successor's push (worker/chain_step.py)
             _chain_step_done(settler, work, job, kept[0] if kept else None, ttl)
         elif ttl is not None and kept:
-            settler.after_result(work.raw, jid, kept[0], ttl, lambda: settler.ack(work.raw, jid))
+            settler.after_result(work.raw, jid, kept[0], ttl, lambda: _ack(settler, work.raw, job))
+        elif "bid" in job or "bcb" in job:
+            settler.ack_member(work.raw, job)  # acked with its count in its batch (api/batch.py)
         else:
             settler.ack(work.raw, jid)
         elapsed = time.perf_counter() - started
@@ -118,6 +120,13 @@ def _chain_step_done(
     from cogworker.worker import chain_step  # imported by the first chain step, never at start
 
     chain_step.succeeded(settler, work, job, record, ttl)
+
+
+def _ack(settler: Settler, raw: str, job: dict[str, Any]) -> None:
+    if "bid" in job or "bcb" in job:
+        settler.ack_member(raw, job)
+    else:
+        settler.ack(raw, str(job.get("jid") or ""))
 
 
 def _end_unrun(
@@ -217,7 +226,13 @@ def _perform(
     found = resolve(job["class"], allowed=allowed)
     if found.typed is not None:
         args, kwargs = found.typed.load(args, kwargs)
-    value = _call(found, args, kwargs, job, work, run_async, limits)
+    if "bid" in job:
+        from cogworker.api.batch import as_member  # only batch members load batches
+
+        with as_member(job):  # cogworker.current_batch() is the member's batch
+            value = _call(found, args, kwargs, job, work, run_async, limits)
+    else:
+        value = _call(found, args, kwargs, job, work, run_async, limits)
     if kept is not None:
         kept.append(results.success_record(found.name, value))
 

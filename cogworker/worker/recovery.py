@@ -254,12 +254,16 @@ class Recovery:
         filing, text = retry.encoded(retry.Filing(keys.DEAD, now, job), raw)
         job = filing.payload
         # Its death notice (api/death.py) goes with the proper entry, in the same swap.
-        swapped = self._scripts.run(
-            "swap_dead",
-            [keys.DEAD, keys.DEATHS],
-            [raw, now, text, death.notice(death.POISON_PILL, text), self._settings.death_notices_max],
-            client=self._client,
-        )
+        args = [raw, now, text, death.notice(death.POISON_PILL, text), self._settings.death_notices_max]
+        if "bid" in job or "bcb" in job:
+            # A batch member: counted dead in its batch by the same swap (loaded only for one).
+            from cogworker.worker.batch_settle import run_filed
+
+            swapped = run_filed(
+                self._client, self._settings, "swap_dead", [keys.DEAD, keys.DEATHS], args, job
+            )
+        else:
+            swapped = self._scripts.run("swap_dead", [keys.DEAD, keys.DEATHS], args, client=self._client)
         wrong = key_guard.script_wrong_type(swapped)
         if wrong is not None:
             raise key_guard.WrongTypeKey(wrong, None)

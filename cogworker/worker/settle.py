@@ -30,12 +30,21 @@ import structlog
 from cogworker import codec
 from cogworker.api import death, results
 from cogworker.api.retry import Filing, encoded, storable
-from cogworker.settings import Settings
 from cogworker.store import key_guard, keys, outcomes
 from cogworker.store.connection import is_unavailable
-from cogworker.store.locks import Locks
 from cogworker.store.redis_context import RedisContext
-from cogworker.store.scripts import Scripts
+
+# Filing helpers, in filing.py; file_unsettled and quarantine_head are imported from here too.
+from cogworker.worker.filing import death_notice, file_unsettled, quarantine_head, run_filing
+
+__all__ = [
+    "PendingFiling",
+    "PendingResult",
+    "Settler",
+    "file_unsettled",
+    "handover_record",
+    "quarantine_head",
+]
 
 log = structlog.get_logger("cogworker.settle")
 
@@ -76,6 +85,7 @@ class Settler:
         self._wrong_type_reported: dict[str, float] = {}
         # Payloads requeued by orphan recovery while this process was silent: settled nowhere.
         self._disowned: Counter[str] = Counter()
+        self._members: Any = None  # batch_settle.MemberAcks, made for the first batch member
 
     @property
     def client(self) -> redis.Redis:
@@ -133,6 +143,16 @@ class Settler:
             return
         self._acks.append((raw, jid))
 
+    def ack_member(self, raw: str, job: dict[str, Any], outcome: str = "ok") -> None:
+        """A batch member's (or callback's) ack, with its count in its batch: one script, sent now."""
+        if self._drop(raw):
+            return
+        if self._members is None:
+            from cogworker.worker.batch_settle import MemberAcks  # only where batches are used
+
+            self._members = MemberAcks(self._client, self._settings, self._outages, self._in_progress)
+        self._members.ack(raw, job, outcome)
+
     def end_unrun(self, raw: str, job: dict[str, Any], outcome: str) -> None:
         """A job that ended without running (expired, cancelled): counted in Redis, its locks (a
         unique claim) released, then acknowledged like a finished one. The count and the release are
@@ -142,7 +162,10 @@ class Settler:
         jid = str(job.get("jid") or "")
         outcomes.record(self._client, outcome, jid)
         self._locks.release_terminal(job)
-        self.ack(raw, jid)
+        if "bid" in job or "bcb" in job:
+            self.ack_member(raw, job, outcome)
+        else:
+            self.ack(raw, jid)
 
     def take_acks(self) -> list[tuple[str, str]]:
         taken: list[tuple[str, str]] = []
@@ -213,7 +236,8 @@ class Settler:
         jid = str(filing.payload.get("jid") or "")
         # A job filed in dead gets its death notice (api/death.py) in the same script.
         notice_keys, notice_args = death_notice(self._settings, death.cause_of(filing.payload), text, dead)
-        reply = self._scripts.run(
+        reply = run_filing(
+            (self._client, self._scripts, self._settings),
             "settle",
             [
                 self._in_progress,
@@ -232,7 +256,7 @@ class Settler:
                 time.time() - self._settings.dead_timeout_s,
                 *notice_args,
             ],
-            client=self._client,
+            filing.payload if dead else {},
         )
         wrong = key_guard.script_wrong_type(reply)
         if wrong is not None:
@@ -256,6 +280,8 @@ class Settler:
 
     def retry_pending(self) -> None:
         if self._pending_results and not self._retry_results():
+            return
+        if self._members is not None and not self._members.retry():
             return
         with self._lock:
             pending, self._pending = self._pending, []
@@ -283,6 +309,8 @@ class Settler:
         jobs stay on the in-progress list until then, and a reconcile (reconcile.py) keeps them."""
         with self._lock:
             pending = [item.raw for item in self._pending] + [item.raw for item in self._pending_results]
+        if self._members is not None:
+            pending += self._members.holding()
         # list() copies the deque in one step under the GIL, safe against a job thread's append.
         return [raw for raw, _jid in list(self._acks)] + pending
 
@@ -328,69 +356,3 @@ def handover_record(filing: Filing, text: str) -> str:
     """The JSON of {set, score, payload}, around the payload's text as already encoded (encoding it
     again could only fail, where the filing's own encoding was made safe)."""
     return f'{{"set":{codec.dumps(filing.set_key)},"score":{codec.dumps(filing.score)},"payload":{text}}}'
-
-
-def file_unsettled(client: redis.Redis, scripts: Scripts, settings: Settings, locks: Locks) -> int:
-    """File the records stopping processes handed over. A record that can't be filed (not JSON, or
-    naming a set that isn't one of ours) is quarantined for a human with a TTL, so it neither blocks
-    the records behind it nor is silently deleted."""
-    filed = 0
-    for record in client.lrange(keys.UNSETTLED, 0, 99):
-        entry = codec.loads_dict(record)
-        valid = (
-            entry is not None
-            and entry.get("set") in (keys.RETRY, keys.DEAD, keys.SCHEDULE)
-            and isinstance(entry.get("score"), int | float)
-            and isinstance(entry.get("payload"), dict)
-        )
-        if not valid or entry is None:
-            quarantine_head(client, settings, keys.UNSETTLED, str(record), "unsettled")
-            continue
-        payload: dict[str, Any] = entry["payload"]
-        try:
-            text = codec.dumps(payload)
-        except codec.EncodeError:
-            # Not one we handed over (those are encoded safely): set aside like any unusable record.
-            quarantine_head(client, settings, keys.UNSETTLED, str(record), "unsettled")
-            continue
-        notice_keys, notice_args = death_notice(
-            settings, death.cause_of(payload), text, entry["set"] == keys.DEAD
-        )
-        done = scripts.run(
-            "file_unsettled",
-            [keys.UNSETTLED, entry["set"], keys.orphanings(str(payload.get("jid") or "")), *notice_keys],
-            [record, entry["score"], text, *notice_args],
-            client=client,
-        )
-        wrong = key_guard.script_wrong_type(done)
-        if wrong is not None:
-            # The head stays where it is (the records behind it wait their turn) until the guard
-            # has moved the key aside.
-            log.error("unsettled_filing_stopped_by_wrong_type_key", key=wrong)
-            key_guard.request(client, wrong)
-            break
-        if done:
-            filed += 1
-            if entry["set"] == keys.DEAD:
-                locks.release_terminal(payload)
-    return filed
-
-
-def death_notice(settings: Settings, cause: str, text: str, dead: bool) -> tuple[list[str], list[Any]]:
-    """The extra keys and arguments a filing script takes to push a death notice: none unless the
-    filing is in dead."""
-    if not dead:
-        return [], []
-    return [keys.DEATHS], [death.notice(cause, text), settings.death_notices_max]
-
-
-def quarantine_head(client: redis.Redis, settings: Settings, list_key: str, record: str, what: str) -> None:
-    """Move one unusable record aside (its own key, with a TTL) and log it for a human. Written aside
-    before it is taken off the list: MULTI keeps the commands before a failing one, so a removal
-    first would lose the record if the write failed."""
-    target = keys.quarantine(f"{what}:{time.time():.6f}")
-    pipe = client.pipeline(transaction=True)
-    pipe.set(target, record, ex=int(settings.quarantine_ttl_s))
-    pipe.lrem(list_key, 1, record)
-    pipe.execute()
-    log.error("record_quarantined", source=list_key, key=target, record=codec.escape(record[:200]))

@@ -88,7 +88,7 @@ class Workers:
         self.procs.append(proc)
         return proc
 
-    def identity(self, proc: subprocess.Popen[bytes], timeout: float = 15) -> str:
+    def identity(self, proc: subprocess.Popen[bytes], timeout: float = 45) -> str:
         """The identity of `proc` once it has beaten (its presence hash exists)."""
 
         def find() -> str | None:

@@ -72,7 +72,7 @@ class NotifyListener:
             return list(self._received)
 
     def wait(
-        self, predicate: Callable[[Datagram], bool], *, after: int = 0, timeout: float = 15, what: str = ""
+        self, predicate: Callable[[Datagram], bool], *, after: int = 0, timeout: float = 45, what: str = ""
     ) -> int:
         """Index of the first datagram from `after` on that satisfies `predicate`."""
 

@@ -20,7 +20,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.01, message: str = "condition"):  # type: ignore[no-untyped-def]
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.01, message: str = "condition"):  # type: ignore[no-untyped-def]
     """Poll `predicate` until it returns something truthy, or fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:

@@ -106,7 +106,7 @@ class Swarm:
         return [e for e in self.events(name, **match) if e.get("role") == "swarm"]
 
     def wait_event(
-        self, name: str, count: int = 1, timeout: float = 15, **match: Any
+        self, name: str, count: int = 1, timeout: float = 45, **match: Any
     ) -> list[dict[str, Any]]:
         return wait_until(
             lambda: (found := self.supervisor_events(name, **match)) and len(found) >= count and found,
@@ -115,7 +115,7 @@ class Swarm:
             message=f"{count}x {name} {match or ''} in the swarm log:\n{self.tail()}",
         )
 
-    def wait_ready(self, ready: int | None = None, timeout: float = 15) -> None:
+    def wait_ready(self, ready: int | None = None, timeout: float = 45) -> None:
         """Until the latest capacity line says every slot (or `ready` of them) is ready."""
         want = ready if ready is not None else int(self.env["COGWORKER_COUNT"])
 

@@ -72,7 +72,7 @@ class Worker:
     def events_named(self, name: str) -> list[dict[str, Any]]:
         return [e for e in self.events() if e.get("event") == name]
 
-    def identity(self, timeout: float = 15) -> str:
+    def identity(self, timeout: float = 45) -> str:
         """This worker's identity, from its `worker_ready` line: a job can start before that line is
         written, so a test that saw the job start must still wait for it."""
         deadline = time.monotonic() + timeout

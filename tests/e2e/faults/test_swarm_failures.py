@@ -118,13 +118,14 @@ def test_respawn_backoff_doubles_while_a_slot_dies_young_and_resets_after_a_heal
     swarm.wait_ready()
     assert r.llen("test:crash_plan") == 0
 
-    # The delays were honoured: each respawn came no sooner than scheduled (and not much later).
+    # The delays were honoured: each respawn came no sooner than scheduled, and not much later (the
+    # fork itself took 0.76 s once on a machine loaded by three test streams and other work).
     exits = swarm.supervisor_events("child_exited")
     starts = swarm.supervisor_events("child_started")[1:]
     assert [e["reason"] for e in exits] == ["crash"] * 6 and all(e["exit_code"] == 7 for e in exits)
     for exit_event, start_event, plan in zip(exits, starts, scheduled, strict=True):
         gap = at(start_event) - at(exit_event)
-        assert plan["delay_s"] - 0.05 <= gap <= plan["delay_s"] + 0.5, (plan, gap)
+        assert plan["delay_s"] - 0.05 <= gap <= plan["delay_s"] + 1.0, (plan, gap)
     assert swarm.stop() == exitcodes.OK
 
 

@@ -20,6 +20,7 @@ import redis
 import web_showcase
 from playwright.sync_api import Page
 
+import cogworker
 from cogworker import codec
 from cogworker.ops import periodic as periodic_ops
 from cogworker.ops import processes as process_ops
@@ -87,8 +88,12 @@ def fill(r: redis.Redis, swarm: Swarm) -> dict[str, str]:
     wait_until(
         lambda: len(periodic_ops.entries(r)) == 2, timeout=15, message="the periodic entries registered"
     )
+    # A batch the swarm runs: one member fails (and is retried), the others succeed.
+    with cogworker.batch("nightly import: 40 shops", on_complete=demo_jobs.record) as batch:
+        cogworker.push_bulk(demo_jobs.record, [(f"shop-{i}",) for i in range(39)])
+        demo_jobs.boom.perform_async("shop 17: feed unreachable")
     dead_key = set_ops.entry_key(now, "d" + "0" * 23)
-    return {"dead_key": dead_key, "jid": str(declined[0]), "dead_jid": "d" + "0" * 23}
+    return {"dead_key": dead_key, "jid": str(declined[0]), "dead_jid": "d" + "0" * 23, "bid": batch.bid}
 
 
 def show_live_chart(page: Page) -> None:
@@ -120,6 +125,8 @@ def test_every_page_at_desktop_and_phone_width(
         "dead": "/dead",
         "dead-entry": f"/dead/{quote(names['dead_key'], safe='')}",
         "periodic": "/periodic",
+        "batches": "/batches",
+        "batch": f"/batches/{names['bid']}",
         "job": f"/jobs/{names['jid']}",
         # A jid of digits (all as wide as each other): the widest a jid title gets, on every run.
         "job-dead": f"/jobs/{names['dead_jid']}",
@@ -143,6 +150,8 @@ def test_every_page_at_desktop_and_phone_width(
     assert "paused" in p.inner_text('#queues tr[data-queue="reports"]').lower()
     p.goto("/periodic")
     assert p.locator("#periodic tr[data-entry]").count() == 2
+    p.goto("/batches")
+    assert p.locator("#batches tr[data-bid]").count() == 1
 
 
 def background_luminance(page: Page) -> float:

@@ -132,3 +132,9 @@ def test_typed_arguments_are_converted_as_a_push_converts_them(r: redis.Redis, c
         cogworker.chain(chain_jobs.step.s("a"), step, pass_results=True)
     keyword = typed_jobs.ship_strict.s(order=order)
     assert cogworker.chain(chain_jobs.step.s("a"), keyword, pass_results=True) is not None
+
+
+def test_a_chain_inside_a_batch_block_is_refused(r: redis.Redis, configured: Settings) -> None:
+    with cogworker.batch(description="outer"), pytest.raises(TypeError, match="can't be a batch member"):
+        cogworker.chain(chain_jobs.step.s("a"))
+    assert r.keys(keys.chain("*")) == [] and r.llen(keys.queue("default")) == 0

@@ -36,6 +36,9 @@ BUILDERS = {
     "result_channel": ("jid1",),
     "chain": ("cid1",),
     "quarantine": ("what",),
+    "batch": ("bid1",),
+    "batch_pending": ("bid1",),
+    "batch_failures": ("bid1",),
 }
 
 

@@ -1,0 +1,287 @@
+"""Batches: a set of jobs run as one unit, with callbacks when it is done (like Sidekiq Pro's).
+
+    with cogworker.batch(description="import 42", on_complete=report, on_success=publish) as b:
+        for row in rows:
+            import_row.perform_async(row)          # every push in the block is a member
+        cogworker.push_bulk(index_row, [(r,) for r in rows])
+
+A member is registered in Redis (its jid in the batch's pending set) before it is pushed, by a hook
+run just before the write (api/middleware.py `before_write`), and carries its batch in its payload
+(`bid`; with nested batches `bup`, the parents; `bq`, the callbacks' queues). A worker acknowledges
+a member through batch_ack.lua and files it in dead through the batch variant of settle.lua, which
+record its end in the same atomic step (store/batch_scripts.py): the count is per jid, so a member
+that runs twice counts once. The `with` block holds the batch: nothing is decided before it closes.
+
+Callbacks are ordinary jobs, pushed by the script that decides: `on_complete` when every member
+succeeded or went to dead (or ended unrun: expired, cancelled), `on_success` when every member
+succeeded, `on_death` at the first member to go to dead. Each gets `(bid, *callback_args)` (or
+`(bid, **callback_args)` for a dict). A batch created inside another's block is one member of it;
+its callbacks become members of the parent too, so a parent completes after its children and their
+callbacks.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from cogworker import codec
+from cogworker.api import client, middleware
+from cogworker.api.decorator import JobFunction, JobSetter
+from cogworker.api.payload import new_jid
+from cogworker.store import batch_scripts, key_guard, keys
+
+KINDS = ("success", "complete", "death")
+Callback = JobFunction | JobSetter
+
+
+class BatchClosed(Exception):
+    """The batch is complete (or expired): no member can be added to it any more."""
+
+    def __init__(self, bid: str) -> None:
+        super().__init__(f"batch {bid} is complete or gone: no job can join it")
+        self.bid = bid
+
+
+class Batch:
+    """A batch: `bid`, its parents (`up`, nearest first) and its callbacks' queues (`queues`, its own
+    and its parents'), which every member carries so a worker can reach each level in one script."""
+
+    __slots__ = ("bid", "queues", "up")
+
+    def __init__(self, bid: str, up: Sequence[str] = (), queues: Sequence[str] = ()) -> None:
+        self.bid = bid
+        self.up = list(up)
+        self.queues = list(queues)
+
+    def __repr__(self) -> str:
+        return f"<batch {self.bid}>"
+
+    @contextmanager
+    def jobs(self) -> Iterator[Batch]:
+        """Add members: every push in the block joins this batch (from a member job, or any code while
+        the batch is not complete). The block holds the batch open until it ends."""
+        if not client.redis_in_use():  # a testing mode: nothing to track
+            yield self
+            return
+        _run_open(self, "hold")
+        token = _open.set(self)
+        try:
+            yield self
+        finally:
+            _open.reset(token)
+            _close(self)
+
+    def add(self, fn: Callback, *args: Any, **kwargs: Any) -> str | None:
+        """Push one job as a member of this batch; returns its jid."""
+        with self.jobs():
+            return fn.perform_async(*args, **kwargs)
+
+    def status(self) -> Any:
+        from cogworker.api.batch_status import batch_status
+
+        return batch_status(self.bid)
+
+
+# The batch whose block is open in this context (pushes join it), and the batch of the member job
+# running in this context (`current_batch()`).
+_open: contextvars.ContextVar[Batch | None] = contextvars.ContextVar("cogworker_open_batch", default=None)
+_running: contextvars.ContextVar[Batch | None] = contextvars.ContextVar("cogworker_member_of", default=None)
+
+
+def current_batch() -> Batch | None:
+    """The batch of the member job running now (None outside one): `current_batch().add(...)`."""
+    return _running.get()
+
+
+@contextmanager
+def as_member(job: dict[str, Any]) -> Iterator[None]:
+    """Around a member job's body (worker/processor.py): `current_batch()` is its batch."""
+    token = _running.set(Batch(str(job["bid"]), _strings(job.get("bup")), _strings(job.get("bq"))))
+    try:
+        yield
+    finally:
+        _running.reset(token)
+
+
+@contextmanager
+def batch(
+    description: str = "",
+    *,
+    on_success: Callback | None = None,
+    on_complete: Callback | None = None,
+    on_death: Callback | None = None,
+    callback_args: Sequence[Any] | dict[str, Any] = (),
+) -> Iterator[Batch]:
+    """Open a batch: jobs pushed in the block are its members. Inside another batch's open block (its
+    `with`, or `b.jobs()`), the new batch is a member of that one. Under a testing mode (no Redis)
+    the block only runs: nothing is tracked and no callback is pushed."""
+    if not client.redis_in_use():
+        yield Batch(new_jid())
+        return
+    new = create(description, on_success=on_success, on_complete=on_complete, on_death=on_death,
+                 callback_args=callback_args, parent=_open.get())  # fmt: skip
+    token = _open.set(new)
+    try:
+        yield new
+    finally:
+        # Closed even when the block raised: its members were pushed and will run; the batch
+        # completes when they end.
+        _open.reset(token)
+        _close(new)
+
+
+def create(
+    description: str = "",
+    *,
+    on_success: Callback | None = None,
+    on_complete: Callback | None = None,
+    on_death: Callback | None = None,
+    callback_args: Sequence[Any] | dict[str, Any] = (),
+    parent: Batch | None = None,
+) -> Batch:
+    """Create a batch held open (close it with `close`): the step under `batch()`, for code that
+    builds batches itself (a chain's group step). Prefer `batch()`."""
+    if not isinstance(description, str):
+        raise TypeError(f"description must be a str, not {type(description).__name__}")
+    bid = new_jid()
+    up = [parent.bid, *parent.up] if parent is not None else []
+    fields: dict[str, str] = {
+        "description": description,
+        "parent": up[0] if up else "",
+        "up": codec.dumps(up),
+    }
+    own_queues: list[str] = []
+    for kind, fn in (("success", on_success), ("complete", on_complete), ("death", on_death)):
+        if fn is None:
+            continue
+        text, queue, jid = _callback(fn, kind, bid, callback_args, parent)
+        fields |= {
+            f"cb:{kind}": text,
+            f"cbq:{kind}": queue,
+            f"cbjid:{kind}": jid,
+            f"cbstate:{kind}": "waiting",
+        }
+        own_queues.append(queue)
+    queues = sorted({*own_queues, *(parent.queues if parent is not None else [])})
+    fields["queues"] = codec.dumps(queues)
+    new = Batch(bid, up, queues)
+    settings = client.settings()
+    args: list[Any] = ["new", repr(time.time()), bid, fields["parent"], time.time() - settings.batch_ttl_s]
+    for name, value in fields.items():
+        args += [name, value]
+    if not _run_open(new, "new", args_override=args):
+        raise BatchClosed(up[0])
+    return new
+
+
+def close(target: Batch) -> None:
+    """Release a hold `create` or `Batch.jobs` took: completes the batch if nothing is pending."""
+    _close(target)
+
+
+def create_batch(
+    members: Iterable[tuple[Callback, Sequence[Any]]],
+    description: str = "",
+    **callbacks: Any,
+) -> str:
+    """Create a batch of `members` ((job, args) pairs) with `batch()`'s callbacks; returns its bid.
+    Usable anywhere, a job's body included."""
+    with batch(description, **callbacks) as made:
+        for fn, args in members:
+            fn.perform_async(*args)
+    return made.bid
+
+
+def _callback(
+    fn: Callback, kind: str, bid: str, callback_args: Sequence[Any] | dict[str, Any], parent: Batch | None
+) -> tuple[str, str, str]:
+    """The callback's payload as stored (a JSON object without its closing brace: the script adds the
+    push time), its queue and its jid."""
+    if not isinstance(fn, JobFunction | JobSetter):
+        raise TypeError(f"on_{kind} takes a job (or job.set(...)), not {type(fn).__name__}")
+    if isinstance(callback_args, dict):
+        args, kwargs = [bid], dict(callback_args)
+    else:
+        args, kwargs = [bid, *callback_args], {}
+    options = dict(fn.options)
+    queue = str(options.get("queue") or fn.job.queue)
+    job = client.build_job(fn.job.name, args, kwargs, queue=queue, options=options, at=None)
+    job["bcb"] = [bid, kind]
+    if parent is not None:
+        job["bid"] = parent.bid
+        if parent.up:
+            job["bup"] = parent.up
+        if parent.queues:
+            job["bq"] = parent.queues
+    job.pop("enqueued_at", None)
+    text = codec.dumps(job)
+    return text[: text.rindex("}")], queue, str(job["jid"])
+
+
+def _run_open(
+    target: Batch, mode: str, jids: Sequence[str] = (), args_override: list[Any] | None = None
+) -> bool:
+    parent = target.up[0] if target.up else None
+    script_keys = [
+        keys.batch(target.bid),
+        keys.batch_pending(target.bid),
+        keys.BATCHES,
+        keys.batch(parent) if parent else keys.batch(target.bid),
+        keys.batch_pending(parent) if parent else keys.batch_pending(target.bid),
+    ]
+    args = args_override or [mode, repr(time.time()), target.bid, "", 0, *jids]
+    conn = client.connection()
+    reply = batch_scripts.run(conn, "batch_open", script_keys, args)
+    wrong = key_guard.script_wrong_type(reply)
+    if wrong is not None:
+        raise key_guard.wrong_type_error(conn, wrong)
+    if not reply and mode != "new":
+        raise BatchClosed(target.bid)
+    return bool(reply)
+
+
+def _close(target: Batch) -> None:
+    conn = client.connection()
+    script_keys, args = batch_scripts.close_layout(
+        target.bid, target.up, target.queues, client.settings().batch_ttl_s
+    )
+    reply = batch_scripts.run(conn, "batch_close", script_keys, args)
+    wrong = key_guard.script_wrong_type(reply)
+    if wrong is not None:
+        raise key_guard.wrong_type_error(conn, wrong)
+
+
+def _register(jobs: list[dict[str, Any]]) -> Any:
+    """Before-write hook: jobs pushed while a batch's block is open join it, registered first."""
+    target = _open.get()
+    if target is None:
+        return None
+    for job in jobs:
+        job["bid"] = target.bid
+        if target.up:
+            job["bup"] = target.up
+        if target.queues:
+            job["bq"] = target.queues
+    jids = [str(job["jid"]) for job in jobs]
+    _run_open(target, "add", jids)
+
+    def undo() -> None:
+        # The jobs were not written: they leave the batch (the block still holds it, so nothing is
+        # decided meanwhile).
+        pipe = client.connection().pipeline(transaction=True)
+        pipe.srem(keys.batch_pending(target.bid), *jids)
+        pipe.hincrby(keys.batch(target.bid), "total", -len(jids))
+        pipe.execute()
+
+    return undo
+
+
+def _strings(value: Any) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+middleware.add_before_write_hook(_register)

@@ -1,0 +1,59 @@
+-- Create a batch, or hold an open one and register members about to be pushed to it.
+--
+-- KEYS[1]  the batch's hash
+-- KEYS[2]  the batch's pending set
+-- KEYS[3]  <prefix>batches (zset: bid -> created, for listing)
+-- KEYS[4]  the parent batch's hash (KEYS[1] again when there is none)
+-- KEYS[5]  the parent batch's pending set (KEYS[2] again when there is none)
+-- ARGV[1]  "new" (create the batch, held by its `with` block), "hold" (one more block holds it) or
+--          "add" (register members: the jids in ARGV[6 ..])
+-- ARGV[2]  now (epoch seconds)
+-- ARGV[3]  the bid
+-- ARGV[4]  ("new") the parent's bid, or ""
+-- ARGV[5]  ("new") entries older than this score are trimmed from <prefix>batches
+-- ARGV[6 ..]  ("new") field, value pairs for the batch's hash; ("add") the jids
+-- Returns 1, 0 when the batch (or, for "new", its parent) is gone or complete (nothing changed), or
+-- {"wrongtype", key}.
+--
+-- Members are registered before they are pushed, so none can end before it is counted; a batch is
+-- held while a block pushes to it, so it can't complete between two of its pushes.
+for _, want in ipairs({{KEYS[1], "hash"}, {KEYS[2], "set"}, {KEYS[3], "zset"}, {KEYS[4], "hash"}, {KEYS[5], "set"}}) do
+  local kind = redis.call("TYPE", want[1])["ok"]
+  if kind ~= want[2] and kind ~= "none" then
+    return {"wrongtype", want[1]}
+  end
+end
+local function open(hash)
+  return redis.call("EXISTS", hash) == 1 and redis.call("HEXISTS", hash, "completed_at") == 0
+end
+local mode = ARGV[1]
+if mode == "new" then
+  local parent = ARGV[4]
+  if parent ~= "" and not open(KEYS[4]) then
+    return 0
+  end
+  redis.call("HSET", KEYS[1], "created_at", ARGV[2], "holds", 1, "total", 0, "done", 0, "failed", 0, "dead", 0)
+  for i = 6, #ARGV, 2 do
+    redis.call("HSET", KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+  redis.call("ZADD", KEYS[3], ARGV[2], ARGV[3])
+  redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", "(" .. ARGV[5])  -- not a key: a score bound
+  if parent ~= "" then
+    redis.call("SADD", KEYS[5], "b:" .. ARGV[3])  -- not a key: the member name of a child batch
+    redis.call("HINCRBY", KEYS[4], "total", 1)
+  end
+  return 1
+end
+if not open(KEYS[1]) then
+  return 0
+end
+if mode == "hold" then
+  redis.call("HINCRBY", KEYS[1], "holds", 1)
+  return 1
+end
+local added = 0
+for i = 6, #ARGV do
+  added = added + redis.call("SADD", KEYS[2], ARGV[i])
+end
+redis.call("HINCRBY", KEYS[1], "total", added)
+return 1

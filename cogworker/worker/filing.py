@@ -1,0 +1,104 @@
+"""Filing into the job sets outside a settler: the records stopping processes handed over
+(cogworker:unsettled), quarantining an unusable record, and the parts of a filing script's call every
+filing shares (its death notice; a batch member's count: worker/batch_settle.py)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+import structlog
+
+from cogworker import codec
+from cogworker.api import death
+from cogworker.settings import Settings
+from cogworker.store import key_guard, keys
+from cogworker.store.locks import Locks
+from cogworker.store.scripts import Scripts
+
+log = structlog.get_logger("cogworker.settle")
+
+
+def file_unsettled(client: redis.Redis, scripts: Scripts, settings: Settings, locks: Locks) -> int:
+    """File the records stopping processes handed over. A record that can't be filed (not JSON, or
+    naming a set that isn't one of ours) is quarantined for a human with a TTL, so it neither blocks
+    the records behind it nor is silently deleted."""
+    filed = 0
+    for record in client.lrange(keys.UNSETTLED, 0, 99):
+        entry = codec.loads_dict(record)
+        valid = (
+            entry is not None
+            and entry.get("set") in (keys.RETRY, keys.DEAD, keys.SCHEDULE)
+            and isinstance(entry.get("score"), int | float)
+            and isinstance(entry.get("payload"), dict)
+        )
+        if not valid or entry is None:
+            quarantine_head(client, settings, keys.UNSETTLED, str(record), "unsettled")
+            continue
+        payload: dict[str, Any] = entry["payload"]
+        try:
+            text = codec.dumps(payload)
+        except codec.EncodeError:
+            # Not one we handed over (those are encoded safely): set aside like any unusable record.
+            quarantine_head(client, settings, keys.UNSETTLED, str(record), "unsettled")
+            continue
+        notice_keys, notice_args = death_notice(
+            settings, death.cause_of(payload), text, entry["set"] == keys.DEAD
+        )
+        done = run_filing(
+            (client, scripts, settings),
+            "file_unsettled",
+            [keys.UNSETTLED, entry["set"], keys.orphanings(str(payload.get("jid") or "")), *notice_keys],
+            [record, entry["score"], text, *notice_args],
+            payload if entry["set"] == keys.DEAD else {},
+        )
+        wrong = key_guard.script_wrong_type(done)
+        if wrong is not None:
+            # The head stays where it is (the records behind it wait their turn) until the guard
+            # has moved the key aside.
+            log.error("unsettled_filing_stopped_by_wrong_type_key", key=wrong)
+            key_guard.request(client, wrong)
+            break
+        if done:
+            filed += 1
+            if entry["set"] == keys.DEAD:
+                locks.release_terminal(payload)
+    return filed
+
+
+def run_filing(
+    via: tuple[redis.Redis, Scripts, Settings],
+    name: str,
+    keys_: list[str],
+    args: list[Any],
+    dead: dict[str, Any],
+) -> Any:
+    """Run filing script `name`; `dead` is the payload filed in dead (else empty). A batch member's
+    death is counted in its batch by the same script (worker/batch_settle.py, loaded only for one)."""
+    client, scripts, settings = via
+    if "bid" in dead or "bcb" in dead:
+        from cogworker.worker.batch_settle import run_filed
+
+        return run_filed(client, settings, name, keys_, args, dead)
+    return scripts.run(name, keys_, args, client=client)
+
+
+def death_notice(settings: Settings, cause: str, text: str, dead: bool) -> tuple[list[str], list[Any]]:
+    """The extra keys and arguments a filing script takes to push a death notice: none unless the
+    filing is in dead."""
+    if not dead:
+        return [], []
+    return [keys.DEATHS], [death.notice(cause, text), settings.death_notices_max]
+
+
+def quarantine_head(client: redis.Redis, settings: Settings, list_key: str, record: str, what: str) -> None:
+    """Move one unusable record aside (its own key, with a TTL) and log it for a human. Written aside
+    before it is taken off the list: MULTI keeps the commands before a failing one, so a removal
+    first would lose the record if the write failed."""
+    target = keys.quarantine(f"{what}:{time.time():.6f}")
+    pipe = client.pipeline(transaction=True)
+    pipe.set(target, record, ex=int(settings.quarantine_ttl_s))
+    pipe.lrem(list_key, 1, record)
+    pipe.execute()
+    log.error("record_quarantined", source=list_key, key=target, record=codec.escape(record[:200]))
