@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from cogworker.api.batch import Batch, BatchClosed, batch, create_batch, current_batch
     from cogworker.api.batch_status import BatchStatus, batch_status
     from cogworker.api.cancel import cancel
+    from cogworker.api.chain import Chain, Signature, chain, chain_status
     from cogworker.api.client import configure
     from cogworker.api.current_job import CurrentJob, JobCancelled, current_job
     from cogworker.api.death import Death, on_death
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LAZY = {
+    "chain": "cogworker.api.chain",
+    "chain_status": "cogworker.api.chain",
+    "Chain": "cogworker.api.chain",
+    "Signature": "cogworker.api.chain",
     "Batch": "cogworker.api.batch",
     "BatchClosed": "cogworker.api.batch",
     "batch": "cogworker.api.batch",
@@ -94,6 +99,7 @@ __all__ = [
     "BatchClosed",
     "BatchStatus",
     "CancelOutcome",
+    "Chain",
     "ConfigError",
     "CurrentJob",
     "Death",
@@ -107,11 +113,14 @@ __all__ = [
     "OverLimit",
     "ResultTimeout",
     "Settings",
+    "Signature",
     "WrongTypeKey",
     "__version__",
     "batch",
     "batch_status",
     "cancel",
+    "chain",
+    "chain_status",
     "client_chain",
     "configure",
     "create_batch",

@@ -7,13 +7,16 @@ import functools
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from cogworker import testing
 from cogworker.api import client, features, typed_args
 from cogworker.api.async_jobs import is_async
 from cogworker.api.payload import DEFAULT_QUEUE
 from cogworker.api.registry import RegisteredJob, register
+
+if TYPE_CHECKING:
+    from cogworker.api.chain import Signature
 
 
 def _seconds_from_now(when: dt.datetime | float | int) -> float:
@@ -61,6 +64,18 @@ class _Pusher:
 
     def perform_at(self, when: dt.datetime | float, *args: Any, **kwargs: Any) -> str | None:
         return self._push(args, kwargs, _seconds_from_now(when))
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This job with these arguments, not pushed: a step of `cogworker.chain(...)`."""
+        from cogworker.api.chain import signature
+
+        typed = self.job.typed
+        if typed is not None:  # converted now, as a push would (api/typed_args.py)
+            converted, kwargs = typed.dump(args, kwargs)
+            args = tuple(converted)
+        return signature(
+            self.job.name, self.job.queue, self.options, tuple(args), kwargs, typed=typed is not None
+        )
 
 
 class JobSetter(_Pusher):

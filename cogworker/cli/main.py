@@ -18,6 +18,7 @@ from cogworker import exitcodes, logs
 from cogworker.cli import (
     batch,
     cancel,
+    chains,
     doctor,
     enqueue,
     limiter,
@@ -35,7 +36,20 @@ from cogworker.settings import ConfigError, load_env_file, load_or_exit
 from cogworker.store import key_guard, keys
 from cogworker.store.connection import is_unavailable
 
-VERB_GROUPS = (status, queues, sets, enqueue, cancel, batch, processes, periodic, limiter, doctor, web)
+VERB_GROUPS = (
+    status,
+    queues,
+    sets,
+    enqueue,
+    cancel,
+    batch,
+    chains,
+    processes,
+    periodic,
+    limiter,
+    doctor,
+    web,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

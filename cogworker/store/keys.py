@@ -57,6 +57,7 @@ CANCELS: str
 CANCEL_KEEP_S = 24 * 3600
 RESULT_PREFIX: str
 RESULT_CHANNEL_PREFIX: str
+CHAIN_PREFIX: str
 WAKE_CHANNEL: str
 BATCHES: str
 BATCH_PREFIX: str
@@ -76,6 +77,7 @@ def use_prefix(prefix: str) -> None:
     global LIVE_QUEUES, ORPHANINGS_PREFIX, UNSETTLED, QUARANTINE_PREFIX, GUARD_REQUESTS, STAT_PROCESSED
     global STAT_FAILED, UNIQUE_PREFIX, PERIODIC_SLOT_PREFIX, PERIODIC_RUNNING_PREFIX, PERIODIC_ENTRIES
     global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL
+    global CHAIN_PREFIX
     global BATCHES, BATCH_PREFIX, BATCH_PENDING_PREFIX, BATCH_FAILURES_PREFIX
     global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL, LIMITER_PREFIX
     global EXPECTED_TYPES, EXPECTED_PREFIX_TYPES
@@ -113,6 +115,7 @@ def use_prefix(prefix: str) -> None:
     CANCELS = prefix + "cancels"
     RESULT_PREFIX = prefix + "result:"  # string per jid, with a TTL: a job's kept result (api/results.py)
     RESULT_CHANNEL_PREFIX = prefix + "result-ready:"  # pub/sub per jid: "its result was just written"
+    CHAIN_PREFIX = prefix + "chain:"  # hash per chain, with a TTL: its steps and progress (api/chain.py)
     WAKE_CHANNEL = prefix + "wake"  # pub/sub: "a job was pushed to <queue>", for idle fetchers
     # Batches (api/batch.py): a hash per batch (counts, times, callbacks), the set of its members not
     # yet finished, and a hash of its failed members (jid -> error); all expire COGWORKER_BATCH_TTL_S
@@ -155,6 +158,7 @@ def use_prefix(prefix: str) -> None:
         UNIQUE_PREFIX: "string",
         STATUS_PREFIX: "hash",
         RESULT_PREFIX: "string",
+        CHAIN_PREFIX: "hash",
         PERIODIC_SLOT_PREFIX: "string",
         PERIODIC_RUNNING_PREFIX: "string",
         STAT_PROCESSED + ":": "string",  # the per-day counters
@@ -239,6 +243,10 @@ def result(jid: str) -> str:
 
 def result_channel(jid: str) -> str:
     return RESULT_CHANNEL_PREFIX + jid
+
+
+def chain(cid: str) -> str:
+    return CHAIN_PREFIX + cid
 
 
 def batch(bid: str) -> str:

@@ -99,7 +99,9 @@ def process(
         if not (getattr(exc, "cogworker_reschedule", False) and _put_back(work, job, exc, settler, stats)):
             _file_failure(work, job, exc, settler, stats, time.perf_counter() - started, ttl)
     else:
-        if ttl is not None and kept:
+        if "chain" in job:  # a chain step: acked with its successor's push (worker/chain_step.py)
+            _chain_step_done(settler, work, job, kept[0] if kept else None, ttl)
+        elif ttl is not None and kept:
             settler.after_result(work.raw, jid, kept[0], ttl, lambda: _ack(settler, work.raw, job))
         elif "bid" in job or "bcb" in job:
             settler.ack_member(work.raw, job)  # acked with its count in its batch (api/batch.py)
@@ -113,6 +115,14 @@ def process(
     finally:
         current_job.end(current, token)
         structlog.contextvars.unbind_contextvars("jid", "job", "queue")
+
+
+def _chain_step_done(
+    settler: Settler, work: Work, job: dict[str, Any], record: str | None, ttl: float | None
+) -> None:
+    from cogworker.worker import chain_step  # imported by the first chain step, never at start
+
+    chain_step.succeeded(settler, work, job, record, ttl)
 
 
 def _ack(settler: Settler, raw: str, job: dict[str, Any]) -> None:
@@ -203,6 +213,10 @@ def _file_failure(
         settler.after_result(work.raw, jid, record, result_ttl, lambda: settler.file(work.raw, filing))
     else:
         settler.file(work.raw, filing)
+    if filing.dead and "chain" in job:
+        from cogworker.worker import chain_step
+
+        chain_step.died(settler.client, job, filing.payload)
     stats.failed += 1
     stats.jobs.add(work.queue, job["class"], elapsed, failed=True, dead=filing.dead)
     log.warning(

@@ -91,6 +91,10 @@ class Settler:
     def client(self) -> redis.Redis:
         return self._client
 
+    @property
+    def in_progress_key(self) -> str:
+        return self._in_progress
+
     # Jobs requeued while this process was declared dead -------------------------------------
     def disown(self, raws: Counter[str]) -> None:
         """On the fetcher thread: these held jobs (once per copy) are no longer on our list. Their

@@ -115,8 +115,10 @@ def run_everything(url: str, r: redis.Redis, swarms: SwarmRunner) -> None:
         slot_app.sleeper.perform_async("s")
         queued = slot_app.record.set(queue="unread").perform_async("never")
         print("CANCELS", cogworker.cancel(queued).case, cogworker.cancel("nobody").case)
+        print("CHAIN", cogworker.chain(slot_app.record.s("chain-1"), slot_app.record.s("chain-2")).id)
     """
     out = first_call(code, url, timeout=60, COGWORKER_KEY_PREFIX=PREFIX).splitlines()
+    [chain_id] = [line.split()[1] for line in out if line.startswith("CHAIN")]
     assert [line for line in out if line.startswith(("RESULT", "CANCELS"))] == [
         "RESULT 5",
         "CANCELS queued not_found",
@@ -133,6 +135,8 @@ def run_everything(url: str, r: redis.Redis, swarms: SwarmRunner) -> None:
         "u",
         "t",
         "orphan",
+        "chain-1",
+        "chain-2",
     }
     wait_until(lambda: wanted <= {str(t).split()[0] for t in r.lrange("test:ran", 0, -1)}, timeout=60)
     wait_until(
@@ -154,6 +158,7 @@ def run_everything(url: str, r: redis.Redis, swarms: SwarmRunner) -> None:
         ["cancel", "nobody2"],
         ["enqueue", "slot_app.record", '["cli"]'],
         ["recover-orphans"],
+        ["chain", "show", chain_id],
     ):
         done = cli(url, *argv)
         assert done.returncode in (0, 1), (argv, done.stderr)  # doctor may WARN/FAIL, cancel not find

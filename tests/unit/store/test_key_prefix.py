@@ -34,6 +34,7 @@ BUILDERS = {
     "status": ("jid1",),
     "result": ("jid1",),
     "result_channel": ("jid1",),
+    "chain": ("cid1",),
     "quarantine": ("what",),
     "batch": ("bid1",),
     "batch_pending": ("bid1",),

@@ -1,0 +1,181 @@
+"""Chains: `cogworker.chain(a.s(1), b.s(2), c.s())` runs each step after the previous one succeeded.
+
+`job.s(*args, **kwargs)` (or `job.set(...).s(...)`) makes a `Signature`: a job, its arguments and
+options, not pushed. `chain(...)` checks every step, writes the chain's record (`chain:<cid>`, a
+hash: the steps with the jids they will run under, and progress), then pushes the first step at
+once, through the client middleware like any push, and returns a `Chain` (its id, every step's jid).
+
+Every step's payload carries a `chain` field: the chain id, its index, the steps still to come and
+whether results are passed. Only such a payload takes the chain path in a worker
+(worker/chain_step.py): its success is acknowledged by `chain_ack.lua`, which takes the job off the
+in-progress list and, only if it was still there, pushes the next step and records the progress,
+in one atomic step. A step that runs twice (its process died before the ack) therefore pushes its
+successor once. A step that goes to dead stops the chain; `chain_status(cid)` reports it.
+
+With `pass_results=True` each step after the first gets the previous step's return value as its
+first positional argument (as Celery's chains do); the steps then keep their results
+(`result_ttl`, a day unless a step or `result_ttl=` says otherwise), which is where the value is
+taken from at the ack. Later steps are pushed by a worker, not through the client middleware, so
+options that need it at push (`unique`, `unique_for`, `expires_in`) are refused on them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from cogworker import codec
+from cogworker.api import client, features
+from cogworker.api.payload import check_arguments, new_jid
+from cogworker.api.retry_filters import WORKER_SIDE
+from cogworker.store import keys
+
+# How long a chain's record is kept after its last change (a step done, the chain's end).
+DEFAULT_TTL_S = 7 * 24 * 3600.0
+# The results kept by steps of a chain that passes results, unless a step says otherwise.
+DEFAULT_RESULT_TTL_S = 24 * 3600.0
+MAX_STEPS = 1000
+# Options applied by the client middleware at push: a later step is pushed by a worker's ack script.
+FIRST_STEP_ONLY = ("unique", "unique_for", "expires_in")
+# The payload field that puts a job on the chain path (worker/chain_step.py).
+FIELD = "chain"
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """A job with its arguments and options, not pushed: one step of a chain."""
+
+    name: str
+    queue: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    options: dict[str, Any] = field(default_factory=dict)
+    # The job has typed parameters (api/typed_args.py): its arguments were converted by position.
+    typed: bool = False
+
+    def set(self, **options: Any) -> Signature:
+        features.check_set_options(options)
+        queue = str(options.get("queue") or self.queue)
+        return Signature(self.name, queue, self.args, self.kwargs, {**self.options, **options}, self.typed)
+
+
+def signature(
+    name: str,
+    default_queue: str,
+    options: dict[str, Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    typed: bool = False,
+) -> Signature:
+    """What `job.s(...)` returns; the arguments are checked now, as a push would."""
+    check_arguments(args, kwargs)
+    queue = str(options.get("queue") or default_queue)
+    return Signature(name, queue, tuple(args), dict(kwargs), dict(options), typed)
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """A chain that was pushed: its id and the jid each step runs under, in order."""
+
+    id: str
+    jids: tuple[str, ...]
+
+    @property
+    def first_jid(self) -> str:
+        return self.jids[0]
+
+
+def _step_spec(sig: Signature, jid: str, pass_results: bool, result_ttl: float) -> dict[str, Any]:
+    # As a push does (client.build_job): retry filters are code, read by the worker from the job.
+    options = {
+        k: v for k, v in sig.options.items() if k != "queue" and k not in WORKER_SIDE and v is not None
+    }
+    # Tracked, so chain_status can tell a step queued, running, retrying or dead.
+    options["status"] = True
+    default_ttl = client.settings().result_ttl_s
+    if default_ttl is not None and "result_ttl" not in options:
+        options["result_ttl"] = (
+            default_ttl  # COGWORKER_RESULT_TTL_S, applied at push as client.build_job does
+        )
+    if pass_results:
+        kept = options.get("result_ttl", result_ttl)
+        if not kept:
+            raise TypeError(
+                f"{sig.name}: pass_results=True needs its steps to keep their result (result_ttl)"
+            )
+        options["result_ttl"] = kept
+    return {"class": sig.name, "queue": sig.queue, "args": list(sig.args), "kwargs": sig.kwargs,
+            "jid": jid, "options": options}  # fmt: skip
+
+
+def chain(
+    *steps: Signature,
+    pass_results: bool = False,
+    result_ttl: float = DEFAULT_RESULT_TTL_S,
+    ttl_s: float = DEFAULT_TTL_S,
+) -> Chain | None:
+    """Push a chain: the first step now, each next one when the previous one succeeded. Returns the
+    chain (id, jids), or None when a client middleware stopped the first step's push (nothing of the
+    chain is left in Redis then)."""
+    if not steps:
+        raise TypeError("chain() needs at least one step")
+    if len(steps) > MAX_STEPS:
+        raise TypeError(f"chain() takes at most {MAX_STEPS} steps, not {len(steps)}")
+    for index, step in enumerate(steps):
+        if not isinstance(step, Signature):
+            raise TypeError(f"chain step {index} must be a signature (job.s(...)), not {type(step).__name__}")
+        if pass_results and index > 0 and step.typed and step.args:
+            raise TypeError(
+                f"chain step {index} ({step.name}) has typed parameters: with pass_results=True pass its "
+                "arguments by keyword (the previous result takes the first position)"
+            )
+        late = sorted(o for o in FIRST_STEP_ONLY if index > 0 and step.options.get(o) is not None)
+        if late:
+            raise TypeError(
+                f"chain step {index} ({step.name}): {', '.join(late)} only apply to the first step"
+            )
+    for name, value in (("ttl_s", ttl_s), ("result_ttl", result_ttl)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 10 * 365 * 86400:
+            raise TypeError(f"chain() {name} must be seconds above 0, not {value!r}")
+    if not client.redis_in_use():
+        raise RuntimeError("chains need Redis: a testing mode (fake, inline) can't run them")
+    batches = sys.modules.get("cogworker.api.batch")  # loaded by whoever opened a batch
+    if batches is not None and batches._open.get() is not None:
+        # Its first step would join the batch, but a chain step is acknowledged by chain_ack.lua,
+        # which doesn't count batch members: the batch would never complete.
+        raise TypeError("chain() inside a batch's block: a chain can't be a batch member (yet)")
+    features.ensure_installed()
+    cid = new_jid()
+    specs = [_step_spec(step, new_jid(), pass_results, result_ttl) for step in steps]
+    conn = client.connection()
+    record = keys.chain(cid)
+    meta = [{"class": s["class"], "queue": s["queue"], "jid": s["jid"]} for s in specs]
+    pipe = conn.pipeline(transaction=True)
+    pipe.hset(record, mapping={"steps": codec.dumps(meta), "created_at": repr(time.time()),
+                               "done": 0, "state": "running", "pass_results": int(pass_results)})  # fmt: skip
+    pipe.expire(record, int(ttl_s))
+    pipe.execute()
+    first = specs[0]
+    carried = {"id": cid, "step": 0, "next": specs[1:], "pass": pass_results, "ttl": int(ttl_s)}
+    options = {**first["options"], FIELD: carried, "jid": first["jid"]}
+    try:
+        jid = client.push(
+            first["class"], first["args"], first["kwargs"], queue=first["queue"], options=options
+        )
+    except BaseException:
+        conn.delete(record)
+        raise
+    if jid is None:
+        conn.delete(record)
+        return None
+    return Chain(cid, tuple(s["jid"] for s in specs))
+
+
+def chain_status(cid: str) -> dict[str, Any] | None:
+    """The chain's state and each step's (see ops/chains.py), or None for an unknown or expired id."""
+    from cogworker.ops.chains import chain_status as read
+
+    return read(client.connection(), cid)

@@ -1,0 +1,73 @@
+-- Acknowledge a chain step that succeeded and push the chain's next step, in one atomic step.
+--
+-- KEYS[1]  the in-progress list the step was fetched onto (basic fetch, which keeps none: the
+--          chain's record again, with ARGV[9] = "0")
+-- KEYS[2]  <prefix>stat:processed
+-- KEYS[3]  <prefix>stat:processed:<today>
+-- KEYS[4]  the step's orphan counter (it ran to the end: its count is moot)
+-- KEYS[5]  the chain's record, <prefix>chain:<cid> (a hash)
+-- KEYS[6]  the step's result key, <prefix>result:<jid>
+-- KEYS[7]  the step's result channel, <prefix>result-ready:<jid>
+-- KEYS[8]  (only with a next step) the next step's queue
+-- KEYS[9]  (only with a next step) <prefix>queues
+-- KEYS[10] (only with a next step) the wake-up channel, <prefix>wake
+-- ARGV[1]  the raw payload as fetched
+-- ARGV[2]  the step's index in the chain (0 is the first)
+-- ARGV[3]  the step's result record ("": it keeps none)
+-- ARGV[4]  the result's TTL in milliseconds
+-- ARGV[5]  the next step's payload ("": this was the last step)
+-- ARGV[6]  the next step's queue name
+-- ARGV[7]  how long the chain's record is kept after this change, in seconds
+-- ARGV[8]  the caller's clock (epoch seconds), recorded as the step's end
+-- ARGV[9]  "1": only the run whose LREM takes the job off KEYS[1] writes; "0" (basic fetch, BRPOP:
+--          the job was only in the worker's memory, at most once already): no list to check
+-- Returns 1 when the step was acknowledged (and its successor pushed), 0 when it was no longer in
+-- progress (another run of it, or recovery, took it: nothing is written, so a step that ran twice
+-- pushes its successor once), or {"wrongtype", key} (nothing changed: the caller tries again later).
+--
+-- Only the run whose LREM takes the job off the list pushes: that is what makes the successor's
+-- push exactly-once however often the step itself runs. Every key's type is checked before the
+-- removal, so the writes after it can't fail half way.
+local gated = ARGV[9] == "1"
+local wanted = {{KEYS[2], "string"}, {KEYS[3], "string"}, {KEYS[5], "hash"}}
+if gated then
+  wanted[#wanted + 1] = {KEYS[1], "list"}
+end
+local successor = ARGV[5] ~= ""
+if successor then
+  wanted[#wanted + 1] = {KEYS[8], "list"}
+  wanted[#wanted + 1] = {KEYS[9], "set"}
+end
+for _, want in ipairs(wanted) do
+  local kind = redis.call("TYPE", want[1])["ok"]
+  if kind ~= want[2] and kind ~= "none" then
+    return {"wrongtype", want[1]}
+  end
+end
+if gated and redis.call("LREM", KEYS[1], -1, ARGV[1]) == 0 then
+  return 0
+end
+redis.call("DEL", KEYS[4])
+redis.call("INCR", KEYS[2])
+if redis.call("INCR", KEYS[3]) == 1 then
+  redis.call("EXPIRE", KEYS[3], 60 * 60 * 24 * 365)
+end
+if ARGV[3] ~= "" then
+  -- SET replaces a key of any type: nothing to check first.
+  redis.call("SET", KEYS[6], ARGV[3], "PX", ARGV[4])
+  redis.call("PUBLISH", KEYS[7], ARGV[3])
+end
+local index = tonumber(ARGV[2])
+local ended = "done_at:" .. index  -- not a key: a field of the chain's hash
+redis.call("HSET", KEYS[5], ended, ARGV[8], "done", index + 1)
+if successor then
+  redis.call("LPUSH", KEYS[8], ARGV[5])
+  redis.call("SADD", KEYS[9], ARGV[6])
+  redis.call("PUBLISH", KEYS[10], ARGV[6])
+  -- A step an operator retried out of dead carries the chain on: it runs again.
+  redis.call("HSET", KEYS[5], "state", "running")
+else
+  redis.call("HSET", KEYS[5], "state", "complete", "completed_at", ARGV[8])
+end
+redis.call("EXPIRE", KEYS[5], tonumber(ARGV[7]))
+return 1
