@@ -1,18 +1,22 @@
 """Giving concurrent slots back from jobs without a round trip of their own.
 
 A job's `with lim:` ends by handing its token here, so the job thread never waits on the release.
-The next acquire of the same limiter in this process carries the tokens waiting (`take`: the acquire
-script releases them first), so under load a job with a concurrent limiter costs one extra round
-trip, its acquire (`make bench`). What no acquire carried within CARRY_WINDOW_S is given back by
-one background thread, one script call per limiter name. A slot is given back a little later than it
-could be, never sooner, so the limit holds. Outside a job the release is made at once
-(api/limiter.py): a script that ends right after its `with` leaves no slot held. A release that
-fails (Redis away) is logged and dropped: the leases end those slots.
+The next acquire of the same limiter in this process takes it over (`reuse`) when its lease is still
+fresh: the slot passes from one job to the next with no round trip at all (api/limiter.py registers
+each lease REUSE longer than asked, so every holder still has its whole lease). Otherwise that
+acquire carries the tokens waiting (`take`: the acquire script releases them first), so a job costs
+at most one extra round trip, and under load far fewer (`make bench`). What no acquire took within
+CARRY_WINDOW_S is given back by one background thread, one script call per limiter name. A slot is
+given back a little later than it could be, never sooner, and a token is taken over by one acquire
+at most, so the limit holds. Outside a job the release is made at once (api/limiter.py): a script
+that ends right after its `with` leaves no slot held. A release that fails (Redis away) is logged and
+dropped: the leases end those slots.
 """
 
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import threading
 import time
@@ -32,15 +36,24 @@ class Releases:
     def __init__(self, release: Release) -> None:
         self._release = release
         self._lock = threading.Lock()
-        # name -> [(when it was given back, monotonic; token)]
-        self._pending: dict[str, list[tuple[float, str]]] = {}
+        # name -> [(when it was given back, monotonic; token; when its lease began, monotonic)]
+        self._pending: dict[str, list[tuple[float, str, float]]] = {}
         self._wake = threading.Event()
         self._owner: tuple[int, threading.Thread] | None = None
         atexit.register(self.flush)
+        os.register_at_fork(after_in_child=self._forget)
 
-    def add(self, name: str, token: str) -> None:
+    def _forget(self) -> None:
+        # A forked child must neither take over nor give back its parent's slots (the parent does),
+        # and may have been forked while another thread held the lock.
+        self._lock = threading.Lock()
+        self._pending = {}
+
+    def add(self, name: str, token: str, leased_at: float = -math.inf) -> None:
+        """`token` of `name` given back; `leased_at` (monotonic): when its lease began on Redis
+        (at the latest), for `reuse`. The default: never taken over, only released."""
         with self._lock:
-            self._pending.setdefault(name, []).append((time.monotonic(), token))
+            self._pending.setdefault(name, []).append((time.monotonic(), token, leased_at))
             owner = self._owner
             if owner is None or owner[0] != os.getpid() or not owner[1].is_alive():
                 # First use in this process (or in a forked child, which has no thread of its parent).
@@ -55,7 +68,26 @@ class Releases:
         if not self._pending:  # almost always, outside a worker: no lock
             return []
         with self._lock:
-            return [token for _at, token in self._pending.pop(name, [])]
+            return [token for _at, token, _leased in self._pending.pop(name, [])]
+
+    def reuse(self, name: str, prefix: str, leased_after: float) -> tuple[str, float] | None:
+        """A token of `name` waiting to be given back whose lease began after `leased_after` and
+        that starts with `prefix` (the same limit and lease), taken out: (token, when its lease
+        began). The newest is taken, so the most of its lease is left."""
+        if not self._pending:
+            return None
+        with self._lock:
+            tokens = self._pending.get(name)
+            if not tokens:
+                return None
+            fresh = [i for i, (_at, t, at) in enumerate(tokens) if at > leased_after and t.startswith(prefix)]
+            if not fresh:
+                return None
+            best = max(fresh, key=lambda i: tokens[i][2])
+            _at, token, leased_at = tokens.pop(best)
+            if not tokens:
+                del self._pending[name]
+            return token, leased_at
 
     def _run(self) -> None:
         wake = self._wake
@@ -72,7 +104,7 @@ class Releases:
         wait for the oldest of all to reach that age); True when others are still waiting."""
         if older_than:
             with self._lock:
-                oldest = min((at for tokens in self._pending.values() for at, _ in tokens), default=None)
+                oldest = min((at for tokens in self._pending.values() for at, _t, _l in tokens), default=None)
             if oldest is None:
                 return False
             time.sleep(max(0.0, oldest + older_than - time.monotonic()))
@@ -80,7 +112,7 @@ class Releases:
         with self._lock:
             # A name with a token due goes whole: its round trip is made anyway.
             due = {
-                name: [t for _, t in tokens]
+                name: [t for _, t, _leased in tokens]
                 for name, tokens in self._pending.items()
                 if tokens[0][0] <= cutoff
             }

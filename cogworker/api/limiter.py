@@ -29,19 +29,17 @@ import itertools
 import math
 import os
 import socket
-import threading
 import time
 import uuid
 from types import TracebackType
 from typing import Any, ClassVar
 
-import redis
 import structlog
-from redis.commands.core import Script
 
 from cogworker.api import client, current_job
 from cogworker.api.limit_release import Releases
-from cogworker.store import key_guard, keys, scripts
+from cogworker.api.limit_scripts import LimitScripts
+from cogworker.store import keys
 
 log = structlog.get_logger("cogworker.limiter")
 
@@ -55,6 +53,9 @@ _HOST = socket.gethostname()
 # A holder's token is host:pid:jid:<_RUN>-<serial>: unique without a random draw per acquire.
 _RUN = uuid.uuid4().hex[:8]
 _serial = itertools.count()
+# The most a concurrent lease is registered beyond `lease_s` (at most a tenth of it), so a slot
+# given back can pass to the process's next holder without a round trip (ConcurrentLimiter).
+REUSE_MS = 250
 
 
 class OverLimit(Exception):
@@ -104,32 +105,7 @@ def _check_name(name: Any) -> str:
     return name
 
 
-class _Scripts:
-    """The limiter scripts, bound to the job API's client (rebuilt after a fork or `configure`)."""
-
-    def __init__(self) -> None:
-        self._mutex = threading.Lock()
-        self._bound: tuple[int, redis.Redis, dict[str, Script]] | None = None
-
-    def run(self, name: str, names: list[str], args: list[Any]) -> list[Any]:
-        conn = client.connection()
-        bound = self._bound
-        if bound is None or bound[0] != os.getpid() or bound[1] is not conn:
-            with self._mutex:
-                found = {
-                    n: conn.register_script(scripts.source(n))
-                    for n in ("limit_concurrent", "limit_window", "limit_bucket")
-                }
-                bound = self._bound = (os.getpid(), conn, found)
-        reply = bound[2][name](keys=names, args=args, client=conn)
-        wrong = key_guard.script_wrong_type(reply)
-        if wrong is not None:
-            key_guard.request(conn, wrong)
-            raise key_guard.wrong_type_error(conn, wrong)
-        return list(reply)
-
-
-_scripts = _Scripts()
+_scripts = LimitScripts()
 
 
 class Limiter:
@@ -193,9 +169,15 @@ class ConcurrentLimiter(Limiter):
         super().__init__(name, wait_timeout=wait_timeout, max_wait_s=max_wait_s)
         self.limit = int(_number("limit", limit, whole=True))
         self.lease_ms = max(1, round(_number("lease_s", lease_s) * 1000))
-        # The tokens this context holds, innermost last: one limiter object is shared by every
-        # thread (and async task) that enters it, each holding its own slot.
-        self._held: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+        # Each lease is registered this much longer than asked, so that a slot given back within
+        # it can pass to this process's next holder with no round trip (api/limit_release.py) and
+        # every holder still has its whole lease; a dead holder's slot comes back that much later.
+        self.reuse_ms = min(REUSE_MS, self.lease_ms // 10)
+        self._prefix = f"{self.limit}|{self.lease_ms}|"
+        # The tokens this context holds with when their lease began (monotonic, at the latest),
+        # innermost last: one limiter object is shared by every thread (and async task) that
+        # enters it, each holding its own slot.
+        self._held: contextvars.ContextVar[tuple[tuple[str, float], ...]] = contextvars.ContextVar(
             f"limiter-{name}", default=()
         )
 
@@ -203,18 +185,29 @@ class ConcurrentLimiter(Limiter):
         return f"{self.limit} at once, leases of {self.lease_ms / 1000:g} s"
 
     def _attempt(self) -> tuple[bool, float]:
+        now = time.monotonic()
+        if self.reuse_ms:
+            # A slot this process's last holder gave back, its lease younger than the extra it was
+            # given: this holder has at least lease_ms of it left. No round trip.
+            reused = _releases.reuse(self.name, self._prefix, now - self.reuse_ms / 1000)
+            if reused is not None:
+                self._held.set((*self._held.get(), reused))
+                return True, 0.0
         running = current_job.running_job()
         holder = f"{_HOST}:{os.getpid()}:{running.jid if running else '-'}:{_RUN}-{next(_serial)}"
-        token = f"{self.limit}|{self.lease_ms}|{holder}"  # what `cogworker limiter show` reads
+        token = self._prefix + holder  # what `cogworker limiter show` reads
         carried = _releases.take(self.name)  # slots this process's jobs gave back: freed first
+        # Only a job's slot waits to be given back, so only a job's lease gets the extra to pass on.
+        extra_ms = self.reuse_ms if running is not None else 0
         try:
-            passed, wait_ms, _held = self._run("acquire", token, self.limit, self.lease_ms, carried)
+            passed, wait_ms, _n = self._run("acquire", token, self.limit, self.lease_ms + extra_ms, carried)
         except BaseException:
             for given_back in carried:
-                _releases.add(self.name, given_back)
+                _releases.add(self.name, given_back)  # released or not: never taken over
             raise
         if passed:
-            self._held.set((*self._held.get(), token))
+            # Redis's lease began after `now`; one without the extra is never passed on.
+            self._held.set((*self._held.get(), (token, now if extra_ms else -math.inf)))
         return bool(passed), int(wait_ms) / 1000
 
     def _pause(self, retry_after_s: float, pause: float) -> float:
@@ -225,11 +218,12 @@ class ConcurrentLimiter(Limiter):
         if not held:
             return
         self._held.set(held[:-1])
+        token, leased_at = held[-1]
         if current_job.running_job() is not None:
-            _releases.add(self.name, held[-1])  # batched, off the job's thread (api/limit_release.py)
+            _releases.add(self.name, token, leased_at)  # off the job's thread (api/limit_release.py)
             return
         try:
-            _release(self.name, [held[-1]])
+            _release(self.name, [token])
         except Exception as exc:  # the lease ends it: code that ran must not fail for this
             log.warning("limiter_release_failed", limiter=self.name, error=f"{type(exc).__name__}: {exc}")
 

@@ -1,9 +1,14 @@
-"""A worker's concurrent slots given back off the job thread (api/limit_release.py): carried by the next
-acquire, or sent by the background thread once no acquire took them; a failed release is logged."""
+"""A worker's concurrent slots given back off the job thread (api/limit_release.py): passed to the next
+holder in the process while the lease is fresh, else carried by the next acquire, or sent by the
+background thread once no acquire took them; a failed release is logged; a forked child forgets its
+parent's. And the limiter scripts' own connections (api/limit_scripts.py): a flushed script cache."""
 
 from __future__ import annotations
 
+import math
+import os
 import threading
+import time
 
 import redis
 
@@ -38,19 +43,61 @@ def test_a_failed_release_is_logged_and_dropped() -> None:
         raise redis.ConnectionError("down")
 
     releases = Releases(release)
-    releases._pending["a"] = [(0.0, "t1")]
+    releases._pending["a"] = [(0.0, "t1", -math.inf)]
     assert releases.flush() is False
     assert releases.take("a") == []
 
 
-def test_in_a_job_the_next_acquire_carries_the_release(r: redis.Redis, configured: Settings) -> None:
+def test_only_a_fresh_token_of_the_same_limit_and_lease_is_taken_over() -> None:
+    releases = Releases(lambda name, tokens: None)
+    now = time.monotonic()
+    releases._pending["a"] = [(now, "2|100|old", now - 1.0), (now, "2|100|new", now), (now, "3|100|x", now)]
+    assert releases.reuse("a", "2|100|", now - 0.25) == ("2|100|new", now)  # the newest fresh one
+    assert releases.reuse("a", "2|100|", now - 0.25) is None  # "old" began too long ago
+    assert releases.reuse("b", "2|100|", now - 0.25) is None
+    assert releases.take("a") == ["2|100|old", "3|100|x"]  # left to be given back
+    assert releases.reuse("a", "2|100|", now - 0.25) is None
+
+
+def test_a_forked_child_never_takes_over_or_gives_back_its_parents_slots() -> None:
+    releases = Releases(lambda name, tokens: None)
+    now = time.monotonic()
+    releases._pending["a"] = [(now, "2|100|t", now)]
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 when it sees nothing of its parent's
+        os._exit(0 if releases.reuse("a", "2|100|", now - 1) is None and releases.take("a") == [] else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert releases.take("a") == ["2|100|t"]
+
+
+def test_in_a_job_the_next_holder_takes_over_a_fresh_slot_without_a_round_trip(
+    r: redis.Redis, configured: Settings
+) -> None:
     lim = cogworker.limiter.concurrent("carry", 1, lease_s=30, wait_timeout=0)
+    name = keys.limiter("concurrent", "carry")
     job, token = current_job.begin("jid-2", "default", "app.job")
     try:
         with lim:
-            pass
-        with lim:  # the slot given back above is freed by this acquire, in the same script
-            assert r.zcard(keys.limiter("concurrent", "carry")) == 1
+            [held] = r.zrange(name, 0, -1, withscores=True)
+            seconds, micros = r.time()
+            # Registered REUSE_MS longer than asked: whoever takes it over still has 30 s.
+            assert 30_000 < held[1] - (seconds * 1000 + micros / 1000) <= 30_000 + lim.reuse_ms
+        calls = r.info("commandstats")["cmdstat_evalsha"]["calls"]
+        with lim:  # the slot given back above, passed on in this process
+            assert r.zrange(name, 0, -1, withscores=True) == [held]
+        assert r.info("commandstats")["cmdstat_evalsha"]["calls"] == calls
+        # Another limit under the same name never takes it over: this acquire carries its release.
+        with cogworker.limiter.concurrent("carry", 2, lease_s=30, wait_timeout=0):
+            assert [t for t in r.zrange(name, 0, -1) if t.startswith("2|")] and r.zcard(name) == 1
     finally:
         current_job.end(job, token)
-    wait_until(lambda: r.zcard(keys.limiter("concurrent", "carry")) == 0, timeout=5, message="the release")
+    wait_until(lambda: r.zcard(name) == 0, timeout=5, message="the release")
+
+
+def test_a_script_missing_from_redis_is_sent_whole(r: redis.Redis, configured: Settings) -> None:
+    lim = cogworker.limiter.concurrent("flushed", 1, lease_s=30, wait_timeout=0)
+    with lim:
+        r.script_flush()  # a restarted Redis, say
+    with lim:
+        assert r.zcard(keys.limiter("concurrent", "flushed")) == 1
+    assert r.zcard(keys.limiter("concurrent", "flushed")) == 0
