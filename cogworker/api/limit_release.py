@@ -100,8 +100,8 @@ class Releases:
             wake = self._wake
 
     def flush(self, older_than: float = 0.0) -> bool:
-        """Give back the tokens of every name whose oldest has waited `older_than` seconds (after a
-        wait for the oldest of all to reach that age); True when others are still waiting."""
+        """Give back every token that has waited `older_than` seconds, one call per name (after a wait
+        for the oldest of all to reach that age); True when others are still waiting."""
         if older_than:
             with self._lock:
                 oldest = min((at for tokens in self._pending.values() for at, _t, _l in tokens), default=None)
@@ -110,14 +110,17 @@ class Releases:
             time.sleep(max(0.0, oldest + older_than - time.monotonic()))
         cutoff = time.monotonic() - older_than
         with self._lock:
-            # A name with a token due goes whole: its round trip is made anyway.
-            due = {
-                name: [t for _, t, _leased in tokens]
-                for name, tokens in self._pending.items()
-                if tokens[0][0] <= cutoff
-            }
-            for name in due:
-                del self._pending[name]
+            # A name with a token due goes with its round trip, but for its younger tokens that may
+            # still pass to this process's next holder.
+            due: dict[str, list[str]] = {}
+            for name, waiting in list(self._pending.items()):
+                if waiting[0][0] <= cutoff:  # oldest first
+                    kept = [e for e in waiting if e[0] > cutoff and e[2] > -math.inf]
+                    due[name] = [t for at, t, leased in waiting if at <= cutoff or leased == -math.inf]
+                    if kept:
+                        self._pending[name] = kept
+                    else:
+                        del self._pending[name]
             left = bool(self._pending)
         for name, tokens in due.items():
             try:

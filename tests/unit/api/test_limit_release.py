@@ -59,6 +59,16 @@ def test_only_a_fresh_token_of_the_same_limit_and_lease_is_taken_over() -> None:
     assert releases.reuse("a", "2|100|", now - 0.25) is None
 
 
+def test_the_thread_leaves_a_young_token_that_may_still_pass_on() -> None:
+    sent: list[tuple[str, list[str]]] = []
+    releases = Releases(lambda name, tokens: sent.append((name, tokens)))
+    now = time.monotonic()
+    releases._pending["a"] = [(now - 1.0, "due", now - 1.0), (now, "young", now), (now, "never", -math.inf)]
+    assert releases.flush(older_than=0.5) is True
+    assert sent == [("a", ["due", "never"])]  # one call; a token never taken over goes with it
+    assert releases.take("a") == ["young"]
+
+
 def test_a_forked_child_never_takes_over_or_gives_back_its_parents_slots() -> None:
     releases = Releases(lambda name, tokens: None)
     now = time.monotonic()
