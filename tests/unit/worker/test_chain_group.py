@@ -143,3 +143,26 @@ def test_group_and_chain_status_as_the_first_calls(r: redis.Redis, redis_server:
     bid, shown, states = first_call(code, redis_server.url, COGWORKER_REQUIRE="chain_jobs").split(" ")
     assert (shown, states) == (bid, "queued,pending")
     assert not r.exists(keys.batch(bid))  # created by the ack of the step before it
+
+
+def test_a_key_of_the_wrong_type_stops_a_group_before_anything_is_written(
+    r: redis.Redis, configured: Settings
+) -> None:
+    r.set(keys.queue("elsewhere"), "not a list")
+    member = chain_jobs.step.set(queue="elsewhere").s("m")
+    with pytest.raises(cogworker.WrongTypeKey):
+        cogworker.chain(cogworker.group(chain_jobs.step.s("ok"), member))
+    assert r.keys(keys.chain("*")) == [] and r.keys(keys.batch("*")) == []
+    assert r.llen(keys.queue("default")) == 0
+
+
+def test_a_group_step_reads_as_stopped_or_queued_from_its_batch(r: redis.Redis, configured: Settings) -> None:
+    pushed = cogworker.chain(cogworker.group(chain_jobs.step.s("m")), chain_jobs.step.s("after"))
+    assert pushed is not None
+    # A member that ended unrun (expired, cancelled): the batch completes with a failure, no death.
+    r.hset(keys.batch(pushed.jids[0]), mapping={"failed": 1, "done": 1, "completed_at": 1})
+    status = cogworker.chain_status(pushed.id)
+    assert status is not None and (status["state"], status["steps"][0]["state"]) == ("stopped", "stopped")
+    r.delete(keys.batch(pushed.jids[0]))  # its records expired
+    status = cogworker.chain_status(pushed.id)
+    assert status is not None and (status["state"], status["steps"][0]["state"]) == ("running", "queued")
