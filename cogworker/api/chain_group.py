@@ -46,9 +46,8 @@ NAME_DIED = "cogworker.api.group_jobs.group_died"
 def spec(members: list[dict[str, Any]], queue: str, pass_results: bool, result_ttl: float) -> dict[str, Any]:
     """The group as the chain carries it: its members' specs (as steps'), its batch id (`jid`), the
     queue its callbacks run on (the next step's, or its first member's), the continuation's jid."""
-    kept = None
-    if pass_results:
-        kept = result_ttl
+    # With pass_results the continuation keeps its result (the members' values) for the next step.
+    kept = result_ttl if pass_results else None
     return {"class": CLASS, "queue": queue, "jid": new_jid(), "group": members, "cont": new_jid(),
             "result_ttl": kept}  # fmt: skip
 
@@ -86,10 +85,12 @@ def layout(
         member_keys.append(keys.queue(member["queue"]))
     jids = [str(m["jid"]) for m in members]
     step = int(following.get("step", 0))
+    # The continuation is the group's step for chain_ack.lua (it carries the chain field), tracked
+    # like every step so chain_status can describe it.
     cont_options: dict[str, Any] = {FIELD: following, "status": True, "jid": group["cont"]}
-    if group.get("result_ttl"):
-        cont_options["result_ttl"] = group["result_ttl"]
     passing = bool(group.get("result_ttl"))
+    if passing:
+        cont_options["result_ttl"] = group["result_ttl"]
     cont = _callback(NAME_CONTINUE, [bid, jids, passing], queue, bid, "success", cont_options)
     ttl = int(following.get("ttl") or 86400)
     death_jid = new_jid()
