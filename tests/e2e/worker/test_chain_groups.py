@@ -109,7 +109,13 @@ def test_a_member_sigkilled_mid_run_and_recovered_continues_the_chain_once(
     assert pushed is not None
     victim = workers.start(**APP, **QUICK)
     wait_until(lambda: "stall_once m2" in runs(r), timeout=30, message="the stalling member's first run")
-    wait_until(lambda: "step m1" in runs(r), timeout=30, message="the other member")
+
+    def pending() -> int | None:
+        batch = cogworker.batch_status(pushed.jids[1])
+        return batch.pending if batch is not None else None
+
+    # The other member ended and was counted (its run is recorded in its body, counted at its ack).
+    wait_until(lambda: pending() == 1, timeout=30, message="the other member counted")
     status = cogworker.chain_status(pushed.id)
     assert status is not None and [s["state"] for s in status["steps"]] == ["done", "running", "pending"]
     victim.signal(signal.SIGKILL)
