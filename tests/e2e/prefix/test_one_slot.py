@@ -4,9 +4,9 @@ Redis Cluster needs), and every Lua script touches only the keys it declared in 
 A real swarm runs a full mix (push, bulk push, scheduled, retry, dead and death notices, unique,
 status, result, periodic with its running lock, cancel, a child killed mid-job and recovered, an
 orphan of a dead process, a wrong-type key quarantined, a chain with a group, the CLI's verbs)
-while MONITOR records every command Redis runs. Then: every key left in Redis, and every key and channel any command
-named, starts with the prefix and hashes to the prefix's slot; every script was given at least one
-key; and every command a script ran touched only keys the script was given.
+while MONITOR records every command Redis runs. Then: every key left in Redis, and every key and
+channel any command named, starts with the prefix and hashes to the prefix's slot; every script was
+given at least one key; and every command a script ran touched only keys the script was given.
 """
 
 from __future__ import annotations
