@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from cogworker.api.batch import Batch, BatchClosed, batch, create_batch, current_batch
     from cogworker.api.batch_status import BatchStatus, batch_status
     from cogworker.api.cancel import cancel
-    from cogworker.api.chain import Chain, Signature, chain, chain_status
+    from cogworker.api.chain import Chain, Group, Signature, chain, chain_status, group
     from cogworker.api.client import configure
     from cogworker.api.current_job import CurrentJob, JobCancelled, current_job
     from cogworker.api.death import Death, on_death
@@ -42,6 +42,8 @@ _LAZY = {
     "chain_status": "cogworker.api.chain",
     "Chain": "cogworker.api.chain",
     "Signature": "cogworker.api.chain",
+    "group": "cogworker.api.chain",
+    "Group": "cogworker.api.chain",
     "Batch": "cogworker.api.batch",
     "BatchClosed": "cogworker.api.batch",
     "batch": "cogworker.api.batch",
@@ -103,6 +105,7 @@ __all__ = [
     "ConfigError",
     "CurrentJob",
     "Death",
+    "Group",
     "InvalidArguments",
     "JobCancelled",
     "JobFailed",
@@ -126,6 +129,7 @@ __all__ = [
     "create_batch",
     "current_batch",
     "current_job",
+    "group",
     "install_builtin_middleware",
     "job",
     "limiter",

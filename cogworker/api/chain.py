@@ -17,6 +17,10 @@ first positional argument (as Celery's chains do); the steps then keep their res
 (`result_ttl`, a day unless a step or `result_ttl=` says otherwise), which is where the value is
 taken from at the ack. Later steps are pushed by a worker, not through the client middleware, so
 options that need it at push (`unique`, `unique_for`, `expires_in`) are refused on them.
+
+`cogworker.group(a.s(1), b.s(2))` as a step runs its members in parallel, as one batch
+(api/chain_group.py): the ack that pushes the group creates the batch and pushes its members in the
+same atomic step, and the batch's `on_success` callback continues the chain.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cogworker import codec
-from cogworker.api import client, features
+from cogworker.api import chain_group, client, features
+from cogworker.api.chain_group import FIELD
 from cogworker.api.payload import check_arguments, new_jid
 from cogworker.api.retry_filters import WORKER_SIDE
 from cogworker.store import keys
@@ -39,8 +44,6 @@ DEFAULT_RESULT_TTL_S = 24 * 3600.0
 MAX_STEPS = 1000
 # Options applied by the client middleware at push: a later step is pushed by a worker's ack script.
 FIRST_STEP_ONLY = ("unique", "unique_for", "expires_in")
-# The payload field that puts a job on the chain path (worker/chain_step.py).
-FIELD = "chain"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +80,37 @@ def signature(
 
 
 @dataclass(frozen=True, slots=True)
+class Group:
+    """Steps run in parallel as one step of a chain (`cogworker.group(...)`): a batch."""
+
+    members: tuple[Signature, ...]
+
+
+def group(*members: Signature) -> Group:
+    """A chain step whose members run in parallel; the next step runs once every member succeeded
+    (with `pass_results`, given the list of their results, in this order)."""
+    if not members:
+        raise TypeError("group() needs at least one member")
+    if len(members) > MAX_STEPS:
+        raise TypeError(f"group() takes at most {MAX_STEPS} members, not {len(members)}")
+    for index, member in enumerate(members):
+        if not isinstance(member, Signature):
+            raise TypeError(
+                f"group member {index} must be a signature (job.s(...)), not {type(member).__name__}"
+            )
+        late = sorted(o for o in FIRST_STEP_ONLY if member.options.get(o) is not None)
+        if late:
+            raise TypeError(
+                f"group member {index} ({member.name}): {', '.join(late)} can't apply to a group's "
+                "members (a worker's script pushes them, not the client)"
+            )
+    return Group(tuple(members))
+
+
+@dataclass(frozen=True, slots=True)
 class Chain:
-    """A chain that was pushed: its id and the jid each step runs under, in order."""
+    """A chain that was pushed: its id and the jid each step runs under, in order (a group's: the
+    id of the batch its members run as)."""
 
     id: str
     jids: tuple[str, ...]
@@ -111,8 +143,19 @@ def _step_spec(sig: Signature, jid: str, pass_results: bool, result_ttl: float) 
             "jid": jid, "options": options}  # fmt: skip
 
 
+def _check_step(index: int, step: Signature, pass_results: bool, *, late_ok: bool) -> None:
+    if pass_results and index > 0 and step.typed and step.args:
+        raise TypeError(
+            f"chain step {index} ({step.name}) has typed parameters: with pass_results=True pass its "
+            "arguments by keyword (the previous result takes the first position)"
+        )
+    late = sorted(o for o in FIRST_STEP_ONLY if index > 0 and step.options.get(o) is not None)
+    if late and not late_ok:  # a group's members were refused them by group()
+        raise TypeError(f"chain step {index} ({step.name}): {', '.join(late)} only apply to the first step")
+
+
 def chain(
-    *steps: Signature,
+    *steps: Signature | Group,
     pass_results: bool = False,
     result_ttl: float = DEFAULT_RESULT_TTL_S,
     ttl_s: float = DEFAULT_TTL_S,
@@ -125,18 +168,15 @@ def chain(
     if len(steps) > MAX_STEPS:
         raise TypeError(f"chain() takes at most {MAX_STEPS} steps, not {len(steps)}")
     for index, step in enumerate(steps):
+        if isinstance(step, Group):
+            for member in step.members:
+                _check_step(index, member, pass_results, late_ok=True)
+            continue
         if not isinstance(step, Signature):
-            raise TypeError(f"chain step {index} must be a signature (job.s(...)), not {type(step).__name__}")
-        if pass_results and index > 0 and step.typed and step.args:
             raise TypeError(
-                f"chain step {index} ({step.name}) has typed parameters: with pass_results=True pass its "
-                "arguments by keyword (the previous result takes the first position)"
+                f"chain step {index} must be a signature (job.s(...)) or a group, not {type(step).__name__}"
             )
-        late = sorted(o for o in FIRST_STEP_ONLY if index > 0 and step.options.get(o) is not None)
-        if late:
-            raise TypeError(
-                f"chain step {index} ({step.name}): {', '.join(late)} only apply to the first step"
-            )
+        _check_step(index, step, pass_results, late_ok=False)
     for name, value in (("ttl_s", ttl_s), ("result_ttl", result_ttl)):
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 10 * 365 * 86400:
             raise TypeError(f"chain() {name} must be seconds above 0, not {value!r}")
@@ -149,10 +189,22 @@ def chain(
         raise TypeError("chain() inside a batch's block: a chain can't be a batch member (yet)")
     features.ensure_installed()
     cid = new_jid()
-    specs = [_step_spec(step, new_jid(), pass_results, result_ttl) for step in steps]
+    specs: list[dict[str, Any]] = []
+    for step in reversed(steps):  # a group's callbacks run on the next step's queue: known first
+        if isinstance(step, Group):
+            queue = specs[0]["queue"] if specs else step.members[0].queue
+            members = [_step_spec(m, new_jid(), pass_results, result_ttl) for m in step.members]
+            specs.insert(0, chain_group.spec(members, queue, pass_results, result_ttl))
+        else:
+            specs.insert(0, _step_spec(step, new_jid(), pass_results, result_ttl))
     conn = client.connection()
     record = keys.chain(cid)
     meta = [{"class": s["class"], "queue": s["queue"], "jid": s["jid"]} for s in specs]
+    for entry, spec in zip(meta, specs, strict=True):
+        if "group" in spec:
+            entry["members"] = [
+                {"class": m["class"], "queue": m["queue"], "jid": m["jid"]} for m in spec["group"]
+            ]
     pipe = conn.pipeline(transaction=True)
     pipe.hset(record, mapping={"steps": codec.dumps(meta), "created_at": repr(time.time()),
                                "done": 0, "state": "running", "pass_results": int(pass_results)})  # fmt: skip
@@ -160,6 +212,13 @@ def chain(
     pipe.execute()
     first = specs[0]
     carried = {"id": cid, "step": 0, "next": specs[1:], "pass": pass_results, "ttl": int(ttl_s)}
+    if "group" in first:
+        try:
+            chain_group.start(conn, first, carried)
+        except BaseException:
+            conn.delete(record)
+            raise
+        return Chain(cid, tuple(s["jid"] for s in specs))
     options = {**first["options"], FIELD: carried, "jid": first["jid"]}
     try:
         jid = client.push(

@@ -35,6 +35,9 @@ class RegisteredJob:
 
 
 _registry: dict[str, RegisteredJob] = {}
+# cogworker's own job modules, importable whatever COGWORKER_REQUIRE says: the jobs a chain's group
+# pushes as its batch's callbacks (api/group_jobs.py) run on any worker.
+BUILT_IN = frozenset({"cogworker.api.group_jobs"})
 _async_names: set[str] = set()
 
 
@@ -66,7 +69,7 @@ def resolve(name: str, *, allowed: Iterable[str]) -> RegisteredJob:
     if found is not None:
         return found
     module_name, _, attr = name.rpartition(".")
-    if not under_modules(module_name, allowed):
+    if not under_modules(module_name, allowed) and module_name not in BUILT_IN:
         raise JobNotFound(f"{name!r} is {NOT_REGISTERED}")
     try:
         module = importlib.import_module(module_name)

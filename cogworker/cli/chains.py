@@ -26,7 +26,8 @@ def register(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         help="the chain's state (running, complete, dead, stopped) and each step's",
         description="The chain CID: its state, and for each step its job, queue, jid and state (done, "
         "queued, running, retrying, dead, cancelled, expired, or pending: not pushed yet). A step "
-        "that went to dead stopped the chain: its error is shown.",
+        "that went to dead stopped the chain: its error is shown. A group's jid is its batch's id "
+        "(cogworker batch show BID).",
         epilog="exit codes: 0 shown, 1 unknown chain (or its record expired)",
     )
     show.add_argument("cid", metavar="CID", help="the chain's id (Chain.id)")
@@ -47,10 +48,19 @@ def show_chain(ctx: Context) -> int:
         if data["error"]:
             head.append(f"error: {data['error'].get('error_class')}: {data['error'].get('error_message')}")
         rows = [
-            [s["index"], s["class"], s["queue"], s["jid"], s["state"], timestamp(s["done_at"])]
+            [s["index"], _job(s), s["queue"], s["jid"], s["state"], timestamp(s["done_at"])]
             for s in data["steps"]
         ]
         return head + table(["step", "job", "queue", "jid", "state", "done at"], rows)
 
     ctx.emit(found, lines)
     return exitcodes.OK
+
+
+def _job(step: dict[str, Any]) -> str:
+    """A step's job; a group's members and, while it runs, how many have ended."""
+    if "members" not in step:
+        return str(step["class"])
+    counts = step.get("batch")
+    ended = f", {counts['done']} ended" if counts else ""
+    return f"group of {len(step['members'])}{ended}"

@@ -4,7 +4,9 @@ The record (`chain:<cid>`) says how many steps are done (written by `chain_ack.l
 step's ack) and whether a step's death stopped the chain (written by the worker that filed it). The
 step in flight is described by its status hash (chain steps are always tracked): queued, running,
 retrying, or dead -- which also covers a step filed in dead where no worker wrote the record (a
-poison pill buried by recovery) -- cancelled or expired.
+poison pill buried by recovery) -- cancelled or expired. A group step (api/chain_group.py) is
+described by its batch: queued before the batch exists, running while members are pending or its
+continuation is on the way, dead once a member went to dead (stopped: one ended unrun).
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ def chain_status(conn: redis.Redis, cid: str) -> dict[str, Any] | None:
             "state": "done" if index < done else "pending",
             "done_at": _number(record.get(f"done_at:{index}")),
         }
+        if isinstance(meta.get("members"), list):
+            step["bid"] = meta.get("jid")
+            step["members"] = [m.get("jid") for m in meta["members"] if isinstance(m, dict)]
         steps.append(step)
     error = None
     if state == "dead":
@@ -66,6 +71,8 @@ def chain_status(conn: redis.Redis, cid: str) -> dict[str, Any] | None:
         if 0 <= dead_step < len(steps):
             steps[dead_step]["state"] = "dead"
         error = {"error_class": record.get("error_class"), "error_message": record.get("error_message")}
+    elif state == "running" and done < len(steps) and "bid" in steps[done]:
+        state, error = _group_state(conn, steps[done])
     elif state == "running" and done < len(steps):
         current = steps[done]
         found: dict[str, str] = conn.hgetall(keys.status(str(current["jid"])))  # type: ignore[assignment]
@@ -84,3 +91,26 @@ def chain_status(conn: redis.Redis, cid: str) -> dict[str, Any] | None:
         "error": error,
         "steps": steps,
     }
+
+
+def _group_state(conn: redis.Redis, current: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """The chain's state and error while a group step is in flight; sets the step's state and its
+    batch's counts (`batch`: total, done, failed, dead)."""
+    bid = str(current["bid"])
+    batch: dict[str, str] = conn.hgetall(keys.batch(bid))  # type: ignore[assignment]
+    if not batch:
+        current["state"] = "queued"
+        return "running", None
+    counts = {name: int(_number(batch.get(name)) or 0) for name in ("total", "done", "failed", "dead")}
+    current["batch"] = counts
+    if counts["dead"] > 0:
+        current["state"] = "dead"
+        failures: dict[str, str] = conn.hgetall(keys.batch_failures(bid))  # type: ignore[assignment]
+        _, text = next(iter(sorted(failures.items())), ("", ""))
+        error_class, _, message = text.partition(": ")
+        return "dead", {"error_class": error_class, "error_message": message}
+    if counts["failed"] > 0 and batch.get("completed_at"):
+        current["state"] = "stopped"
+        return "stopped", None
+    current["state"] = "running"
+    return "running", None

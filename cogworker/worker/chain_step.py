@@ -11,12 +11,16 @@ the successor would wait for it. When Redis fails the ack is tried again (each t
 one whose LREM removes the job writes anything) for up to ACK_RETRY_S; past that the job is left in
 progress, so a stop, a reconcile or recovery puts it back and it runs again (at least once, as any
 job whose ack was lost), and that run's ack pushes the successor.
+
+When the next step is a group (api/chain_group.py) the same ack creates its batch and pushes its
+members; the batch's `on_success` callback is itself a chain step, whose ack pushes the step after.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -24,8 +28,8 @@ import structlog
 from redis.commands.core import Script
 
 from cogworker import codec
-from cogworker.api import payload
-from cogworker.api.chain import FIELD
+from cogworker.api import chain_group, payload
+from cogworker.api.chain_group import FIELD
 from cogworker.store import key_guard, keys, scripts
 from cogworker.store.outage import Outages
 from cogworker.worker.fetch import Work
@@ -50,9 +54,10 @@ def _ack_script(conn: redis.Redis) -> Script:
     return cached[1]
 
 
-def successor(job: dict[str, Any], record: str | None) -> dict[str, Any] | None:
+def successor(job: dict[str, Any], record: str | None) -> dict[str, Any] | Grouped | None:
     """The next step's payload (None after the last step), with the previous result first among its
-    arguments when the chain passes results."""
+    arguments when the chain passes results; for a group, chain_ack.lua's keys and arguments that
+    create its batch and push its members."""
     carried = job[FIELD]
     if not isinstance(carried, dict) or not isinstance(carried.get("id"), str):
         raise TypeError(
@@ -66,9 +71,11 @@ def successor(job: dict[str, Any], record: str | None) -> dict[str, Any] | None:
     if carried.get("pass"):
         previous = codec.loads_dict(record) if record else None
         args.insert(0, previous.get("value") if previous else None)
+    following = {**carried, "step": int(carried.get("step", 0)) + 1, "next": rest[1:]}
+    if "group" in spec:
+        return Grouped(*chain_group.layout(spec, following, tuple(args[:1]) if carried.get("pass") else ()))
     options = dict(spec.get("options") or {})
     retry = options.pop("retry", True)
-    following = {**carried, "step": int(carried.get("step", 0)) + 1, "next": rest[1:]}
     built = payload.build(
         spec["class"], args, dict(spec.get("kwargs") or {}), queue=spec["queue"], retry=retry,
         extra={**options, FIELD: following},
@@ -76,6 +83,14 @@ def successor(job: dict[str, Any], record: str | None) -> dict[str, Any] | None:
     built["jid"] = spec["jid"]
     built["enqueued_at"] = time.time()
     return built
+
+
+@dataclass(frozen=True, slots=True)
+class Grouped:
+    """The next step is a group: chain_ack.lua's KEYS[8 ..] and ARGV[10 ..] for it."""
+
+    keys: list[str]
+    args: list[Any]
 
 
 def succeeded(
@@ -108,21 +123,25 @@ def succeeded(
         keys.result(jid),
         keys.result_channel(jid),
     ]
-    text = ""
-    if nxt is not None:
-        text = codec.dumps(nxt)
-        script_keys += [keys.queue(nxt["queue"]), keys.QUEUES, keys.WAKE_CHANNEL]
-    args = [
+    text = queue = ""
+    if isinstance(nxt, Grouped):
+        script_keys += nxt.keys
+    elif nxt is not None:
+        text, queue = codec.dumps(nxt), nxt["queue"]
+        script_keys += [keys.queue(queue), keys.QUEUES, keys.WAKE_CHANNEL]
+    args: list[Any] = [
         work.raw,
         int(carried.get("step", 0)),
         record if record is not None and ttl is not None else "",
         max(1, int((ttl or 0) * 1000)),
         text,
-        nxt["queue"] if nxt is not None else "",
+        queue,
         int(carried.get("ttl") or 86400),
         repr(time.time()),
         "1" if in_progress else "0",
     ]
+    if isinstance(nxt, Grouped):
+        args += nxt.args
     conn = settler.client
     deadline = time.monotonic() + ACK_RETRY_S
     wait = _RETRY_FIRST_S

@@ -3,10 +3,10 @@ Redis Cluster needs), and every Lua script touches only the keys it declared in 
 
 A real swarm runs a full mix (push, bulk push, scheduled, retry, dead and death notices, unique,
 status, result, periodic with its running lock, cancel, a child killed mid-job and recovered, an
-orphan of a dead process, a wrong-type key quarantined, the CLI's verbs) while MONITOR records
-every command Redis runs. Then: every key left in Redis, and every key and channel any command
-named, starts with the prefix and hashes to the prefix's slot; every script was given at least one
-key; and every command a script ran touched only keys the script was given.
+orphan of a dead process, a wrong-type key quarantined, a chain with a group, the CLI's verbs)
+while MONITOR records every command Redis runs. Then: every key left in Redis, and every key and
+channel any command named, starts with the prefix and hashes to the prefix's slot; every script was
+given at least one key; and every command a script ran touched only keys the script was given.
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ def run_everything(url: str, r: redis.Redis, swarms: SwarmRunner) -> None:
         slot_app.sleeper.perform_async("s")
         queued = slot_app.record.set(queue="unread").perform_async("never")
         print("CANCELS", cogworker.cancel(queued).case, cogworker.cancel("nobody").case)
-        print("CHAIN", cogworker.chain(slot_app.record.s("chain-1"), slot_app.record.s("chain-2")).id)
+        group = cogworker.group(slot_app.record.s("chain-g1"), slot_app.record.s("chain-g2"))
+        print("CHAIN", cogworker.chain(slot_app.record.s("chain-1"), group, slot_app.record.s("chain-2")).id)
     """
     out = first_call(code, url, timeout=60, COGWORKER_KEY_PREFIX=PREFIX).splitlines()
     [chain_id] = [line.split()[1] for line in out if line.startswith("CHAIN")]
@@ -136,6 +137,8 @@ def run_everything(url: str, r: redis.Redis, swarms: SwarmRunner) -> None:
         "t",
         "orphan",
         "chain-1",
+        "chain-g1",
+        "chain-g2",
         "chain-2",
     }
     wait_until(lambda: wanted <= {str(t).split()[0] for t in r.lrange("test:ran", 0, -1)}, timeout=60)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-from typing import Any
 
 import chain_jobs
 import redis
@@ -16,33 +15,10 @@ import redis
 import cogworker
 from cogworker.settings import Settings
 from cogworker.store import keys
+from tests.support.chains import APP, QUICK, finished, runs
 from tests.support.monitor import Monitor
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.workers import WorkerPool
-
-APP = {"COGWORKER_REQUIRE": "chain_jobs", "COGWORKER_POLL_INTERVAL_S": "0.1", "COGWORKER_CONCURRENCY": "4"}
-# A dead worker's jobs are recovered within about two seconds (tests/e2e/faults/test_faults.py).
-QUICK = {
-    "COGWORKER_HEARTBEAT_INTERVAL_S": "0.2",
-    "COGWORKER_PRESENCE_TTL_S": "1",
-    "COGWORKER_ORPHAN_THRESHOLD_S": "2",
-    "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "0.3",
-}
-
-
-def runs(r: redis.Redis) -> list[str]:
-    return list(r.lrange("test:chain:runs", 0, -1))
-
-
-def finished(cid: str, timeout: float = 60) -> dict[str, Any]:
-    """The chain's status once it is no longer running."""
-
-    def ended() -> dict[str, Any] | None:
-        status = cogworker.chain_status(cid)
-        return status if status is not None and status["state"] != "running" else None
-
-    found: dict[str, Any] = wait_until(ended, timeout=timeout, message=f"chain {cid} to end")
-    return found
 
 
 def test_three_steps_run_in_order_with_each_result_passed_on(

@@ -1,4 +1,5 @@
-"""`cogworker chain show CID [--json]`: a running, a complete and a dead chain in text and JSON, an
+"""`cogworker chain show CID [--json]`: a running, a complete and a dead chain in text and JSON, a
+group step with its batch, an
 unknown chain's exit code, and the verb as the first command of a fresh interpreter configured only
 by environment variables."""
 
@@ -46,6 +47,20 @@ def test_a_dead_chain_shows_its_error(
     assert "error: ValueError: b is doomed" in text.out
     shown = cli("chain", "show", pushed.id, "--json").json()
     assert [s["state"] for s in shown["steps"]] == ["done", "dead"]
+
+
+def test_a_group_step_shows_its_members_and_its_batch(
+    r: redis.Redis, redis_server: RedisServer, configured: Settings, cli: CLI
+) -> None:
+    pushed = cogworker.chain(cogworker.group(chain_jobs.step.s("a"), chain_jobs.step.s("b")))
+    assert pushed is not None
+    runner = Runner(load_settings(redis_url=redis_server.url, require="chain_jobs"))
+    assert runner.run_next()
+    text = cli("chain", "show", pushed.id)
+    assert text.code == 0
+    assert any(pushed.jids[0] in line and "group of 2, 1 ended" in line for line in text.out.splitlines())
+    shown = cli("chain", "show", pushed.id, "--json").json()
+    assert shown["steps"][0]["bid"] == pushed.jids[0] and shown["steps"][0]["batch"]["done"] == 1
 
 
 def test_an_unknown_chain_exits_1(r: redis.Redis, cli: CLI) -> None:
