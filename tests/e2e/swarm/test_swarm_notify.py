@@ -161,14 +161,16 @@ def test_watchdog_pings_at_half_the_interval(
     swarms: SwarmRunner, listener: NotifyListener, watchdog_pid: str
 ) -> None:
     command = own_pid_command() if watchdog_pid == "own" else None
-    swarm = swarms.start(command=command, NOTIFY_SOCKET=listener.notify_socket, WATCHDOG_USEC="1000000")
+    # WatchdogSec=2 s: pings every 1 s. (With 1 s, a gap reached 0.998 s on a machine loaded by three
+    # test streams and other work: the supervisor's loop waits for the CPU like any process.)
+    swarm = swarms.start(command=command, NOTIFY_SOCKET=listener.notify_socket, WATCHDOG_USEC="2000000")
     listener.wait(is_ready, what="READY=1")
     times = wait_until(
-        lambda: len(t := ping_times(listener)) >= 6 and t, timeout=10, message=f"pings:\n{listener.dump()}"
+        lambda: len(t := ping_times(listener)) >= 6 and t, timeout=20, message=f"pings:\n{listener.dump()}"
     )
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert 0.4 <= statistics.median(gaps) <= 0.6, gaps
-    assert max(gaps) < 0.9, gaps  # never near WatchdogSec=1 s
+    assert 0.8 <= statistics.median(gaps) <= 1.2, gaps
+    assert max(gaps) < 1.8, gaps  # never near WatchdogSec=2 s
     if watchdog_pid == "own":
         # The shell exec'd the supervisor (same pid, its title now): the pings came from WATCHDOG_PID.
         assert psutil.Process(swarm.pid).name().startswith("cogworker-swarm")
