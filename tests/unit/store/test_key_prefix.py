@@ -39,6 +39,7 @@ BUILDERS = {
     "batch": ("bid1",),
     "batch_pending": ("bid1",),
     "batch_failures": ("bid1",),
+    "limiter": ("concurrent", "name1"),
 }
 
 
@@ -47,7 +48,8 @@ def every_name() -> list[str]:
     names = [
         value
         for name, value in vars(keys).items()
-        if name.isupper() and name != "DEFAULT_PREFIX" and isinstance(value, str)
+        # LIMITED is an outcome's name, not a key (keys.stat(LIMITED) is one, and is listed).
+        if name.isupper() and name not in {"DEFAULT_PREFIX", "LIMITED"} and isinstance(value, str)
     ]
     names += [*keys.EXPECTED_TYPES, *keys.EXPECTED_PREFIX_TYPES, *keys.job_sets().values()]
     names += [getattr(keys, builder)(*args) for builder, args in BUILDERS.items()]

@@ -18,7 +18,7 @@ def test_each_outcome_is_counted_in_total_and_today_and_read_back_by_the_totals(
     day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     assert r.ttl(keys.stat_day("expired", day)) > 0  # per-day counters expire like processed/failed's
     totals = stats.totals(r)
-    assert totals.ended == {"expired": (3, 3), "cancelled": (1, 1)}
+    assert totals.ended == {"expired": (3, 3), "cancelled": (1, 1), "limited": (0, 0)}
 
 
 def test_a_wrong_type_counter_is_not_raised_but_logged_and_handed_to_the_key_guard(r: redis.Redis) -> None:
