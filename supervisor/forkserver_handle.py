@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from supervisor import signals
-from supervisor.integrations.notify import scrub_child_env
+from supervisor.child_env import scrub_child_env
 from supervisor.wire.forkserver_messages import (
     ANSWERS,
     CONTROL_FD_VARIABLE,

@@ -11,20 +11,16 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-import structlog
-
-from cogworker import exitcodes, logs
+from cogworker import exitcodes
 from supervisor import signals
 from supervisor.forkserver_handle import ForkServerHandle
 
-# The swarm's own modules are imported in main(), once the fork server has been started: the fork
-# server's imports (the worker code, the settings) are the long part of start-up, and this process's
-# imports then run beside them on another core instead of before them (issue 18).
+# Everything else, structlog included (~0.1 s), is imported in main() once the fork server has been
+# started: the fork server's imports (the worker code, the settings) are the long part of start-up,
+# and this process's imports then run beside them on another core instead of before them (issue 18).
 if TYPE_CHECKING:
     from supervisor.config import SwarmConfig
     from supervisor.integrations.hooks import SwarmHooks
-
-log = structlog.get_logger("cogworker.swarm")
 
 DESCRIPTION = """\
 Run a swarm of cogworker workers: one supervisor keeps COGWORKER_COUNT children alive, each running
@@ -88,6 +84,8 @@ PR_SET_CHILD_SUBREAPER = 36
 
 def build_hooks(settings: SwarmConfig) -> SwarmHooks:
     """systemd notify (a no-op without NOTIFY_SOCKET) and, with COGWORKER_METRICS_PORT, Prometheus."""
+    import structlog
+
     from supervisor.integrations.hooks import AllHooks
     from supervisor.integrations.notify import Notifier
     from supervisor.integrations.systemd import NotifyHooks
@@ -99,7 +97,7 @@ def build_hooks(settings: SwarmConfig) -> SwarmHooks:
 
         metrics = SwarmMetrics(settings)
         port = metrics.start()
-        log.info("metrics_serving", host=settings.metrics_host, port=port)
+        structlog.get_logger("cogworker.swarm").info("metrics_serving", host=settings.metrics_host, port=port)
         hooks.append(MetricsHooks(metrics))
     return AllHooks(hooks)
 
@@ -107,7 +105,6 @@ def build_hooks(settings: SwarmConfig) -> SwarmHooks:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     build_parser().parse_args(args)
-    logs.configure("info", "auto", role="swarm")  # until the fork server has read the settings
     # Workers are forked by the fork server's short-lived intermediate process; as a subreaper we
     # become their parent, so we reap them, see how they died, and PDEATHSIG ties them to us.
     if not become_subreaper():
@@ -121,10 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"cogworker-swarm: can't start the fork server: {exc}", file=sys.stderr)
         return exitcodes.FAILURE
+    from cogworker import logs
     from supervisor.config import SwarmConfig
     from supervisor.forkserver_keeper import keeper_for
     from supervisor.swarm import Swarm
 
+    logs.configure("info", "auto", role="swarm")  # until the fork server has read the settings
     code = await_forkserver(server, signal_pipe)
     if code is not None:
         return code

@@ -31,7 +31,7 @@ from cogworker.api import client
 from cogworker.settings import Settings
 from cogworker.worker.identity import make_identity
 from supervisor import signals
-from supervisor.integrations.notify import scrub_child_env
+from supervisor.child_env import scrub_child_env
 
 PR_SET_PDEATHSIG = 1
 REPARENT_TIMEOUT_S = 5.0

@@ -5,7 +5,7 @@ The sdnotify package is the transport: it connects a datagram socket to the addr
 What sdnotify doesn't do is the policy, which is ours: a send never blocks the event loop (the socket
 is non-blocking: a full queue drops the message) and never raises into it; each kind of failure is
 logged once, and its end once; a broken connection is made again at the next send. Children never
-inherit `NOTIFY_SOCKET` or `WATCHDOG_*` (`scrub_child_env`).
+inherit `NOTIFY_SOCKET` or `WATCHDOG_*` (`scrub_child_env`, in supervisor/child_env.py).
 
 Outside systemd (`NOTIFY_SOCKET` unset) every method is a no-op returning False, so the daemon runs the
 same way from a terminal, a container or a test.
@@ -17,24 +17,15 @@ import errno
 import math
 import os
 import time
-from collections.abc import MutableMapping
-from typing import Final
 
 import sdnotify
 import structlog
 
+from supervisor.child_env import CHILD_ENV_SCRUB, scrub_child_env
+
 log = structlog.get_logger("cogworker.notify")
 
-# What systemd hands to the main process only. A child that inherited them could send READY=1 or
-# WATCHDOG=1 on the swarm's behalf (NotifyAccess=main rejects those, but logs a warning per message),
-# or, worse, keep the watchdog fed after the supervisor's loop has hung.
-CHILD_ENV_SCRUB: Final = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
-
-
-def scrub_child_env(env: MutableMapping[str, str]) -> None:
-    """Remove systemd's notify variables from `env` (a dict for exec, or `os.environ` in a fresh child)."""
-    for name in CHILD_ENV_SCRUB:
-        env.pop(name, None)
+__all__ = ["CHILD_ENV_SCRUB", "Notifier", "scrub_child_env"]
 
 
 def _one_line(text: str) -> str:

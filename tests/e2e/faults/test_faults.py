@@ -212,6 +212,28 @@ def test_refused_lmove_falls_back_to_basic_fetch_with_one_warning(
         server.close()
 
 
+def test_failures_on_basic_fetch_reach_retry_and_dead(workers: WorkerPool) -> None:
+    """Basic fetch keeps no in-progress list, so a failure's filing must not wait for a removal from
+    one: the job that will be retried is in retry, the one that won't is in dead, both counted."""
+    server = RedisServer(extra=("--rename-command", "LMOVE", "", "--rename-command", "BLMOVE", ""))
+    try:
+        cogworker.configure(load_settings(redis_url=server.url))
+        r = server.client()
+        demo_jobs.boom.perform_async("to retry")
+        demo_jobs.boom_once.perform_async("to dead")
+        worker = workers.start(server.url)
+        wait_until(
+            lambda: r.zcard(keys.RETRY) == 1 and r.zcard(keys.DEAD) == 1, timeout=15, message="filings"
+        )
+        assert "to retry" in r.zrange(keys.RETRY, 0, -1)[0]
+        assert "to dead" in r.zrange(keys.DEAD, 0, -1)[0]
+        assert r.get(keys.STAT_FAILED) == "2"
+        assert len(worker.events_named("reliable_fetch_unsupported")) == 1
+        assert worker.stop() == 0
+    finally:
+        server.close()
+
+
 def test_killing_the_worker_process_group_is_clean(workers: WorkerPool) -> None:
     """The harness itself: a stopped worker leaves no process behind."""
     worker = workers.start()
