@@ -7,6 +7,7 @@ Usage (through tests/bench/run.sh, which builds .bench-venv/):
     tests/bench/run.sh --only cogworker,dramatiq
     tests/bench/run.sh --only web        # only the Web UI's page times (web_pages.py)
     tests/bench/run.sh --only limiter    # W1 plain and behind a concurrent limiter (limiter_overhead.py)
+    tests/bench/run.sh --only empty      # W1 with no job body: cogworker and Sidekiq (framework_cost.py)
     tests/bench/run.sh --only cogworker,dramatiq,arq,saq --steps w4   # W4 (async jobs) alone
 
 arq and SAQ run W4 only (they have no sync jobs); rq and celery have no async jobs, so no W4.
@@ -33,6 +34,8 @@ from typing import Any
 import systems
 from context import Context, Plan
 from footprint import idle_cost
+from framework_cost import framework_cost
+from framework_cost import table as empty_table
 from latency import pickup_latency
 from limiter_overhead import limiter_overhead
 from limiter_overhead import table as limiter_table
@@ -53,6 +56,7 @@ from web_pages import run as web_pages
 WEB = "web"  # not a system: the Web UI's page times, after the systems
 SCALING = "scaling"  # not a system: cogworker with 1, 2, 4 and 8 processes against one Redis
 LIMITER = "limiter"  # not a system: cogworker's W1 plain and behind a concurrent limiter
+EMPTY = "empty"  # not a system: W1 with no job body, cogworker and Sidekiq (the runners' own cost)
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "bench-results"
@@ -192,7 +196,7 @@ def measure(ctx: Context, name: str, steps: list[str]) -> dict[str, Any]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run: small workloads, one W1 run")
-    names = [*systems.NAMES, WEB, SCALING, LIMITER]
+    names = [*systems.NAMES, WEB, SCALING, LIMITER, EMPTY]
     parser.add_argument("--only", default=",".join(names), help=f"comma-separated, from {','.join(names)}")
     parser.add_argument(
         "--steps",
@@ -210,6 +214,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.web = WEB in args.only
     args.scaling = SCALING in args.only
     args.limiter = LIMITER in args.only
+    args.empty = EMPTY in args.only
     # Run in the canonical order, so cogworker comes first and the table reads the same every time.
     args.only = [n for n in systems.NAMES if n in args.only]
     return args
@@ -236,6 +241,7 @@ def main(argv: list[str]) -> int:
     web: dict[str, Any] | None = None
     scaled: dict[str, Any] | None = None
     limited: dict[str, Any] | None = None
+    empty: dict[str, Any] | None = None
     try:
         server.start()
         # The job modules imported here, to push, read the bench Redis from the environment too.
@@ -247,6 +253,8 @@ def main(argv: list[str]) -> int:
             scaled = scaling(ctx, say)
         if args.limiter:
             limited = limiter_overhead(ctx, say)
+        if args.empty:
+            empty = framework_cost(ctx, say)
         if args.web:
             say("web: the Web UI's pages ...")
             web = web_pages(server.client, server.url, plan.quick, say)
@@ -268,8 +276,10 @@ def main(argv: list[str]) -> int:
         print(("\n" if results else "") + scaling_table(scaled))
     if limited is not None:
         print(("\n" if results or scaled else "") + limiter_table(limited))
+    if empty is not None:
+        print(("\n" if results or scaled or limited else "") + empty_table(empty))
     if web is not None:
-        print(("\n" if results or scaled or limited else "") + web_table(web))
+        print(("\n" if results or scaled or limited or empty else "") + web_table(web))
     document = {
         "started": stamp,
         "elapsed_s": elapsed,
@@ -280,6 +290,7 @@ def main(argv: list[str]) -> int:
         "web": web,
         "scaling": scaled,
         "limiter": limited,
+        "empty": empty,
     }
     path = write_json(RESULTS_DIR, stamp, document)
     print(f"\n  raw figures: {path.relative_to(ROOT)}; took {elapsed / 60:.1f} min")

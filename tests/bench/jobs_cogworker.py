@@ -13,6 +13,13 @@ def noop() -> None:
     jobkit.mark_done()
 
 
+# `empty` in make bench (tests/bench/framework_cost.py): no body at all, so a drain measures the
+# runner's own machinery (fetch, hand-off, acknowledgement), apart from what a job's Redis client costs.
+@job(queue="default")
+def empty() -> None:
+    return None
+
+
 @job(queue="default")
 def pickup(pushed_at: float) -> None:
     jobkit.record_pickup(pushed_at)

@@ -32,6 +32,13 @@ class NoopJob
   end
 end
 
+# `empty` in make bench (framework_cost.py): no body, so a drain measures Sidekiq's own machinery.
+class EmptyJob
+  include Sidekiq::Worker
+
+  def perform; end
+end
+
 class PickupJob
   include Sidekiq::Worker
 

@@ -74,6 +74,12 @@ class Cogworker(System):
     def push_noop_bulk(self, count: int) -> None:
         self._cogworker.push_bulk(self._jobs.noop, [() for _ in range(count)])
 
+    # `empty` in make bench (framework_cost.py): jobs with no body, and the list they wait on.
+    queue_key = "cogworker:queue:default"
+
+    def push_empty_bulk(self, count: int) -> None:
+        self._cogworker.push_bulk(self._jobs.empty, [() for _ in range(count)])
+
     def push_pickup(self, pushed_at: float) -> None:
         self._jobs.pickup.perform_async(pushed_at)
 

@@ -106,13 +106,19 @@ class Sidekiq(System):
     def push_noop(self) -> None:
         self._push("NoopJob", [])
 
-    def push_noop_bulk(self, count: int) -> None:
+    def push_noop_bulk(self, count: int, job_class: str = "NoopJob") -> None:
         pipe = self._conn.pipeline(transaction=False)
         pipe.sadd("queues", QUEUE)
         for start in range(0, count, BULK_CHUNK):
             size = min(BULK_CHUNK, count - start)
-            pipe.lpush(f"queue:{QUEUE}", *(self._payload("NoopJob", []) for _ in range(size)))
+            pipe.lpush(f"queue:{QUEUE}", *(self._payload(job_class, []) for _ in range(size)))
         pipe.execute()
+
+    # `empty` in make bench (framework_cost.py): jobs with no body, and the list they wait on.
+    queue_key = f"queue:{QUEUE}"
+
+    def push_empty_bulk(self, count: int) -> None:
+        self.push_noop_bulk(count, "EmptyJob")
 
     def push_pickup(self, pushed_at: float) -> None:
         self._push("PickupJob", [pushed_at])
