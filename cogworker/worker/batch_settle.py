@@ -47,6 +47,9 @@ class MemberAcks:
         self._loaded = False
         self._lock = threading.Lock()
 
+    def use_basic_fetch(self) -> None:
+        self._in_progress = ""  # jobs are on no list from now on (Settler.use_basic_fetch)
+
     def ack(self, raw: str, job: dict[str, Any], outcome: str) -> None:
         """Send the ack, with those other job threads queued meanwhile, in one pipeline (a group
         commit: under load one round trip carries many members' scripts, each atomic on its own).
@@ -109,8 +112,10 @@ class MemberAcks:
         )
         if item.outcome != "ok":
             layout_args[1:3] = ["failed", f"ended without running ({item.outcome})"]
-        own = [self._in_progress, keys.STAT_PROCESSED, keys.stat_processed_day(day), keys.orphanings(jid)]
-        return [*own, *layout_keys], [item.raw, *layout_args]
+        # Basic fetch: the job is on no list, and batch_ack.lua reads none ("" as the payload).
+        in_progress = self._in_progress or keys.STAT_PROCESSED
+        own = [in_progress, keys.STAT_PROCESSED, keys.stat_processed_day(day), keys.orphanings(jid)]
+        return [*own, *layout_keys], [item.raw if self._in_progress else "", *layout_args]
 
     def _report(self, exc: Exception) -> None:
         if isinstance(exc, key_guard.WrongTypeKey):

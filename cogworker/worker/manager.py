@@ -349,6 +349,7 @@ class Manager(WaitTurnHandoff, AsyncHandoff, StuckThreads):
             return False
         log.warning("reliable_fetch_unsupported", error=str(exc), note="falling back to basic fetch (BRPOP)")
         self.fetcher = self._fallback()
+        self._settler.use_basic_fetch()
         return True
 
     def _enqueue(self, works: list[Work]) -> None:

@@ -93,7 +93,16 @@ class Settler:
 
     @property
     def in_progress_key(self) -> str:
+        """This process's in-progress list; "" with basic fetch, whose jobs are on no list."""
         return self._in_progress
+
+    def use_basic_fetch(self) -> None:
+        """The worker fell back to basic fetch (manager.py): jobs from now on are on no list, so a
+        filing or a member's ack must not wait for a removal from one (it would never come, and the
+        job would end unfiled). Jobs fetched before stay on the list: recovery puts them back."""
+        self._in_progress = ""
+        if self._members is not None:
+            self._members.use_basic_fetch()
 
     # Jobs requeued while this process was declared dead -------------------------------------
     def disown(self, raws: Counter[str]) -> None:
@@ -243,7 +252,7 @@ class Settler:
             (self._client, self._scripts, self._settings),
             "settle",
             [
-                self._in_progress,
+                self._in_progress or filing.set_key,  # basic fetch: no list (settle.lua)
                 filing.set_key,
                 keys.stat(keys.LIMITED) if limited else keys.STAT_FAILED,
                 keys.stat_day(keys.LIMITED, day) if limited else keys.stat_failed_day(day),
@@ -251,7 +260,7 @@ class Settler:
                 *notice_keys,
             ],
             [
-                raw,
+                raw if self._in_progress else "",
                 filing.score,
                 text,
                 "1",
@@ -334,7 +343,10 @@ class Settler:
             record = handover_record(*encoded(item.filing, item.raw))
             try:
                 reply = self._scripts.run(
-                    "handover", [keys.UNSETTLED, self._in_progress], [record, item.raw], client=self._client
+                    "handover",
+                    [keys.UNSETTLED, self._in_progress or keys.UNSETTLED],
+                    [record, item.raw if self._in_progress else ""],  # basic fetch: on no list
+                    client=self._client,
                 )
                 wrong = key_guard.script_wrong_type(reply)
                 if wrong is not None:

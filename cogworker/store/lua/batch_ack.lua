@@ -1,19 +1,20 @@
 -- Acknowledge a finished batch member (or batch callback) and record its end in its batch, in one
 -- atomic step (after batch_lib.lua, which store/batch_scripts.py puts in front of this text).
 --
--- KEYS[1]  this process's in-progress list
+-- KEYS[1]  this process's in-progress list (with ARGV[1] = "", any key of the same slot: unread)
 -- KEYS[2]  <prefix>stat:processed
 -- KEYS[3]  <prefix>stat:processed:<today>
 -- KEYS[4]  the job's orphan counter (it ran to the end: its count is moot)
 -- KEYS[5 ..], ARGV[2 ..]  the batch layout of batch_lib.lua, with kb = 5 and ab = 2 (outcome "ok",
 --          or "failed" for a member that ended without running: expired or cancelled)
--- ARGV[1]  the raw payload as fetched
+-- ARGV[1]  the raw payload as fetched; "" for a job basic fetch popped (BRPOP): on no list, counted
 -- Returns 1 when acknowledged, 0 when the job was no longer in progress (recovery took it: the copy
 -- that runs now records its end), or {"wrongtype", key} (nothing changed: retried later).
 --
 -- Plain jobs are acknowledged in fetch.lua, batched; a batch member comes here instead, so the ack
 -- and the member's count can't be separated by a crash.
-for _, want in ipairs({{KEYS[1], "list"}, {KEYS[2], "string"}, {KEYS[3], "string"}}) do
+local listed = ARGV[1] ~= ""
+for _, want in ipairs({{KEYS[2], "string"}, {KEYS[3], "string"}, listed and {KEYS[1], "list"} or nil}) do
   local kind = redis.call("TYPE", want[1])["ok"]
   if kind ~= want[2] and kind ~= "none" then
     return {"wrongtype", want[1]}
@@ -23,7 +24,7 @@ local wrong = batch_check(5, 2)
 if wrong then
   return wrong
 end
-if redis.call("LREM", KEYS[1], -1, ARGV[1]) == 0 then
+if listed and redis.call("LREM", KEYS[1], -1, ARGV[1]) == 0 then
   return 0
 end
 redis.call("INCR", KEYS[2])

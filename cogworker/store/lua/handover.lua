@@ -5,7 +5,7 @@
 -- KEYS[1]  cogworker:unsettled
 -- KEYS[2]  this process's in-progress list
 -- ARGV[1]  the record (JSON: set, score, payload)
--- ARGV[2]  the raw payload as fetched
+-- ARGV[2]  the raw payload as fetched; "" for a job basic fetch popped (on no list: handed over as is)
 -- Returns 1, 0 when the job is no longer on the list (nothing handed over: see below), or
 -- {"wrongtype", key} when a key has the wrong type (nothing changed: the job stays in progress and
 -- is requeued with the rest of the list).
@@ -19,9 +19,12 @@ end
 -- Not on the list: orphan recovery requeued it while this process was silent past the orphan
 -- threshold (declared dead), and another process runs that copy. Handed over, it would be filed in
 -- retry too and run a third time. (Same rule as settle.lua's LREM check.)
-if not redis.call("LPOS", KEYS[2], ARGV[2]) then
+local listed = ARGV[2] ~= ""
+if listed and not redis.call("LPOS", KEYS[2], ARGV[2]) then
   return 0
 end
 redis.call("RPUSH", KEYS[1], ARGV[1])
-redis.call("LREM", KEYS[2], -1, ARGV[2])
+if listed then
+  redis.call("LREM", KEYS[2], -1, ARGV[2])
+end
 return 1

@@ -1,12 +1,13 @@
 -- File a finished-with-failure job into a sorted set and take it off the in-progress list, atomically.
 --
--- KEYS[1]  the in-progress list it was fetched onto
+-- KEYS[1]  the in-progress list it was fetched onto (with ARGV[1] = "", any key of the same slot: unread)
 -- KEYS[2]  the set to file it in (cogworker:retry, cogworker:dead or cogworker:schedule)
 -- KEYS[3]  cogworker:stat:failed (cogworker:stat:limited for a job a rate limiter put back in
 --          schedule), or the same key as KEYS[2] with ARGV[4] = "0" (nothing to count)
 -- KEYS[4]  the same counter's key for <today>
 -- KEYS[5]  the job's orphan counter (it ran to the end: its count is moot)
--- ARGV[1]  the raw payload as fetched
+-- ARGV[1]  the raw payload as fetched; "" for a job basic fetch popped (BRPOP): it is on no list, so
+--          nothing is taken off one and it is filed all the same
 -- ARGV[2]  score in the set
 -- ARGV[3]  the payload to file (with its error, retry count, ...)
 -- ARGV[4]  "1" to count a failure, "0" not to
@@ -21,7 +22,11 @@
 --
 -- Every key's type is checked before the job is taken off the list: Redis keeps what a script did
 -- before an error, so a removal followed by a failed ZADD would lose the job.
-local wanted = {{KEYS[1], "list"}, {KEYS[2], "zset"}}
+local listed = ARGV[1] ~= ""
+local wanted = {{KEYS[2], "zset"}}
+if listed then
+  table.insert(wanted, 1, {KEYS[1], "list"})
+end
 if ARGV[4] == "1" then
   wanted[#wanted + 1] = {KEYS[3], "string"}
   wanted[#wanted + 1] = {KEYS[4], "string"}
@@ -35,7 +40,7 @@ for _, want in ipairs(wanted) do
     return {"wrongtype", want[1]}
   end
 end
-if redis.call("LREM", KEYS[1], -1, ARGV[1]) == 0 then
+if listed and redis.call("LREM", KEYS[1], -1, ARGV[1]) == 0 then
   return 0
 end
 redis.call("ZADD", KEYS[2], ARGV[2], ARGV[3])

@@ -219,9 +219,12 @@ def test_failures_on_basic_fetch_reach_retry_and_dead(workers: WorkerPool) -> No
     try:
         cogworker.configure(load_settings(redis_url=server.url))
         r = server.client()
+        worker = workers.start(server.url)
+        # Pushed once the worker has fallen back (its first wait on the queue is refused), so they
+        # are popped by BRPOP, not moved onto an in-progress list by the fetch script.
+        wait_until(lambda: worker.events_named("reliable_fetch_unsupported"), timeout=30, message="fallback")
         demo_jobs.boom.perform_async("to retry")
         demo_jobs.boom_once.perform_async("to dead")
-        worker = workers.start(server.url)
         wait_until(
             lambda: r.zcard(keys.RETRY) == 1 and r.zcard(keys.DEAD) == 1, timeout=15, message="filings"
         )
