@@ -244,7 +244,9 @@ def test_a_briefly_stalled_forkserver_delays_a_respawn_but_loses_no_job(
 
     swarm = swarms.start(COGWORKER_CONCURRENCY="1", COGWORKER_COUNT="1")
     swarm.wait_ready()
-    demo_jobs.sleepy.perform_async("stall", 0.2)
+    # Long enough to be still running when its child is killed, however loaded the machine (at
+    # 0.2 s it could end first, leaving nothing to requeue); it runs again in full once requeued.
+    demo_jobs.sleepy.perform_async("stall", 2.0)
     victim = wait_until(lambda: started(r, "stall"), message="the job to start")[0]
     [server] = swarm.forkservers()
     os.kill(server.pid, signal.SIGSTOP)
