@@ -60,18 +60,12 @@ from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 SKIPPED_COUNT_CAP = 1000
 
 
-def _cron_iter(cron: str, start: dt.datetime) -> Any:
-    """croniter's iterator, imported on first use: croniter (with dateutil) costs ~30 ms to import and
+def _croniter() -> Any:
+    """croniter's class, imported on first use: croniter (with dateutil) costs ~30 ms to import and
     runs `file` on the interpreter while it does, which every worker would pay before its first job."""
-    from croniter import croniter as iterator
+    from croniter import croniter
 
-    return iterator(cron, start)
-
-
-def _valid_cron(cron: str) -> bool:
-    from croniter import croniter as iterator
-
-    return bool(iterator.is_valid(cron))
+    return croniter
 
 
 F = TypeVar("F")
@@ -98,14 +92,14 @@ class Entry:
     def slot_at(self, now: float) -> int:
         """The most recent slot at or before `now` (epoch seconds). Slots fall on whole seconds."""
         base = self._at(int(now) + 1)
-        return int(_cron_iter(self.cron, base).get_prev(dt.datetime).timestamp())
+        return int(_croniter()(self.cron, base).get_prev(dt.datetime).timestamp())
 
     def next_after(self, slot: int) -> int:
-        return int(_cron_iter(self.cron, self._at(slot)).get_next(dt.datetime).timestamp())
+        return int(_croniter()(self.cron, self._at(slot)).get_next(dt.datetime).timestamp())
 
     def slots_between(self, after: int, before: int, cap: int = SKIPPED_COUNT_CAP) -> list[int]:
         """The slots strictly between two slots, oldest first, at most `cap` of them."""
-        it = _cron_iter(self.cron, self._at(after))
+        it = _croniter()(self.cron, self._at(after))
         found: list[int] = []
         while len(found) < cap:
             slot = int(it.get_next(dt.datetime).timestamp())
@@ -150,7 +144,7 @@ def periodic(
     queue: str | None = None,
 ) -> Callable[[F], F]:
     """Run a job on a cron schedule: `@periodic("0 * * * *", tz="UTC")` above `@job(...)`."""
-    if not isinstance(cron, str) or not _valid_cron(cron):
+    if not isinstance(cron, str) or not _croniter().is_valid(cron):
         raise ValueError(f"{cron!r} is not a cron expression (5 fields, or 6 with seconds last)")
     try:
         ZoneInfo(tz)

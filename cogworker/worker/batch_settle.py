@@ -21,6 +21,7 @@ from redis.exceptions import NoScriptError
 from cogworker.settings import Settings
 from cogworker.store import batch_scripts, key_guard, keys
 from cogworker.store.outage import Outages
+from cogworker.worker.fetch import on_list
 
 log = structlog.get_logger("cogworker.batch")
 
@@ -112,10 +113,9 @@ class MemberAcks:
         )
         if item.outcome != "ok":
             layout_args[1:3] = ["failed", f"ended without running ({item.outcome})"]
-        # Basic fetch: the job is on no list, and batch_ack.lua reads none ("" as the payload).
-        in_progress = self._in_progress or keys.STAT_PROCESSED
-        own = [in_progress, keys.STAT_PROCESSED, keys.stat_processed_day(day), keys.orphanings(jid)]
-        return [*own, *layout_keys], [item.raw if self._in_progress else "", *layout_args]
+        listed, payload = on_list(self._in_progress, item.raw, keys.STAT_PROCESSED)
+        own = [listed, keys.STAT_PROCESSED, keys.stat_processed_day(day), keys.orphanings(jid)]
+        return [*own, *layout_keys], [payload, *layout_args]
 
     def _report(self, exc: Exception) -> None:
         if isinstance(exc, key_guard.WrongTypeKey):

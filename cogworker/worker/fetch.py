@@ -202,3 +202,11 @@ class Fetcher(Protocol):
     def give_back(self, work: Work) -> bool: ...
 
     def close(self) -> None: ...
+
+
+def on_list(in_progress: str, raw: str, spare_key: str) -> tuple[str, str]:
+    """The (list key, payload) a script that takes a finished job off this process's in-progress list
+    is given (settle.lua, batch_ack.lua, handover.lua). Basic fetch keeps no list (`in_progress` is
+    ""): the payload is then "", and the key `spare_key`, one of the script's other keys (same slot),
+    which the script doesn't read."""
+    return (in_progress, raw) if in_progress else (spare_key, "")

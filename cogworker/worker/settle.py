@@ -35,6 +35,7 @@ from cogworker.store.connection import is_unavailable
 from cogworker.store.redis_context import RedisContext
 
 # Filing helpers, in filing.py; file_unsettled and quarantine_head are imported from here too.
+from cogworker.worker.fetch import on_list
 from cogworker.worker.filing import death_notice, file_unsettled, quarantine_head, run_filing
 
 __all__ = [
@@ -248,11 +249,12 @@ class Settler:
         # A filing in the schedule set is a job a rate limiter put back (api/limit_jobs.py): counted
         # as limited, not failed, by the same script.
         limited = filing.set_key == keys.SCHEDULE
+        listed, payload = on_list(self._in_progress, raw, filing.set_key)
         reply = run_filing(
             (self._client, self._scripts, self._settings),
             "settle",
             [
-                self._in_progress or filing.set_key,  # basic fetch: no list (settle.lua)
+                listed,
                 filing.set_key,
                 keys.stat(keys.LIMITED) if limited else keys.STAT_FAILED,
                 keys.stat_day(keys.LIMITED, day) if limited else keys.stat_failed_day(day),
@@ -260,7 +262,7 @@ class Settler:
                 *notice_keys,
             ],
             [
-                raw if self._in_progress else "",
+                payload,
                 filing.score,
                 text,
                 "1",
@@ -341,12 +343,10 @@ class Settler:
         left: list[PendingFiling] = []
         for item in pending:
             record = handover_record(*encoded(item.filing, item.raw))
+            listed, payload = on_list(self._in_progress, item.raw, keys.UNSETTLED)
             try:
                 reply = self._scripts.run(
-                    "handover",
-                    [keys.UNSETTLED, self._in_progress or keys.UNSETTLED],
-                    [record, item.raw if self._in_progress else ""],  # basic fetch: on no list
-                    client=self._client,
+                    "handover", [keys.UNSETTLED, listed], [record, payload], client=self._client
                 )
                 wrong = key_guard.script_wrong_type(reply)
                 if wrong is not None:
