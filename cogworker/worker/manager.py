@@ -70,7 +70,7 @@ class Manager(WaitTurnHandoff, AsyncHandoff, StuckThreads):
         # What a job thread runs; tests pass their own to make a thread fail outside the processor.
         self._run_job = run_job or self._process
         self._batch_min = max(1, settings.concurrency // 2)
-        self._reserve = Reserve(self._batch_min)
+        self._reserve = Reserve(settings.concurrency // 2)  # reserve.py: none for a single thread
         self._work: queue.SimpleQueue[Work | WaitTurn | None] = queue.SimpleQueue()
         self._cond = threading.Condition()
         self._queued = 0

@@ -9,7 +9,9 @@ A held job waits in this process while another process might run it now, so the 
 while this process's jobs are short: then a held job waits less than one job's run time. Once jobs
 take longer on average, the fetcher again takes only as many jobs as it has idle threads, and a long
 job never waits behind another in memory. Held jobs are on the in-progress list like any fetched job
-(never lost), and are given back unstarted at stop.
+(never lost), and are given back unstarted at stop. The reserve is half the threads, rounded down, so a
+single-thread process holds none: a job held there would wait a whole job while another process
+may sit idle.
 """
 
 from __future__ import annotations
