@@ -228,12 +228,14 @@ class Launcher:
             for name in self.commands.wait(next_status - time.monotonic()):
                 if name == "stop":
                     return
+                # Each takes effect before it is logged: whoever waits for the line (an operator,
+                # a test) may push at once, and a job must not start in between.
                 if name == "quiet":
-                    log.info("quieting", note="no new jobs; running ones finish")
                     self.manager.quiet()
+                    log.info("quieting", note="no new jobs; running ones finish")
                 elif name == "resume":
-                    log.info("resuming")
                     self.manager.resume()
+                    log.info("resuming")
                 elif name == "dump":
                     dump_threads()
                 elif name == "stuck":  # run alone (a swarm child is replaced by its supervisor)
