@@ -21,15 +21,19 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-import orjson
-
 CONTROL_FD_VARIABLE = "COGWORKER_FORKSERVER_FD"
 SUPERVISOR_PID_VARIABLE = "COGWORKER_SUPERVISOR_PID"
 MAX_MESSAGE = 1 << 20
 ANSWERS = frozenset({"spawned", "spawn_failed", "requeued", "error"})  # one per request
 
 
+# orjson is imported where it is used: the supervisor imports this module before it starts its fork
+# server, and orjson's own imports (dataclasses, uuid, datetime: ~13 ms) would delay that start.
+
+
 def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    import orjson
+
     data = orjson.dumps(message)
     if fds:
         socket.send_fds(sock, [data], fds)
@@ -42,6 +46,8 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
     data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 1)
     if not data:
         return None, fds
+    import orjson
+
     message = orjson.loads(data)
     if not isinstance(message, dict):
         raise ValueError(f"fork server message is not an object: {data[:80]!r}")
