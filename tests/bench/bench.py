@@ -47,7 +47,8 @@ from restart import rolling_restart
 from scaling import scaling
 from scaling import table as scaling_table
 from systems.base import MANY_PROCESSES, System
-from throughput import drain, enqueue_rates
+from throughput import enqueue_rates
+from w1_rounds import w1_rounds
 from w4 import check as w4_check
 from w4 import shortfall as w4_shortfall
 from w4 import w4
@@ -69,10 +70,6 @@ def say(message: str) -> None:
 
 def step_enqueue(ctx: Context, system: System) -> dict[str, Any]:
     return {"enqueue": enqueue_rates(ctx, system)}
-
-
-def step_drain(ctx: Context, system: System) -> dict[str, Any]:
-    return {"w1": drain(ctx, system)}
 
 
 def step_idle(ctx: Context, system: System) -> dict[str, Any]:
@@ -140,16 +137,17 @@ def step_w4(ctx: Context, system: System) -> dict[str, Any]:
     return {"w4": result, "w4_problems": w4_check(result), "w4_shortfall": w4_shortfall(result)}
 
 
+# W1 is not among them: it runs first, in rounds across the systems (w1_rounds.py).
+W1 = "w1"
 STEPS: list[tuple[str, Step, bool]] = [  # (name, step, needs running workers)
     ("enqueue", step_enqueue, False),
-    ("w1", step_drain, True),
     ("w2+idle", step_idle, True),
     ("memory", step_memory, True),
     ("w3", step_recovery, True),
     ("w4", step_w4, True),
     ("restart", step_restart, True),
 ]
-STEP_NAMES = [name for name, _, _ in STEPS]
+STEP_NAMES = [STEPS[0][0], W1, *(name for name, _, _ in STEPS[1:])]
 
 
 def system_steps(system: System) -> tuple[str, ...]:
@@ -161,8 +159,9 @@ def system_steps(system: System) -> tuple[str, ...]:
     )
 
 
-def measure(ctx: Context, name: str, steps: list[str]) -> dict[str, Any]:
-    result: dict[str, Any] = {"name": name, "errors": {}}
+def measure(ctx: Context, name: str, steps: list[str], w1: dict[str, Any]) -> dict[str, Any]:
+    """The system's steps, with `w1` (what w1_rounds found for it, maybe nothing) taken in."""
+    result: dict[str, Any] = {"name": name, "errors": dict(w1.get("errors", {}))}
     try:
         system = systems.load(name, ctx.redis.url)
     except Exception as exc:
@@ -170,6 +169,7 @@ def measure(ctx: Context, name: str, steps: list[str]) -> dict[str, Any]:
         return result
     result["version"] = system.version()
     result["notes"] = list(system.notes)
+    result.update({key: value for key, value in w1.items() if key != "errors"})
     try:
         own = system_steps(system)
         for step_name, step, needs_workers in STEPS:
@@ -247,8 +247,11 @@ def main(argv: list[str]) -> int:
         # The job modules imported here, to push, read the bench Redis from the environment too.
         os.environ["BENCH_REDIS_URL"] = server.url
         say(f"redis-server {server.version()} on {server.url}; worker logs in {log_dir}")
+        drained: dict[str, dict[str, Any]] = {}
+        if W1 in args.steps:
+            drained = w1_rounds(ctx, args.only, lambda system: W1 in system_steps(system), say)
         for name in args.only:
-            results[name] = measure(ctx, name, args.steps)
+            results[name] = measure(ctx, name, args.steps, drained.get(name, {}))
         if args.scaling:
             scaled = scaling(ctx, say)
         if args.limiter:

@@ -232,8 +232,10 @@ def footnotes(results: dict[str, Result], plan: dict[str, Any]) -> list[str]:
 def _sync_notes(plan: dict[str, Any]) -> list[str]:
     return [
         "W1 drain = (jobs - 1) / (last job done - first job done), timed by the jobs; start-up apart.",
-        f"W1 runs: {plan['w1_runs']}; W2: {plan['w2_jobs']} jobs {plan['w2_gap_s'] * 1000:.0f} ms apart "
-        f"to idle workers; W3: {plan['w3_jobs']} jobs of {plan['w3_job_s']:.0f} s, one worker "
+        f"W1 runs: {plan['w1_runs']}, in rounds (each drains once per system, so a drift in the "
+        f"machine's speed falls on all alike); W2: {plan['w2_jobs']} jobs "
+        f"{plan['w2_gap_s'] * 1000:.0f} ms apart to idle workers; W3: {plan['w3_jobs']} jobs of "
+        f"{plan['w3_job_s']:.0f} s, one worker "
         f"SIGKILLed mid-job, watched {plan['w3_cap_s']:.0f} s; idle window {plan['idle_s']:.0f} s.",
         "Redis commands per job: INFO commandstats over a W1 drain, start-up included; commands run "
         "inside scripts count under their own names too; the jobs' reporting and the harness's polls "

@@ -53,10 +53,8 @@ def w1_job_count(ctx: Context, system: System) -> int:
     return max(100, round(ctx.plan.w1_jobs * system.w1_share))
 
 
-def drain(ctx: Context, system: System) -> dict[str, Any]:
+def summarize(jobs: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """W1: median of the runs, and every run's raw figures."""
-    jobs = w1_job_count(ctx, system)
-    runs = [drain_once(ctx, system, jobs) for _ in range(ctx.plan.w1_runs)]
     summary: dict[str, Any] = {"jobs": jobs, "runs": runs}
     for key in ("jobs_per_s", "startup_s", "commands_per_job", "script_calls_per_job"):
         summary[key] = statistics.median(run[key] for run in runs)

@@ -1,0 +1,64 @@
+"""W1 in rounds: each round drains the backlog once with every system, in the same order.
+
+On a shared 2-core machine the speed drifts by 15 % or more over minutes. Three drains of one system
+followed by three of the next put that drift into the ratio between them; in rounds, a slow stretch
+falls on every system alike. Each system's figures are still the median of its own runs.
+
+A system that can't be loaded, or whose workers fail (NotRunnable), runs no further rounds; the
+result says why, as the other steps' results do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import systems
+from context import Context
+from procs import NotRunnable
+from systems.base import System
+from throughput import drain_once, summarize, w1_job_count
+
+
+def w1_rounds(
+    ctx: Context, names: Iterable[str], has_w1: Callable[[System], bool], say: Callable[[str], None]
+) -> dict[str, dict[str, Any]]:
+    """Per system: {"w1": summary}, or {"not_runnable": why}, or {"errors": {"w1": why}}; systems
+    without W1 (`has_w1` false) are left out."""
+    loaded: dict[str, System] = {}
+    outcome: dict[str, dict[str, Any]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for name in names:
+            try:
+                system = systems.load(name, ctx.redis.url)
+            except Exception:  # measure() loads it again and reports why
+                continue
+            if has_w1(system):
+                loaded[name] = system
+                runs[name] = []
+            else:
+                system.close()
+        for index in range(ctx.plan.w1_runs):
+            for name, system in loaded.items():
+                if name in outcome:
+                    continue
+                say(f"{name}: w1 run {index + 1} of {ctx.plan.w1_runs} ...")
+                began = time.monotonic()
+                try:
+                    runs[name].append(drain_once(ctx, system, w1_job_count(ctx, system)))
+                except NotRunnable as exc:
+                    outcome[name] = {"not_runnable": f"{name} not runnable: {exc}"}
+                except Exception as exc:
+                    outcome[name] = {"errors": {"w1": f"{type(exc).__name__}: {exc}"}}
+                finally:
+                    ctx.kill_all()  # a run that failed half-way may have left its workers up
+                say(f"{name}: w1 run took {time.monotonic() - began:.1f} s")
+    finally:
+        for system in loaded.values():
+            system.close()
+    for name, done in runs.items():
+        if name not in outcome:
+            outcome[name] = {"w1": summarize(w1_job_count(ctx, loaded[name]), done)}
+    return outcome
