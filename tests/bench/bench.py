@@ -10,6 +10,7 @@ Usage (through tests/bench/run.sh, which builds .bench-venv/):
     tests/bench/run.sh --only empty      # W1 with no job body: cogworker and Sidekiq (framework_cost.py)
     tests/bench/run.sh --only cogworker,dramatiq,arq,saq --steps w4   # W4 (async jobs) alone
 
+W1 runs first, in rounds across the systems (w1_rounds.py); then each system runs its other steps.
 arq and SAQ run W4 only (they have no sync jobs); rq and celery have no async jobs, so no W4.
 
 Prints one table (each figure per system and cogworker / peer), then the Web UI's page times
