@@ -51,3 +51,9 @@ def slow_note(path: str, tag: str, seconds: float) -> None:
 @job(unique="until_executed", status=True)
 def unique_note(path: str, tag: str) -> None:
     _note(path, f"unique-{tag} {os.getpid()}")
+
+
+@job
+def batch_done(bid: str, path: str) -> None:
+    """A batch's callback (tests/e2e/cluster/test_cluster_batch.py): gets the batch's id first."""
+    _note(path, f"callback {bid} {os.getpid()}")
