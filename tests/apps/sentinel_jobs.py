@@ -21,3 +21,13 @@ def mark(sink: str, pause_ms: int = 0) -> None:
         os.write(fd, f"{time.time():.4f} {jid}\n".encode())
     finally:
         os.close(fd)
+
+
+@job
+def batch_done(bid: str, sink: str) -> None:
+    """A batch's callback (tests/e2e/sentinel/test_sentinel_batch.py): one line, `<time> callback <bid>`."""
+    fd = os.open(sink, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{time.time():.4f} callback {bid}\n".encode())
+    finally:
+        os.close(fd)
