@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import cogworker
 from cogworker import Death, job, on_death
 
 
@@ -69,3 +70,21 @@ def _note_death(job_payload: dict[str, Any], death: Death) -> None:
     args = job_payload.get("args") or []
     if job_payload.get("class") == "tls_jobs.doomed" and args:
         _note(f"{args[0]}.deaths", f"{args[1]} {death.cause}")
+
+
+@job
+def batch_done(bid: str, path: str) -> None:
+    """A batch's callback (tests/e2e/tls/test_tls_batch.py): gets the batch's id first."""
+    _note(path, f"callback {bid}")
+
+
+# Limited jobs (tests/e2e/tls/test_tls_batch.py): the window and bucket checks are scripts of their
+# own, with commands a plain job never sends.
+@job(limit=cogworker.limiter.window("tls-window", 100, per=60))
+def windowed(path: str, tag: str) -> None:
+    _note(path, tag)
+
+
+@job(limit=cogworker.limiter.bucket("tls-bucket", 100))
+def bucketed(path: str, tag: str) -> None:
+    _note(path, tag)

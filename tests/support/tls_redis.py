@@ -33,13 +33,13 @@ APP_USER = "app"
 # one (tests/e2e/tls/test_tls_worker.py checks they agree).
 APP_COMMANDS = (
     "evalsha eval script|load script|exists"
-    " lpush rpush lpop rpop lmove blmove brpop lrange lrem llen lindex ltrim"
-    " sadd srem smembers sismember spop"
+    " lpush rpush lpop rpop lmove blmove brpop lrange lrem llen lindex ltrim lpos"
+    " sadd srem smembers sismember spop scard"
     " zadd zrem zrange zrevrange zrangebyscore zscore zcard zremrangebyrank zremrangebyscore zscan"
-    " hset hget hgetall hdel"
+    " hset hget hgetall hdel hsetnx hmget hincrby hlen hexists"
     " get set mget del exists expire pexpire ttl pttl type incr incrby decr rename scan"
     " publish subscribe unsubscribe multi exec"
-    " ping select time info config|get"
+    " ping select time info config|get wait"
 )
 
 

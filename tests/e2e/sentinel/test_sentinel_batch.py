@@ -4,14 +4,11 @@ sentinels, so the batch scripts run on the master that Sentinel names."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.support.first_call import first_call
 from tests.support.redis_server import wait_until
 from tests.support.sentinel_redis import SentinelRedis
 from tests.support.swarm import SwarmRunner
@@ -19,9 +16,8 @@ from tests.support.swarm import SwarmRunner
 pytestmark = pytest.mark.slow
 
 PUSH = """
-import sys
 import cogworker, sentinel_jobs
-sink = sys.argv[1]
+sink = {sink!r}
 with cogworker.batch("through sentinels", on_success=sentinel_jobs.batch_done, callback_args=(sink,)) as b:
     for _ in range(3):
         sentinel_jobs.mark.perform_async(sink)
@@ -34,16 +30,7 @@ def test_a_batch_pushed_through_the_sentinels_runs_its_members_then_its_callback
 ) -> None:
     env = {**deployment.env(), "COGWORKER_REQUIRE": "sentinel_jobs", "COGWORKER_LOG_FORMAT": "json"}
     sink = tmp_path / "runs.txt"
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    pushed = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(PUSH), str(sink)],
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert pushed.returncode == 0, pushed.stderr
-    bid = pushed.stdout.strip()
+    bid = first_call(PUSH.format(sink=str(sink)), deployment.url, timeout=60, **env)
     swarm = swarms.start(**env)
 
     def ran() -> list[list[str]]:
