@@ -10,24 +10,23 @@ import time
 from cogworker import current_job, job
 
 
+def _line(sink: str, text: str) -> None:
+    fd = os.open(sink, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{time.time():.4f} {text}\n".encode())
+    finally:
+        os.close(fd)
+
+
 @job
 def mark(sink: str, pause_ms: int = 0) -> None:
     if pause_ms:
         # Gives the job a cost, so the swarm (not the producer) sets the pace of the run.
         time.sleep(pause_ms / 1000)
-    jid = current_job().jid
-    fd = os.open(sink, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{time.time():.4f} {jid}\n".encode())
-    finally:
-        os.close(fd)
+    _line(sink, current_job().jid)
 
 
 @job
 def batch_done(bid: str, sink: str) -> None:
     """A batch's callback (tests/e2e/sentinel/test_sentinel_batch.py): one line, `<time> callback <bid>`."""
-    fd = os.open(sink, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{time.time():.4f} callback {bid}\n".encode())
-    finally:
-        os.close(fd)
+    _line(sink, f"callback {bid}")
