@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import signal
 import sys
@@ -35,12 +36,22 @@ class BootError(Exception):
 
 
 def import_app(modules: tuple[str, ...]) -> None:
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:
-            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            raise BootError(f"COGWORKER_REQUIRE: can't import {name!r}: {detail}") from exc
+    """Import COGWORKER_REQUIRE's modules with the collector off (as it already is in a booting fork
+    server): an app's import (Django, an ORM, its models) makes objects that live as long as the
+    process, and each full collection on the way walks all of them again. A full collection follows
+    anyway, before the objects are frozen (launcher.py, or the fork server after a preload)."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:
+                detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                raise BootError(f"COGWORKER_REQUIRE: can't import {name!r}: {detail}") from exc
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def run_worker(

@@ -1,6 +1,7 @@
 """The fork server: the process the swarm's workers are forked from (started as
-`python -m supervisor.forkserver.main`). main.py loads the settings and the code, server.py answers
-the supervisor's requests, fork.py forks a worker, redis_requeue.py puts a dead child's jobs back.
+`python -m supervisor.forkserver.main`). main.py turns the collector off for boot.py, which loads the
+settings and the code; server.py answers the supervisor's requests, fork.py forks a worker,
+redis_requeue.py puts a dead child's jobs back.
 
 Nothing in the supervisor imports this package's modules: it holds the Redis client, pydantic and the
 app, which the supervisor must not load (it stays small). Only the title below is shared, for `ps`

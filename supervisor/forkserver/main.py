@@ -1,76 +1,24 @@
-"""The fork server's entry point: the process the swarm's workers are forked from.
+"""The fork server's entry point, run by the supervisor as `python -m supervisor.forkserver.main`.
 
-It loads and validates the settings (a bad one exits 78, before anything is forked), imports the
-worker code and, with COGWORKER_PRELOAD, the app, freezes all of it out of the collector's reach, and
-then serves the supervisor's requests (server.py): it forks workers (fork.py), so they share those
-pages with it, and requeues the jobs of children that died (redis_requeue.py), since the supervisor
-itself holds no Redis client.
-
-Run by the supervisor as `python -m supervisor.forkserver.main`, never by hand. It leaves signals to the
-supervisor (they arrive blocked), dies with it (PR_SET_PDEATHSIG), and exits when the supervisor
-closes its side of the control socket.
+The collector is off while the fork server imports. Those imports (pydantic, redis-py, structlog, the
+worker code, and the app with COGWORKER_PRELOAD) make a few hundred thousand objects that live as
+long as the process, and every full collection the allocator triggers on the way walks all of them
+again: about 25 ms of 190, on the way to every swarm's first job and every restart's. None of it is
+garbage worth finding then. boot.py freezes what is loaded, after one collection if an app was
+preloaded, and only then turns the collector back on, so the workers forked after it run with it on.
 """
 
 from __future__ import annotations
 
 import gc
-import os
-import socket
 import sys
-
-import structlog
-from setproctitle import setproctitle
-
-from cogworker import exitcodes, logs
-from cogworker.settings import load_or_exit
-from cogworker.store import keys
-from cogworker.worker.main import BootError, import_app
-from supervisor.forkserver import TITLE
-from supervisor.forkserver.fork import die_with_parent
-from supervisor.forkserver.server import ForkServer
-from supervisor.wire.forkserver_messages import CONTROL_FD_VARIABLE, SUPERVISOR_PID_VARIABLE, send
-
-log = structlog.get_logger("cogworker.forkserver")
 
 
 def main() -> int:
-    try:
-        sock = socket.socket(fileno=int(os.environ.pop(CONTROL_FD_VARIABLE)))
-        supervisor_pid = int(os.environ.pop(SUPERVISOR_PID_VARIABLE))
-    except (KeyError, ValueError, OSError) as exc:
-        print(f"cogworker fork server: run by cogworker-swarm only ({exc})", file=sys.stderr)
-        return exitcodes.USAGE
-    die_with_parent()
-    if os.getppid() != supervisor_pid:
-        return exitcodes.FAILURE  # the supervisor died before PDEATHSIG was armed
-    settings = load_or_exit()  # exits 78 on a bad setting; the supervisor exits with the same code
-    # Before anything forks: the requeues done here and every child use this deployment's keys.
-    keys.use_prefix(settings.key_prefix)
-    logs.configure(settings.log_level, settings.log_format, role="forkserver")
-    setproctitle(TITLE)
-    app_loaded = False
-    if settings.preload:
-        try:
-            import_app(settings.require_modules)
-        except BootError as exc:
-            log.error("boot_failed", error=str(exc))
-            print(f"cogworker-swarm: {exc}", file=sys.stderr)
-            return exitcodes.BOOT_ERROR
-        app_loaded = True
-    # Keep what is imported by now (the app too, when preloaded) out of the collector's reach: a
-    # collection in a child touching those objects would copy every page they live on (copy-on-write).
-    # Collected first only when an app was loaded, which may leave real garbage behind: our own imports
-    # leave a few dozen objects, and a full collection of them held every start back by 20-35 ms.
-    if app_loaded:
-        gc.collect()
-    gc.freeze()
-    server = ForkServer(settings, sock, supervisor_pid, app_loaded)
-    dumped = settings.model_dump(mode="json")
-    # A SecretStr dumps as stars; the supervisor's metrics scrape needs the sentinels' password itself.
-    dumped["redis_sentinel_password"] = settings.redis_sentinel_password.get_secret_value()
-    send(sock, {"op": "ready", "settings": dumped})
-    log.info("forkserver_ready", preload=app_loaded)
-    return server.serve()
+    gc.disable()
+    from supervisor.forkserver.boot import boot  # here, so the imports run with the collector off
+
+    return boot()
 
 
 if __name__ == "__main__":

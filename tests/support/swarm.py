@@ -70,7 +70,7 @@ def live_title(proc: psutil.Process) -> str | None:
 
 
 def is_forkserver(title: str) -> bool:
-    """The supervisor's fork server (supervisor/forkserver/main.py) sets this title; workers set their own."""
+    """The supervisor's fork server (supervisor/forkserver/boot.py) sets this title; workers set their own."""
     return title.startswith(forkserver.TITLE)
 
 

@@ -32,7 +32,7 @@ def test_the_supervisor_reaches_the_fork_server_spawn_without_heavy_imports() ->
 
 def test_no_worker_module_imports_croniter_before_a_periodic_job_needs_it() -> None:
     # croniter runs `file` on the interpreter while it is imported (~30 ms with dateutil).
-    assert loaded("supervisor.forkserver.main", ("croniter", "dateutil")) == set()
+    assert loaded("supervisor.forkserver.boot", ("croniter", "dateutil")) == set()
     assert loaded("cogworker.worker.launcher", ("croniter", "dateutil")) == set()
 
 
