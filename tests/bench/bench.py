@@ -197,6 +197,11 @@ def measure(ctx: Context, name: str, steps: list[str], w1: dict[str, Any]) -> di
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run: small workloads, one W1 run")
+    parser.add_argument(
+        "--one-session",
+        action="store_true",
+        help="start Redis and every worker command in this session, not each in its own (procs.placement)",
+    )
     names = [*systems.NAMES, WEB, SCALING, LIMITER, EMPTY]
     parser.add_argument("--only", default=",".join(names), help=f"comma-separated, from {','.join(names)}")
     parser.add_argument(
@@ -227,7 +232,7 @@ def _raise_exit(signum: int, _frame: object) -> None:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    plan = Plan.make(args.quick)
+    plan = Plan.make(args.quick, args.one_session)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_id = uuid.uuid4().hex
     log_dir = RESULTS_DIR / f"bench-{stamp}-logs"
@@ -235,7 +240,7 @@ def main(argv: list[str]) -> int:
     # SIGTERM/SIGHUP unwind like Ctrl-C, so the finally below ends every process this run started.
     signal.signal(signal.SIGTERM, _raise_exit)
     signal.signal(signal.SIGHUP, _raise_exit)
-    server = RedisServer({**os.environ, RUN_ID_VAR: run_id})
+    server = RedisServer({**os.environ, RUN_ID_VAR: run_id}, plan.one_session)
     ctx = Context(server, plan, run_id, log_dir)
     began = time.monotonic()
     results: dict[str, Any] = {}

@@ -21,6 +21,8 @@ class Plan:
     """How big each workload is. `--quick` is a smoke run: every step runs once, small."""
 
     quick: bool
+    # Every process in the harness's session (procs.placement), not each command in its own.
+    one_session: bool = False
     w1_jobs: int = 20_000
     w1_runs: int = 3
     w1_timeout_s: float = 300.0
@@ -43,11 +45,12 @@ class Plan:
     stop_timeout_s: float = 45.0
 
     @classmethod
-    def make(cls, quick: bool) -> Plan:
+    def make(cls, quick: bool, one_session: bool = False) -> Plan:
         if not quick:
-            return cls(quick=False)
+            return cls(quick=False, one_session=one_session)
         return cls(
             quick=True,
+            one_session=one_session,
             w1_jobs=2_000,
             w1_runs=1,
             w1_timeout_s=120.0,
@@ -88,7 +91,9 @@ class Context:
         argv: list[str] | None = None,
     ) -> WorkerGroup:
         log = self.log_dir / f"{system.name}-{label}.log"
-        group = WorkerGroup(argv or system.worker_argv(), self.env_for(system, extra_env), log)
+        group = WorkerGroup(
+            argv or system.worker_argv(), self.env_for(system, extra_env), log, self.plan.one_session
+        )
         self.groups.append(group)
         group.start()
         return group

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 
 import redis
@@ -36,23 +37,30 @@ W4_PIDS = "bench:w4:pids"
 W4_PEAK = "bench:w4:peak"
 W4_SLEEP_S = 0.05
 
-_client: redis.Redis | None = None
-_client_pid = 0
+_local = threading.local()
 
 
 def client() -> redis.Redis:
-    """A connection per process: prefork pools and rq's work horses fork after we may have connected."""
-    global _client, _client_pid
-    if _client is None or _client_pid != os.getpid():
-        _client = connect(os.environ["BENCH_REDIS_URL"])
-        _client_pid = os.getpid()
-    return _client
+    """The calling thread's own connection, as the Ruby body's Bench.redis is (jobs_sidekiq.rb).
+
+    One connection held by the client, not a pool: redis-py checks a pooled connection out and back
+    for every command, and the check-out polls the socket first (one more system call, one more
+    release of the GIL). From 8 threads a pooled INCR took about twice the CPU of one on a held
+    connection (97 against 45 us, in a loop of INCRs alone), which Ruby's body never paid. Keyed by pid
+    too: prefork pools and rq's work horses fork after their parent may have connected."""
+    found: redis.Redis | None = getattr(_local, "client", None)
+    if found is None or _local.pid != os.getpid():
+        found = connect(os.environ["BENCH_REDIS_URL"], single_connection_client=True)
+        _local.client, _local.pid = found, os.getpid()
+    return found
 
 
-def connect(url: str) -> redis.Redis:
+def connect(url: str, single_connection_client: bool = False) -> redis.Redis:
     # RESP2 and no CLIENT SETINFO: a new connection then sends no command of its own, so the only
     # commands the bench adds are the ones it counts (rq's horses reconnect for every job).
-    return redis.Redis.from_url(url, protocol=2, driver_info=None)
+    return redis.Redis.from_url(
+        url, protocol=2, driver_info=None, single_connection_client=single_connection_client
+    )
 
 
 def mark_done() -> None:

@@ -1,8 +1,8 @@
 # Sidekiq's benchmark jobs: the bodies of jobkit.py, written in Ruby.
 #
 # Each job reports to the bench Redis (BENCH_REDIS_URL) on a connection of its own thread, as the
-# Python systems' jobs do on a connection of their own process, so every system pays the same round
-# trips per job and the harness can take them out of the commands-per-job figure (throughput.py).
+# Python systems' jobs do (jobkit.client), so every system pays the same round trips per job and the
+# harness can take them out of the commands-per-job figure (throughput.py).
 # redis-rb sends INCR as INCR (redis-py sends INCRBY key 1): systems/sidekiq_system.py says so.
 require "sidekiq"
 require "redis"

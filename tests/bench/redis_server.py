@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jobkit
 import redis
+from procs import placement
 
 # INFO is how the harness reads the counters; it is never a system's own work.
 _IGNORED = {"info"}
@@ -26,11 +27,12 @@ def free_port() -> int:
 class RedisServer:
     """A throwaway redis-server on 127.0.0.1: no persistence, its files in a temp dir."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], one_session: bool) -> None:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._dir = Path(tempfile.mkdtemp(prefix="cogworker-bench-redis-"))
         self._env = env
+        self._one_session = one_session
         self._proc: subprocess.Popen[bytes] | None = None
         self.client: redis.Redis | None = None
 
@@ -45,9 +47,15 @@ class RedisServer:
             "--daemonize", "no",
             "--loglevel", "warning",
         ]  # fmt: skip
+        new_session, group = placement(self._one_session)
         log = open(self._dir / "redis.log", "wb")  # noqa: SIM115 - owned by the child
         self._proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=self._env, start_new_session=True
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self._env,
+            start_new_session=new_session,
+            process_group=group,
         )
         log.close()
         self.client = jobkit.connect(self.url)

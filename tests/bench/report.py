@@ -241,6 +241,9 @@ def _sync_notes(plan: dict[str, Any]) -> list[str]:
         "inside scripts count under their own names too; the jobs' reporting and the harness's polls "
         "are taken out.",
         "W3 '> N s (k/m)': k of the m jobs on the killed worker had not started again N s after the kill.",
+        "Processes: Redis and every worker command in the harness's session (--one-session)."
+        if plan.get("one_session")
+        else "Processes: Redis and each worker command in a session of its own.",
         "¹ peers have one memory mode; their preload rows repeat their default figure.",
         "² a direct child of the worker command that runs no jobs: cogworker's fork server, which "
         "holds the loaded code its workers are forked from; in total PSS, and its CPU in idle parent "
