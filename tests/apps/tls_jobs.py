@@ -78,8 +78,9 @@ def batch_done(bid: str, path: str) -> None:
     _note(path, f"callback {bid}")
 
 
-# Limited jobs (tests/e2e/tls/test_tls_batch.py): the window and bucket checks are scripts of their
-# own, with commands a plain job never sends.
+# Limited jobs (tests/e2e/tls/test_tls_batch_limits.py): the window and bucket checks and the
+# concurrent limiter's acquire and release are scripts of their own, with commands a plain job never
+# sends.
 @job(limit=cogworker.limiter.window("tls-window", 100, per=60))
 def windowed(path: str, tag: str) -> None:
     _note(path, tag)
@@ -87,4 +88,10 @@ def windowed(path: str, tag: str) -> None:
 
 @job(limit=cogworker.limiter.bucket("tls-bucket", 100))
 def bucketed(path: str, tag: str) -> None:
+    _note(path, tag)
+
+
+# One slot for two jobs: the second waits for the first's release (or its slot handed on).
+@job(limit=cogworker.limiter.concurrent("tls-concurrent", 1, lease_s=30))
+def concurrent(path: str, tag: str) -> None:
     _note(path, tag)
