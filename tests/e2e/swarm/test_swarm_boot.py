@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from cogworker import exitcodes
-from tests.support.redis_server import RedisServer, wait_until
-from tests.support.swarm import Swarm, SwarmRunner, swarm_runner
+from tests.support.redis_server import wait_until
+from tests.support.swarm import Swarm, SwarmRunner
 
 pytestmark = pytest.mark.slow
 
@@ -29,11 +27,6 @@ while not (here / "release").exists() and time.monotonic() < deadline:
 """
 
 DYING_APP = "import os\nos._exit(9)\n"
-
-
-@pytest.fixture
-def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
-    yield from swarm_runner(redis_server.url, tmp_path)
 
 
 def _start_preloading(swarms: SwarmRunner, app_dir: Path, module: str) -> Swarm:

@@ -8,25 +8,17 @@ import os
 import signal
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import cancel_jobs
-import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 import cogworker
 from cogworker.store import keys
-from tests.support.redis_server import RedisServer, free_port, wait_until
-from tests.support.swarm import SwarmRunner, stays, swarm_runner
+from tests.support.redis_server import free_port, wait_until
+from tests.support.swarm import SwarmRunner, stays
 
 APP = {"COGWORKER_REQUIRE": "cancel_jobs", "COGWORKER_COUNT": "1"}
-
-
-@pytest.fixture
-def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
-    yield from swarm_runner(redis_server.url, tmp_path)
 
 
 def cancelled_metric(port: int, job: str) -> float | None:

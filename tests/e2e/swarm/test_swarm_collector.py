@@ -5,22 +5,15 @@ what was loaded frozen, in every worker by the time it runs a job."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
 
 from cogworker import exitcodes
-from tests.support.redis_server import RedisServer, wait_until
-from tests.support.swarm import SwarmRunner, swarm_runner
+from tests.support.redis_server import wait_until
+from tests.support.swarm import SwarmRunner
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
-    yield from swarm_runner(redis_server.url, tmp_path)
 
 
 @pytest.mark.parametrize("preload", ["true", "false"])

@@ -5,25 +5,17 @@ from __future__ import annotations
 
 import socket
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import psutil
 import pytest
-import redis
 
 from cogworker import exitcodes
-from tests.support.redis_server import RedisServer, wait_until
-from tests.support.swarm import SwarmRunner, swarm_runner
+from tests.support.redis_server import wait_until
+from tests.support.swarm import SwarmRunner
 
 pytestmark = pytest.mark.slow
 
 MAX_SUPERVISOR_RSS_MB = 30
-
-
-@pytest.fixture
-def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
-    yield from swarm_runner(redis_server.url, tmp_path)
 
 
 def test_the_supervisor_with_notify_on_stays_under_its_rss_budget(swarms: SwarmRunner) -> None:

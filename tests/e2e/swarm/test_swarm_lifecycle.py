@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -15,14 +14,9 @@ import redis
 
 from cogworker import exitcodes
 from tests.support.redis_server import RedisServer, wait_until
-from tests.support.swarm import SwarmRunner, swarm_runner
+from tests.support.swarm import SwarmRunner
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
-    yield from swarm_runner(redis_server.url, tmp_path)
 
 
 def test_help_documents_signals_variables_and_exit_codes() -> None:

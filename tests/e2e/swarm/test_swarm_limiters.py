@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import limiter_jobs
 import pytest
@@ -16,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cogworker.store import keys
 from tests.support.redis_server import RedisServer, free_port, wait_until
-from tests.support.swarm import SwarmRunner, swarm_runner
+from tests.support.swarm import SwarmRunner
 
 JOBS = 30
 APP = {
@@ -25,11 +23,6 @@ APP = {
     "COGWORKER_CONCURRENCY": "8",
     "COGWORKER_POLL_INTERVAL_S": "0.2",
 }
-
-
-@pytest.fixture
-def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
-    yield from swarm_runner(redis_server.url, tmp_path)
 
 
 @pytest.fixture(autouse=True)

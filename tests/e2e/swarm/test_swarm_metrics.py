@@ -9,7 +9,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -19,17 +19,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cogworker import codec, exitcodes
 from cogworker.api import payload
-from tests.support.redis_server import RedisServer, free_port, wait_until
-from tests.support.swarm import Swarm, SwarmRunner, swarm_runner
+from tests.support.redis_server import free_port, wait_until
+from tests.support.swarm import Swarm, SwarmRunner
 
 pytestmark = pytest.mark.slow
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-@pytest.fixture
-def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
-    yield from swarm_runner(redis_server.url, tmp_path)
 
 
 def scrape(port: int) -> Samples:

@@ -22,15 +22,10 @@ import redis
 
 from cogworker import exitcodes
 from tests.support.notify_listener import Datagram, NotifyListener
-from tests.support.redis_server import RedisServer, wait_until
-from tests.support.swarm import SwarmRunner, stays, swarm_runner
+from tests.support.redis_server import wait_until
+from tests.support.swarm import SwarmRunner, stays
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
-    yield from swarm_runner(redis_server.url, tmp_path)
 
 
 @pytest.fixture(params=["path", "abstract"])

@@ -4,22 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
 
 from cogworker import exitcodes
-from tests.support.redis_server import RedisServer, wait_until
-from tests.support.swarm import Swarm, SwarmRunner, stays, swarm_runner
+from tests.support.redis_server import wait_until
+from tests.support.swarm import Swarm, SwarmRunner, stays
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
-    yield from swarm_runner(redis_server.url, tmp_path)
 
 
 def quiet_in_redis(r: redis.Redis, swarm: Swarm) -> dict[int, str | None]:

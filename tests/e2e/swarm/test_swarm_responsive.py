@@ -26,17 +26,12 @@ import redis
 
 from cogworker import exitcodes
 from tests.support.notify_listener import NotifyListener
-from tests.support.redis_server import RedisServer, wait_until
-from tests.support.swarm import Swarm, SwarmRunner, stays, swarm_runner
+from tests.support.redis_server import wait_until
+from tests.support.swarm import Swarm, SwarmRunner, stays
 
 pytestmark = pytest.mark.slow
 
 NOTICED_WITHIN_S = 1.0  # a death or a signal must be acted on this soon, whatever the fork server does
-
-
-@pytest.fixture
-def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
-    yield from swarm_runner(redis_server.url, tmp_path)
 
 
 @pytest.fixture

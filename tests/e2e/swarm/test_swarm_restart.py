@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -14,17 +13,12 @@ import redis
 
 from cogworker import codec, exitcodes
 from cogworker.api import payload
-from tests.support.redis_server import RedisServer, wait_until
-from tests.support.swarm import Swarm, SwarmRunner, swarm_runner
+from tests.support.redis_server import wait_until
+from tests.support.swarm import Swarm, SwarmRunner
 
 pytestmark = pytest.mark.slow
 
 APP = "swarm_version"
-
-
-@pytest.fixture
-def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
-    yield from swarm_runner(redis_server.url, tmp_path)
 
 
 def write_app(directory: Path, version: str, *, broken: bool = False) -> None:

@@ -18,15 +18,10 @@ import timeout_jobs
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.notify_listener import NotifyListener
-from tests.support.redis_server import RedisServer, free_port, wait_until
-from tests.support.swarm import SwarmRunner, swarm_runner
+from tests.support.redis_server import free_port, wait_until
+from tests.support.swarm import SwarmRunner
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
-    yield from swarm_runner(redis_server.url, tmp_path)
 
 
 @pytest.fixture
