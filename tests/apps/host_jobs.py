@@ -13,27 +13,21 @@ from __future__ import annotations
 import os
 import time
 
+from line_sink import append_line
+
 from cogworker import job
-
-
-def _line(sink: str, text: str) -> None:
-    fd = os.open(sink, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{text}\n".encode())
-    finally:
-        os.close(fd)
 
 
 @job(retry=3)
 def ran(sink: str, tag: str, seconds: float) -> None:
     host = os.environ.get("HOSTS_TEST_HOST", "?")
-    _line(sink, f"S {tag} {host} {os.getpid()}")
+    append_line(sink, f"S {tag} {host} {os.getpid()}")
     time.sleep(seconds)
     stall = f"{sink}.stall-{host}"
     if os.path.exists(stall):
         deadline = time.monotonic() + 120
         while os.path.exists(stall) and time.monotonic() < deadline:
             time.sleep(0.05)
-        _line(sink, f"F {tag} {host} {os.getpid()}")
+        append_line(sink, f"F {tag} {host} {os.getpid()}")
         raise RuntimeError(f"{tag} fails on {host}")
-    _line(sink, f"E {tag} {host} {os.getpid()}")
+    append_line(sink, f"E {tag} {host} {os.getpid()}")

@@ -9,6 +9,7 @@ import os
 import time
 from typing import Any
 
+from line_sink import append_line
 from opentelemetry import trace
 
 from cogworker import current_job, job
@@ -18,12 +19,7 @@ tracer = trace.get_tracer("otel_jobs")
 
 def record(what: str, **fields: Any) -> None:
     """One JSON line in SPANS_FILE (the spans' file), in one write: workers append at once."""
-    line = json.dumps({"record": what, "pid": os.getpid(), **fields}) + "\n"
-    fd = os.open(os.environ["SPANS_FILE"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    append_line(os.environ["SPANS_FILE"], json.dumps({"record": what, "pid": os.getpid(), **fields}))
 
 
 def current_span_id() -> str | None:

@@ -4,18 +4,15 @@ names with O_APPEND, one write() each, so lines from both children never interle
 
 from __future__ import annotations
 
-import os
 import time
+
+from line_sink import append_line
 
 from cogworker import current_job, job
 
 
 def _line(sink: str, text: str) -> None:
-    fd = os.open(sink, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{time.time():.4f} {text}\n".encode())
-    finally:
-        os.close(fd)
+    append_line(sink, f"{time.time():.4f} {text}")
 
 
 @job

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import host_jobs
+from line_sink import append_line
 
 from cogworker import codec
 from cogworker.api import client as cw_client
@@ -49,7 +50,7 @@ class Sink:
         path.touch()
 
     def mark(self, note: str) -> None:
-        host_jobs._line(str(self.path), f"# {note}")
+        append_line(str(self.path), f"# {note}")
 
     def lines(self) -> list[list[str]]:
         return [line.split() for line in self.path.read_text().splitlines() if line.strip()]
