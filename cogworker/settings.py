@@ -6,12 +6,10 @@ reported as one line naming the variable and what it accepts; the command exits 
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
@@ -19,6 +17,7 @@ from pydantic import SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from cogworker import cluster_url, exitcodes, redis_sentinel, redis_tls
+from cogworker.affinity_settings import AffinitySettings
 from cogworker.limiter_settings import LimiterSettings
 from cogworker.prefix_rule import check_key_prefix
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
@@ -69,7 +68,7 @@ def parse_queues(text: str) -> QueueSpec:
     return QueueSpec(tuple(names), tuple(weights) if all(weighted) else None)
 
 
-class Settings(ReplicationSettings, WorkflowSettings, LimiterSettings):
+class Settings(ReplicationSettings, WorkflowSettings, LimiterSettings, AffinitySettings):
     model_config = SettingsConfigDict(
         env_prefix="COGWORKER_",
         env_nested_delimiter="__",
@@ -355,24 +354,6 @@ def load_settings(**overrides: object) -> Settings:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from None
-
-
-def load_env_file(path: str) -> None:
-    """`cogworker --env-file PATH`: load an instance's env file (VAR=value lines, `#` comments,
-    quoted values) into this process's environment, its values winning, as systemd's EnvironmentFile=
-    gives them to the service. The file's contents (a Redis password) stay off the command line,
-    where `ps` and sudo's log would show them."""
-    from dotenv import dotenv_values
-
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"--env-file {path}: can't read it ({getattr(exc, 'strerror', None) or exc})"
-        ) from None
-    # No $VAR expansion: systemd does none either, and a password may hold a `$`.
-    values = dotenv_values(stream=io.StringIO(text), interpolate=False)
-    os.environ.update({name: value for name, value in values.items() if value is not None})
 
 
 def load_or_exit(**overrides: object) -> Settings:

@@ -30,9 +30,10 @@ from cogworker.cli import (
     web,
 )
 from cogworker.cli.common import Context, Failure, json_flag
+from cogworker.env_file import load_env_file
 from cogworker.ops import OpsError
 from cogworker.redact import safe_url
-from cogworker.settings import ConfigError, load_env_file, load_or_exit
+from cogworker.settings import ConfigError, load_or_exit
 from cogworker.store import key_guard, keys
 from cogworker.store.connection import is_unavailable
 

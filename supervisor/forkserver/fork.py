@@ -24,6 +24,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import structlog
 from setproctitle import setproctitle
 
 from cogworker import exitcodes, logs
@@ -32,6 +33,7 @@ from cogworker.settings import Settings
 from cogworker.worker.identity import make_identity
 from supervisor import signals
 from supervisor.child_env import scrub_child_env
+from supervisor.forkserver.cpu_affinity import pin_worker
 
 PR_SET_PDEATHSIG = 1
 REPARENT_TIMEOUT_S = 5.0
@@ -105,6 +107,12 @@ def _become_worker(order: WorkerOrder) -> int:
     settings = order.settings
     if not await_supervisor_as_parent(order.supervisor_pid):
         return exitcodes.FAILURE  # the supervisor died, or isn't our subreaper: never run unsupervised
+    # Before any thread starts: each inherits the mask (cpu_affinity.py).
+    pinned: int | OSError | None
+    try:
+        pinned = pin_worker(settings.cpu_affinity, order.slot)
+    except OSError as exc:
+        pinned = exc
     # Handlers first, then the mask: a TERM that arrived since fork now gets the default action
     # (the child holds no job yet), instead of being held back until the app has imported.
     signals.reset_to_default()
@@ -113,6 +121,7 @@ def _become_worker(order: WorkerOrder) -> int:
     random.seed()
     client.reset_after_fork()
     logs.configure(settings.log_level, settings.log_format)
+    _log_pinning(order.slot, pinned)
     setproctitle(f"cogworker worker [slot {order.slot}] booting")
     # The write end stays blocking: a status line carrying per-job counts can outgrow PIPE_BUF, and a
     # non-blocking write of it could be cut short, losing the line and garbling the next. Only the
@@ -128,6 +137,15 @@ def _become_worker(order: WorkerOrder) -> int:
         app_loaded=order.app_loaded,
         quiet=order.quiet,
     )
+
+
+def _log_pinning(slot: int, pinned: int | OSError | None) -> None:
+    log = structlog.get_logger("cogworker.worker")
+    if isinstance(pinned, OSError):
+        # A CPU taken away since the swarm started (a shrunk cpuset): run anywhere rather than not at all.
+        log.warning("cpu_affinity_failed", slot=slot, error=str(pinned), note="running unpinned")
+    elif pinned is not None:
+        log.info("worker_pinned", slot=slot, cpu=pinned)
 
 
 def await_supervisor_as_parent(supervisor_pid: int) -> bool:

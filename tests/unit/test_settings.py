@@ -28,6 +28,20 @@ def test_defaults_match_the_design() -> None:
     assert s.orphan_threshold_s == 300
     assert s.max_orphanings == 3
     assert s.count >= 1
+    assert s.cpu_affinity == "none"
+
+
+def test_cpu_affinity_is_none_or_spread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COGWORKER_CPU_AFFINITY", "spread")
+    assert load_settings().cpu_affinity == "spread"
+    monkeypatch.setenv("COGWORKER_CPU_AFFINITY", "compact")
+    with pytest.raises(ConfigError, match=r"COGWORKER_CPU_AFFINITY='compact'.*'none' or 'spread'"):
+        load_settings()
+    # Where the kernel can't pin (macOS has no sched_setaffinity), spread is refused at start.
+    monkeypatch.setenv("COGWORKER_CPU_AFFINITY", "spread")
+    monkeypatch.delattr(os, "sched_setaffinity")
+    with pytest.raises(ConfigError, match="can't pin a process to a CPU"):
+        load_settings()
 
 
 def test_settings_are_frozen() -> None:
@@ -106,7 +120,7 @@ def test_every_setting_is_in_the_example_env_file() -> None:
 
 
 def test_an_env_file_is_read_as_systemd_reads_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cogworker.settings import load_env_file
+    from cogworker.env_file import load_env_file
 
     for name in ("COGWORKER_QUEUES", "COGWORKER_CONCURRENCY", "APP_NOTE", "APP_SECRET"):
         monkeypatch.setenv(name, "from the shell")  # restored after the test; the file's values win

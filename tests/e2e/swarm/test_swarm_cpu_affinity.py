@@ -1,0 +1,111 @@
+"""COGWORKER_CPU_AFFINITY (supervisor/forkserver/cpu_affinity.py): with `spread`, slot N's worker and
+every thread it starts run on the Nth CPU the swarm may use, wrapping round, and a replacement gets its
+slot's CPU again; the CPUs are only those the swarm was started with. `none` (the default) leaves the
+workers where the kernel puts them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from cogworker import exitcodes
+from tests.support.redis_server import wait_until
+from tests.support.swarm import Swarm, SwarmRunner
+
+pytestmark = pytest.mark.slow
+
+ALL_CPUS = sorted(os.sched_getaffinity(0))
+
+
+def thread_cpus(pid: int) -> set[tuple[int, ...]]:
+    """The distinct CPU lists of every thread of `pid` (Cpus_allowed_list in each task's status)."""
+    found: set[tuple[int, ...]] = set()
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        for line in status.read_text().splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                found.add(tuple(_expand(line.split(":", 1)[1].strip())))
+    return found
+
+
+def _expand(text: str) -> list[int]:
+    cpus: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        cpus += range(int(low), int(high or low) + 1)
+    return cpus
+
+
+def run_reports(swarm: Swarm, r: redis.Redis, count: int) -> list[dict[str, object]]:
+    """Run `count` report jobs; what each reported."""
+    from cogworker import codec
+    from cogworker.api import payload
+
+    r.delete("test:cpus")
+    for index in range(count):
+        job = payload.build("affinity_jobs.report_cpus", (f"j{index}",), {}, queue="default", retry=False)
+        r.lpush("cogworker:queue:default", codec.dumps(job))
+    lines = wait_until(lambda: r.llen("test:cpus") == count and r.lrange("test:cpus", 0, -1), message="jobs")
+    return [json.loads(line) for line in lines]
+
+
+def test_spread_pins_each_slot_and_its_replacement_to_one_cpu(swarms: SwarmRunner, r: redis.Redis) -> None:
+    swarm = swarms.start(
+        COGWORKER_REQUIRE="affinity_jobs", COGWORKER_CPU_AFFINITY="spread", COGWORKER_COUNT="3"
+    )
+    swarm.wait_ready()
+    children = swarm.current_children()
+    expected = {slot: ALL_CPUS[slot % len(ALL_CPUS)] for slot in range(3)}
+    for slot, pid in children.items():
+        # Every thread: job threads, the fetcher, the heartbeat, the event loop.
+        assert thread_cpus(pid) == {(expected[slot],)}, (slot, pid)
+    pinned = {e["slot"]: e["cpu"] for e in swarm.events("worker_pinned")}
+    assert pinned == expected
+    # The job's own thread reports one CPU: its process's slot's.
+    by_pid = {pid: expected[slot] for slot, pid in children.items()}
+    for report in run_reports(swarm, r, 12):
+        assert report["cpus"] == [by_pid[int(str(report["pid"]))]], report
+
+    os.kill(children[1], signal.SIGKILL)
+    replaced = wait_until(
+        lambda: swarm.current_children().get(1) not in (None, children[1]) and swarm.current_children()[1],
+        message="slot 1 replaced",
+    )
+    wait_until(lambda: thread_cpus(int(replaced)) == {(expected[1],)}, message="the replacement pinned")
+    assert swarm.stop() == exitcodes.OK
+
+
+def test_spread_keeps_to_the_cpus_the_swarm_was_started_with(swarms: SwarmRunner, r: redis.Redis) -> None:
+    only = ALL_CPUS[-1]
+    swarm = swarms.start(
+        command=["taskset", "-c", str(only), sys.executable, "-m", "supervisor.main"],
+        COGWORKER_REQUIRE="affinity_jobs",
+        COGWORKER_CPU_AFFINITY="spread",
+    )
+    swarm.wait_ready()
+    for pid in swarm.current_children().values():
+        assert thread_cpus(pid) == {(only,)}
+    assert {tuple(report["cpus"]) for report in run_reports(swarm, r, 4)} == {(only,)}  # type: ignore[arg-type]
+    assert swarm.stop() == exitcodes.OK
+
+
+def test_none_leaves_workers_on_every_cpu(swarms: SwarmRunner, r: redis.Redis) -> None:
+    swarm = swarms.start(COGWORKER_REQUIRE="affinity_jobs")
+    swarm.wait_ready()
+    for pid in swarm.current_children().values():
+        assert thread_cpus(pid) == {tuple(ALL_CPUS)}
+    assert {tuple(report["cpus"]) for report in run_reports(swarm, r, 4)} == {tuple(ALL_CPUS)}  # type: ignore[arg-type]
+    assert swarm.events("worker_pinned") == []
+    assert swarm.stop() == exitcodes.OK
+
+
+def test_an_unknown_affinity_exits_78_before_forking(swarms: SwarmRunner) -> None:
+    swarm = swarms.start(COGWORKER_CPU_AFFINITY="compact")
+    assert swarm.wait() == exitcodes.CONFIG_ERROR
+    assert "configuration error: COGWORKER_CPU_AFFINITY='compact'" in swarm.log_path.read_text()
+    assert swarm.supervisor_events("child_started") == []
