@@ -55,6 +55,17 @@ def _preload(key: str) -> Callable[[Result], Any]:
     return read
 
 
+def _pinned(key: str) -> Callable[[Result], Any]:
+    """cogworker's W1 with COGWORKER_CPU_AFFINITY=spread; a peer's default W1 figure (none pins)."""
+
+    def read(result: Result) -> Any:
+        if result.get("name") == BASE:
+            return _get("w1_variants", "spread", key)(result)
+        return _get("w1", key)(result)
+
+    return read
+
+
 def _many_preload(result: Result) -> Any:
     mode = "preload" if result.get("name") == BASE else "default"
     return _get("memory", f"{mode}-{MANY}", "total_pss_mb")(result)
@@ -90,6 +101,8 @@ ROWS = [
     Row("Redis commands per job", "↓", _get("w1", "commands_per_job"), "{:.2f}"),
     Row("  of which script calls", "↓", _get("w1", "script_calls_per_job"), "{:.2f}"),
     Row("W1 CPU used, first to last job (%)", "↑", _get("w1", "cpu_used_pct"), "{:.0f}"),
+    Row("W1 drain, cogworker pinned (jobs/s) ³", "↑", _pinned("jobs_per_s")),
+    Row("W1 CPU used, cogworker pinned (%) ³", "↑", _pinned("cpu_used_pct"), "{:.0f}"),
     Row("W1 CPU/job from launch: workers (µs)", "↓", _get("w1", "cpu_us_per_job", "workers")),
     Row("  supervisor/parent + fork server (µs)", "↓", _get("w1", "cpu_us_per_job", "supervisor"), "{:.1f}"),
     Row("  Redis (µs)", "↓", _get("w1", "cpu_us_per_job", "redis"), "{:.1f}"),
@@ -248,6 +261,9 @@ def _sync_notes(plan: dict[str, Any]) -> list[str]:
         "² a direct child of the worker command that runs no jobs: cogworker's fork server, which "
         "holds the loaded code its workers are forked from; in total PSS, and its CPU in idle parent "
         "CPU. Peers have none (0).",
+        "³ cogworker with COGWORKER_CPU_AFFINITY=spread (each worker and its threads on one CPU; not the "
+        "default), drained in the same rounds right after its default; peers have no such setting, "
+        "their rows repeat their default W1 figure.",
     ]
 
 

@@ -52,6 +52,10 @@ class System(ABC):
         """Extra worker environments whose memory is measured too (name -> env)."""
         return {}
 
+    def w1_variants(self) -> dict[str, dict[str, str]]:
+        """Extra worker environments W1 drains too, in the same rounds (name -> env)."""
+        return {}
+
     @abstractmethod
     def version(self) -> str: ...
 

@@ -65,6 +65,10 @@ class Cogworker(System):
     def memory_variants(self) -> dict[str, dict[str, str]]:
         return {"preload": {"COGWORKER_PRELOAD": "true"}}
 
+    def w1_variants(self) -> dict[str, dict[str, str]]:
+        # Not the default (affinity_settings.py says why); drained beside it so the gain is measured.
+        return {"spread": {"COGWORKER_CPU_AFFINITY": "spread"}}
+
     def version(self) -> str:
         return metadata.version("cogworker")
 
