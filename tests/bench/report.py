@@ -56,12 +56,11 @@ def _preload(key: str) -> Callable[[Result], Any]:
 
 
 def _pinned(key: str) -> Callable[[Result], Any]:
-    """cogworker's W1 with COGWORKER_CPU_AFFINITY=spread; a peer's default W1 figure (none pins)."""
+    """W1 with each worker process on its own CPU; a system that can't be pinned, its default figure."""
 
     def read(result: Result) -> Any:
-        if result.get("name") == BASE:
-            return _get("w1_variants", "spread", key)(result)
-        return _get("w1", key)(result)
+        pinned = _get("w1_variants", "pinned", key)(result)
+        return pinned if pinned is not None else _get("w1", key)(result)
 
     return read
 
@@ -101,8 +100,8 @@ ROWS = [
     Row("Redis commands per job", "↓", _get("w1", "commands_per_job"), "{:.2f}"),
     Row("  of which script calls", "↓", _get("w1", "script_calls_per_job"), "{:.2f}"),
     Row("W1 CPU used, first to last job (%)", "↑", _get("w1", "cpu_used_pct"), "{:.0f}"),
-    Row("W1 drain, cogworker pinned (jobs/s) ³", "↑", _pinned("jobs_per_s")),
-    Row("W1 CPU used, cogworker pinned (%) ³", "↑", _pinned("cpu_used_pct"), "{:.0f}"),
+    Row("W1 drain, pinned to CPUs (jobs/s) ³", "↑", _pinned("jobs_per_s")),
+    Row("W1 CPU used, pinned to CPUs (%) ³", "↑", _pinned("cpu_used_pct"), "{:.0f}"),
     Row("W1 CPU/job from launch: workers (µs)", "↓", _get("w1", "cpu_us_per_job", "workers")),
     Row("  supervisor/parent + fork server (µs)", "↓", _get("w1", "cpu_us_per_job", "supervisor"), "{:.1f}"),
     Row("  Redis (µs)", "↓", _get("w1", "cpu_us_per_job", "redis"), "{:.1f}"),
@@ -261,9 +260,10 @@ def _sync_notes(plan: dict[str, Any]) -> list[str]:
         "² a direct child of the worker command that runs no jobs: cogworker's fork server, which "
         "holds the loaded code its workers are forked from; in total PSS, and its CPU in idle parent "
         "CPU. Peers have none (0).",
-        "³ cogworker with COGWORKER_CPU_AFFINITY=spread (each worker and its threads on one CPU; not the "
-        "default), drained in the same rounds right after its default; peers have no such setting, "
-        "their rows repeat their default W1 figure.",
+        "³ each worker process and its threads on a CPU of its own, drained in the same rounds right "
+        "after the default: cogworker with COGWORKER_CPU_AFFINITY=spread (not its default), Sidekiq's "
+        "processes each started under taskset (multiproc.py; it has no setting); Dramatiq forks its "
+        "own workers and is not pinned: its rows repeat its default figure.",
     ]
 
 

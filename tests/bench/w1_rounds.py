@@ -4,7 +4,7 @@ On a shared 2-core machine the speed drifts by 15 % or more over minutes. Three 
 followed by three of the next put that drift into the ratio between them; in rounds, a slow stretch
 falls on every system alike. Each system's figures are still the median of its own runs.
 
-A system's W1 variants (cogworker with its workers pinned to CPUs) drain in the same rounds, each
+A system's W1 variants (its worker processes pinned to CPUs) drain in the same rounds, each
 right after the system's default drain.
 
 A system that can't be loaded, or whose workers fail (NotRunnable), runs no further rounds; the

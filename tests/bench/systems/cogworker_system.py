@@ -67,7 +67,7 @@ class Cogworker(System):
 
     def w1_variants(self) -> dict[str, dict[str, str]]:
         # Not the default (affinity_settings.py says why); drained beside it so the gain is measured.
-        return {"spread": {"COGWORKER_CPU_AFFINITY": "spread"}}
+        return {"pinned": {"COGWORKER_CPU_AFFINITY": "spread"}}
 
     def version(self) -> str:
         return metadata.version("cogworker")

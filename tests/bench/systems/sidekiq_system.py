@@ -80,6 +80,10 @@ class Sidekiq(System):
     def worker_env(self) -> dict[str, str]:
         return {"REDIS_URL": self.redis_url}
 
+    def w1_variants(self) -> dict[str, dict[str, str]]:
+        # Sidekiq has no affinity setting: each process is started on its own CPU (multiproc.py).
+        return {"pinned": {"BENCH_PIN_CPUS": "1"}}
+
     def version(self) -> str:
         return self._version
 
