@@ -13,6 +13,10 @@ the head of a queue is never skipped for one behind it.
 
 A process with no `async def` job registered fetches exactly as many jobs as it has idle threads,
 as it always did; the first async job (from a module imported lazily) is run from a job thread.
+Nor does a process that has fetched nothing yet take more than either kind can start at once: until
+a fetch shows the mix, any job might be of the kind with fewer free slots. (It used to assume an even
+mix: a new process with 8 idle threads took 18 jobs of 3 s, all sync, and held 10 of them for a job's
+length while another process sat idle; `make bench`'s W3 saw two killed jobs wait 1.8 s for a thread.)
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ ALPHA = 0.05
 # Once async jobs exist, the share stays inside these bounds: a kind never seen lately is still
 # fetched for, one job at a time at worst.
 MIN_SHARE, MAX_SHARE = 0.02, 0.98
-FIRST_GUESS = 0.5
 
 
 class JobMix:
@@ -32,7 +35,7 @@ class JobMix:
         self._allowed = allowed
         self._hold_sync = 1 + sync_slots // 10
         self._hold_async = 1 + async_slots // 10
-        self.share = 0.0  # of async jobs among those fetched; 0 until an async job exists
+        self.share = 0.0  # of async jobs among those fetched; 0 until a fetch with async jobs registered
         self._async_known = False
 
     def has_async(self) -> bool:
@@ -43,12 +46,15 @@ class JobMix:
 
     def observe(self, async_jobs: int, jobs: int) -> None:
         """`jobs` were fetched, `async_jobs` of them async."""
-        if jobs == 0 or (self.share == 0.0 and async_jobs == 0):
+        if jobs == 0 or not self.has_async():
             return
-        # `jobs` steps of the average, each towards this fetch's share (the order within a fetch
-        # says nothing).
-        kept = (1.0 - ALPHA) ** jobs
-        share = (self.share or FIRST_GUESS) * kept + (async_jobs / jobs) * (1.0 - kept)
+        if self.share == 0.0:  # the first fetch since async jobs exist: its share is all we know
+            share = async_jobs / jobs
+        else:
+            # `jobs` steps of the average, each towards this fetch's share (the order within a fetch
+            # says nothing).
+            kept = (1.0 - ALPHA) ** jobs
+            share = self.share * kept + (async_jobs / jobs) * (1.0 - kept)
         self.share = min(MAX_SHARE, max(MIN_SHARE, share))
 
     def room(self, free_sync: int, free_async: int) -> int:
@@ -57,7 +63,9 @@ class JobMix:
         if self.share == 0.0:
             if not self.has_async():
                 return max(0, free_sync)
-            self.share = FIRST_GUESS  # async jobs are registered: assume an even mix until seen
+            # Async jobs are registered but no fetch has shown the mix yet: take only what either
+            # kind could start now, so none waits in memory on a guess.
+            return max(0, min(free_sync, free_async))
         free = max(0, free_sync) + max(0, free_async)
         if free == 0:
             return 0

@@ -10,12 +10,14 @@ import signal
 from typing import Any
 
 import async_jobs
+import demo_jobs
 import redis
 
 from cogworker import push_bulk, status
 from cogworker.ops import processes as process_ops
 from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
 from tests.support.redis_server import wait_until
+from tests.support.swarm import stays
 from tests.support.workers import WorkerPool
 
 APP = {"COGWORKER_REQUIRE": "async_jobs", "COGWORKER_POLL_INTERVAL_S": "0.1"}
@@ -121,6 +123,24 @@ def test_async_jobs_run_beside_the_threads_up_to_the_async_concurrency(
         peak = max(peak, running)
     assert peak == 3
     wait_until(lambda: r.get("cogworker:stat:processed") == "9", timeout=10, message="nine processed")
+
+
+def test_a_new_process_takes_only_the_sync_jobs_it_can_start(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    """Async jobs registered, a backlog of long sync jobs, nothing fetched yet (a deploy, or a
+    replacement for a killed process): the first fetch doesn't guess an even mix and take twice its
+    threads (then 6 of 8 here, 4 of them held in memory while other processes could run them), and
+    once the mix is known at most job_mix.py's hold waits (a tenth of the threads, plus one)."""
+    push_bulk(demo_jobs.sleepy, [(f"s{n}", 1.5) for n in range(8)])
+    worker = workers.start(
+        COGWORKER_REQUIRE="async_jobs,demo_jobs", COGWORKER_CONCURRENCY="2", COGWORKER_ASYNC_CONCURRENCY="10"
+    )
+    wait_until(lambda: r.llen("test:started") == 2, timeout=15, message="two jobs started")
+    in_progress = f"cogworker:inprogress:{worker.identity()}"
+    queued = "cogworker:queue:default"
+    stays(lambda: r.llen(in_progress) <= 3 and r.llen(queued) >= 5, 0.5, "at most one job held")
+    wait_until(lambda: r.llen("test:ran") == 8, timeout=20, message="all eight ran")
 
 
 def test_unique_and_status_work_for_an_async_job(
