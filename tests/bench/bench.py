@@ -8,6 +8,7 @@ Usage (through tests/bench/run.sh, which builds .bench-venv/):
     tests/bench/run.sh --only web        # only the Web UI's page times (web_pages.py)
     tests/bench/run.sh --only limiter    # W1 plain and behind a concurrent limiter (limiter_overhead.py)
     tests/bench/run.sh --only empty      # W1 with no job body: cogworker and Sidekiq (framework_cost.py)
+    tests/bench/run.sh --only profile    # W1's futex calls and switches per job (gil_profile.py; needs perf)
     tests/bench/run.sh --only cogworker,dramatiq,arq,saq --steps w4   # W4 (async jobs) alone
 
 W1 runs first, in rounds across the systems (w1_rounds.py); then each system runs its other steps.
@@ -37,6 +38,8 @@ from context import Context, Plan
 from footprint import idle_cost
 from framework_cost import framework_cost
 from framework_cost import table as empty_table
+from gil_profile import gil_profile
+from gil_profile import table as profile_table
 from latency import pickup_latency
 from limiter_overhead import limiter_overhead
 from limiter_overhead import table as limiter_table
@@ -59,6 +62,7 @@ WEB = "web"  # not a system: the Web UI's page times, after the systems
 SCALING = "scaling"  # not a system: cogworker with 1, 2, 4 and 8 processes against one Redis
 LIMITER = "limiter"  # not a system: cogworker's W1 plain and behind a concurrent limiter
 EMPTY = "empty"  # not a system: W1 with no job body, cogworker and Sidekiq (the runners' own cost)
+PROFILE = "profile"  # not a system, nor in the default run: it needs Linux's perf (gil_profile.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "bench-results"
@@ -203,7 +207,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="start Redis and every worker command in this session, not each in its own (procs.placement)",
     )
     names = [*systems.NAMES, WEB, SCALING, LIMITER, EMPTY]
-    parser.add_argument("--only", default=",".join(names), help=f"comma-separated, from {','.join(names)}")
+    parser.add_argument(
+        "--only", default=",".join(names), help=f"comma-separated, from {','.join([*names, PROFILE])}"
+    )
     parser.add_argument(
         "--steps",
         default=",".join(STEP_NAMES),
@@ -214,13 +220,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if not args.steps or [n for n in args.steps if n not in STEP_NAMES]:
         parser.error(f"--steps takes names from {', '.join(STEP_NAMES)} (got {args.steps})")
     args.only = [n.strip() for n in args.only.split(",") if n.strip()]
-    unknown = [n for n in args.only if n not in names]
+    unknown = [n for n in args.only if n not in [*names, PROFILE]]
     if unknown or not args.only:
         parser.error(f"--only takes names from {', '.join(names)} (got {args.only})")
     args.web = WEB in args.only
     args.scaling = SCALING in args.only
     args.limiter = LIMITER in args.only
     args.empty = EMPTY in args.only
+    args.profile = PROFILE in args.only
     # Run in the canonical order, so cogworker comes first and the table reads the same every time.
     args.only = [n for n in systems.NAMES if n in args.only]
     return args
@@ -248,6 +255,7 @@ def main(argv: list[str]) -> int:
     scaled: dict[str, Any] | None = None
     limited: dict[str, Any] | None = None
     empty: dict[str, Any] | None = None
+    profiled: dict[str, Any] | None = None
     try:
         server.start()
         # The job modules imported here, to push, read the bench Redis from the environment too.
@@ -264,6 +272,8 @@ def main(argv: list[str]) -> int:
             limited = limiter_overhead(ctx, say)
         if args.empty:
             empty = framework_cost(ctx, say)
+        if args.profile:
+            profiled = gil_profile(ctx, say)
         if args.web:
             say("web: the Web UI's pages ...")
             web = web_pages(server.client, server.url, plan.quick, say)
@@ -287,8 +297,10 @@ def main(argv: list[str]) -> int:
         print(("\n" if results or scaled else "") + limiter_table(limited))
     if empty is not None:
         print(("\n" if results or scaled or limited else "") + empty_table(empty))
+    if profiled is not None:
+        print(("\n" if results or scaled or limited or empty else "") + profile_table(profiled))
     if web is not None:
-        print(("\n" if results or scaled or limited or empty else "") + web_table(web))
+        print(("\n" if results or scaled or limited or empty or profiled else "") + web_table(web))
     document = {
         "started": stamp,
         "elapsed_s": elapsed,
@@ -300,6 +312,7 @@ def main(argv: list[str]) -> int:
         "scaling": scaled,
         "limiter": limited,
         "empty": empty,
+        "profile": profiled,
     }
     path = write_json(RESULTS_DIR, stamp, document)
     print(f"\n  raw figures: {path.relative_to(ROOT)}; took {elapsed / 60:.1f} min")
