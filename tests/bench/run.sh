@@ -20,7 +20,7 @@ if [ ! -f "$STAMP" ] || [ "$HERE/requirements.txt" -nt "$STAMP" ] || [ "$HERE/re
         && "$VENV/bin/pip" install -q --upgrade pip \
         && "$VENV/bin/pip" install -q -r "$HERE/requirements.txt" \
         && "$VENV/bin/pip" install -q --no-deps -r "$HERE/requirements-arq.txt" \
-        && "$VENV/bin/pip" install -q -e "$ROOT[web]"; } >"$LOG" 2>&1; then
+        && "$VENV/bin/pip" install -q "$ROOT[web]"; } >"$LOG" 2>&1; then
         cat "$LOG" >&2
         rm -f "$LOG"
         echo "bench: building $VENV failed" >&2
@@ -30,11 +30,23 @@ if [ ! -f "$STAMP" ] || [ "$HERE/requirements.txt" -nt "$STAMP" ] || [ "$HERE/re
     touch "$STAMP"
 fi
 
-# Bytecode, as a user's install has it: pip compiles a wheel's modules when it installs them, but this
-# venv holds cogworker as an editable install, and with PYTHONDONTWRITEBYTECODE set (as on some CI
-# machines) every process would compile cogworker's ~180 modules again: +0.3 s at each start. The bench
-# jobs of every system are compiled too, so none pays for it.
-"$VENV/bin/python" -m compileall -q "$ROOT/cogworker" "$ROOT/supervisor" "$HERE" >/dev/null
+# cogworker as a user's install has it: a regular install of the tree as it is now (a new build every
+# run, so uncommitted work is measured too), its modules compiled by pip. An editable install's finder
+# costs each interpreter ~15 ms at start (site imports it and pathlib), and both the supervisor and the
+# fork server start one on the way to the first job. setuptools' build/ is removed first: a module
+# deleted from the tree would otherwise stay in it and in the wheel.
+rm -rf "$ROOT/build"
+LOG="$(mktemp)"
+if ! "$VENV/bin/pip" install -q --no-deps --force-reinstall "$ROOT" >"$LOG" 2>&1; then
+    cat "$LOG" >&2
+    rm -f "$LOG"
+    echo "bench: installing cogworker into $VENV failed" >&2
+    exit 1
+fi
+rm -f "$LOG"
+# The bench jobs of every system are compiled too (with PYTHONDONTWRITEBYTECODE set, as on some CI
+# machines, each process would compile them again), so none pays for it.
+"$VENV/bin/python" -m compileall -q "$HERE" >/dev/null
 
 if ! command -v redis-server >/dev/null 2>&1; then
     "$ROOT/deploy/ensure-redis-server.sh"
