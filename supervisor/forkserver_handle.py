@@ -1,7 +1,8 @@
 """The supervisor's handle on one fork server process: start it, send it requests, read its answers.
 
 The fork server (supervisor/forkserver/) is a process the supervisor starts with
-`python -m supervisor.forkserver.main`. It validates the settings, imports the worker code (and the
+`python -m supervisor.forkserver.main` (the first one of a swarm is a fork of the supervisor instead:
+first_forkserver.py). It validates the settings, imports the worker code (and the
 app, with COGWORKER_PRELOAD), then waits for requests on a socket pair (the messages are in
 wire/forkserver_messages.py). The supervisor never waits for an answer: its socket is non-blocking,
 and answers are read by its loop when they come. This handle counts what the fork server owes, so a
@@ -15,11 +16,12 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from supervisor import signals
 from supervisor.child_env import scrub_child_env
+from supervisor.first_forkserver import fork_first_forkserver
 from supervisor.wire.forkserver_messages import (
     ANSWERS,
     CONTROL_FD_VARIABLE,
@@ -50,32 +52,41 @@ class ForkServerHandle:
         self.requeues: set[str] = set()  # identities whose requeue it owes
 
     # Start and stop ---------------------------------------------------------------------------
-    def start(self, now: float) -> None:
-        """Start the process. Raises OSError."""
+    def start(self, now: float, *, fork_closing: Iterable[int] | None = None) -> None:
+        """Start the process: a new interpreter, or with `fork_closing` (the supervisor's own file
+        descriptors, which the child closes) a fork of this one (first_forkserver.py says when).
+        Raises OSError."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            env = dict(os.environ)
-            scrub_child_env(env)  # only the supervisor speaks to systemd
-            env[CONTROL_FD_VARIABLE] = str(theirs.fileno())
-            env[SUPERVISOR_PID_VARIABLE] = str(os.getpid())
-            os.set_inheritable(theirs.fileno(), True)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            # The handled signals arrive blocked and with default actions: the fork server leaves
-            # signals to the supervisor, and its workers unblock them once their own handlers are in.
-            self.pid = os.posix_spawn(
-                sys.executable,
-                [sys.executable, "-m", FORKSERVER_MODULE],
-                env,
-                setsigmask=signals.HANDLED,
-                setsigdef=signals.HANDLED,
-            )
+            if fork_closing is not None:
+                self.pid = fork_first_forkserver(theirs, [ours.fileno(), *fork_closing])
+            else:
+                self.pid = self._spawn(theirs)
         except OSError:
             ours.close()
             raise
         finally:
             theirs.close()
         self.attach(ours, now)
+
+    @staticmethod
+    def _spawn(theirs: socket.socket) -> int:
+        env = dict(os.environ)
+        scrub_child_env(env)  # only the supervisor speaks to systemd
+        env[CONTROL_FD_VARIABLE] = str(theirs.fileno())
+        env[SUPERVISOR_PID_VARIABLE] = str(os.getpid())
+        os.set_inheritable(theirs.fileno(), True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # The handled signals arrive blocked and with default actions: the fork server leaves
+        # signals to the supervisor, and its workers unblock them once their own handlers are in.
+        return os.posix_spawn(
+            sys.executable,
+            [sys.executable, "-m", FORKSERVER_MODULE],
+            env,
+            setsigmask=signals.HANDLED,
+            setsigdef=signals.HANDLED,
+        )
 
     def attach(self, sock: socket.socket, now: float) -> None:
         """Talk to it over `sock` (start() does this; tests attach a socket they answer themselves)."""

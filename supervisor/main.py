@@ -118,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     signal_pipe.install()
     server = ForkServerHandle(generation=0)
     try:
-        server.start(time.monotonic())
+        # A fork of this process, not a new interpreter: nothing heavy is imported yet and no thread
+        # runs (first_forkserver.py). A restart's fork servers are new interpreters.
+        server.start(time.monotonic(), fork_closing=signal_pipe.fds)
     except OSError as exc:
         print(f"cogworker-swarm: can't start the fork server: {exc}", file=sys.stderr)
         return exitcodes.FAILURE

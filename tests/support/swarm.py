@@ -78,7 +78,12 @@ class Swarm:
     """One `python -m supervisor.main` process and its log."""
 
     def __init__(
-        self, redis_url: str, log_path: Path, env: dict[str, str], command: list[str] | None = None
+        self,
+        redis_url: str,
+        log_path: Path,
+        env: dict[str, str],
+        command: list[str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.log_path = log_path
         full_env = dict(os.environ, COGWORKER_REDIS_URL=redis_url, **FAST_ENV)
@@ -91,6 +96,7 @@ class Swarm:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                cwd=cwd,
             )
         self.pid = self.proc.pid
 
@@ -205,9 +211,15 @@ class SwarmRunner:
         self.tmp_path = tmp_path
         self.swarms: list[Swarm] = []
 
-    def start(self, redis_url: str | None = None, command: list[str] | None = None, **env: str) -> Swarm:
+    def start(
+        self,
+        redis_url: str | None = None,
+        command: list[str] | None = None,
+        cwd: Path | None = None,
+        **env: str,
+    ) -> Swarm:
         log_path = self.tmp_path / f"swarm-{len(self.swarms)}.log"
-        swarm = Swarm(redis_url or self.redis_url, log_path, env, command)
+        swarm = Swarm(redis_url or self.redis_url, log_path, env, command, cwd)
         self.swarms.append(swarm)
         return swarm
 
