@@ -21,9 +21,9 @@ import psutil
 
 from supervisor.forkserver import TITLE as FORKSERVER_TITLE
 
-# Worker commands run from the bench's own directory, not the checkout's root: a `python -m` child
-# (cogworker's fork server) puts its working directory first on sys.path, and from the root it would
-# load cogworker from the source tree instead of the install run.sh made, as a user's service would.
+# Worker commands run from the bench's own directory, not the checkout's root: cogworker's fork server
+# puts its working directory first on sys.path (as `python -m` does), and from the root it would load
+# cogworker from the source tree instead of the install run.sh made, as a user's service would.
 WORKER_CWD = Path(__file__).resolve().parent
 
 RUN_ID_VAR = "BENCH_RUN_ID"
