@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from cogworker import exitcodes
 from supervisor import signals
 from supervisor.child_env import scrub_child_env
+from supervisor.child_exit import exit_child
 from supervisor.wire.forkserver_messages import CONTROL_FD_VARIABLE, SUPERVISOR_PID_VARIABLE
 
 
@@ -49,34 +50,24 @@ def fork_first_forkserver(theirs: socket.socket, close_in_child: Iterable[int]) 
         if os.getpid() == supervisor_pid:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     if pid == 0:
-        _become_forkserver(theirs, to_close, supervisor_pid)
+        exit_child(lambda: _become_forkserver(theirs, to_close, supervisor_pid))
     return pid
 
 
-def _become_forkserver(theirs: socket.socket, to_close: list[int], supervisor_pid: int) -> None:
-    """The child: never returns."""
-    code = exitcodes.FAILURE
+def _become_forkserver(theirs: socket.socket, to_close: list[int], supervisor_pid: int) -> int:
+    """The child's body (run by exit_child, so it never returns to the supervisor's code)."""
+    signals.reset_to_default()  # the supervisor's handlers write to its signal pipe
+    for fd in to_close:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    scrub_child_env(os.environ)
+    os.environ[CONTROL_FD_VARIABLE] = str(theirs.detach())
+    os.environ[SUPERVISOR_PID_VARIABLE] = str(supervisor_pid)
+    # As `python -m` has it: the working directory first, where the console script's is now.
+    sys.path[0] = os.getcwd()
+    from supervisor.forkserver.main import main
+
     try:
-        signals.reset_to_default()  # the supervisor's handlers write to its signal pipe
-        for fd in to_close:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        scrub_child_env(os.environ)
-        os.environ[CONTROL_FD_VARIABLE] = str(theirs.detach())
-        os.environ[SUPERVISOR_PID_VARIABLE] = str(supervisor_pid)
-        # As `python -m` has it: the working directory first, where the console script's is now.
-        sys.path[0] = os.getcwd()
-        from supervisor.forkserver.main import main
-
-        code = main()
+        return main()
     except SystemExit as exc:  # a bad setting exits 78 from inside boot, as it does in a spawned one
-        code = exc.code if isinstance(exc.code, int) else exitcodes.FAILURE
-    except BaseException:
-        import traceback  # only here: the supervisor imports this module before its fork server starts
-
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+        return exc.code if isinstance(exc.code, int) else exitcodes.FAILURE

@@ -20,9 +20,9 @@ import random
 import signal
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 import structlog
 from setproctitle import setproctitle
@@ -33,6 +33,7 @@ from cogworker.settings import Settings
 from cogworker.worker.identity import make_identity
 from supervisor import signals
 from supervisor.child_env import scrub_child_env
+from supervisor.child_exit import exit_child
 from supervisor.forkserver.cpu_affinity import pin_worker
 
 PR_SET_PDEATHSIG = 1
@@ -88,19 +89,14 @@ def fork_worker(order: WorkerOrder, close_in_child: Callable[[], None]) -> int:
     return int(answer)
 
 
-def _run_child(order: WorkerOrder, close_in_child: Callable[[], None]) -> None:
+def _run_child(order: WorkerOrder, close_in_child: Callable[[], None]) -> NoReturn:
     """The worker: never returns."""
-    code = exitcodes.FAILURE
-    try:
+
+    def body() -> int:
         close_in_child()
-        code = _become_worker(order)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+        return _become_worker(order)
+
+    exit_child(body)
 
 
 def _become_worker(order: WorkerOrder) -> int:
