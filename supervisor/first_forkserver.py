@@ -7,8 +7,8 @@ supervisor.forkserver.main`, forkserver_handle.py) spends 15 to 25 ms on its own
 imports anything. At launch the supervisor has imported nothing heavy and started no thread yet, and
 the code on disk is the code it was started with, so a fork of it is as fresh as a new interpreter:
 the child goes straight to the fork server's imports. A restart's fork server, which must load the
-code on disk now, and any replacement, started once the supervisor runs threads and holds more
-state, are new interpreters.
+code on disk now, and any replacement, started once the supervisor holds its loop's state and may
+run threads (the metrics server's), are new interpreters.
 
 The child is made to look like a `python -m` start: the handled signals blocked with default actions,
 only the control socket inherited, systemd's variables scrubbed, and its working directory first on
