@@ -99,10 +99,10 @@ def test_the_first_fork_server_and_its_workers_hold_nothing_of_the_supervisors(
     # The supervisor's signal pipe and its end of the control socket: the fork server must not hold
     # them (a handler of the supervisor's would write to a pipe nobody reads; the socket would never
     # see end of file).
-    assert not _beyond_stdio(server.pid).keys() & supervisor_files.keys(), _beyond_stdio(server.pid)
+    assert not _beyond_stdio(server.pid) & supervisor_files, _beyond_stdio(server.pid)
     for child in swarm.children():
         # A worker shares one pipe with the supervisor, its own state pipe, and nothing else of its.
-        assert len(_beyond_stdio(child.pid).keys() & supervisor_files.keys()) == 1
+        assert len(_beyond_stdio(child.pid) & supervisor_files) == 1
     # Signals stay the supervisor's: a TERM sent to the fork server itself is held back, not acted on.
     os.kill(server.pid, signal.SIGTERM)
     assert _blocked_and_pending(server, signal.SIGTERM)
@@ -110,9 +110,9 @@ def test_the_first_fork_server_and_its_workers_hold_nothing_of_the_supervisors(
     assert swarm.stop() == exitcodes.OK
 
 
-def _beyond_stdio(pid: int) -> dict[str, int]:
-    """What `pid` holds open past stdin, stdout and stderr (the log file both share), by target."""
-    return {target: fd for fd, target in open_files(pid).items() if fd > 2}
+def _beyond_stdio(pid: int) -> set[str]:
+    """What `pid` holds open past stdin, stdout and stderr (the log file both share)."""
+    return {target for fd, target in open_files(pid).items() if fd > 2}
 
 
 MASKS = ("SigBlk", "ShdPnd", "SigPnd")  # blocked; pending for the process; pending for its main thread
@@ -125,9 +125,7 @@ def _blocked_and_pending(process: psutil.Process, signum: int) -> bool:
     def masks() -> dict[str, int]:
         lines = Path(f"/proc/{process.pid}/status").read_text().splitlines()
         fields = (line.partition(":") for line in lines)
-        return {
-            key: int(value.strip(), 16) for key, _, value in fields if key in ("SigBlk", "ShdPnd", "SigPnd")
-        }
+        return {key: int(value.strip(), 16) for key, _, value in fields if key in MASKS}
 
     wait_until(lambda: masks()["ShdPnd"] & bit or masks()["SigPnd"] & bit, message="the signal pending")
     return bool(masks()["SigBlk"] & bit)
