@@ -1,7 +1,7 @@
-"""One typed, frozen settings object built from `COGWORKER_*` variables (each is listed, with its
-default, in deploy/cogworker.env.example; some concerns' fields live in bases, *_settings.py). Built
-once per command and passed down explicitly; nothing deeper reads the environment. A bad value is
-reported as one line naming the variable and what it accepts; the command exits 78 (CONFIG_ERROR).
+"""One typed, frozen settings object built from `COGWORKER_*` variables and checked (the fields, with
+their defaults, are in settings_fields.py; each is listed in deploy/cogworker.env.example). Built once
+per command and passed down explicitly; nothing deeper reads the environment. A bad value is reported
+as one line naming the variable and what it accepts; the command exits 78 (CONFIG_ERROR).
 """
 
 from __future__ import annotations
@@ -9,21 +9,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlparse
 
-from pydantic import SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic import ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cogworker import cluster_url, exitcodes, redis_sentinel, redis_tls
-from cogworker.affinity_settings import AffinitySettings
-from cogworker.limiter_settings import LimiterSettings
 from cogworker.prefix_rule import check_key_prefix
-from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 from cogworker.redact import safe_url
-from cogworker.replication_settings import ReplicationSettings
-from cogworker.workflow_settings import WorkflowSettings
+from cogworker.settings_fields import SettingsFields, parse_queues
 
 _SCHEMES = ("redis", "rediss", "unix", *redis_sentinel.SCHEMES)
 # A password holding one of these characters ends the URL's host part early, and the rest of it
@@ -31,44 +26,9 @@ _SCHEMES = ("redis", "rediss", "unix", *redis_sentinel.SCHEMES)
 _ENCODE_HINT = " (a password holding / ? # @ or : must be %-encoded, e.g. / as %2F)"
 
 
-@dataclass(frozen=True)
-class QueueSpec:
-    """The queues a process reads: names with weights, or a strict order (all weights None)."""
+class Settings(BaseSettings, SettingsFields):
+    """The settings from the environment, checked (their fields are in SettingsFields)."""
 
-    names: tuple[str, ...]
-    weights: tuple[int, ...] | None  # None: strict order, first non-empty queue wins
-
-    @property
-    def strict(self) -> bool:
-        return self.weights is None
-
-
-def parse_queues(text: str) -> QueueSpec:
-    """`a:3,b:1` (weighted) or `a,b` (strict). Mixing the two forms is an error."""
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts:
-        raise ValueError("at least one queue name is needed")
-    weighted = [":" in p for p in parts]
-    if any(weighted) and not all(weighted):
-        raise ValueError("give every queue a weight (a:3,b:1) or none (a,b), not a mix")
-    names: list[str] = []
-    weights: list[int] = []
-    for part in parts:
-        name, _, weight = part.partition(":")
-        name = name.strip()
-        if not is_queue_name(name):
-            raise ValueError(f"{part!r} is not a queue name ({QUEUE_NAME_RULE})")
-        if name in names:
-            raise ValueError(f"queue {name!r} is listed twice")
-        names.append(name)
-        if weight:
-            if not weight.strip().isdigit() or int(weight) < 1:
-                raise ValueError(f"weight in {part!r} must be a whole number of 1 or more")
-            weights.append(int(weight))
-    return QueueSpec(tuple(names), tuple(weights) if all(weighted) else None)
-
-
-class Settings(ReplicationSettings, WorkflowSettings, LimiterSettings, AffinitySettings):
     model_config = SettingsConfigDict(
         env_prefix="COGWORKER_",
         env_nested_delimiter="__",
@@ -80,100 +40,6 @@ class Settings(ReplicationSettings, WorkflowSettings, LimiterSettings, AffinityS
         # "nan" and "inf" parse as floats: TIMEOUT_S=nan meant no drain at all.
         allow_inf_nan=False,
     )
-
-    redis_url: str = "redis://localhost:6379/0"
-    # Seconds a Redis command may take before the client gives up and counts Redis as down (a
-    # blocking wait gets its block time on top).
-    redis_timeout_s: float = 5.0
-    require: str = ""
-    queues: str = "default"
-    concurrency: int = 10
-    # `async def` jobs (worker/async_loop.py): how many run at once on each worker's event loop, beside
-    # the `concurrency` job threads, and how long the loop may go without running a callback before
-    # the job blocking it is logged with its stack (a sync call inside `async def` stalls them all).
-    async_concurrency: int = 100
-    async_lag_threshold_s: float = 0.5
-    # Job time limits (api/time_limits.py, worker/time_limits.py): the default limit of a job that sets
-    # no `timeout_s` (None: none, as in Sidekiq: a limit interrupts a job wherever it is), and how long
-    # past its limit a job no exception reaches may stay stuck before its process is replaced.
-    job_timeout_s: float | None = None
-    job_timeout_grace_s: float = 10.0
-    count: int = max(os.cpu_count() or 1, 1)
-    timeout_s: float = 25.0
-    graceful_stop_timeout_s: float = 35.0
-    maxmem_mb: int | None = None
-    preload: bool = False
-    phased_restart: bool = True
-    # Swarm (supervisor/): respawn backoff for a slot whose child keeps dying young (1 s doubling to
-    # a minute, reset after 30 s of health), how long a replacement may take to report ready in a restart, how
-    # long a child may take to say its first line (it imports the app first, without preload; the
-    # liveness timeout starts after that), and how often children's memory is checked.
-    respawn_base_delay_s: float = 1.0
-    respawn_max_delay_s: float = 60.0
-    healthy_uptime_s: float = 30.0
-    restart_ready_timeout_s: float = 60.0
-    boot_timeout_s: float = 120.0
-    memory_check_interval_s: float = 5.0
-    orphan_threshold_s: float = 300.0
-    max_orphanings: int = 3
-    log_format: Literal["json", "console", "auto"] = "auto"
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    # Intervals most job systems hard-code, settings here so tests and operators can shorten them.
-    heartbeat_interval_s: float = 5.0
-    presence_ttl_s: float = 60.0
-    poll_interval_s: float = 5.0
-    orphan_check_interval_s: float = 60.0
-    key_guard_interval_s: float = 300.0
-    fetch_idle_max_s: float = 1.0
-    dead_max_jobs: int = 10_000
-    dead_timeout_s: float = 180 * 24 * 3600
-    # Death notices (cogworker:deaths, for on_death hooks) kept at most: bounded even with no hooks.
-    death_notices_max: int = 1000
-    status_ttl_s: float = 30 * 60
-    unique_ttl_s: float = 3600.0
-    liveness_timeout_s: float = 30.0
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
-    quarantine_ttl_s: float = 30 * 24 * 3600
-    # Job status (api/job_status.py): record it for every job, not only those with @job(status=True).
-    status_all: bool = False
-    # Job results (api/results.py): keep every job's result this long unless its options say (unset:
-    # only jobs with @job(result_ttl=...) keep one).
-    result_ttl_s: float | None = None
-    # Periodic jobs (api/periodic.py, worker/ticker.py): how often the poller looks for due slots
-    # (it can't look more often than it polls: lower poll_interval_s for sub-minute crons), and how
-    # late a slot missed during downtime may still be enqueued.
-    periodic_check_interval_s: float = 1.0
-    periodic_grace_s: float = 3600.0
-    # The Web UI (cogworker/web/): where `cogworker web` listens; HTTP Basic credentials (required to
-    # listen anywhere but loopback); read-only mode (every action hidden and refused); the key that
-    # signs its session cookie (random per process when unset: flash messages then don't survive a
-    # restart); and whether the same-origin check believes a reverse proxy's X-Forwarded-Proto and
-    # X-Forwarded-Host (only behind a proxy that sets them, or a client could claim any origin).
-    web_host: str = "127.0.0.1"
-    web_port: int = 7433
-    web_username: str = ""
-    web_password: SecretStr = SecretStr("")
-    web_read_only: bool = False
-    web_session_secret: SecretStr = SecretStr("")
-    web_trust_forwarded: bool = False
-    # TLS to Redis, for a `rediss://` URL (README "TLS and ACL users"): the CA that signed the server's
-    # certificate (unset: the system's trust store), a client certificate and its key for a server that
-    # demands one (`tls-auth-clients yes`), and whether the server's certificate must name the URL's
-    # host. Every connection cogworker makes uses them; they are checked (readable, a certificate that
-    # matches its key) at start, so a bad one stops the command with exit 78, not each connection later.
-    redis_ssl_ca_file: str = ""
-    redis_ssl_cert_file: str = ""
-    redis_ssl_key_file: str = ""
-    redis_ssl_check_hostname: bool = True
-    # Redis Cluster (README "Redis Cluster"): the URL names seed nodes. Set by a redis+cluster:// or
-    # rediss+cluster:// URL, or by this with a redis:// / rediss:// URL naming one node. Needs a
-    # hash-tagged COGWORKER_KEY_PREFIX (cluster_url.check_prefix says why).
-    redis_cluster: bool = False
-    # Every key and channel name starts with this (store/keys.py), so apps with different prefixes share
-    # one Redis unseen by each other. A hash tag in it (`{myapp}:`) puts all of them in one Redis
-    # Cluster slot, which cluster mode needs: a script's keys must share a slot.
-    key_prefix: str = "cogworker:"
 
     @field_validator("redis_url")
     @classmethod
@@ -221,6 +87,20 @@ class Settings(ReplicationSettings, WorkflowSettings, LimiterSettings, AffinityS
     @classmethod
     def _check_queues(cls, value: str) -> str:
         parse_queues(value)
+        return value
+
+    @field_validator("cpu_affinity")
+    @classmethod
+    def _can_pin(cls, value: str) -> str:
+        if value != "none" and not hasattr(os, "sched_setaffinity"):
+            raise ValueError("this platform can't pin a process to a CPU (no sched_setaffinity); use none")
+        return value
+
+    @field_validator("redis_min_replicas")
+    @classmethod
+    def _not_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("must be 0 (no WAIT) or more")
         return value
 
     @field_validator(
@@ -288,6 +168,15 @@ class Settings(ReplicationSettings, WorkflowSettings, LimiterSettings, AffinityS
             cluster_url.check_prefix(self.key_prefix)
         if bool(self.web_username) != bool(self.web_password.get_secret_value()):
             raise ValueError("set both COGWORKER_WEB_USERNAME and COGWORKER_WEB_PASSWORD, or neither")
+        # The Sentinel forms agree (one line naming the variables), and a WAIT ends before the client
+        # gives up on its reply.
+        redis_sentinel.target(self)
+        if self.redis_min_replicas and self.redis_min_replicas_timeout_s >= self.redis_timeout_s:
+            raise ValueError(
+                f"COGWORKER_REDIS_TIMEOUT_S={self.redis_timeout_s:g} must be above "
+                f"COGWORKER_REDIS_MIN_REPLICAS_TIMEOUT_S={self.redis_min_replicas_timeout_s:g}: "
+                "a WAIT must end before the client gives up on its reply"
+            )
         return self
 
     def _order_error(self, larger: str, relation: str, smaller: str, why: str) -> str:
@@ -300,14 +189,6 @@ class Settings(ReplicationSettings, WorkflowSettings, LimiterSettings, AffinityS
         """The repr (and str) show the Redis URL without its password."""
         for name, value in super().__repr_args__():
             yield (name, safe_url(value)) if name == "redis_url" and isinstance(value, str) else (name, value)
-
-    @property
-    def queue_spec(self) -> QueueSpec:
-        return parse_queues(self.queues)
-
-    @property
-    def require_modules(self) -> tuple[str, ...]:
-        return tuple(m.strip() for m in self.require.split(",") if m.strip())
 
 
 MAX_SECONDS = 10 * 365 * 24 * 3600.0
@@ -351,7 +232,7 @@ def _describe(error: ValidationError) -> str:
 def load_settings(**overrides: object) -> Settings:
     """Settings from the environment (plus overrides); raises ConfigError with a readable line."""
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        return Settings(**overrides)
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from None
 

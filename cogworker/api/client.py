@@ -19,7 +19,7 @@ from cogworker import codec
 from cogworker.api import middleware, payload
 from cogworker.api.middleware import abandon, compose_client_chain, run_client_chain
 from cogworker.api.retry_filters import WORKER_SIDE
-from cogworker.settings import Settings, load_settings
+from cogworker.settings_fields import SettingsFields
 from cogworker.store import key_guard, keys, replicas, scripts
 from cogworker.store.connection import connect
 
@@ -31,7 +31,7 @@ _log = structlog.get_logger("cogworker.client")
 # building a client) may run under it: `configure()` takes it, and anything called with it held could
 # reach `configure()` again (a first push_bulk once hung forever that way).
 _lock = threading.Lock()
-_settings: Settings | None = None
+_settings: SettingsFields | None = None
 _redis: redis.Redis | None = None
 
 PushStep = Callable[[dict[str, Any]], str]
@@ -39,10 +39,10 @@ PushStep = Callable[[dict[str, Any]], str]
 _push_step: PushStep | None = None
 
 
-def configure(settings: Settings | None = None, client: redis.Redis | None = None) -> None:
+def configure(settings: SettingsFields | None = None, client: redis.Redis | None = None) -> None:
     """Point the job API at a Redis. Without a call, the first push reads COGWORKER_* settings."""
     global _settings, _redis
-    new_settings = settings or load_settings()
+    new_settings = settings or _from_environment()
     # The prefix is the process's, not the client's: a worker's own keys and its jobs' pushes must agree.
     keys.use_prefix(new_settings.key_prefix)
     new_client = client or connect(new_settings)
@@ -73,13 +73,13 @@ def reset_after_fork() -> None:
     _redis = None
 
 
-def settings() -> Settings:
+def settings() -> SettingsFields:
     """The job API's settings: those given to `configure()`, else COGWORKER_* read on first use."""
     global _settings
     current = _settings
     if current is not None:
         return current
-    loaded = load_settings()
+    loaded = _from_environment()
     with _lock:
         if _settings is None:
             _settings = loaded
@@ -89,6 +89,14 @@ def settings() -> Settings:
             # can't reach `configure()`.
             keys.use_prefix(loaded.key_prefix)
         return _settings
+
+
+def _from_environment() -> SettingsFields:
+    # Imported here: a swarm's worker is configured with settings checked before it was forked and
+    # never imports pydantic for them (settings_fields.py says why).
+    from cogworker.settings import load_settings
+
+    return load_settings()
 
 
 def connection() -> redis.Redis:

@@ -11,7 +11,7 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from cogworker import cluster_url, redis_sentinel
 from cogworker.redis_tls import client_options
-from cogworker.settings import Settings
+from cogworker.settings_fields import SettingsFields
 from cogworker.store import sentinel_pool
 from cogworker.store.cluster_pool import cluster_client
 
@@ -58,7 +58,7 @@ def text_options() -> dict[str, Any]:
     return options
 
 
-def connect(settings: Settings, *, extra_timeout_s: float = 0.0) -> redis.Redis:
+def connect(settings: SettingsFields, *, extra_timeout_s: float = 0.0) -> redis.Redis:
     """A client with a small pool. redis-py's own retries are off: callers decide what a failure means.
     A command may wait `redis_timeout_s` for Redis; a blocking one adds its block time (`extra_timeout_s`).
     A `rediss://` URL gets the COGWORKER_REDIS_SSL_* files; every connection of the pool has them (the

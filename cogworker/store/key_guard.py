@@ -21,7 +21,7 @@ from typing import Any
 import redis
 import structlog
 
-from cogworker.settings import Settings
+from cogworker.settings_fields import SettingsFields
 from cogworker.store import keys, scripts
 
 log = structlog.get_logger("cogworker.key_guard")
@@ -147,7 +147,10 @@ def keys_to_check(client: redis.Redis, queue_names: tuple[str, ...]) -> list[str
 
 
 def check(
-    client: redis.Redis, settings: Settings, queue_names: tuple[str, ...] = (), extra: Iterable[str] = ()
+    client: redis.Redis,
+    settings: SettingsFields,
+    queue_names: tuple[str, ...] = (),
+    extra: Iterable[str] = (),
 ) -> list[str]:
     """Quarantine every checked key whose type is wrong; returns the quarantine keys made. `extra`:
     keys someone found of the wrong type (only cogworker's own, with a known type, are checked)."""

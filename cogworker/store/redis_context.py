@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import redis
 
-from cogworker.settings import Settings
+from cogworker.settings_fields import SettingsFields
 from cogworker.store.connection import connect
 from cogworker.store.locks import Locks
 from cogworker.store.outage import Outages
@@ -19,12 +19,12 @@ from cogworker.store.scripts import Scripts
 class RedisContext:
     client: redis.Redis
     scripts: Scripts
-    settings: Settings
+    settings: SettingsFields
     outages: Outages
     locks: Locks
 
     @classmethod
-    def build(cls, settings: Settings, client: redis.Redis | None = None) -> RedisContext:
+    def build(cls, settings: SettingsFields, client: redis.Redis | None = None) -> RedisContext:
         client = client if client is not None else connect(settings)
         scripts = Scripts(client)
         outages = Outages()

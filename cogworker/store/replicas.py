@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import redis
 import structlog
 
-from cogworker.settings import Settings
+from cogworker.settings_fields import SettingsFields
 
 log = structlog.get_logger("cogworker.replicas")
 
@@ -48,14 +48,14 @@ class NotReplicated(redis.RedisError):
         )
 
 
-def wait_command(settings: Settings) -> tuple[str, int, int] | None:
+def wait_command(settings: SettingsFields) -> tuple[str, int, int] | None:
     """The WAIT to send after a guarded write; None when COGWORKER_REDIS_MIN_REPLICAS is 0."""
     if settings.redis_min_replicas <= 0:
         return None
     return ("WAIT", settings.redis_min_replicas, max(1, int(settings.redis_min_replicas_timeout_s * 1000)))
 
 
-def check_push(settings: Settings, reply: object, jids: Sequence[str]) -> None:
+def check_push(settings: SettingsFields, reply: object, jids: Sequence[str]) -> None:
     """Raise NotReplicated when WAIT's `reply` counts fewer replicas than wanted."""
     if isinstance(reply, Exception):
         raise reply
@@ -66,7 +66,7 @@ def check_push(settings: Settings, reply: object, jids: Sequence[str]) -> None:
         )
 
 
-def confirmed_enough(settings: Settings, reply: object) -> bool:
+def confirmed_enough(settings: SettingsFields, reply: object) -> bool:
     return not isinstance(reply, Exception) and int(reply) >= settings.redis_min_replicas  # type: ignore[call-overload]
 
 
@@ -79,7 +79,7 @@ class AckWait:
     timeout each time and the swarm would crawl. So acknowledgements then go unconfirmed (they were
     already best-effort), and a short WAIT once per PROBE_EVERY_S finds when replicas are back."""
 
-    def __init__(self, settings: Settings, command: tuple[str, int, int]) -> None:
+    def __init__(self, settings: SettingsFields, command: tuple[str, int, int]) -> None:
         self._settings = settings
         self.command = command
         self._probe = (command[0], command[1], PROBE_TIMEOUT_MS)
@@ -97,7 +97,7 @@ class AckWait:
         return self._probe
 
     @classmethod
-    def of(cls, settings: Settings) -> AckWait | None:
+    def of(cls, settings: SettingsFields) -> AckWait | None:
         command = wait_command(settings)
         return cls(settings, command) if command is not None else None
 

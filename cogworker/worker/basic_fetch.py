@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import redis
 import structlog
 
-from cogworker.settings import QueueSpec
+from cogworker.settings_fields import QueueSpec
 from cogworker.store import keys
 from cogworker.store.direct_connection import DirectConnection
 from cogworker.worker.fetch import (

@@ -18,7 +18,7 @@ import redis
 import structlog
 from redis.exceptions import NoScriptError
 
-from cogworker.settings import Settings
+from cogworker.settings_fields import SettingsFields
 from cogworker.store import batch_scripts, key_guard, keys
 from cogworker.store.outage import Outages
 from cogworker.worker.fetch import on_list
@@ -37,7 +37,9 @@ class MemberAcks:
     """One worker's acknowledgements of batch members: sent at once on the job's thread (one round
     trip, as a filing is), kept and retried when Redis fails."""
 
-    def __init__(self, client: redis.Redis, settings: Settings, outages: Outages, in_progress: str) -> None:
+    def __init__(
+        self, client: redis.Redis, settings: SettingsFields, outages: Outages, in_progress: str
+    ) -> None:
         self._client = client
         self._settings = settings
         self._outages = outages
@@ -143,7 +145,7 @@ class MemberAcks:
 
 def run_filed(
     client: redis.Redis,
-    settings: Settings,
+    settings: SettingsFields,
     name: str,
     script_keys: list[str],
     args: list[Any],

@@ -30,7 +30,7 @@ import redis
 import structlog
 from redis.client import PubSub
 
-from cogworker.settings import QueueSpec
+from cogworker.settings_fields import QueueSpec
 from cogworker.store import keys
 
 log = structlog.get_logger("cogworker.fetch")

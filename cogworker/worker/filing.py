@@ -12,7 +12,7 @@ import structlog
 
 from cogworker import codec
 from cogworker.api import death
-from cogworker.settings import Settings
+from cogworker.settings_fields import SettingsFields
 from cogworker.store import key_guard, keys
 from cogworker.store.locks import Locks
 from cogworker.store.scripts import Scripts
@@ -20,7 +20,7 @@ from cogworker.store.scripts import Scripts
 log = structlog.get_logger("cogworker.settle")
 
 
-def file_unsettled(client: redis.Redis, scripts: Scripts, settings: Settings, locks: Locks) -> int:
+def file_unsettled(client: redis.Redis, scripts: Scripts, settings: SettingsFields, locks: Locks) -> int:
     """File the records stopping processes handed over. A record that can't be filed (not JSON, or
     naming a set that isn't one of ours) is quarantined for a human with a TTL, so it neither blocks
     the records behind it nor is silently deleted."""
@@ -68,7 +68,7 @@ def file_unsettled(client: redis.Redis, scripts: Scripts, settings: Settings, lo
 
 
 def run_filing(
-    via: tuple[redis.Redis, Scripts, Settings],
+    via: tuple[redis.Redis, Scripts, SettingsFields],
     name: str,
     keys_: list[str],
     args: list[Any],
@@ -84,7 +84,7 @@ def run_filing(
     return scripts.run(name, keys_, args, client=client)
 
 
-def death_notice(settings: Settings, cause: str, text: str, dead: bool) -> tuple[list[str], list[Any]]:
+def death_notice(settings: SettingsFields, cause: str, text: str, dead: bool) -> tuple[list[str], list[Any]]:
     """The extra keys and arguments a filing script takes to push a death notice: none unless the
     filing is in dead."""
     if not dead:
@@ -92,7 +92,9 @@ def death_notice(settings: Settings, cause: str, text: str, dead: bool) -> tuple
     return [keys.DEATHS], [death.notice(cause, text), settings.death_notices_max]
 
 
-def quarantine_head(client: redis.Redis, settings: Settings, list_key: str, record: str, what: str) -> None:
+def quarantine_head(
+    client: redis.Redis, settings: SettingsFields, list_key: str, record: str, what: str
+) -> None:
     """Move one unusable record aside (its own key, with a TTL) and log it for a human. Written aside
     before it is taken off the list: MULTI keeps the commands before a failing one, so a removal
     first would lose the record if the write failed."""

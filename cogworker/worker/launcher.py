@@ -22,7 +22,7 @@ from setproctitle import setproctitle
 
 from cogworker import __version__, exitcodes
 from cogworker.api import registry, unique
-from cogworker.settings import Settings
+from cogworker.settings_fields import SettingsFields
 from cogworker.store.connection import connect
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.replicas import AckWait
@@ -51,7 +51,7 @@ STATUS_INTERVAL_S = 1.0
 class Launcher:
     def __init__(
         self,
-        settings: Settings,
+        settings: SettingsFields,
         identity: str,
         reporter: Reporter,
         *,

@@ -13,7 +13,7 @@ import structlog
 
 from cogworker import exitcodes, logs
 from cogworker.api import client
-from cogworker.settings import Settings
+from cogworker.settings_fields import SettingsFields
 from cogworker.worker.command_pipe import CommandPipe
 from cogworker.worker.identity import make_identity
 from cogworker.worker.launcher import Launcher
@@ -55,7 +55,7 @@ def import_app(modules: tuple[str, ...]) -> None:
 
 
 def run_worker(
-    settings: Settings,
+    settings: SettingsFields,
     *,
     identity: str | None = None,
     report_fd: int | None = None,
@@ -88,6 +88,6 @@ def run_worker(
     return launcher.run()
 
 
-def main(settings: Settings) -> int:
+def main(settings: SettingsFields) -> int:
     logs.configure(settings.log_level, settings.log_format)
     return run_worker(settings)

@@ -24,7 +24,7 @@ import redis
 import structlog
 
 from cogworker.api.payload import DEFAULT_QUEUE
-from cogworker.settings import QueueSpec
+from cogworker.settings_fields import QueueSpec
 from cogworker.store import job_keys, key_guard, keys
 from cogworker.store.direct_connection import DirectConnection
 from cogworker.store.replicas import AckWait

@@ -23,7 +23,7 @@ from cogworker.api import results, retry
 from cogworker.api.job_status import record_failed
 from cogworker.api.registry import registered
 from cogworker.api.time_limits import JobTimeout
-from cogworker.settings import Settings
+from cogworker.settings_fields import SettingsFields
 from cogworker.store.outage import Outages
 from cogworker.worker.processor import Stats
 from cogworker.worker.settle import Settler
@@ -43,7 +43,7 @@ class StuckThreads(abc.ABC):
     _async_running: int
     _carriers: list[threading.Thread]
     _settler: Settler
-    _settings: Settings
+    _settings: SettingsFields
     _outages: Outages
     _stuck: set[int]
     stats: Stats
@@ -51,7 +51,7 @@ class StuckThreads(abc.ABC):
 
     limits: TimeLimits
 
-    def _init_time_limits(self, settings: Settings) -> None:
+    def _init_time_limits(self, settings: SettingsFields) -> None:
         self.limits = TimeLimits(
             settings.job_timeout_s, settings.job_timeout_grace_s, on_stuck=self._job_stuck
         )

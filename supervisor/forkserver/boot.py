@@ -1,10 +1,10 @@
 """The fork server's boot and request loop, run by main.py (the entry point) with the collector off.
 
-It loads and validates the settings (a bad one exits 78, before anything is forked), imports the
-worker code and, with COGWORKER_PRELOAD, the app, freezes all of it out of the collector's reach, and
-then serves the supervisor's requests (server.py): it forks workers (fork.py), so they share those
-pages with it, and requeues the jobs of children that died (redis_requeue.py), since the supervisor
-itself holds no Redis client.
+It takes the settings from the check that main.py started (settings_check.py: a bad one exits 78, before
+anything is forked), imports the worker code and, with COGWORKER_PRELOAD, the app, freezes all of it out
+of the collector's reach, and then serves the supervisor's requests (server.py): it forks workers
+(fork.py), so they share those pages with it, and requeues the jobs of children that died
+(redis_requeue.py), since the supervisor itself holds no Redis client.
 
 It leaves signals to the supervisor (they arrive blocked), dies with it (PR_SET_PDEATHSIG), and exits
 when the supervisor closes its side of the control socket.
@@ -21,18 +21,19 @@ import structlog
 from setproctitle import setproctitle
 
 from cogworker import exitcodes, logs
-from cogworker.settings import load_or_exit
+from cogworker.settings_fields import values_of
 from cogworker.store import keys
 from cogworker.worker.main import BootError, import_app
 from supervisor.forkserver import TITLE
-from supervisor.forkserver.fork import die_with_parent
 from supervisor.forkserver.server import ForkServer
+from supervisor.forkserver.settings_check import SettingsCheck
+from supervisor.parent_death import die_with_parent
 from supervisor.wire.forkserver_messages import CONTROL_FD_VARIABLE, SUPERVISOR_PID_VARIABLE, send
 
 log = structlog.get_logger("cogworker.forkserver")
 
 
-def boot() -> int:
+def boot(check: SettingsCheck) -> int:
     try:
         sock = socket.socket(fileno=int(os.environ.pop(CONTROL_FD_VARIABLE)))
         supervisor_pid = int(os.environ.pop(SUPERVISOR_PID_VARIABLE))
@@ -42,7 +43,9 @@ def boot() -> int:
     die_with_parent()
     if os.getppid() != supervisor_pid:
         return exitcodes.FAILURE  # the supervisor died before PDEATHSIG was armed
-    settings = load_or_exit()  # exits 78 on a bad setting; the supervisor exits with the same code
+    settings = check.result()
+    if isinstance(settings, int):  # 78 for a bad setting: the supervisor exits with the same code
+        return settings
     # Before anything forks: the requeues done here and every child use this deployment's keys.
     keys.use_prefix(settings.key_prefix)
     logs.configure(settings.log_level, settings.log_format, role="forkserver")
@@ -65,8 +68,8 @@ def boot() -> int:
     gc.freeze()
     gc.enable()  # main.py turned it off for the imports; the workers forked from here inherit this
     server = ForkServer(settings, sock, supervisor_pid, app_loaded)
-    dumped = settings.model_dump(mode="json")
-    # A SecretStr dumps as stars; the supervisor's metrics scrape needs the sentinels' password itself.
+    dumped = values_of(settings, reveal=False)
+    # Secrets go as stars; the supervisor's metrics scrape needs the sentinels' password itself.
     dumped["redis_sentinel_password"] = settings.redis_sentinel_password.get_secret_value()
     send(sock, {"op": "ready", "settings": dumped})
     log.info("forkserver_ready", preload=app_loaded)

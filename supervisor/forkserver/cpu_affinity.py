@@ -1,5 +1,5 @@
-"""COGWORKER_CPU_AFFINITY=spread: slot N's worker runs on the Nth CPU the swarm may use (affinity_settings.py
-says why and what it costs).
+"""COGWORKER_CPU_AFFINITY=spread: slot N's worker runs on the Nth CPU the swarm may use
+(cogworker/settings_fields.py says why and what it costs).
 
 Applied in the worker just after the fork, while it has one thread: a thread inherits the mask of the
 thread that starts it, so every thread the worker starts later (job threads, fetcher, event loop)

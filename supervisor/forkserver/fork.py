@@ -13,11 +13,8 @@ then runs exactly what `cogworker run` runs.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import random
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -29,14 +26,14 @@ from setproctitle import setproctitle
 
 from cogworker import exitcodes, logs
 from cogworker.api import client
-from cogworker.settings import Settings
+from cogworker.settings_fields import SettingsFields
 from cogworker.worker.identity import make_identity
 from supervisor import signals
 from supervisor.child_env import scrub_child_env
 from supervisor.child_exit import exit_child
 from supervisor.forkserver.cpu_affinity import pin_worker
+from supervisor.parent_death import die_with_parent
 
-PR_SET_PDEATHSIG = 1
 REPARENT_TIMEOUT_S = 5.0
 
 
@@ -44,7 +41,7 @@ REPARENT_TIMEOUT_S = 5.0
 class WorkerOrder:
     """What one worker is forked with."""
 
-    settings: Settings
+    settings: SettingsFields
     slot: int
     nonce: str  # chosen by the supervisor: with the pid, the worker's identity
     report_fd: int  # write end of the state pipe the supervisor reads
@@ -156,12 +153,3 @@ def await_supervisor_as_parent(supervisor_pid: int) -> bool:
         time.sleep(0.0005)  # a poll of our own parent pid; the intermediate exits within microseconds
     die_with_parent()
     return os.getppid() == supervisor_pid
-
-
-def die_with_parent() -> None:
-    """PR_SET_PDEATHSIG(SIGKILL): a SIGKILLed supervisor leaves no process of the swarm running.
-
-    The Reporter's getppid() check (constructed after this) is the portable backstop."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

@@ -17,7 +17,7 @@ import contextlib
 
 import redis
 
-from cogworker.settings import Settings
+from cogworker.settings_fields import SettingsFields
 from cogworker.store.connection import connect
 from cogworker.store.locks import Locks
 from cogworker.store.outage import Outages
@@ -27,7 +27,7 @@ from cogworker.worker.recovery import Recovery, RequeueResult
 
 
 class RedisRequeue:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: SettingsFields) -> None:
         self._settings = settings
         self._client: redis.Redis | None = None
         self._recovery: Recovery | None = None

@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 
 from cogworker import exitcodes
-from cogworker.settings import Settings
+from cogworker.settings_fields import SettingsFields
 from supervisor.forkserver.fork import WorkerOrder, fork_worker
 from supervisor.forkserver.redis_requeue import RedisRequeue
 from supervisor.wire.forkserver_messages import receive, send
@@ -24,7 +24,7 @@ log = structlog.get_logger("cogworker.forkserver")
 
 class ForkServer:
     def __init__(
-        self, settings: Settings, sock: socket.socket, supervisor_pid: int, app_loaded: bool
+        self, settings: SettingsFields, sock: socket.socket, supervisor_pid: int, app_loaded: bool
     ) -> None:
         self.settings = settings
         self.sock = sock

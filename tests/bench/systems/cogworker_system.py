@@ -66,7 +66,7 @@ class Cogworker(System):
         return {"preload": {"COGWORKER_PRELOAD": "true"}}
 
     def w1_variants(self) -> dict[str, dict[str, str]]:
-        # Not the default (affinity_settings.py says why); drained beside it so the gain is measured.
+        # Not the default (cogworker/settings_fields.py says why); drained beside it so the gain is measured.
         return {"pinned": {"COGWORKER_CPU_AFFINITY": "spread"}}
 
     def version(self) -> str:

@@ -30,6 +30,14 @@ def test_the_supervisor_reaches_the_fork_server_spawn_without_heavy_imports() ->
     assert loaded("supervisor.main", heavy) == set()
 
 
+def test_the_fork_server_and_a_worker_running_an_app_import_no_pydantic() -> None:
+    # pydantic and pydantic-settings are ~90 ms, a third of the way to the first job: only the settings
+    # check (a child of the fork server) imports them; the rest hold a PlainSettings.
+    modules = "supervisor.forkserver.main, supervisor.forkserver.boot, cogworker.worker.launcher, cogworker"
+    app = "; cogworker.job(name='app.task')(lambda: None); cogworker.api.client.configure"
+    assert loaded(modules + app, ("pydantic", "pydantic_settings", "pydantic_core")) == set()
+
+
 def test_no_worker_module_imports_croniter_before_a_periodic_job_needs_it() -> None:
     # croniter runs `file` on the interpreter while it is imported (~30 ms with dateutil).
     assert loaded("supervisor.forkserver.boot", ("croniter", "dateutil")) == set()
