@@ -34,9 +34,6 @@ class Secret:
     def __hash__(self) -> int:
         return hash(self._value)
 
-    def __len__(self) -> int:
-        return len(self._value)
-
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
         """For pydantic (only ever called by it, so imported here): a string or a secret (this one or

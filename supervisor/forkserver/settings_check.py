@@ -20,14 +20,14 @@ from cogworker import exitcodes
 from cogworker.settings_fields import PlainSettings, values_of
 from supervisor.child_exit import exit_child
 from supervisor.parent_death import die_with_parent
-from supervisor.wire.forkserver_messages import CONTROL_FD_VARIABLE
+from supervisor.wire.forkserver_messages import CONTROL_FD_VARIABLE, SUPERVISOR_PID_VARIABLE
 
 
 class SettingsCheck:
     """A running check; `result` waits for it."""
 
     def __init__(self, pid: int, reading: int) -> None:
-        self._pid = pid
+        self.pid = pid
         self._reading = reading
 
     @classmethod
@@ -45,7 +45,7 @@ class SettingsCheck:
         """The checked settings, or the exit code to leave with when the check failed."""
         with os.fdopen(self._reading, "rb") as pipe:
             written = pipe.read()
-        _, status = os.waitpid(self._pid, 0)
+        _, status = os.waitpid(self.pid, 0)
         code = os.waitstatus_to_exitcode(status)
         if code != 0 or not written:
             return code if code > 0 else exitcodes.FAILURE  # killed by a signal: no code of its own
@@ -54,8 +54,10 @@ class SettingsCheck:
 
 def _check(writing: int) -> int:
     die_with_parent()
-    # The supervisor's socket is the fork server's alone: a copy here would hide its closing.
-    control_fd = os.environ.get(CONTROL_FD_VARIABLE, "")
+    # The supervisor's socket is the fork server's alone: a copy here would hide its closing. Its two
+    # variables are the fork server's too, not settings, which load_or_exit would warn about.
+    control_fd = os.environ.pop(CONTROL_FD_VARIABLE, "")
+    os.environ.pop(SUPERVISOR_PID_VARIABLE, None)
     if control_fd.isdigit():
         with contextlib.suppress(OSError):
             os.close(int(control_fd))
