@@ -92,7 +92,8 @@ class Settings(BaseSettings, SettingsFields):
     @field_validator("cpu_affinity")
     @classmethod
     def _can_pin(cls, value: str) -> str:
-        if value != "none" and not hasattr(os, "sched_setaffinity"):
+        # `auto` only pins where it can.
+        if value == "spread" and not hasattr(os, "sched_setaffinity"):
             raise ValueError("this platform can't pin a process to a CPU (no sched_setaffinity); use none")
         return value
 

@@ -159,13 +159,16 @@ class SettingsFields:
     # Cluster slot, which cluster mode needs: a script's keys must share a slot.
     key_prefix: str = "cogworker:"
     # COGWORKER_CPU_AFFINITY: whether the swarm pins each worker to one CPU (supervisor/forkserver/
-    # cpu_affinity.py). `none`: the kernel places every worker's threads on any CPU the swarm may use.
-    # `spread`: slot N's worker (and every thread it starts) runs on the Nth of those CPUs, wrapping
-    # round. A CPython process runs Python on one CPU at a time; spread across CPUs, its threads hand
-    # the GIL over from core to core at every socket call. Pinned, short Redis-bound jobs ran ~40 %
-    # faster (RUNBOOK "Pinning workers to CPUs"), but threads that run outside the GIL (numpy, torch,
-    # compression) share that one CPU too, so it is the operator's choice, not the default.
-    cpu_affinity: Literal["none", "spread"] = "none"
+    # cpu_affinity.py). A CPython process runs Python on one CPU at a time; spread across CPUs, its
+    # threads hand the GIL over from core to core at every socket call, and a core idles while the
+    # thread it woke waits to run elsewhere. Pinned, short Redis-bound jobs ran 40-70 % faster (RUNBOOK
+    # "Pinning workers to CPUs"). `spread`: slot N's worker (and every thread it starts) runs on the Nth
+    # CPU the swarm may use, wrapping round. `auto`: the same when there is one worker per CPU (COUNT
+    # equals those CPUs), and a pinned worker checks every cpu_affinity_probe_interval_s, unpinned for
+    # a second, whether it uses more than one CPU (threads computing outside the GIL: numpy, torch,
+    # compression); it stays unpinned while it does. `none`: the kernel places every thread.
+    cpu_affinity: Literal["auto", "none", "spread"] = "auto"
+    cpu_affinity_probe_interval_s: float = 60.0
     # Redis Sentinel (README "Redis Sentinel"; redis_sentinel.py): the sentinels and the master's name,
     # as an alternative to a redis+sentinel:// URL, and the sentinels' own password (both forms).
     redis_sentinels: str = ""

@@ -31,7 +31,8 @@ from cogworker.worker.identity import make_identity
 from supervisor import signals
 from supervisor.child_env import scrub_child_env
 from supervisor.child_exit import exit_child
-from supervisor.forkserver.cpu_affinity import pin_worker
+from supervisor.forkserver.cpu_affinity import Pinning, pin_worker
+from supervisor.forkserver.pin_probe import PinProbe
 from supervisor.parent_death import die_with_parent
 
 REPARENT_TIMEOUT_S = 5.0
@@ -101,9 +102,9 @@ def _become_worker(order: WorkerOrder) -> int:
     if not await_supervisor_as_parent(order.supervisor_pid):
         return exitcodes.FAILURE  # the supervisor died, or isn't our subreaper: never run unsupervised
     # Before any thread starts: each inherits the mask (cpu_affinity.py).
-    pinned: int | OSError | None
+    pinned: Pinning | OSError | None
     try:
-        pinned = pin_worker(settings.cpu_affinity, order.slot)
+        pinned = pin_worker(settings.cpu_affinity, order.slot, settings.count)
     except OSError as exc:
         pinned = exc
     # Handlers first, then the mask: a TERM that arrived since fork now gets the default action
@@ -115,6 +116,8 @@ def _become_worker(order: WorkerOrder) -> int:
     client.reset_after_fork()
     logs.configure(settings.log_level, settings.log_format)
     _log_pinning(order.slot, pinned)
+    if settings.cpu_affinity == "auto" and isinstance(pinned, Pinning):
+        PinProbe(pinned, order.slot, settings.cpu_affinity_probe_interval_s).start()
     setproctitle(f"cogworker worker [slot {order.slot}] booting")
     # The write end stays blocking: a status line carrying per-job counts can outgrow PIPE_BUF, and a
     # non-blocking write of it could be cut short, losing the line and garbling the next. Only the
@@ -132,13 +135,13 @@ def _become_worker(order: WorkerOrder) -> int:
     )
 
 
-def _log_pinning(slot: int, pinned: int | OSError | None) -> None:
+def _log_pinning(slot: int, pinned: Pinning | OSError | None) -> None:
     log = structlog.get_logger("cogworker.worker")
     if isinstance(pinned, OSError):
         # A CPU taken away since the swarm started (a shrunk cpuset): run anywhere rather than not at all.
         log.warning("cpu_affinity_failed", slot=slot, error=str(pinned), note="running unpinned")
     elif pinned is not None:
-        log.info("worker_pinned", slot=slot, cpu=pinned)
+        log.info("worker_pinned", slot=slot, cpu=pinned.cpu)
 
 
 def await_supervisor_as_parent(supervisor_pid: int) -> bool:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import threading
+import time
 
 import redis
 
@@ -15,3 +18,21 @@ def report_cpus(tag: str) -> None:
     # pid 0: the calling thread's own mask, which is what a thread started after the pinning inherits.
     state = {"tag": tag, "pid": os.getpid(), "cpus": sorted(os.sched_getaffinity(0))}
     client.rpush("test:cpus", codec.dumps(state))
+
+
+@job
+def compute_beside_python(seconds: float) -> None:
+    """Two threads hashing outside the GIL (hashlib lets go of it for large inputs) for `seconds`: a
+    process that would use two CPUs."""
+    deadline = time.monotonic() + seconds
+    data = b"x" * (4 << 20)
+
+    def work() -> None:
+        while time.monotonic() < deadline:
+            hashlib.sha256(data).digest()
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()

@@ -55,12 +55,13 @@ def _preload(key: str) -> Callable[[Result], Any]:
     return read
 
 
-def _pinned(key: str) -> Callable[[Result], Any]:
-    """W1 with each worker process on its own CPU; a system that can't be pinned, its default figure."""
+def _variant(name: str, key: str) -> Callable[[Result], Any]:
+    """W1 in one of its variants (`pinned`: each worker process on its own CPU; `unpinned`: placed by
+    the kernel); a system without that variant, its default figure (its default is that placement)."""
 
     def read(result: Result) -> Any:
-        pinned = _get("w1_variants", "pinned", key)(result)
-        return pinned if pinned is not None else _get("w1", key)(result)
+        figure = _get("w1_variants", name, key)(result)
+        return figure if figure is not None else _get("w1", key)(result)
 
     return read
 
@@ -100,8 +101,10 @@ ROWS = [
     Row("Redis commands per job", "↓", _get("w1", "commands_per_job"), "{:.2f}"),
     Row("  of which script calls", "↓", _get("w1", "script_calls_per_job"), "{:.2f}"),
     Row("W1 CPU used, first to last job (%)", "↑", _get("w1", "cpu_used_pct"), "{:.0f}"),
-    Row("W1 drain, pinned to CPUs (jobs/s) ³", "↑", _pinned("jobs_per_s")),
-    Row("W1 CPU used, pinned to CPUs (%) ³", "↑", _pinned("cpu_used_pct"), "{:.0f}"),
+    Row("W1 drain, pinned to CPUs (jobs/s) ³", "↑", _variant("pinned", "jobs_per_s")),
+    Row("W1 CPU used, pinned to CPUs (%) ³", "↑", _variant("pinned", "cpu_used_pct"), "{:.0f}"),
+    Row("W1 drain, not pinned (jobs/s) ⁴", "↑", _variant("unpinned", "jobs_per_s")),
+    Row("W1 CPU used, not pinned (%) ⁴", "↑", _variant("unpinned", "cpu_used_pct"), "{:.0f}"),
     Row("W1 CPU/job from launch: workers (µs)", "↓", _get("w1", "cpu_us_per_job", "workers")),
     Row("  supervisor/parent + fork server (µs)", "↓", _get("w1", "cpu_us_per_job", "supervisor"), "{:.1f}"),
     Row("  Redis (µs)", "↓", _get("w1", "cpu_us_per_job", "redis"), "{:.1f}"),
@@ -261,9 +264,11 @@ def _sync_notes(plan: dict[str, Any]) -> list[str]:
         "holds the loaded code its workers are forked from; in total PSS, and its CPU in idle parent "
         "CPU. Peers have none (0).",
         "³ each worker process and its threads on a CPU of its own, drained in the same rounds right "
-        "after the default: cogworker with COGWORKER_CPU_AFFINITY=spread (not its default), Sidekiq's "
-        "processes each started under taskset (multiproc.py; it has no setting); Dramatiq forks its "
-        "own workers and is not pinned: its rows repeat its default figure.",
+        "after the default: cogworker with COGWORKER_CPU_AFFINITY=spread (what its default, auto, does "
+        "with one worker per CPU), Sidekiq's processes each started under taskset (multiproc.py; it has "
+        "no setting); Dramatiq forks its own workers and is not pinned: its rows repeat its default figure.",
+        "⁴ every worker process placed by the kernel: cogworker with COGWORKER_CPU_AFFINITY=none, drained "
+        "in the same rounds; the peers' default is this placement: their rows repeat their default figure.",
     ]
 
 

@@ -28,20 +28,24 @@ def test_defaults_match_the_design() -> None:
     assert s.orphan_threshold_s == 300
     assert s.max_orphanings == 3
     assert s.count >= 1
-    assert s.cpu_affinity == "none"
+    assert s.cpu_affinity == "auto"
+    assert s.cpu_affinity_probe_interval_s == 60
 
 
-def test_cpu_affinity_is_none_or_spread(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_affinity_is_auto_none_or_spread(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COGWORKER_CPU_AFFINITY", "spread")
     assert load_settings().cpu_affinity == "spread"
     monkeypatch.setenv("COGWORKER_CPU_AFFINITY", "compact")
-    with pytest.raises(ConfigError, match=r"COGWORKER_CPU_AFFINITY='compact'.*'none' or 'spread'"):
+    with pytest.raises(ConfigError, match=r"COGWORKER_CPU_AFFINITY='compact'.*'auto', 'none' or 'spread'"):
         load_settings()
-    # Where the kernel can't pin (macOS has no sched_setaffinity), spread is refused at start.
+    # Where the kernel can't pin (macOS has no sched_setaffinity), spread is refused at start; auto,
+    # the default, pins only where it can, so it still starts there.
     monkeypatch.setenv("COGWORKER_CPU_AFFINITY", "spread")
     monkeypatch.delattr(os, "sched_setaffinity")
     with pytest.raises(ConfigError, match="can't pin a process to a CPU"):
         load_settings()
+    monkeypatch.setenv("COGWORKER_CPU_AFFINITY", "auto")
+    assert load_settings().cpu_affinity == "auto"
 
 
 def test_settings_are_frozen() -> None:

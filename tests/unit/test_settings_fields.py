@@ -33,7 +33,7 @@ def checked() -> Settings:
 def test_every_setting_of_the_model_is_declared_in_the_fields() -> None:
     # A field added to Settings alone would be missing from every swarm worker's PlainSettings.
     assert set(Settings.model_fields) == set(FIELD_NAMES)
-    assert SECRET_FIELDS == {"web_password", "web_session_secret", "redis_sentinel_password"}
+    assert {"web_password", "web_session_secret", "redis_sentinel_password"} == SECRET_FIELDS
 
 
 def test_plain_settings_rebuilt_from_json_equal_the_checked_ones_field_by_field() -> None:

@@ -1,7 +1,8 @@
 """COGWORKER_CPU_AFFINITY (supervisor/forkserver/cpu_affinity.py): with `spread`, slot N's worker and
 every thread it starts run on the Nth CPU the swarm may use, wrapping round, and a replacement gets its
-slot's CPU again; the CPUs are only those the swarm was started with. `none` (the default) leaves the
-workers where the kernel puts them."""
+slot's CPU again; the CPUs are only those the swarm was started with. `auto` (the default) does the
+same when the swarm has one worker per CPU, and unpins a worker that uses more than one CPU while it
+does (supervisor/forkserver/pin_probe.py); `none` leaves the workers where the kernel puts them."""
 
 from __future__ import annotations
 
@@ -94,13 +95,67 @@ def test_spread_keeps_to_the_cpus_the_swarm_was_started_with(swarms: SwarmRunner
     assert swarm.stop() == exitcodes.OK
 
 
-def test_none_leaves_workers_on_every_cpu(swarms: SwarmRunner, r: redis.Redis) -> None:
-    swarm = swarms.start(COGWORKER_REQUIRE="affinity_jobs")
+@pytest.mark.parametrize(
+    "placement",
+    [
+        {"COGWORKER_CPU_AFFINITY": "none", "COGWORKER_COUNT": str(len(ALL_CPUS))},
+        # `auto` with more workers than CPUs: two would share one CPU the kernel couldn't balance.
+        {"COGWORKER_COUNT": str(len(ALL_CPUS) + 1)},
+    ],
+)
+def test_none_and_auto_without_a_worker_per_cpu_leave_workers_on_every_cpu(
+    swarms: SwarmRunner, r: redis.Redis, placement: dict[str, str]
+) -> None:
+    swarm = swarms.start(COGWORKER_REQUIRE="affinity_jobs", **placement)
     swarm.wait_ready()
     for pid in swarm.current_children().values():
         assert thread_cpus(pid) == {tuple(ALL_CPUS)}
     assert {tuple(report["cpus"]) for report in run_reports(swarm, r, 4)} == {tuple(ALL_CPUS)}  # type: ignore[arg-type]
     assert swarm.events("worker_pinned") == []
+    assert swarm.stop() == exitcodes.OK
+
+
+def test_auto_pins_a_worker_per_cpu_and_unpins_one_while_it_computes_beside_python(
+    swarms: SwarmRunner, r: redis.Redis
+) -> None:
+    assert len(ALL_CPUS) >= 2, "a worker using two CPUs needs a machine with two"
+    two = ALL_CPUS[:2]
+    swarm = swarms.start(
+        command=["taskset", "-c", ",".join(map(str, two)), sys.executable, "-m", "supervisor.main"],
+        COGWORKER_REQUIRE="affinity_jobs",
+        COGWORKER_COUNT="2",
+        COGWORKER_CPU_AFFINITY_PROBE_INTERVAL_S="1",
+        COGWORKER_LOG_LEVEL="debug",  # for each probe's line
+    )
+    swarm.wait_ready()
+    children = swarm.current_children()
+    for slot, pid in children.items():
+        assert thread_cpus(pid) == {(two[slot],)}, (slot, pid)
+    assert {e["slot"]: e["cpu"] for e in swarm.events("worker_pinned")} == {0: two[0], 1: two[1]}
+
+    # Plain Python jobs: the probes find each worker within one CPU, so they stay pinned.
+    for report in run_reports(swarm, r, 6):
+        assert len(report["cpus"]) == 1, report  # type: ignore[arg-type]
+    wait_until(lambda: {e["slot"] for e in swarm.events("cpu_affinity_probed")} == {0, 1}, message="probes")
+    assert swarm.events("cpu_affinity_released") == []
+    for slot, pid in children.items():
+        assert thread_cpus(pid) == {(two[slot],)}, (slot, pid)
+
+    from cogworker import codec
+    from cogworker.api import payload
+
+    job = payload.build("affinity_jobs.compute_beside_python", (6.0,), {}, queue="default", retry=False)
+    r.lpush("cogworker:queue:default", codec.dumps(job))
+    [released] = wait_until(
+        lambda: swarm.events("cpu_affinity_released"), message="the computing worker unpinned"
+    )
+    assert released["cpus_used"] > 1.2
+    slot = int(released["slot"])
+    assert thread_cpus(children[slot]) == {tuple(two)}
+    # The job over, the next interval finds it within one CPU again.
+    [repinned] = wait_until(lambda: swarm.events("cpu_affinity_repinned"), timeout=30, message="pinned again")
+    assert (repinned["slot"], repinned["cpu"]) == (slot, two[slot])
+    assert thread_cpus(children[slot]) == {(two[slot],)}
     assert swarm.stop() == exitcodes.OK
 
 
