@@ -101,6 +101,7 @@ ROWS = [
     Row("Redis commands per job", "↓", _get("w1", "commands_per_job"), "{:.2f}"),
     Row("  of which script calls", "↓", _get("w1", "script_calls_per_job"), "{:.2f}"),
     Row("W1 CPU used, first to last job (%)", "↑", _get("w1", "cpu_used_pct"), "{:.0f}"),
+    Row("W1 CPU used under a backlog, 10-90 % done (%)", "↑", _get("w1", "cpu_backlog_pct"), "{:.0f}"),
     Row("W1 drain, pinned to CPUs (jobs/s) ³", "↑", _variant("pinned", "jobs_per_s")),
     Row("W1 CPU used, pinned to CPUs (%) ³", "↑", _variant("pinned", "cpu_used_pct"), "{:.0f}"),
     Row("W1 drain, not pinned (jobs/s) ⁴", "↑", _variant("unpinned", "jobs_per_s")),

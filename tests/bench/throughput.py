@@ -25,6 +25,12 @@ from procs import WorkerGroup, cpu_seconds, wait_for
 from redis_server import SCRIPT_COMMANDS, delta
 from systems.base import System
 
+# The backlog window's edges, in jobs done. The harness polls every 50 ms (procs.wait_for): finer
+# polling cost the harness enough CPU to lower every system's figures. A late sample still falls
+# inside the backlog, so the window's edges need no finer timing; the first-to-last window's end may
+# take up to a poll of idle workers in (a few percent of a one-second drain, every system alike).
+BACKLOG_MARKS = (0.1, 0.9)
+
 
 def enqueue_rates(ctx: Context, system: System) -> dict[str, Any]:
     """Jobs/s pushing one at a time, and through the system's bulk path; nothing runs them."""
@@ -58,8 +64,9 @@ def summarize(jobs: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {"jobs": jobs, "runs": runs}
     for key in ("jobs_per_s", "startup_s", "commands_per_job", "script_calls_per_job"):
         summary[key] = statistics.median(run[key] for run in runs)
-    used = [run["cpu_used_pct"] for run in runs if run["cpu_used_pct"] is not None]
-    summary["cpu_used_pct"] = statistics.median(used) if used else None
+    for key in ("cpu_used_pct", "cpu_backlog_pct"):
+        used = [run[key] for run in runs if run.get(key) is not None]
+        summary[key] = statistics.median(used) if used else None
     summary["cpu_us_per_job"] = {
         kind: statistics.median(run["cpu_us_per_job"][kind] for run in runs)
         for kind in ("workers", "supervisor", "redis")
@@ -72,17 +79,27 @@ def drain_once(
 ) -> dict[str, Any]:
     ctx.redis.flush()
     system.push_noop_bulk(jobs)
-    polls = 0
+    polls = counts = 0
     steady: CpuSample | None = None
+    # The backlog window: from a tenth of the jobs done to nine tenths, while every worker has jobs
+    # waiting (the first jobs run while a process may still be starting, the last ones while the
+    # queue runs dry and threads go idle).
+    backlog: dict[float, CpuSample] = {}
 
     def finished() -> bool:
         # Until the first job is done, poll for it and take the CPU sample the steady window starts at.
-        nonlocal polls, steady
+        nonlocal polls, counts, steady
         polls += 1
         if steady is None:
             if ctx.client.exists(jobkit.T_FIRST):
                 steady = CpuSample.take(ctx, group)
             return False
+        if len(backlog) < len(BACKLOG_MARKS):
+            counts += 1
+            done_now = ctx.done()
+            for mark in BACKLOG_MARKS:
+                if mark not in backlog and done_now >= mark * jobs:
+                    backlog[mark] = CpuSample.take(ctx, group)
         return bool(ctx.client.exists(jobkit.T_LAST))
 
     before = ctx.redis.commandstats()
@@ -98,7 +115,10 @@ def drain_once(
         t_last = float(ctx.client.get(jobkit.T_LAST) or 0)
     finally:
         stop_s = ctx.stop(group)
-    calls = own_commands(delta(before, after), done=done, polls=polls, done_command=system.done_command)
+    calls = own_commands(
+        delta(before, after), done=done, polls=polls, counts=counts, done_command=system.done_command
+    )
+    start, end = (backlog.get(mark) for mark in BACKLOG_MARKS)
     return {
         "jobs": jobs,
         "jobs_per_s": (jobs - 1) / (t_last - t_first),
@@ -120,6 +140,8 @@ def drain_once(
         # Share of the machine's CPUs the system's processes and Redis used between the first and
         # the last job done: 100 % means nothing waited.
         "cpu_used_pct": ended.used_pct_since(steady) if steady is not None else None,
+        # The same from a tenth of the jobs done to nine tenths: under a backlog.
+        "cpu_backlog_pct": end.used_pct_since(start) if start is not None and end is not None else None,
     }
 
 
@@ -148,11 +170,12 @@ class CpuSample:
 
 
 def own_commands(
-    calls: dict[str, int], *, done: int, polls: int, done_command: str = "incrby"
+    calls: dict[str, int], *, done: int, polls: int, counts: int = 0, done_command: str = "incrby"
 ) -> dict[str, int]:
-    """The system's own commands in a drain window: the jobs' reporting and our polls taken out.
-    `done_command` is how the jobs' client sends INCR (redis-py: INCRBY key 1; redis-rb: INCR)."""
-    ours = {done_command: done, "set": 2, "exists": polls}
+    """The system's own commands in a drain window: the jobs' reporting and our polls (EXISTS, and GET
+    of the done counter) taken out. `done_command` is how the jobs' client sends INCR (redis-py:
+    INCRBY key 1; redis-rb: INCR)."""
+    ours = {done_command: done, "set": 2, "exists": polls, "get": counts}
     own = dict(calls)
     for name, count in ours.items():
         own[name] = own.get(name, 0) - count
