@@ -1,9 +1,10 @@
 """What the supervisor knows of the settings: the swarm's own knobs, nothing about jobs.
 
-The supervisor doesn't validate settings itself. Its fork server loads them with pydantic-settings
-(exiting 78 on a bad one, before anything is forked) and sends them over as JSON; this is the part
-the supervisor keeps. Not importing pydantic, the Redis client or the app is what keeps the
-supervisor small: those live in the fork server, and its children share them.
+The supervisor doesn't validate settings itself. Its fork server has them checked with pydantic-settings
+by a child of its own (forkserver/settings_check.py; 78 on a bad one, before anything is forked) and
+sends them over as JSON; this is the part the supervisor keeps. Not importing pydantic, the Redis
+client or the app is what keeps the supervisor small: the fork server holds the client and the app,
+and its children share them.
 """
 
 from __future__ import annotations
@@ -49,6 +50,6 @@ class SwarmConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SwarmConfig:
-        """From validated settings (Settings.model_dump()); other keys are ignored."""
+        """From validated settings (settings_fields.values_of); other keys are ignored."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})

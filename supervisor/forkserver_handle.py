@@ -2,8 +2,8 @@
 
 The fork server (supervisor/forkserver/) is a process the supervisor starts with
 `python -m supervisor.forkserver.main` (the first one of a swarm is a fork of the supervisor instead:
-first_forkserver.py). It validates the settings, imports the worker code (and the
-app, with COGWORKER_PRELOAD), then waits for requests on a socket pair (the messages are in
+first_forkserver.py). It has the settings validated (forkserver/settings_check.py), imports the worker
+code (and the app, with COGWORKER_PRELOAD), then waits for requests on a socket pair (the messages are in
 wire/forkserver_messages.py). The supervisor never waits for an answer: its socket is non-blocking,
 and answers are read by its loop when they come. This handle counts what the fork server owes, so a
 fork server that stops answering can be told from a busy one (forkserver_keeper.py replaces it).
