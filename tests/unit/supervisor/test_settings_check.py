@@ -82,8 +82,8 @@ def test_a_check_killed_before_it_answers_is_a_failure_not_settings() -> None:
     # The check's module is replaced by one that never answers, so the kill lands before any reply.
     between = "import os, signal; os.kill(check.pid, signal.SIGKILL)"
     stall = (
-        "import sys, time, types; fake = types.ModuleType('cogworker.settings');"
-        " fake.load_or_exit = lambda: time.sleep(60); sys.modules['cogworker.settings'] = fake\n"
+        "import sys, threading, types; fake = types.ModuleType('cogworker.settings');"
+        " fake.load_or_exit = threading.Event().wait; sys.modules['cogworker.settings'] = fake\n"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
     code = stall + textwrap.dedent(CHECK.format(between=between))
