@@ -33,20 +33,19 @@ class PinProbe(threading.Thread):
         self._pinning = pinning
         self._slot = slot
         self._interval_s = interval_s
-        self._never = (
-            threading.Event()
-        )  # the cadence's clock: nothing sets it; the thread dies with the process
-        self.pinned = True
+        # The cadence's clock: nothing sets it; the thread dies with the process.
+        self._never = threading.Event()
 
     def run(self) -> None:
+        pinned = True
         while True:
-            if self.pinned:
+            if pinned:
                 self._never.wait(self._interval_s)
                 set_every_thread(self._pinning.allowed)
                 used = self._cpus_used_over(PROBE_S)
                 log.debug("cpu_affinity_probed", slot=self._slot, cpus_used=round(used, 2))
                 if used > MORE_THAN_ONE:
-                    self.pinned = False
+                    pinned = False
                     log.info("cpu_affinity_released", slot=self._slot, cpus_used=round(used, 2))
                 else:
                     set_every_thread({self._pinning.cpu})
@@ -54,7 +53,7 @@ class PinProbe(threading.Thread):
                 used = self._cpus_used_over(self._interval_s)
                 if used <= ONE_CPU:
                     set_every_thread({self._pinning.cpu})
-                    self.pinned = True
+                    pinned = True
                     log.info(
                         "cpu_affinity_repinned",
                         slot=self._slot,
