@@ -12,10 +12,16 @@ may read a payload differently from Lua's cjson (bytes that aren't UTF-8). Eithe
 leaves a job whose keys it wasn't given where it is, untouched, and names what it missed; the caller
 declares those too and runs it again. Nothing is lost or moved twice: the script is still the one
 atomic step that moves each job.
+
+Each queue comes with its suspects list (the jobs of that queue to run alone, worker/recovery.py),
+declared right after the queue's key. A payload without a jid has its orphan counter named by the
+SHA-1 of its bytes (`keys.orphanings_raw`), so a jid-less payload that kills its process is counted
+and ends in dead like any other.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,10 +30,16 @@ from cogworker import codec
 from cogworker.store import keys
 
 # What a script names when it left a job for want of a key (its reply's `needs`, as kind, name pairs).
-QUEUE, COUNTER, LOCK = "queue", "counter", "lock"
+QUEUE, COUNTER, LOCK, DIGEST = "queue", "counter", "lock", "digest"
 # Passes of read, declare, run: the second declares what the first missed, so a third is needed only
 # when the list keeps changing underneath.
 MAX_PASSES = 3
+
+
+def digest(raw: str) -> str:
+    """SHA-1 (hex) of a payload as Redis stores it, as the scripts' `redis.sha1hex` computes it. Text
+    read with its invalid bytes escaped encodes back to those bytes."""
+    return hashlib.sha1(raw.encode("utf-8", "surrogateescape"), usedforsecurity=False).hexdigest()
 
 
 def read_job(raw: str, default_queue: str) -> tuple[str, str | None, str | None]:
@@ -45,34 +57,44 @@ def read_job(raw: str, default_queue: str) -> tuple[str, str | None, str | None]
 
 @dataclass
 class Declared:
-    """Queue names, jids and periodic entry names whose keys a script is given."""
+    """Queue names, jids, periodic entry names and jid-less payloads' digests whose keys a script
+    is given."""
 
     queues: set[str] = field(default_factory=set)
     jids: set[str] = field(default_factory=set)
     entries: set[str] = field(default_factory=set)
+    digests: set[str] = field(default_factory=set)
 
-    def add_jobs(self, raws: Iterable[str], default_queue: str, *, counters: bool) -> None:
+    def add_jobs(self, raws: Iterable[str], default_queue: str) -> None:
+        """Every orphan counter is declared, counted or not: a job with orphanings goes back to its
+        suspects list even when this requeue counts none (a clean stop's)."""
         self.queues.add(default_queue)
         for raw in raws:
             queue, jid, entry = read_job(raw, default_queue)
             self.queues.add(queue)
-            if counters and jid is not None:
+            if jid is not None:
                 self.jids.add(jid)
+            else:
+                self.digests.add(digest(raw))
             if entry is not None:
                 self.entries.add(entry)
 
     def add_needs(self, pairs: Sequence[Any]) -> None:
         """What a script said it missed: (kind, name) pairs flattened."""
         for kind, name in zip(pairs[::2], pairs[1::2], strict=True):
-            {QUEUE: self.queues, COUNTER: self.jids, LOCK: self.entries}[str(kind)].add(str(name))
+            named = {QUEUE: self.queues, COUNTER: self.jids, LOCK: self.entries, DIGEST: self.digests}
+            named[str(kind)].add(str(name))
 
     def keys_and_args(self) -> tuple[list[str], list[str | int]]:
-        """The keys to append to KEYS, and ARGV's tail: the three counts, then every name in the
-        keys' order."""
+        """The keys to append to KEYS (each queue's key followed by its suspects list's), and ARGV's
+        tail: the four counts, then every name in the keys' order."""
         queues, jids, entries = sorted(self.queues), sorted(self.jids), sorted(self.entries)
+        digests = sorted(self.digests)
         declared = [
-            *(keys.queue(q) for q in queues),
+            *(key for q in queues for key in (keys.queue(q), keys.suspects(q))),
             *(keys.orphanings(j) for j in jids),
             *(keys.periodic_running(e) for e in entries),
+            *(keys.orphanings_raw(d) for d in digests),
         ]
-        return declared, [len(queues), len(jids), len(entries), *queues, *jids, *entries]
+        counts: list[str | int] = [len(queues), len(jids), len(entries), len(digests)]
+        return declared, [*counts, *queues, *jids, *entries, *digests]

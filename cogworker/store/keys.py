@@ -26,6 +26,7 @@ COUNTED_OUTCOMES = (*ENDED_UNRUN, LIMITED)
 # Set by use_prefix (at the bottom of this module, then by each process's settings).
 PREFIX: str
 QUEUE_PREFIX: str
+SUSPECTS_PREFIX: str
 QUEUES: str
 PAUSED: str
 SCHEDULE: str
@@ -41,6 +42,7 @@ SIGNAL_PREFIX: str
 LAST_BEAT: str
 LIVE_QUEUES: str
 ORPHANINGS_PREFIX: str
+ORPHANINGS_RAW_PREFIX: str
 UNSETTLED: str
 QUARANTINE_PREFIX: str
 GUARD_REQUESTS: str
@@ -77,12 +79,14 @@ def use_prefix(prefix: str) -> None:
     global LIVE_QUEUES, ORPHANINGS_PREFIX, UNSETTLED, QUARANTINE_PREFIX, GUARD_REQUESTS, STAT_PROCESSED
     global STAT_FAILED, UNIQUE_PREFIX, PERIODIC_SLOT_PREFIX, PERIODIC_RUNNING_PREFIX, PERIODIC_ENTRIES
     global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL
-    global CHAIN_PREFIX
+    global CHAIN_PREFIX, SUSPECTS_PREFIX, ORPHANINGS_RAW_PREFIX
     global BATCHES, BATCH_PREFIX, BATCH_PENDING_PREFIX, BATCH_FAILURES_PREFIX
     global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL, LIMITER_PREFIX
     global EXPECTED_TYPES, EXPECTED_PREFIX_TYPES
     PREFIX = prefix
     QUEUE_PREFIX = prefix + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
+    # list per queue: jobs orphaned more than once, each run alone by a process (worker/recovery.py)
+    SUSPECTS_PREFIX = prefix + "suspects:"
     QUEUES = prefix + "queues"  # set: every queue name ever pushed to
     PAUSED = prefix + "paused"  # set: queue names no process fetches from
     SCHEDULE = prefix + "schedule"  # zset: jobs due at a time (score = epoch seconds)
@@ -100,6 +104,8 @@ def use_prefix(prefix: str) -> None:
     LAST_BEAT = prefix + "last-beat"  # hash: identity -> last beat, seconds on Redis's clock
     LIVE_QUEUES = prefix + "live-queues"  # zset: queue -> last time a live process said it reads it
     ORPHANINGS_PREFIX = prefix + "orphanings:"  # string per jid: times its process died running it
+    # string per SHA-1 of a payload without a jid: the same count, for a payload no jid names
+    ORPHANINGS_RAW_PREFIX = prefix + "orphanings-raw:"
     UNSETTLED = prefix + "unsettled"  # list: settles a stopping process could not file itself
     QUARANTINE_PREFIX = prefix + "quarantine:"  # anything moved aside for a human, with a TTL
     GUARD_REQUESTS = prefix + "key-guard:requests"  # set: keys some component found of the wrong type
@@ -150,11 +156,13 @@ def use_prefix(prefix: str) -> None:
     }
     EXPECTED_PREFIX_TYPES = {
         QUEUE_PREFIX: "list",
+        SUSPECTS_PREFIX: "list",
         IN_PROGRESS_PREFIX: "list",
         PROCESS_PREFIX: "hash",
         WORK_PREFIX: "hash",
         SIGNAL_PREFIX: "list",
         ORPHANINGS_PREFIX: "string",
+        ORPHANINGS_RAW_PREFIX: "string",
         UNIQUE_PREFIX: "string",
         STATUS_PREFIX: "hash",
         RESULT_PREFIX: "string",
@@ -203,6 +211,15 @@ def signals(identity: str) -> str:
 
 def orphanings(jid: str) -> str:
     return ORPHANINGS_PREFIX + jid
+
+
+def orphanings_raw(digest: str) -> str:
+    """The orphan counter of a payload without a jid, by the SHA-1 (hex) of its bytes."""
+    return ORPHANINGS_RAW_PREFIX + digest
+
+
+def suspects(name: str) -> str:
+    return SUSPECTS_PREFIX + name
 
 
 def stat_processed_day(day: str) -> str:

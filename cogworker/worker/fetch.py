@@ -18,7 +18,6 @@ handed back unstarted.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 import time
@@ -33,6 +32,9 @@ from redis.client import PubSub
 from cogworker.settings_fields import QueueSpec
 from cogworker.store import keys
 
+# SHA-1 of a payload as Redis stores it: reconcile.lua matches entries by it.
+from cogworker.store.job_keys import digest as digest
+
 log = structlog.get_logger("cogworker.fetch")
 
 MIN_RELIABLE_VERSION = (6, 2)
@@ -41,10 +43,12 @@ DRAIN_EVERY_S = 1.0
 
 @dataclass(slots=True)
 class Work:
-    """One fetched job: its queue's name and the payload exactly as stored (acks match on it)."""
+    """One fetched job: its queue's name and the payload exactly as stored (acks match on it).
+    `suspect`: taken from the queue's suspects list, to run alone (recovery.py)."""
 
     queue: str
     raw: str
+    suspect: bool = False
 
 
 @dataclass(slots=True)
@@ -71,12 +75,6 @@ class Reconciled:
     # the script was not given (the entry landed after the list was read: store/job_keys.py)
     wrong_type_keys: list[str] = field(default_factory=list)
     buried: list[str] = field(default_factory=list)  # raw payloads filed in dead as poison pills
-
-
-def digest(raw: str) -> str:
-    """SHA-1 of a payload as Redis stores it (reconcile.lua matches entries by it). Text read with
-    its invalid bytes escaped encodes back to those bytes."""
-    return hashlib.sha1(raw.encode("utf-8", "surrogateescape"), usedforsecurity=False).hexdigest()
 
 
 class UnsupportedError(Exception):

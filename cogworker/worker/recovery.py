@@ -6,6 +6,12 @@ runs inside the requeue script, atomically with the requeue (requeue.lua says wh
 more than `max_orphanings` times is a poison pill: it goes to dead with a ProcessDied error (and, if
 its status is tracked, its status becomes "failed"). A job `cogworker.cancel` was asked for is not
 requeued at all: it is counted cancelled (requeue.lua reads the cancel record).
+
+A death convicts only the job that was alone on its process's list. Every death is counted, but a job
+that shared one may be an innocent beside a poison pill, so a shared death buries nobody. A job
+orphaned `suspect_at` times instead goes to its queue's suspects list (`keys.suspects`), and a process
+runs a suspect alone (fetch.lua): its next death is its own, and convicts it past the limit. One
+death is an accident (the OOM killer, a lost host) and costs nothing new; the second, a pattern.
 """
 
 from __future__ import annotations
@@ -29,6 +35,15 @@ log = structlog.get_logger("cogworker.recovery")
 
 ORPHANINGS_TTL_S = 7 * 24 * 3600
 PERIODIC_RUNNING_TTL_S = 24 * 3600
+# The orphaning that makes a job a suspect, when the limit allows it (suspect_at).
+SUSPECT_AT = 2
+
+
+def suspect_at(max_orphanings: int) -> int:
+    """How many orphanings make a job a suspect: the second, or the first when the limit is lower
+    (with COGWORKER_MAX_ORPHANINGS=1 a pill must run alone by its second death to be convicted at
+    it)."""
+    return max(1, min(SUSPECT_AT, max_orphanings))
 
 
 @dataclass
@@ -40,6 +55,8 @@ class RequeueResult:
     buried: list[str] = field(default_factory=list)
     wrong_type: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)  # raw jobs not requeued: cogworker.cancel asked
+    suspects: int = 0  # of `moved`: put on their queues' suspects lists, to run alone
+    seen: int = 0  # jobs the script found on the list
 
 
 class Recovery:
@@ -62,15 +79,19 @@ class Recovery:
         declares what the script named."""
         declared = job_keys.Declared()
         total = RequeueResult()
+        shared = False
         for _ in range(job_keys.MAX_PASSES):
             raws = [str(raw) for raw in self._client.lrange(keys.in_progress(identity), 0, -1)]
-            declared.add_jobs(raws, DEFAULT_QUEUE, counters=count_orphans)
-            result, left, needs = self._requeue_pass(identity, declared, if_dead_for, count_orphans)
+            declared.add_jobs(raws, DEFAULT_QUEUE)
+            result, left, needs = self._requeue_pass(identity, declared, if_dead_for, count_orphans, shared)
             if result.alive:
                 # Nothing touched in this pass; what an earlier one moved (the owner beat since) stands.
                 total.alive = True
                 return total
+            # A job left for a later pass shared the death with those this one took: it is not alone.
+            shared = shared or result.seen > 1
             total.moved += result.moved
+            total.suspects += result.suspects
             total.failed = result.failed  # a job kept by a wrong-type key is counted again each pass
             total.unlisted += [q for q in result.unlisted if q not in total.unlisted]
             total.wrong_type += [k for k in result.wrong_type if k not in total.wrong_type]
@@ -83,7 +104,12 @@ class Recovery:
         return total
 
     def _requeue_pass(
-        self, identity: str, declared: job_keys.Declared, if_dead_for: float | None, count_orphans: bool
+        self,
+        identity: str,
+        declared: job_keys.Declared,
+        if_dead_for: float | None,
+        count_orphans: bool,
+        shared: bool,
     ) -> tuple[RequeueResult, int, list[Any]]:
         """One run of requeue.lua: its result, how many jobs it left for want of keys, and the
         (kind, name) pairs it named for them."""
@@ -111,23 +137,29 @@ class Recovery:
                 2 * s.presence_ttl_s,
                 PERIODIC_RUNNING_TTL_S,
                 int(time.time()),
+                suspect_at(s.max_orphanings),
+                "1" if shared else "",
                 *job_key_args,
             ],
             client=self._client,
         )
-        moved, failed, n_unlisted, n_wrong, n_cancelled, left, n_needs = (int(n) for n in reply[:7])
+        moved, failed, n_unlisted, n_wrong, n_cancelled, left, n_needs, n_suspects = (
+            int(n) for n in reply[:8]
+        )
         if moved < 0:
             return RequeueResult(alive=True), 0, []
-        at = 7 + n_unlisted + n_wrong
+        at = 8 + n_unlisted + n_wrong
         needs_at = at + n_cancelled
         result = RequeueResult(
             moved=moved,
             failed=failed,
-            unlisted=[str(q) for q in reply[7 : 7 + n_unlisted]],
-            wrong_type=[str(k) for k in reply[7 + n_unlisted : at]],
+            unlisted=[str(q) for q in reply[8 : 8 + n_unlisted]],
+            wrong_type=[str(k) for k in reply[8 + n_unlisted : at]],
             cancelled=[str(r) for r in reply[at:needs_at]],
             buried=[str(r) for r in reply[needs_at + 2 * n_needs :]],
+            suspects=n_suspects,
         )
+        result.seen = moved + failed + left + n_cancelled + len(result.buried)
         self._end_cancelled(identity, result.cancelled)
         if result.unlisted:
             log.warning(
@@ -165,7 +197,11 @@ class Recovery:
         result = self.requeue(identity, if_dead_for=None, count_orphans=True)
         if result.moved or result.buried:
             log.warning(
-                "requeued_jobs_of_dead_process", owner=identity, moved=result.moved, dead=len(result.buried)
+                "requeued_jobs_of_dead_process",
+                owner=identity,
+                moved=result.moved,
+                suspects=result.suspects,
+                dead=len(result.buried),
             )
         self.forget_if_empty(identity)
         return result
@@ -192,7 +228,14 @@ class Recovery:
                 continue
             self.forget_if_empty(identity)
             if result.moved or result.buried:
-                log.warning("requeued_orphans", owner=identity, moved=result.moved, dead=len(result.buried))
+                dead = len(result.buried)
+                log.warning(
+                    "requeued_orphans",
+                    owner=identity,
+                    moved=result.moved,
+                    suspects=result.suspects,
+                    dead=dead,
+                )
             moved += result.moved
         self.retry_burials()
         return moved
@@ -242,8 +285,9 @@ class Recovery:
             {
                 "error_class": "cogworker.ProcessDied",
                 "error_message": (
-                    f"its process died while running it more than {self._settings.max_orphanings} times "
-                    "(killed for memory? SIGKILL? a crash in native code?): not retried again"
+                    f"its process died while running it more than {self._settings.max_orphanings} times, "
+                    "the last time running it alone (killed for memory? SIGKILL? a crash in native "
+                    "code?): not retried again"
                 ),
                 "failed_at": job.get("failed_at", now),
                 "died_at": now,
@@ -270,8 +314,12 @@ class Recovery:
         if swapped:
             log.error("poison_pill_to_dead", jid=job.get("jid"), job=job.get("class"))
             self._locks.release_terminal(job)
+            jid = job.get("jid")
+            counter = (
+                keys.orphanings(jid) if isinstance(jid, str) else keys.orphanings_raw(job_keys.digest(raw))
+            )
             pipe = self._client.pipeline(transaction=False)
-            pipe.delete(keys.orphanings(str(job.get("jid") or "")))
+            pipe.delete(counter)
             pipe.incr(keys.STAT_FAILED)
             pipe.execute()
             self._record_failed(job)

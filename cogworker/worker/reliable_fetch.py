@@ -42,7 +42,7 @@ from cogworker.worker.fetch import (
     refused,
     today,
 )
-from cogworker.worker.recovery import ORPHANINGS_TTL_S, PERIODIC_RUNNING_TTL_S
+from cogworker.worker.recovery import ORPHANINGS_TTL_S, PERIODIC_RUNNING_TTL_S, suspect_at
 
 log = structlog.get_logger("cogworker.fetch")
 
@@ -74,6 +74,9 @@ class ReliableFetch:
         self._rng = random.Random()
         self.in_progress_key = keys.in_progress(identity)
         self._wake = WakeListener(blocking_client, frozenset(spec.names))
+        # fetch.lua's last mode: 1 while this process runs a suspect alone, 2 while one waits on
+        # our queues for our list to empty. Either way nothing may block on a queue (can_block).
+        self._mode = 0
 
     def fetch(self, limit: int, acks: list[tuple[str, str]]) -> FetchResult:
         """Acknowledge `acks` ((raw, jid) pairs) and move up to `limit` jobs onto our list."""
@@ -82,9 +85,20 @@ class ReliableFetch:
         names = queue_order(self._spec, self._rng)
         queue_keys = [keys.queue(name) for name in names]
         day = today()
-        # The counters go in KEYS (a script builds no key names: store/job_keys.py says why).
-        counters = [keys.orphanings(jid) for _raw, jid in acks if jid]
-        args: list[str | int] = [limit, len(acks), *(raw for raw, _jid in acks), len(names), *names]
+        # The counters go in KEYS (a script builds no key names: store/job_keys.py says why). A
+        # payload without a jid is counted by its digest; only such a payload costs a hash here.
+        counters = [
+            keys.orphanings(jid) if jid else keys.orphanings_raw(job_keys.digest(raw)) for raw, jid in acks
+        ]
+        isolating = "1" if self._mode == 1 else ""
+        args: list[str | int] = [
+            limit,
+            len(acks),
+            *(raw for raw, _jid in acks),
+            len(names),
+            *names,
+            isolating,
+        ]
         try:
             reply = self._run_script(
                 "fetch",
@@ -94,6 +108,7 @@ class ReliableFetch:
                     keys.STAT_PROCESSED,
                     keys.stat_processed_day(day),
                     *queue_keys,
+                    *(keys.suspects(name) for name in names),
                     *counters,
                 ],
                 args,
@@ -103,10 +118,21 @@ class ReliableFetch:
             if refused(exc):
                 raise UnsupportedError(str(exc)) from exc
             raise
-        n_bad = int(reply[2])
-        bad = [keys.queue_name(str(k)) for k in reply[3 : 3 + n_bad]]
-        first = 3 + n_bad
-        works = [Work(keys.queue_name(str(reply[i])), str(reply[i + 1])) for i in range(first, len(reply), 2)]
+        n_bad, mode = int(reply[2]), int(reply[3])
+        bad = [keys.queue_name(str(k)) for k in reply[4 : 4 + n_bad]]
+        first = 4 + n_bad
+        suspect = mode == 1
+        works = [
+            Work(keys.queue_name(str(reply[i])), str(reply[i + 1]), suspect)
+            for i in range(first, len(reply), 2)
+        ]
+        if limit > 0:
+            if mode != self._mode:
+                log.info(
+                    "suspect_isolation",
+                    mode=("off", "running a suspect alone", "draining for a suspect")[mode],
+                )
+            self._mode = mode
         paused = int(reply[1])
         return FetchResult(
             works, int(reply[0]), all_paused=limit > 0 and paused == len(queue_keys), wrong_type_queues=bad
@@ -179,7 +205,7 @@ class ReliableFetch:
         declared = job_keys.Declared()
         total = Reconciled()
         for _ in range(job_keys.MAX_PASSES):
-            declared.add_jobs(self._read_list(), DEFAULT_QUEUE, counters=True)
+            declared.add_jobs(self._read_list(), DEFAULT_QUEUE)
             job_key_list, job_key_args = declared.keys_and_args()
             args: list[str | int] = [
                 DEFAULT_QUEUE,
@@ -187,6 +213,7 @@ class ReliableFetch:
                 max_orphanings,
                 PERIODIC_RUNNING_TTL_S,
                 int(time.time()),
+                suspect_at(max_orphanings),
                 *job_key_args,
                 len(held_digests),
                 *held_digests,
@@ -216,7 +243,9 @@ class ReliableFetch:
 
     @property
     def can_block(self) -> bool:
-        return True
+        """Not while a suspect runs here or waits for our list to empty: a BLMOVE would take a job
+        beside it. The manager then polls (COGWORKER_FETCH_IDLE_MAX_S) instead."""
+        return self._mode == 0
 
     @property
     def wait_returns_job(self) -> bool:
@@ -236,8 +265,10 @@ class ReliableFetch:
 
     def give_back(self, work: Work) -> bool:
         """A fetched job that never started goes back to the end of its queue popped next."""
+        # A suspect goes back to its suspects list: on its queue it would be fetched beside others.
+        queue_key = keys.suspects(work.queue) if work.suspect else keys.queue(work.queue)
         moved = self._scripts.run(
-            "give_back", [self.in_progress_key, keys.queue(work.queue)], [work.raw], client=self._client
+            "give_back", [self.in_progress_key, queue_key], [work.raw], client=self._client
         )
         wrong = key_guard.script_wrong_type(moved)
         if wrong is not None:

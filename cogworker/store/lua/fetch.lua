@@ -5,16 +5,27 @@
 -- KEYS[3]      <prefix>stat:processed
 -- KEYS[4]      <prefix>stat:processed:<today>
 -- KEYS[5 .. 4+q]  queue keys, in the order to try (already weight-shuffled by the caller)
--- KEYS[5+q ..]    the orphan counters of the acknowledged jobs (an acknowledged job's count is moot)
+-- KEYS[5+q .. 4+2q]  each queue's suspects list, in the same order
+-- KEYS[5+2q ..]   the orphan counters of the acknowledged jobs (an acknowledged job's count is moot)
 -- ARGV[1]      most jobs to fetch (0: only acknowledge)
 -- ARGV[2]      number of acknowledgements that follow (n)
 -- ARGV[3 .. 2+n]  the acknowledged jobs' raw payloads
 -- ARGV[3+n]    q, the number of queue keys
--- ARGV[4+n ..]    each queue key's queue name, in the same order (to tell a paused queue by name)
--- Returns {acked, paused_count, bad_count, <bad queue keys>..., queue_key, raw, queue_key, raw, ...}.
--- A queue key of the wrong type is skipped and named (bad), not raised: an error after an earlier
--- LMOVE would abort the script with that job already moved and the caller never told of it. Our own
--- list of the wrong type is an error, raised before anything moved (the key guard moves it aside).
+-- ARGV[4+n .. 3+n+q]  each queue key's queue name, in the same order (to tell a paused queue by name)
+-- ARGV[4+n+q]  "1" while this process runs a suspect it was given, else ""
+-- Returns {acked, paused_count, bad_count, mode, <bad keys>..., queue_key, raw, queue_key, raw, ...}.
+-- mode 0: an ordinary fetch. 1: this process runs a suspect alone (the one job returned, or one
+-- still on its list): fetch nothing else, nor block on a queue, until it has left the list. 2: a
+-- suspect waits on one of our queues: nothing fetched, so the list empties and one can be taken.
+-- A queue key (or suspects list) of the wrong type is skipped and named (bad), not raised: an error
+-- after an earlier LMOVE would abort the script with that job already moved and the caller never
+-- told of it. Our own list of the wrong type is an error, raised before anything moved (the key
+-- guard moves it aside).
+--
+-- Suspects (jobs orphaned more than once, worker/recovery.py) run alone, so that a death while one
+-- runs is its own: a process takes one only with nothing else on its list, and takes nothing else
+-- until it is gone. While one waits, processes reading its queue take nothing new: one of them
+-- empties its list and takes it. Without a suspect this costs an LLEN per queue, in this script.
 --
 -- Each job moves inside this one script (LMOVE, or LRANGE + LPUSH + LTRIM for several) so that it is
 -- never anywhere but on a queue or on exactly one in-progress list: a process that dies after this script ran leaves its jobs where recovery finds
@@ -70,8 +81,8 @@ for raw, copies in pairs(pending) do
 end
 -- One DEL for the batch: almost every counter is absent (only orphaned jobs have one), and a
 -- command per job would cost more than the check.
-if #KEYS > 4 + nqueues then
-  redis.call("DEL", unpack(KEYS, 5 + nqueues, #KEYS))
+if #KEYS > 4 + 2 * nqueues then
+  redis.call("DEL", unpack(KEYS, 5 + 2 * nqueues, #KEYS))
 end
 if acked > 0 then
   redis.call("INCRBY", KEYS[3], acked)
@@ -81,7 +92,7 @@ if acked > 0 then
   end
 end
 
-local reply = {acked, 0, 0}
+local reply = {acked, 0, 0, 0}
 if want <= 0 then
   return reply
 end
@@ -89,6 +100,40 @@ local bad = {}
 local paused = {}
 for _, name in ipairs(redis.call("SMEMBERS", KEYS[2])) do
   paused[name] = true
+end
+
+local held = redis.call("LLEN", inprogress)
+if ARGV[4 + nacks + nqueues] == "1" and held > 0 then
+  reply[4] = 1
+  return reply
+end
+for k = 5, 4 + nqueues do
+  local suspects = KEYS[k + nqueues]
+  if not paused[ARGV[k - 1 + nacks]] then
+    local waiting = redis.pcall("LLEN", suspects)
+    if type(waiting) ~= "number" then
+      bad[#bad + 1] = suspects
+    elseif waiting > 0 then
+      if held > 0 then
+        reply[4] = 2
+      else
+        local raw = redis.call("LMOVE", suspects, inprogress, "RIGHT", "LEFT")
+        reply[4] = 1
+        reply[3] = #bad
+        for _, key in ipairs(bad) do reply[#reply + 1] = key end
+        reply[#reply + 1] = KEYS[k]
+        reply[#reply + 1] = raw
+      end
+      break
+    end
+  end
+end
+if reply[4] ~= 0 then
+  if reply[4] == 2 then
+    reply[3] = #bad
+    for _, key in ipairs(bad) do reply[#reply + 1] = key end
+  end
+  return reply
 end
 -- From this many jobs to take from one queue, the batch move below costs fewer commands than LMOVEs.
 local MANY = 3
@@ -139,6 +184,6 @@ for k = 5, 4 + nqueues do
   if got >= want then break end
 end
 reply[3] = #bad
-for _, queue in ipairs(bad) do reply[#reply + 1] = queue end
+for _, key in ipairs(bad) do reply[#reply + 1] = key end
 for _, item in ipairs(jobs) do reply[#reply + 1] = item end
 return reply

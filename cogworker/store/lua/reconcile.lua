@@ -7,22 +7,26 @@
 -- KEYS[2]  <prefix>dead
 -- KEYS[3]  <prefix>queues
 -- KEYS[4..]  the keys the entries need, declared by the caller from its read of the list
---          (store/job_keys.py): nq queue keys, then nc orphan counters, then nl periodic running locks
+--          (store/job_keys.py): nq (queue key, suspects key) pairs, then nc orphan counters by jid,
+--          nl periodic running locks, nd orphan counters by payload digest (entries without a jid)
 -- ARGV[1]  queue for a payload whose own queue can't be read (the processor buries it from there)
 -- ARGV[2]  orphan-counter TTL in seconds
 -- ARGV[3]  max orphanings: a job orphaned more often than this is filed in dead instead
 -- ARGV[4]  periodic running-lock TTL in seconds
 -- ARGV[5]  the caller's clock (epoch seconds), used only if TIME is refused
--- ARGV[6..8]  nq, nc, nl
--- ARGV[9 .. 8+nq+nc+nl]  the names the declared keys belong to, in KEYS order: queue names, jids,
---          entry names
+-- ARGV[6]  suspect at: an entry orphaned this many times goes back to its queue's suspects list
+-- ARGV[7..10]  nq, nc, nl, nd
+-- ARGV[11 .. 10+nq+nc+nl+nd]  the names the declared keys belong to, in KEYS order: queue names,
+--          jids, entry names, payload digests
 -- then h, the number of held digests that follow
 -- then the SHA-1 (hex) of each payload the process holds, once per copy held
 -- then the SHA-1 (hex) of each payload whose job thread failed: requeued counting an orphaning
+-- A thread's failure is its own job's: unlike a process's death (requeue.lua) it convicts the job
+-- past the limit however many others the process held.
 -- Returns {requeued, kept, n, left, u, <n keys of the wrong type>..., <u needs as kind, name
 -- pairs>..., <raw jobs filed in dead>...}. `kept` entries are not held but stay on the list: a key of
 -- the wrong type (named), or -- `left` of them -- a key the caller didn't declare (the list changed
--- after it read it), named in `needs` ("queue"/"counter"/"lock", name). The caller retries either.
+-- after it read it), named in `needs` ("queue"/"counter"/"lock"/"digest", name). The caller retries either.
 --
 -- Payloads are matched by digest so a process holding large jobs doesn't send them back. Copies of
 -- one payload are interchangeable: the list keeps as many as are held, and the rest go back.
@@ -32,19 +36,25 @@ local now = tonumber(ARGV[5])
 local ok_time, time = pcall(redis.call, "TIME")
 if ok_time then now = tonumber(time[1]) end
 
--- name -> its declared key, for each kind. Keys are only ever looked up here, never built.
-local declared = {queue = {}, counter = {}, lock = {}}
-local names_at = 9
+-- name -> its declared key, for each kind. Keys are only ever looked up here, never built. A
+-- queue's suspects list is declared right after the queue's key.
+local declared = {queue = {}, suspects = {}, counter = {}, lock = {}, digest = {}}
+local names_at = 11
 do
   local k = 4
-  for i, kind in ipairs({"queue", "counter", "lock"}) do
-    for _ = 1, tonumber(ARGV[5 + i]) do
+  for i, kind in ipairs({"queue", "counter", "lock", "digest"}) do
+    for _ = 1, tonumber(ARGV[6 + i]) do
       declared[kind][ARGV[names_at]] = KEYS[k]
+      if kind == "queue" then
+        k = k + 1
+        declared.suspects[ARGV[names_at]] = KEYS[k]
+      end
       k, names_at = k + 1, names_at + 1
     end
   end
 end
-local needs = {queue = {}, counter = {}, lock = {}}
+local needs = {queue = {}, counter = {}, lock = {}, digest = {}}
+local suspect_at = tonumber(ARGV[6])
 
 local nheld = tonumber(ARGV[names_at])
 local held, failed = {}, {}
@@ -83,15 +93,19 @@ local function entry_of(job)
   return nil
 end
 
--- The declared keys an entry needs, or nil after noting each one missing.
-local function keys_for(job, counting)
+-- The declared keys an entry needs, or nil after noting each one missing. Its orphan counter is
+-- keyed by jid, or for a payload without one by the digest of its bytes.
+local function keys_for(raw, job, digest)
   local queue, pname = queue_of(job), entry_of(job)
-  local found = {queue = declared.queue[queue]}
+  local found = {queue = declared.queue[queue], suspects = declared.suspects[queue]}
   if not found.queue then needs.queue[queue] = true end
   local complete = found.queue ~= nil
-  if counting then
+  if type(job["jid"]) == "string" then
     found.counter = declared.counter[job["jid"]]
     if not found.counter then needs.counter[job["jid"]], complete = true, false end
+  else
+    found.counter = declared.digest[digest]
+    if not found.counter then needs.digest[digest], complete = true, false end
   end
   if pname then
     found.lock = declared.lock[pname]
@@ -107,8 +121,18 @@ local function retake_running_lock(key, jid)
   end
 end
 
--- The count after this orphaning; nil when the counter has the wrong type (nothing counted).
-local function count_orphaning(key)
+-- The count after this orphaning, or as it stands when `counting` is false (a counter of the wrong
+-- type is then named for the key guard and read as none); nil when a counter of the wrong type stops
+-- the count (nothing counted).
+local function count_orphaning(key, counting)
+  if not counting then
+    local count = redis.pcall("GET", key)
+    if type(count) == "table" then
+      wrong[key] = true
+      return 0
+    end
+    return tonumber(count or "") or 0
+  end
   local count = redis.pcall("INCR", key)
   if type(count) ~= "number" then
     wrong[key] = true
@@ -119,17 +143,20 @@ local function count_orphaning(key)
 end
 
 -- Each job is written where it goes and only then taken off the list: Redis keeps what a script
--- wrote before an error, so an error can cost a duplicate, never a job.
-local function put_back(raw, job, found, orphaned)
-  if orphaned > tonumber(ARGV[3]) then
+-- wrote before an error, so an error can cost a duplicate, never a job. A job orphaned often enough
+-- to be a suspect goes back to its queue's suspects list, to be run alone (requeue.lua says why).
+-- Only a failed thread's orphaning (`counted`) can bury: a count merely read never does.
+local function put_back(raw, job, found, orphaned, counted)
+  if counted and orphaned > tonumber(ARGV[3]) then
     if type(redis.pcall("ZADD", KEYS[2], now, raw)) ~= "number" then
       wrong[KEYS[2]] = true
       return false
     end
     buried[#buried + 1] = raw
   else
-    if type(redis.pcall("RPUSH", found.queue, raw)) ~= "number" then
-      wrong[found.queue] = true
+    local target = orphaned >= suspect_at and found.suspects or found.queue
+    if type(redis.pcall("RPUSH", target, raw)) ~= "number" then
+      wrong[target] = true
       return false
     end
     redis.pcall("SADD", KEYS[3], queue_of(job))
@@ -149,17 +176,14 @@ for _, raw in ipairs(redis.call("LRANGE", KEYS[1], 0, -1)) do
     held[digest] = held[digest] - 1
   else
     local job = decode(raw)
-    local counting = (failed[digest] or 0) > 0 and type(job["jid"]) == "string"
-    local found = keys_for(job, counting)
+    local counting = (failed[digest] or 0) > 0
+    local found = keys_for(raw, job, digest)
     if not found then
       kept, left = kept + 1, left + 1
     else
-      local orphaned = 0
-      if counting then
-        failed[digest] = failed[digest] - 1
-        orphaned = count_orphaning(found.counter)
-      end
-      if orphaned == nil or not put_back(raw, job, found, orphaned) then
+      if counting then failed[digest] = failed[digest] - 1 end
+      local orphaned = count_orphaning(found.counter, counting)
+      if orphaned == nil or not put_back(raw, job, found, orphaned, counting) then
         if counting and orphaned ~= nil then redis.call("DECR", found.counter) end
         kept = kept + 1
       end
@@ -172,7 +196,7 @@ for key in pairs(wrong) do
   reply[#reply + 1] = key
   reply[3] = reply[3] + 1
 end
-for _, kind in ipairs({"queue", "counter", "lock"}) do
+for _, kind in ipairs({"queue", "counter", "lock", "digest"}) do
   for name in pairs(needs[kind]) do
     reply[#reply + 1] = kind
     reply[#reply + 1] = name

@@ -2,6 +2,11 @@
 -- that the process really is dead. Checked separately, an owner that beat between the check and
 -- the requeue would keep running jobs that a second process also runs.
 --
+-- A death convicts only a job that was alone on the list: a job that shared it with others may be
+-- an innocent beside a poison pill. Every death is counted, but a shared one buries nobody; a job
+-- orphaned `suspect at` times or more goes to its queue's suspects list instead of its queue, and a
+-- process runs a suspect alone (fetch.lua), so its next death is its own.
+--
 -- KEYS[1]  the owner's in-progress list
 -- KEYS[2]  the owner's presence key (<prefix>process:<identity>)
 -- KEYS[3]  <prefix>last-beat (hash identity -> seconds on Redis's clock)
@@ -10,27 +15,32 @@
 -- KEYS[6]  <prefix>live-queues
 -- KEYS[7]  <prefix>cancels (jid -> when it was cancelled): a job named there is not requeued
 -- KEYS[8..]  the keys the jobs need, declared by the caller from its read of the list
---          (store/job_keys.py): nq queue keys, then nc orphan counters, then nl periodic running locks
+--          (store/job_keys.py): nq (queue key, suspects key) pairs, then nc orphan counters by jid,
+--          nl periodic running locks, nd orphan counters by payload digest (jobs without a jid)
 -- ARGV[1]  queue for a payload whose own queue can't be read (the processor buries it from there)
 -- ARGV[2]  the owner's identity
 -- ARGV[3]  seconds of silence that make the owner dead; "" = known dead, don't check
 -- ARGV[4]  "1" to count orphanings, "" not to (a clean shutdown requeueing its own list)
 -- ARGV[5]  orphan-counter TTL in seconds
--- ARGV[6]  max orphanings: a job orphaned more often than this is filed in dead instead
+-- ARGV[6]  max orphanings: a job orphaned more often than this, alone, is filed in dead instead
 -- ARGV[7]  live-queue window in seconds
 -- ARGV[8]  periodic running-lock TTL in seconds
 -- ARGV[9]  the caller's clock (epoch seconds), used only if TIME is refused
--- ARGV[10..12]  nq, nc, nl
--- ARGV[13..]    the names the declared keys belong to, in KEYS order: queue names, jids, entry names
--- Returns {moved, failed, n, m, c, left, u, <n queue names no live process reads>..., <m keys of the
--- wrong type>..., <c raw jobs cancelled>..., <u needs as kind, name pairs>..., <raw jobs filed in
--- dead>...}, or {-1, 0, 0, 0, 0, 0, 0} when the owner turned out to be alive. A job whose queue,
--- orphan counter or dead set has the wrong type is kept on the list (failed) and that key named, for
--- the key guard. A job needing a key the caller didn't declare (the list changed after it read it) is
--- left on the list untouched (left), and what it needs named ("queue"/"counter"/"lock", name) for the
--- caller's next pass. A job `cogworker.cancel` was asked for (its jid in the cancel record) is taken
--- off the list and returned, not requeued: it was cancelled while its process was dying, and must not
--- run again (the caller counts it and releases its locks).
+-- ARGV[10] suspect at: a job orphaned this many times goes to its queue's suspects list
+-- ARGV[11] "1" when an earlier pass over this list saw it hold more than one job, else ""
+-- ARGV[12..15]  nq, nc, nl, nd
+-- ARGV[16..]    the names the declared keys belong to, in KEYS order: queue names, jids, entry
+--          names, payload digests
+-- Returns {moved, failed, n, m, c, left, u, s, <n queue names no live process reads>..., <m keys of
+-- the wrong type>..., <c raw jobs cancelled>..., <u needs as kind, name pairs>..., <raw jobs filed in
+-- dead>...}, or {-1, 0, 0, 0, 0, 0, 0, 0} when the owner turned out to be alive. `s` of the `moved`
+-- went to suspects lists. A job whose queue, suspects list, orphan counter or dead set has the wrong
+-- type is kept on the list (failed) and that key named, for the key guard. A job needing a key the
+-- caller didn't declare (the list changed after it read it) is left on the list untouched (left),
+-- and what it needs named ("queue"/"counter"/"lock"/"digest", name) for the caller's next pass. A
+-- job `cogworker.cancel` was asked for (its jid in the cancel record) is taken off the list and
+-- returned, not requeued: it was cancelled while its process was dying, and must not run again (the
+-- caller counts it and releases its locks).
 if redis.replicate_commands then redis.replicate_commands() end
 
 local now = tonumber(ARGV[9])
@@ -39,30 +49,39 @@ if ok_time then now = tonumber(time[1]) end
 
 if ARGV[3] ~= "" then
   if redis.call("EXISTS", KEYS[2]) == 1 then
-    return {-1, 0, 0, 0, 0, 0, 0}
+    return {-1, 0, 0, 0, 0, 0, 0, 0}
   end
   -- A stamp that isn't a number counts as none: the presence key alone then decides.
   local last = tonumber(redis.call("HGET", KEYS[3], ARGV[2]) or "")
   if last and now - last <= tonumber(ARGV[3]) then
-    return {-1, 0, 0, 0, 0, 0, 0}
+    return {-1, 0, 0, 0, 0, 0, 0, 0}
   end
 end
 
--- name -> its declared key, for each kind. Keys are only ever looked up here, never built.
-local declared = {queue = {}, counter = {}, lock = {}}
+-- name -> its declared key, for each kind. Keys are only ever looked up here, never built. A
+-- queue's suspects list is declared right after the queue's key.
+local declared = {queue = {}, suspects = {}, counter = {}, lock = {}, digest = {}}
 do
-  local k, a = 8, 13
-  for i, kind in ipairs({"queue", "counter", "lock"}) do
-    for _ = 1, tonumber(ARGV[9 + i]) do
+  local k, a = 8, 16
+  for i, kind in ipairs({"queue", "counter", "lock", "digest"}) do
+    for _ = 1, tonumber(ARGV[11 + i]) do
       declared[kind][ARGV[a]] = KEYS[k]
+      if kind == "queue" then
+        k = k + 1
+        declared.suspects[ARGV[a]] = KEYS[k]
+      end
       k, a = k + 1, a + 1
     end
   end
 end
-local needs = {queue = {}, counter = {}, lock = {}}
+local needs = {queue = {}, counter = {}, lock = {}, digest = {}}
 local counting = ARGV[4] ~= ""
+local suspect_at = tonumber(ARGV[10])
+-- Alone: the list held one job when the process died. A list an earlier pass already took jobs from
+-- (it left some for want of keys) was shared, whatever is left of it now.
+local shared = ARGV[11] == "1" or redis.call("LLEN", KEYS[1]) > 1
 
-local moved, failed, left = 0, 0, 0
+local moved, failed, left, suspected = 0, 0, 0, 0
 local buried, unlisted, wrong, cancelled = {}, {}, {}, {}
 
 -- A cancel record of the wrong type answers an error: read as "not cancelled" (the key guard's
@@ -102,14 +121,19 @@ local function read_job(job)
   return queue, jid, pname
 end
 
--- The declared keys a job needs, or nil after noting each one missing.
-local function keys_for(queue, jid, pname)
-  local found = {queue = declared.queue[queue]}
+-- The declared keys a job needs, or nil after noting each one missing. Its orphan counter is keyed
+-- by jid, or for a payload without one by the digest of its bytes.
+local function keys_for(job, queue, jid, pname)
+  local found = {queue = declared.queue[queue], suspects = declared.suspects[queue]}
   if not found.queue then needs.queue[queue] = true end
   local complete = found.queue ~= nil
-  if counting and jid then
+  if jid then
     found.counter = declared.counter[jid]
     if not found.counter then needs.counter[jid], complete = true, false end
+  else
+    local digest = redis.sha1hex(job)
+    found.counter = declared.digest[digest]
+    if not found.counter then needs.digest[digest], complete = true, false end
   end
   if pname then
     found.lock = declared.lock[pname]
@@ -118,8 +142,19 @@ local function keys_for(queue, jid, pname)
   return complete and found or nil
 end
 
--- The job's orphan count after this orphaning, or nil when its counter has the wrong type.
+-- The job's orphan count after this orphaning (or as it stands, when not counting), or nil when its
+-- counter has the wrong type.
 local function count_orphaning(key)
+  if not counting then
+    -- Only read, to send a suspect back to its suspects list. One of the wrong type is named for
+    -- the key guard and read as none: it must not keep a clean stop's jobs on the list.
+    local count = redis.pcall("GET", key)
+    if type(count) == "table" then
+      wrong[key] = true
+      return 0
+    end
+    return tonumber(count or "") or 0
+  end
   local count = redis.pcall("INCR", key)
   if type(count) ~= "number" then
     wrong[key] = true
@@ -129,23 +164,28 @@ local function count_orphaning(key)
   return count
 end
 
--- Writes the job where it goes; returns "buried", "moved", or nil when a key had the wrong type
--- (nothing written for it then).
-local function place(job, queue_key, orphaned)
-  if orphaned > tonumber(ARGV[6]) then
-    -- A poison pill: it keeps killing its process. Filed raw; the caller swaps in a proper entry.
+-- Writes the job where it goes; returns "buried", "moved", "suspect", or nil when a key had the
+-- wrong type (nothing written for it then).
+local function place(job, found, orphaned)
+  if counting and not shared and orphaned > tonumber(ARGV[6]) then
+    -- A poison pill: it keeps killing its process, alone. Filed raw; the caller swaps in a proper
+    -- entry.
     if type(redis.pcall("ZADD", KEYS[4], now, job)) ~= "number" then
       wrong[KEYS[4]] = true
       return nil
     end
     return "buried"
   end
-  local pushed = redis.pcall("RPUSH", queue_key, job)
+  local target, outcome = found.queue, "moved"
+  if orphaned >= suspect_at then
+    target, outcome = found.suspects, "suspect"
+  end
+  local pushed = redis.pcall("RPUSH", target, job)
   if type(pushed) ~= "number" then
-    wrong[queue_key] = true
+    wrong[target] = true
     return nil
   end
-  return "moved"
+  return outcome
 end
 
 -- One pass over the list as it stands. The newest job is at the head: taking from the head and
@@ -159,7 +199,7 @@ for _ = 1, count do
   local job = redis.call("LINDEX", KEYS[1], 0)
   if not job then break end
   local queue, jid, pname = read_job(job)
-  local found = keys_for(queue, jid, pname)
+  local found = keys_for(job, queue, jid, pname)
   local outcome
   local counted = false
   if not found then
@@ -169,12 +209,9 @@ for _ = 1, count do
     if is_cancelled(jid) then
       outcome = "cancelled"
     else
-      local orphaned = 0
-      if found.counter then
-        orphaned = count_orphaning(found.counter)
-        counted = orphaned ~= nil
-      end
-      outcome = orphaned and place(job, found.queue, orphaned)
+      local orphaned = count_orphaning(found.counter)
+      counted = counting and orphaned ~= nil
+      outcome = orphaned and place(job, found, orphaned)
     end
   end
   if outcome == nil or outcome == "left" then
@@ -187,6 +224,7 @@ for _ = 1, count do
     cancelled[#cancelled + 1] = job  -- taken off the list below, written nowhere
   else
     moved = moved + 1
+    if outcome == "suspect" then suspected = suspected + 1 end
     local seen = tonumber(redis.pcall("ZSCORE", KEYS[6], queue) or "")
     if not seen or seen < now - tonumber(ARGV[7]) then
       redis.pcall("SADD", KEYS[5], queue)
@@ -196,7 +234,7 @@ for _ = 1, count do
   redis.call("LPOP", KEYS[1])
 end
 
-local reply = {moved, failed, 0, 0, #cancelled, left, 0}
+local reply = {moved, failed, 0, 0, #cancelled, left, 0, suspected}
 for name in pairs(unlisted) do
   reply[#reply + 1] = name
   reply[3] = reply[3] + 1
@@ -206,7 +244,7 @@ for key in pairs(wrong) do
   reply[4] = reply[4] + 1
 end
 for _, job in ipairs(cancelled) do reply[#reply + 1] = job end
-for _, kind in ipairs({"queue", "counter", "lock"}) do
+for _, kind in ipairs({"queue", "counter", "lock", "digest"}) do
   for name in pairs(needs[kind]) do
     reply[#reply + 1] = kind
     reply[#reply + 1] = name

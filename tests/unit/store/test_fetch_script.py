@@ -14,16 +14,18 @@ from cogworker.store.scripts import Scripts
 INPROGRESS = keys.in_progress("me:1:fetch")
 
 
-def fetch(r: redis.Redis, want: int, acks: list[str], queues: tuple[str, ...] = ("default",)) -> list[object]:
+def fetch(
+    r: redis.Redis, want: int, acks: list[str], queues: tuple[str, ...] = ("default",), isolating: str = ""
+) -> list[object]:
     script_keys = [INPROGRESS, keys.PAUSED, keys.STAT_PROCESSED, keys.stat_processed_day("20261201")]
-    script_keys += [keys.queue(q) for q in queues]
-    args: list[object] = [want, len(acks), *acks, len(queues), *queues]
+    script_keys += [keys.queue(q) for q in queues] + [keys.suspects(q) for q in queues]
+    args: list[object] = [want, len(acks), *acks, len(queues), *queues, isolating]
     return list(Scripts(r).run("fetch", script_keys, args))
 
 
 def moved(reply: list[object]) -> list[str]:
     n_bad = int(reply[2])  # type: ignore[call-overload]
-    return [str(raw) for raw in reply[3 + n_bad + 1 :: 2]]
+    return [str(raw) for raw in reply[4 + n_bad + 1 :: 2]]
 
 
 def one_at_a_time(r: redis.Redis, want: int, acks: list[str]) -> tuple[int, list[str]]:
@@ -96,6 +98,34 @@ def test_a_batch_move_from_a_queue_of_the_wrong_type_names_it_and_takes_the_next
     r.set(keys.queue("a"), "not a list")
     r.rpush(keys.queue("b"), "b1", "b2", "b3")
     reply = fetch(r, 3, [], queues=("a", "b"))
-    assert int(reply[2]) == 1 and reply[3] == keys.queue("a")  # type: ignore[call-overload]
+    assert int(reply[2]) == 1 and reply[4] == keys.queue("a")  # type: ignore[call-overload]
     assert moved(reply) == ["b3", "b2", "b1"]
     assert r.get(keys.queue("a")) == "not a list"
+
+
+def test_a_waiting_suspect_is_taken_alone_once_the_list_is_empty(r: redis.Redis) -> None:
+    r.rpush(keys.queue("default"), "q3", "q2", "q1")
+    r.rpush(keys.suspects("default"), "s1")
+    r.rpush(INPROGRESS, "running")
+    reply = fetch(r, 4, [])
+    # Something else still runs here: nothing new, so the list empties (mode 2).
+    assert reply[3] == 2 and moved(reply) == []
+    reply = fetch(r, 4, ["running"])
+    assert reply[:4] == [1, 0, 0, 1] and moved(reply) == ["s1"]
+    assert reply[4] == keys.queue("default")  # the queue the suspect belongs to
+    assert r.lrange(INPROGRESS, 0, -1) == ["s1"] and r.llen(keys.queue("default")) == 3
+    # While it runs, nothing else is taken, though the queue has jobs and the suspects list is empty.
+    assert fetch(r, 4, [], isolating="1")[3:] == [1]
+    # Once it has left the list, an ordinary fetch.
+    reply = fetch(r, 4, ["s1"], isolating="1")
+    assert reply[3] == 0 and moved(reply) == ["q1", "q2", "q3"]
+
+
+def test_a_suspect_of_a_paused_queue_waits_and_a_wrong_type_suspects_key_is_named(r: redis.Redis) -> None:
+    r.sadd(keys.PAUSED, "a")
+    r.rpush(keys.suspects("a"), "sa")
+    r.set(keys.suspects("b"), "not a list")
+    r.rpush(keys.queue("b"), "b1")
+    reply = fetch(r, 2, [], queues=("a", "b"))
+    assert reply[2:5] == [1, 0, keys.suspects("b")] and moved(reply) == ["b1"]
+    assert r.lrange(keys.suspects("a"), 0, -1) == ["sa"]

@@ -46,7 +46,7 @@ def requeue(scripts: Scripts, client: redis.Redis, declared: job_keys.Declared) 
     reply: list[object] = scripts.run(
         "requeue",
         [*fixed_keys, *extra_keys],
-        ["default", OWNER, "", "1", 60, 5, 120, 60, int(time.time()), *extra_args],
+        ["default", OWNER, "", "1", 60, 5, 120, 60, int(time.time()), 2, "", *extra_args],
         client=client,
     )
     return reply
@@ -57,15 +57,18 @@ def test_python_declares_what_requeue_needs_for_every_payload(r: redis.Redis, se
     for raw in ODD_PAYLOADS:
         r.lpush(keys.in_progress(OWNER), raw)
     declared = job_keys.Declared()
-    declared.add_jobs(ODD_PAYLOADS, "default", counters=True)
+    declared.add_jobs(ODD_PAYLOADS, "default")
     assert declared.queues == {"default", "reports", "numbers"}
     assert declared.entries == {"nightly"}
     reply = requeue(parts.scripts, parts.client, declared)
-    assert reply[:7] == [len(ODD_PAYLOADS), 0, 3, 0, 0, 0, 0]  # all moved, nothing left, no needs
+    assert reply[:8] == [len(ODD_PAYLOADS), 0, 3, 0, 0, 0, 0, 0]  # all moved, nothing left, no needs
     assert r.llen(keys.in_progress(OWNER)) == 0
     assert [r.llen(keys.queue(q)) for q in ("reports", "numbers", "default")] == [1, 1, 8]
     assert r.get(keys.periodic_running("nightly")) == "pe"
     assert r.get(keys.orphanings("plain")) == "1"
+    # A payload without a (string) jid is counted too, by the digest of its bytes.
+    for raw in ("not json at all", "[1, 2]", codec.dumps({"class": "x", "jid": 7, "queue": "numbers"})):
+        assert r.get(keys.orphanings_raw(job_keys.digest(raw))) == "1"
 
 
 def test_a_job_whose_keys_were_not_declared_waits_for_the_next_pass(
@@ -75,11 +78,11 @@ def test_a_job_whose_keys_were_not_declared_waits_for_the_next_pass(
     known, late = job("known"), job("late", queue="reports", periodic_name="n", periodic_until_executed=True)
     r.lpush(keys.in_progress(OWNER), known, late)
     declared = job_keys.Declared()
-    declared.add_jobs([known], "default", counters=True)  # read before `late` landed
+    declared.add_jobs([known], "default")  # read before `late` landed
     reply = requeue(parts.scripts, parts.client, declared)
-    moved, failed, _unlisted, _wrong, _cancelled, left, n_needs = reply[:7]
+    moved, failed, _unlisted, _wrong, _cancelled, left, n_needs, _suspects = reply[:8]
     assert (moved, failed, left, n_needs) == (1, 0, 1, 3)
-    needs = reply[7 + int(reply[2]) : 7 + int(reply[2]) + 2 * int(n_needs)]  # type: ignore[call-overload]
+    needs = reply[8 + int(reply[2]) : 8 + int(reply[2]) + 2 * int(n_needs)]  # type: ignore[call-overload]
     assert sorted(zip(needs[::2], needs[1::2], strict=True)) == [
         ("counter", "late"),
         ("lock", "n"),
@@ -90,7 +93,7 @@ def test_a_job_whose_keys_were_not_declared_waits_for_the_next_pass(
     assert r.get(keys.orphanings("late")) is None and r.get(keys.periodic_running("n")) is None
     assert r.llen(keys.queue("reports")) == 0
     declared.add_needs(needs)
-    assert requeue(parts.scripts, parts.client, declared)[:7] == [1, 0, 1, 0, 0, 0, 0]
+    assert requeue(parts.scripts, parts.client, declared)[:8] == [1, 0, 1, 0, 0, 0, 0, 0]
     assert r.lrange(keys.queue("reports"), 0, -1) == [late] and r.lrange(keys.queue("default"), 0, -1) == [
         known
     ]
@@ -130,14 +133,14 @@ def test_reconcile_script_leaves_an_undeclared_entry_untouched(r: redis.Redis, s
     late = job("late", queue="reports")
     r.lpush(keys.in_progress(OWNER), late)
     declared = job_keys.Declared()
-    declared.add_jobs([], "default", counters=True)  # read before `late` landed
+    declared.add_jobs([], "default")  # read before `late` landed
 
     def run() -> list[object]:
         extra_keys, extra_args = declared.keys_and_args()
         reply: list[object] = parts.scripts.run(
             "reconcile",
             [keys.in_progress(OWNER), keys.DEAD, keys.QUEUES, *extra_keys],
-            ["default", 60, 5, 60, int(time.time()), *extra_args, 0, fetch_digest(late)],
+            ["default", 60, 5, 60, int(time.time()), 2, *extra_args, 0, fetch_digest(late)],
             client=parts.client,
         )
         return reply

@@ -196,7 +196,8 @@ def test_reconcile_counts_a_failed_thread_as_an_orphaning_and_buries_past_the_li
     r.rpush(fetcher.in_progress_key, raw)
     assert fetcher.reconcile([], [raw], max_orphanings=1).requeued == 1
     assert r.get(keys.orphanings(jid)) == "1"
-    r.lmove(keys.queue("default"), fetcher.in_progress_key, "RIGHT", "LEFT")
+    # With a limit of 1 its first orphaning makes it a suspect (worker/recovery.py's suspect_at).
+    r.lmove(keys.suspects("default"), fetcher.in_progress_key, "RIGHT", "LEFT")
     result = fetcher.reconcile([], [raw], max_orphanings=1)
     assert (result.requeued, result.buried) == (0, [raw])
     assert r.zrange(keys.DEAD, 0, -1) == [raw]
