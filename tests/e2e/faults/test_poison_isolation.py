@@ -1,0 +1,124 @@
+"""A poison pill fetched beside innocent jobs, concurrency 4: a death convicts only a job that was
+alone on its process's list (worker/recovery.py). Three innocent 2-second jobs and one pill (then two
+pills), under `cogworker run` and under the swarm: every pill ends in dead as `cogworker.ProcessDied`
+after COGWORKER_MAX_ORPHANINGS + 1 deaths, and every innocent job runs to its end, none in dead.
+Before, the innocents shared every death with the pill and were buried with it."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import demo_jobs
+import pytest
+import redis
+
+from cogworker.store import keys
+from tests.support.redis_server import RedisServer, wait_until
+from tests.support.swarm import SwarmRunner, swarm_runner
+from tests.support.workers import WorkerPool
+
+pytestmark = pytest.mark.slow
+
+MAX_ORPHANINGS = 3
+INNOCENTS = 3
+# Short thresholds through settings, so a dead worker's list is recovered within seconds.
+QUICK = {
+    "COGWORKER_HEARTBEAT_INTERVAL_S": "0.2",
+    "COGWORKER_PRESENCE_TTL_S": "1",
+    "COGWORKER_ORPHAN_THRESHOLD_S": "2",
+    "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "0.3",
+    "COGWORKER_POLL_INTERVAL_S": "0.2",
+    "COGWORKER_MAX_ORPHANINGS": str(MAX_ORPHANINGS),
+}
+
+
+@pytest.fixture
+def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
+    yield from swarm_runner(redis_server.url, tmp_path)
+
+
+def push(pills: int) -> list[str]:
+    """The innocent jobs first, then the pills: one fetch of four takes them all together."""
+    for i in range(INNOCENTS):
+        demo_jobs.sleepy.perform_async(f"innocent{i}", 2.0)
+    return [demo_jobs.kill_me.perform_async(f"pill{i}") for i in range(pills)]
+
+
+def tags(r: redis.Redis, key: str) -> list[str]:
+    return [line.split()[0] for line in r.lrange(key, 0, -1)]
+
+
+def dead_entries(r: redis.Redis) -> list[dict[str, object]]:
+    return [json.loads(raw) for raw in r.zrange(keys.DEAD, 0, -1)]
+
+
+def settled(r: redis.Redis, pills: list[str]) -> bool:
+    """Every innocent job finished and every pill in dead with its completed entry."""
+    finished = {t for t in tags(r, "test:ran") if t.startswith("innocent")}
+    buried = {e["jid"] for e in dead_entries(r) if "error_class" in e}
+    return len(finished) == INNOCENTS and buried >= set(pills)
+
+
+def assert_only_the_pills_died(r: redis.Redis, pills: list[str]) -> None:
+    dead = dead_entries(r)
+    assert sorted(str(e["jid"]) for e in dead) == sorted(pills), "only the pills are in dead"
+    assert {e["error_class"] for e in dead} == {"cogworker.ProcessDied"}
+    ran = tags(r, "test:ran")
+    assert all(ran.count(f"innocent{i}") >= 1 for i in range(INNOCENTS)), ran
+    started = tags(r, "test:started")
+    for i in range(len(pills)):
+        # Each death is counted for every job on the list; a pill may die beside the other before it
+        # started, so only one pill's starts are exactly its deaths.
+        if len(pills) == 1:
+            assert started.count(f"pill{i}") == MAX_ORPHANINGS + 1, started
+        else:
+            assert 1 <= started.count(f"pill{i}") <= MAX_ORPHANINGS + 1, started
+    assert r.keys(keys.ORPHANINGS_PREFIX + "*") == []  # the innocents' counts cleared by their acks
+    assert r.llen(keys.suspects("default")) == 0 and r.llen(keys.queue("default")) == 0
+
+
+@pytest.mark.parametrize("pill_count", [1, 2], ids=["one-pill", "two-pills"])
+def test_under_cogworker_run_only_the_pills_end_in_dead(
+    r: redis.Redis, configured: object, workers: WorkerPool, pill_count: int
+) -> None:
+    pills = push(pill_count)
+    # It reads another queue: it only requeues the dead workers' lists.
+    workers.start(COGWORKER_QUEUES="other", **QUICK)
+    deaths = 0
+    while not settled(r, pills):
+        # A pill is convicted at its (MAX_ORPHANINGS + 1)th death: no more deaths than that per pill.
+        assert deaths < pill_count * (MAX_ORPHANINGS + 1), f"{deaths} workers died; dead: {dead_entries(r)}"
+        worker = workers.start(COGWORKER_CONCURRENCY="4", **QUICK)
+        wait_until(
+            lambda w=worker: w.proc.poll() is not None or settled(r, pills),  # type: ignore[misc]
+            timeout=60,
+            message="the worker to die or every job to be settled",
+        )
+        if worker.proc.poll() is not None:
+            assert worker.proc.returncode == -signal.SIGKILL, worker.log_text()
+            deaths += 1
+            # The recoverer requeues (or buries) what the dead worker held before the next starts.
+            wait_until(
+                lambda: not r.keys(keys.IN_PROGRESS_PREFIX + "*"),
+                timeout=30,
+                message="the dead list recovered",
+            )
+    assert deaths == len([t for t in tags(r, "test:started") if t.startswith("pill")])  # a pill's run each
+    assert_only_the_pills_died(r, pills)
+
+
+@pytest.mark.parametrize("pill_count", [1, 2], ids=["one-pill", "two-pills"])
+def test_under_the_swarm_only_the_pills_end_in_dead(
+    swarms: SwarmRunner, r: redis.Redis, configured: object, pill_count: int
+) -> None:
+    pills = push(pill_count)
+    swarm = swarms.start(COGWORKER_COUNT="1", COGWORKER_CONCURRENCY="4", **QUICK)
+    wait_until(lambda: settled(r, pills), timeout=120, message="every pill in dead, every innocent run")
+    assert_only_the_pills_died(r, pills)
+    # The supervisor saw each death, and the requeue it asked for put the jobs back at once.
+    killed = swarm.supervisor_events("child_exited", signal="SIGKILL")
+    assert len(killed) == len([t for t in tags(r, "test:started") if t.startswith("pill")])
+    assert swarm.stop() == 0
