@@ -62,6 +62,10 @@ def settled(r: redis.Redis, pills: list[str]) -> bool:
     return len(finished) == INNOCENTS and buried >= set(pills)
 
 
+def an_innocent_buried(r: redis.Redis) -> bool:
+    return any(str(e["class"]).endswith("sleepy") for e in dead_entries(r))
+
+
 def assert_only_the_pills_died(r: redis.Redis, pills: list[str]) -> None:
     dead = dead_entries(r)
     assert sorted(str(e["jid"]) for e in dead) == sorted(pills), "only the pills are in dead"
@@ -80,6 +84,8 @@ def assert_only_the_pills_died(r: redis.Redis, pills: list[str]) -> None:
     assert r.llen(keys.suspects("default")) == 0 and r.llen(keys.queue("default")) == 0
 
 
+# Up to eight deaths, each recovered after the orphan threshold, on a loaded machine.
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("pill_count", [1, 2], ids=["one-pill", "two-pills"])
 def test_under_cogworker_run_only_the_pills_end_in_dead(
     r: redis.Redis, configured: object, workers: WorkerPool, pill_count: int
@@ -94,7 +100,7 @@ def test_under_cogworker_run_only_the_pills_end_in_dead(
         worker = workers.start(COGWORKER_CONCURRENCY="4", **QUICK)
         wait_until(
             lambda w=worker: w.proc.poll() is not None or settled(r, pills),  # type: ignore[misc]
-            timeout=60,
+            timeout=90,
             message="the worker to die or every job to be settled",
         )
         if worker.proc.poll() is not None:
@@ -110,13 +116,18 @@ def test_under_cogworker_run_only_the_pills_end_in_dead(
     assert_only_the_pills_died(r, pills)
 
 
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("pill_count", [1, 2], ids=["one-pill", "two-pills"])
 def test_under_the_swarm_only_the_pills_end_in_dead(
     swarms: SwarmRunner, r: redis.Redis, configured: object, pill_count: int
 ) -> None:
     pills = push(pill_count)
     swarm = swarms.start(COGWORKER_COUNT="1", COGWORKER_CONCURRENCY="4", **QUICK)
-    wait_until(lambda: settled(r, pills), timeout=120, message="every pill in dead, every innocent run")
+    wait_until(
+        lambda: settled(r, pills) or an_innocent_buried(r),
+        timeout=150,
+        message="every pill in dead, every innocent run",
+    )
     assert_only_the_pills_died(r, pills)
     # The supervisor saw each death, and the requeue it asked for put the jobs back at once.
     killed = swarm.supervisor_events("child_exited", signal="SIGKILL")
