@@ -4,11 +4,11 @@ A key of the wrong type (someone SET a queue name, a tool wrote a hash where a l
 fail every poll that touches it. It is renamed aside under the quarantine prefix, with a TTL, and
 logged, so the work behind it goes on and a human can look at what it held.
 
-Every `key_guard_interval_s` each worker's poller checks the fixed keys, the queues and the
-in-progress lists. Any component that meets a wrong-type key sooner (a script's `{"wrongtype", key}`
-reply, a WRONGTYPE error) asks for a check at once with `request`: the key goes into
-`cogworker:key-guard:requests`, which every poller reads on each poll, so the guard runs within a
-poll interval even when the one who saw it is a client with no poller of its own.
+Every `key_guard_interval_s` each worker's poller checks the fixed keys, the queues (with their
+suspects lists) and the in-progress lists. Any component that meets a wrong-type key sooner (a
+script's `{"wrongtype", key}` reply, a WRONGTYPE error) asks for a check at once with `request`: the
+key goes into `cogworker:key-guard:requests`, which every poller reads on each poll, so the guard
+runs within a poll interval even when the one who saw it is a client with no poller of its own.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def keys_to_check(client: redis.Redis, queue_names: tuple[str, ...]) -> list[str
     # failure, and would stop at a wrong-type one.
     checked = [*keys.EXPECTED_TYPES, keys.stat_processed_day(day), keys.stat_failed_day(day)]
     checked += [keys.stat_day(outcome, day) for outcome in keys.ENDED_UNRUN]
-    checked += [keys.queue(n) for n in sorted(names)]
+    checked += [key for n in sorted(names) for key in (keys.queue(n), keys.suspects(n))]
     if client.type(keys.IN_PROGRESS_IDENTITIES) == "set":
         checked += [keys.in_progress(str(i)) for i in client.smembers(keys.IN_PROGRESS_IDENTITIES)]
     return checked

@@ -113,14 +113,16 @@ def test_recovery_requeues_and_buries_non_utf8_jobs_of_a_dead_process(
     r: redis.Redis, rb: redis.Redis, settings: Any
 ) -> None:
     parts = components.build(settings, identity="me:1:x")
-    owner = "gone:2:y"
+    owner, pill_owner = "gone:2:y", "gone:3:z"
     pill = b'{"class":"demo_jobs.record","args":["caf\xe9"],"jid":"pill","queue":"default"}'
-    rb.lpush(keys.in_progress(owner), BAD_GARBAGE, pill)
-    r.sadd(keys.IN_PROGRESS_IDENTITIES, owner)
+    rb.lpush(keys.in_progress(owner), BAD_GARBAGE)
+    # Alone on its dead process's list: a death shared with another job convicts nobody.
+    rb.lpush(keys.in_progress(pill_owner), pill)
+    r.sadd(keys.IN_PROGRESS_IDENTITIES, owner, pill_owner)
     # Its process already died running it as often as allowed: this orphaning makes it a poison pill.
     r.set(keys.orphanings("pill"), settings.max_orphanings)
     parts.recovery.recover_orphans(scan=True)
-    assert r.llen(keys.in_progress(owner)) == 0
+    assert r.llen(keys.in_progress(owner)) == 0 and r.llen(keys.in_progress(pill_owner)) == 0
     assert parts.recovery.pending_burials == 0
     assert not parts.outages.down
     assert rb.lrange(keys.queue("default"), 0, -1) == [BAD_GARBAGE]

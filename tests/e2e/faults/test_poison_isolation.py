@@ -99,16 +99,20 @@ def test_under_cogworker_run_only_the_pills_end_in_dead(
         assert deaths < pill_count * (MAX_ORPHANINGS + 1), f"{deaths} workers died; dead: {dead_entries(r)}"
         worker = workers.start(COGWORKER_CONCURRENCY="4", **QUICK)
         wait_until(
-            lambda w=worker: w.proc.poll() is not None or settled(r, pills),  # type: ignore[misc]
+            lambda w=worker: w.proc.poll() is not None or settled(r, pills),
             timeout=90,
             message="the worker to die or every job to be settled",
         )
         if worker.proc.poll() is not None:
             assert worker.proc.returncode == -signal.SIGKILL, worker.log_text()
             deaths += 1
-            # The recoverer requeues (or buries) what the dead worker held before the next starts.
+            # The recoverer requeues what the dead worker held (or buries it: a raw entry, then its
+            # completed one) before the next worker starts.
             wait_until(
-                lambda: not r.keys(keys.IN_PROGRESS_PREFIX + "*"),
+                lambda: (
+                    not r.keys(keys.IN_PROGRESS_PREFIX + "*")
+                    and all("error_class" in e for e in dead_entries(r))
+                ),
                 timeout=30,
                 message="the dead list recovered",
             )

@@ -19,11 +19,13 @@ from tests.support.redis_server import RedisServer
 # Every function of keys.py that builds a name, with an argument.
 BUILDERS = {
     "queue": ("q",),
+    "suspects": ("q",),
     "in_progress": ("host:1:2",),
     "process": ("host:1:2",),
     "work": ("host:1:2",),
     "signals": ("host:1:2",),
     "orphanings": ("jid1",),
+    "orphanings_raw": ("0" * 40,),
     "stat_processed_day": ("2026-01-01",),
     "stat_failed_day": ("2026-01-01",),
     "stat": ("expired",),

@@ -170,16 +170,24 @@ def test_requeue_keeps_what_it_cannot_write_and_names_the_keys(r, settings) -> N
     pill, fine = payload("pill"), payload("fine", queue="other")
     for raw in (pill, fine):
         r.lpush(keys.in_progress(owner), raw)
-    r.set(keys.orphanings("pill"), 1)  # this orphaning makes it a poison pill, for dead
-    r.set(keys.DEAD, "not a sorted set")
+    r.set(keys.orphanings("pill"), 1)  # this orphaning makes it a suspect (a shared death buries none)
+    r.set(keys.suspects("default"), "not a list")
     r.hset(keys.orphanings("fine"), "a", "hash")
 
     result = parts.recovery.requeue(owner, if_dead_for=None, count_orphans=True)
     assert (result.moved, result.failed) == (0, 2)
-    assert sorted(result.wrong_type) == sorted([keys.DEAD, keys.orphanings("fine")])
+    assert sorted(result.wrong_type) == sorted([keys.suspects("default"), keys.orphanings("fine")])
     assert sorted(r.lrange(keys.in_progress(owner), 0, -1)) == sorted([pill, fine])
     assert r.get(keys.orphanings("pill")) == "1"  # the count taken back with the job
     assert set(result.wrong_type) <= r.smembers(keys.GUARD_REQUESTS)
+
+    # Alone on its list, the pill is for dead, which has the wrong type: kept, and dead named.
+    r.delete(keys.in_progress(owner))
+    r.lpush(keys.in_progress(owner), pill)
+    r.set(keys.DEAD, "not a sorted set")
+    result = parts.recovery.requeue(owner, if_dead_for=None, count_orphans=True)
+    assert (result.moved, result.failed, result.wrong_type) == (0, 1, [keys.DEAD])
+    assert r.lrange(keys.in_progress(owner), 0, -1) == [pill] and r.get(keys.orphanings("pill")) == "1"
 
 
 def test_a_beat_writes_everything_but_a_wrong_type_key(r, settings) -> None:
