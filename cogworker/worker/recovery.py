@@ -228,13 +228,12 @@ class Recovery:
                 continue
             self.forget_if_empty(identity)
             if result.moved or result.buried:
-                dead = len(result.buried)
                 log.warning(
                     "requeued_orphans",
                     owner=identity,
                     moved=result.moved,
                     suspects=result.suspects,
-                    dead=dead,
+                    dead=len(result.buried),
                 )
             moved += result.moved
         self.retry_burials()
