@@ -86,22 +86,28 @@ def resume(client: redis.Redis, name: str) -> bool:
 
 
 def size(client: redis.Redis, name: str) -> int:
-    return client.llen(keys.queue(name))
+    """Jobs waiting in the queue, with those on its suspects list (worker/recovery.py)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.llen(keys.queue(name))
+    pipe.llen(keys.suspects(name))
+    return sum(int(n) for n in pipe.execute())
 
 
 def clear(client: redis.Redis, name: str) -> int:
-    """Delete every job waiting in the queue and forget the queue name; returns how many jobs went.
+    """Delete every job waiting in the queue (its suspects too) and forget the queue name; returns
+    how many jobs went.
 
     The name leaves `cogworker:queues` too (the next push lists it again). Jobs already fetched sit
     on in-progress lists and are not touched."""
     # LTRIM, not DEL: a transaction runs every command after a failed one, and a DEL would delete a
     # key of another type that the LLEN refused (LTRIM refuses it too; the key guard moves it aside).
     pipe = client.pipeline(transaction=True)
-    pipe.llen(keys.queue(name))
-    pipe.ltrim(keys.queue(name), 1, 0)
+    for key in (keys.queue(name), keys.suspects(name)):
+        pipe.llen(key)
+        pipe.ltrim(key, 1, 0)
     pipe.srem(keys.QUEUES, name)
-    removed, _, _ = pipe.execute()
-    return int(removed)
+    queued, _, suspects, _, _ = pipe.execute()
+    return int(queued) + int(suspects)
 
 
 # How far from the index a job was shown at `delete_job` looks for it: the queue moves while the

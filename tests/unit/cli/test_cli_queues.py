@@ -76,3 +76,12 @@ def test_clear_asks_refuses_without_a_terminal_and_takes_yes(
 def test_queue_needs_an_action_and_a_name(cli: CLI) -> None:
     assert cli("queue").code == 2
     assert cli("queue", "pause").code == 2
+
+
+def test_clear_counts_and_deletes_the_queues_suspects_too(cli: CLI, r: redis.Redis) -> None:
+    """A job orphaned twice waits on the queue's suspects list (worker/recovery.py): still a job
+    waiting in that queue."""
+    push(r, "default", "waiting", time.time())
+    r.rpush("cogworker:suspects:default", json.dumps({"class": "demo_jobs.record", "jid": "suspect"}))
+    assert cli("queue", "clear", "default", "--yes", "--json").json() == {"queue": "default", "removed": 2}
+    assert r.exists("cogworker:queue:default", "cogworker:suspects:default") == 0
