@@ -21,7 +21,7 @@ import cogworker
 from cogworker import codec
 from cogworker.api import payload
 from cogworker.settings import Settings, load_settings
-from cogworker.store import keys
+from cogworker.store import job_keys, keys
 from cogworker.store.connection import connect
 from cogworker.store.redis_context import RedisContext
 from cogworker.worker.fetch import Work
@@ -240,3 +240,38 @@ def fetch_outage(worker: Worker) -> bool:
 
 def ran(out: Path) -> list[str]:
     return [line.split()[0] for line in out.read_text().splitlines()] if out.exists() else []
+
+
+def test_a_fetched_suspect_runs_alone_and_goes_back_to_its_suspects_list(
+    settings: Settings, r: redis.Redis
+) -> None:
+    """The fetcher learns from fetch.lua that it holds a suspect: it blocks on no queue (a BLMOVE
+    would take a job beside it), takes nothing more, and gives it back to its suspects list."""
+    fetcher = reliable_fetch(settings)
+    suspect, other = raw_job("demo_jobs.record", ["suspect"]), raw_job("demo_jobs.record", ["other"])
+    r.rpush(keys.suspects("default"), suspect)
+    r.rpush(keys.queue("default"), other)
+    [work] = fetcher.fetch(4, []).works
+    assert (work.raw, work.suspect, work.queue, fetcher.can_block) == (suspect, True, "default", False)
+    assert fetcher.fetch(4, []).works == [] and not fetcher.can_block
+    assert fetcher.give_back(work) is True
+    assert r.lrange(keys.suspects("default"), 0, -1) == [suspect]
+    # Nothing left on the list: the suspect is taken again, alone, and once acknowledged the
+    # fetcher fetches as before.
+    [work] = fetcher.fetch(4, []).works
+    jid = str(codec.loads_dict(suspect)["jid"])  # type: ignore[index]
+    assert [w.raw for w in fetcher.fetch(4, [(work.raw, jid)]).works] == [other] and fetcher.can_block
+    fetcher.close()
+
+
+def test_acknowledging_a_job_without_a_jid_clears_its_digest_counter(
+    settings: Settings, r: redis.Redis
+) -> None:
+    fetcher = reliable_fetch(settings)
+    raw = codec.dumps({"class": "demo_jobs.record", "args": ["no jid"], "queue": "default"})
+    counter = keys.orphanings_raw(job_keys.digest(raw))
+    r.set(counter, 1)
+    r.rpush(fetcher.in_progress_key, raw)
+    assert fetcher.fetch(0, [(raw, "")]).acked == 1
+    assert r.exists(counter) == 0
+    fetcher.close()
