@@ -257,7 +257,8 @@ def test_a_push_whose_job_was_written_stands_when_only_the_registry_fails(r, con
 
 def test_push_bulk_writes_all_of_a_batch_or_none(r, configured) -> None:
     import cogworker
-    from cogworker.api.client import _write_batch, build_job
+    from cogworker.api.client import build_job
+    from cogworker.api.push_write import write
 
     r.set(keys.queue("other"), "not a list")
     with pytest.raises(key_guard.WrongTypeKey, match="cogworker:queue:other holds a string, not a list"):
@@ -269,10 +270,10 @@ def test_push_bulk_writes_all_of_a_batch_or_none(r, configured) -> None:
         for fn, arg in ((demo_jobs.record, "a"), (demo_jobs.on_other, "b"))
     ]
     with pytest.raises(key_guard.WrongTypeKey):
-        _write_batch(r, batch)
+        write(r, configured, batch, "attempt-1")
     assert r.llen(keys.queue("default")) == 0
     r.delete(keys.queue("other"))
-    _write_batch(r, batch)
+    write(r, configured, batch, "attempt-2")
     assert r.llen(keys.queue("default")) == 1 and r.llen(keys.queue("other")) == 1
 
 
