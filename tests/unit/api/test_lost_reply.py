@@ -232,3 +232,53 @@ def test_members_that_never_ran_leave_their_batch(
 def direct_url(client: redis.Redis) -> str:
     kwargs = client.connection_pool.connection_kwargs
     return f"redis://{kwargs['host']}:{kwargs['port']}/0"
+
+
+# C4: a cancel -------------------------------------------------------------------------------------
+
+
+def cancelled_count(r: redis.Redis) -> int:
+    return int(r.get(keys.stat("cancelled")) or 0)
+
+
+def test_a_cancel_whose_reply_was_lost_answers_what_it_did(
+    resp_proxy: RespProxy, direct: redis.Redis, through_proxy: Settings
+) -> None:
+    jid = bj.ok.perform_async("a")
+    assert jid is not None
+    rule = resp_proxy.lose_reply(script="cancel", arg="remove")
+    outcome = cogworker.cancel(jid)
+    assert rule.fired == 1 and (outcome.case, outcome.stopped) == ("queued", True)
+    assert queued(direct) == [] and cancelled_count(direct) == 1
+    again = cogworker.cancel(jid)  # asked again: the same answer, counted once
+    assert (again.case, again.detail) == (outcome.case, outcome.detail)
+    assert cancelled_count(direct) == 1
+
+
+def test_a_cancel_of_unknown_outcome_raises_and_its_retry_answers_what_it_did(
+    resp_proxy: RespProxy, direct: redis.Redis, through_proxy: Settings
+) -> None:
+    jid = bj.ok.perform_async("b")
+    assert jid is not None
+    resp_proxy.lose_reply(script="cancel", arg="remove")
+    # The read-back after the lost reply fails too (the first GET is the cancel's opening check).
+    resp_proxy.drop_command(command="GET", arg=f"cancelled:{jid}", skip=1)
+    with pytest.raises(redis.ConnectionError):
+        cogworker.cancel(jid)
+    assert queued(direct) == []
+    retried = cogworker.cancel(jid)
+    assert (retried.case, retried.stopped) == ("queued", True)  # not "not_found"
+    assert cancelled_count(direct) == 1
+
+
+def test_a_cancel_that_never_ran_leaves_the_job_for_its_retry(
+    resp_proxy: RespProxy, direct: redis.Redis, through_proxy: Settings
+) -> None:
+    jid = bj.ok.perform_async("c")
+    assert jid is not None
+    resp_proxy.drop_command(script="cancel", arg="remove")
+    with pytest.raises(redis.ConnectionError):
+        cogworker.cancel(jid)
+    assert [job["jid"] for job in queued(direct)] == [jid] and cancelled_count(direct) == 0
+    assert cogworker.cancel(jid).case == "queued"
+    assert queued(direct) == [] and cancelled_count(direct) == 1
