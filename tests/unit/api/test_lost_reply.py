@@ -282,3 +282,18 @@ def test_a_cancel_that_never_ran_leaves_the_job_for_its_retry(
     assert [job["jid"] for job in queued(direct)] == [jid] and cancelled_count(direct) == 0
     assert cogworker.cancel(jid).case == "queued"
     assert queued(direct) == [] and cancelled_count(direct) == 1
+
+
+# A chain's first push ---------------------------------------------------------------------------
+
+
+def test_a_chain_whose_first_push_is_of_unknown_outcome_keeps_its_record(
+    resp_proxy: RespProxy, direct: redis.Redis, through_proxy: Settings
+) -> None:
+    import chain_jobs
+
+    lose_the_check_too(resp_proxy)
+    with pytest.raises(cogworker.PushOutcomeUnknown):
+        cogworker.chain(chain_jobs.first.s(1), chain_jobs.second.s(2))
+    (job,) = queued(direct)
+    assert direct.exists(keys.chain(job["chain"]["id"])) == 1  # the queued first step's record stays
