@@ -44,6 +44,7 @@ from cogworker.api.push_outcome import PushOutcomeUnknown
 from cogworker.api.retry import longest_backoff_s
 from cogworker.store import key_guard, keys
 from cogworker.store.outage import Outages
+from cogworker.store.replicas import NotReplicated
 
 STATES = ("queued", "working", "retrying", "complete", "failed", "cancelled", "expired")
 
@@ -173,8 +174,8 @@ def on_push(job: dict[str, Any], call_next: ClientNext) -> Any:
     _write(job, "queued", float(at) - time.time() if isinstance(at, int | float) else 0.0)
     try:
         pushed = call_next(job)
-    except PushOutcomeUnknown:
-        raise  # it may be queued: "queued" stays
+    except (PushOutcomeUnknown, NotReplicated):
+        raise  # queued, or it may be: "queued" stays
     except BaseException:
         _forget([job])
         raise

@@ -52,6 +52,7 @@ from cogworker.api.push_outcome import PushOutcomeUnknown
 from cogworker.store import key_guard, keys
 from cogworker.store.locks import UNTIL_EXECUTED, Locks, held_locks, unique_digest
 from cogworker.store.outage import Outages
+from cogworker.store.replicas import NotReplicated
 from cogworker.store.scripts import Scripts
 
 log = structlog.get_logger("cogworker.unique")
@@ -133,8 +134,10 @@ def claim(job: dict[str, Any], call_next: ClientNext) -> Any:
         # write finds out whether it was queued then and queues no second copy (api/push_outcome.py).
     try:
         pushed = call_next(job)
-    except PushOutcomeUnknown:
-        raise  # it may be queued: the claim stays, and a retry with a new jid is a duplicate
+    except (PushOutcomeUnknown, NotReplicated):
+        # Queued (too few replicas confirmed it), or it may be: the claim stays, and a retry with a
+        # new jid is a duplicate.
+        raise
     except BaseException:
         _give_back(key, jid)
         raise
