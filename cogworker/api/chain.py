@@ -34,7 +34,7 @@ from cogworker import codec
 from cogworker.api import chain_group, client, features
 from cogworker.api.chain_group import FIELD
 from cogworker.api.payload import check_arguments, new_jid
-from cogworker.api.push_outcome import PushOutcomeUnknown
+from cogworker.api.push_outcome import may_be_queued
 from cogworker.api.retry_filters import WORKER_SIDE
 from cogworker.store import keys
 from cogworker.store.connection import is_unavailable
@@ -228,10 +228,9 @@ def chain(
         jid = client.push(
             first["class"], first["args"], first["kwargs"], queue=first["queue"], options=options
         )
-    except PushOutcomeUnknown:
-        raise  # the first step may be queued: its chain's record stays (it expires with its TTL)
-    except BaseException:
-        conn.delete(record)
+    except BaseException as exc:
+        if not may_be_queued(exc):  # else the first step may be queued: its record stays (a TTL ends it)
+            conn.delete(record)
         raise
     if jid is None:
         conn.delete(record)

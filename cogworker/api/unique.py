@@ -48,11 +48,10 @@ from cogworker.api import client
 from cogworker.api.current_job import JobCancelled
 from cogworker.api.middleware import ClientNext, ServerNext
 from cogworker.api.payload import DEFAULT_RETRIES, terminal_failure
-from cogworker.api.push_outcome import PushOutcomeUnknown
+from cogworker.api.push_outcome import may_be_queued
 from cogworker.store import key_guard, keys
 from cogworker.store.locks import UNTIL_EXECUTED, Locks, held_locks, unique_digest
 from cogworker.store.outage import Outages
-from cogworker.store.replicas import NotReplicated
 from cogworker.store.scripts import Scripts
 
 log = structlog.get_logger("cogworker.unique")
@@ -134,12 +133,11 @@ def claim(job: dict[str, Any], call_next: ClientNext) -> Any:
         # write finds out whether it was queued then and queues no second copy (api/push_outcome.py).
     try:
         pushed = call_next(job)
-    except (PushOutcomeUnknown, NotReplicated):
-        # Queued (too few replicas confirmed it), or it may be: the claim stays, and a retry with a
-        # new jid is a duplicate.
-        raise
-    except BaseException:
-        _give_back(key, jid)
+    except BaseException as exc:
+        # Queued (NotReplicated: too few replicas confirmed it), or it may be (a lost reply): the
+        # claim stays, and a retry with a new jid is a duplicate.
+        if not may_be_queued(exc):
+            _give_back(key, jid)
         raise
     if pushed is None:
         _give_back(key, jid)
