@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from typing import Any
 
 import redis
@@ -80,3 +81,20 @@ def callback(bid: str, tag: str) -> None:
 def ran(client: redis.Redis, tag: str) -> int:
     value: Any = client.get(f"matrix:ran:{tag}")
     return int(value or 0)
+
+
+@job(retry=False, unique="until_executed")
+def unique_dies(tag: str) -> None:
+    """A unique job filed in dead: its claim is released with the filing."""
+    _ran(tag)
+    raise RuntimeError(f"{tag} dies")
+
+
+@job(retry=False)
+def held(tag: str) -> None:
+    """Runs until `matrix:go:<tag>` exists (a minute at most): a test kills its worker meanwhile."""
+    if _ran(tag) > 1:
+        return
+    deadline = time.monotonic() + 60
+    while not _record().exists(f"matrix:go:{tag}") and time.monotonic() < deadline:
+        time.sleep(0.02)

@@ -40,74 +40,25 @@ sends it, and what both faults may leave (the same for both unless said):
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import matrix_jobs
 import pytest
-import redis
 
 import cogworker
 from cogworker.api import client as cw_client
 from cogworker.settings import load_settings
 from cogworker.store import keys
-from tests.support.proxy_rules import Rule
-from tests.support.redis_server import RedisServer, wait_until
-from tests.support.resp_proxy import RespProxy
-from tests.support.workers import WorkerPool
-
-MODES = ("lost", "dropped")
-ENV = {
-    "COGWORKER_REQUIRE": "matrix_jobs",
-    # Two queues: an idle worker fetches with fetch.lua (one queue would wait in a BLMOVE).
-    "COGWORKER_QUEUES": "default,other",
-    "COGWORKER_CONCURRENCY": "2",
-    "COGWORKER_REDIS_TIMEOUT_S": "2",
-    "COGWORKER_POLL_INTERVAL_S": "0.1",
-    "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "0.5",
-    "COGWORKER_HEARTBEAT_INTERVAL_S": "0.5",
-}
-
-
-@dataclass
-class Stack:
-    server: RedisServer
-    proxy: RespProxy
-    workers: WorkerPool
-    identity: str
-    r: redis.Redis
-
-    def arm(self, mode: str, **match: Any) -> Rule:
-        return self.proxy.lose_reply(**match) if mode == "lost" else self.proxy.drop_command(**match)
-
-    def stat(self, name: str) -> int:
-        return int(self.r.get(name) or 0)
-
-    def dead_entries(self, text: str) -> list[dict[str, Any]]:
-        return [json.loads(e) for e in self.r.zrange(keys.DEAD, 0, -1) if text in e]
-
-    def notices(self, text: str) -> list[str]:
-        return [n for n in self.r.lrange(keys.DEATHS, 0, -1) if text in n]
+from tests.support import matrix
+from tests.support.matrix import MODES, Stack
+from tests.support.redis_server import wait_until
 
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    server = RedisServer()
-    proxy = RespProxy(server.port)
-    pool = WorkerPool(proxy.url)
-    r = server.client()
-    try:
-        worker = pool.start(**ENV, MATRIX_RECORD_URL=server.url)
-        yield Stack(server, proxy, pool, worker.identity(), r)
-    finally:
-        proxy.clear()
-        pool.close()
-        r.close()
-        proxy.close()
-        server.close()
+    with matrix.stack(worker_through_proxy=True) as made:
+        yield made
 
 
 @pytest.fixture
@@ -116,34 +67,8 @@ def m(stack: Stack) -> Iterator[Stack]:
     and nothing is left anywhere a job waits."""
     cw_client.configure(load_settings(redis_url=stack.server.url))
     stack.proxy.clear()
-    try:
-        yield stack
-    finally:
-        stack.proxy.clear()
-    worker = stack.workers.workers[0]
-    assert worker.proc.poll() is None, worker.log_text()[-3000:]
-    wait_until(lambda: settled(stack), timeout=20, message="the worker idle, nothing left waiting")
-
-
-def settled(s: Stack) -> bool:
-    pipe = s.r.pipeline(transaction=False)
-    pipe.llen(keys.in_progress(s.identity))
-    pipe.llen(keys.queue("default"))
-    pipe.llen(keys.queue("other"))
-    pipe.zcard(keys.SCHEDULE)
-    pipe.zcard(keys.RETRY)
-    pipe.keys(keys.unique("*"))
-    return not any(pipe.execute())
-
-
-def ran(s: Stack, tag: str) -> int:
-    return matrix_jobs.ran(s.r, tag)
-
-
-def wait_ran(s: Stack, tag: str, times: int = 1) -> None:
-    wait_until(lambda: ran(s, tag) >= times, timeout=20, message=f"{tag} to run {times} time(s)")
-    wait_until(lambda: settled(s), timeout=20, message="everything settled")
-    assert ran(s, tag) == times
+    yield stack
+    stack.end_case()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -155,7 +80,7 @@ def test_fetch_moving_a_job(m: Stack, mode: str) -> None:
     rule = m.arm(mode, script="fetch", reply_contains=tag) if mode == "lost" else m.arm(mode, script="fetch")
     matrix_jobs.mark.perform_async(tag)
     m.proxy.wait_fired(rule)
-    wait_ran(m, tag)
+    m.wait_ran(tag)
     assert m.stat(keys.STAT_PROCESSED) == processed + 1
 
 
@@ -166,7 +91,7 @@ def test_fetch_carrying_an_ack(m: Stack, mode: str) -> None:
     rule = m.arm(mode, script="fetch", arg=tag)  # the fetch whose ARGV holds the job's ack
     matrix_jobs.mark.perform_async(tag)
     m.proxy.wait_fired(rule)
-    wait_ran(m, tag)
+    m.wait_ran(tag)
     assert m.stat(keys.STAT_PROCESSED) == processed + 1  # an ack made twice counts once
 
 
@@ -177,7 +102,7 @@ def test_settle_filing_a_retry(m: Stack, mode: str) -> None:
     rule = m.arm(mode, script="settle", arg=tag)
     matrix_jobs.flaky.perform_async(tag)
     m.proxy.wait_fired(rule)
-    wait_ran(m, tag, times=2)  # the failing run and its one retry, no third run
+    m.wait_ran(tag, times=2)  # the failing run and its one retry, no third run
     assert m.stat(keys.STAT_FAILED) == failed + 1
     assert m.dead_entries(tag) == []
 
@@ -190,7 +115,7 @@ def test_settle_filing_in_dead(m: Stack, mode: str) -> None:
     jid = matrix_jobs.dies.perform_async(tag)
     m.proxy.wait_fired(rule)
     wait_until(lambda: m.dead_entries(tag), timeout=20, message="the dead entry")
-    wait_ran(m, tag)
+    m.wait_ran(tag)
     assert [e["jid"] for e in m.dead_entries(tag)] == [jid]
     assert len(m.notices(tag)) == 1
     assert m.stat(keys.STAT_FAILED) == failed + 1
@@ -202,9 +127,46 @@ def test_unique_claim_release(m: Stack, mode: str) -> None:
     rule = m.arm(mode, script="owned_delete")
     matrix_jobs.unique_mark.perform_async(tag)
     m.proxy.wait_fired(rule)
-    wait_ran(m, tag)  # settled: no unique claim left
+    m.wait_ran(tag)  # settled: no unique claim left
     assert matrix_jobs.unique_mark.perform_async(tag) is not None  # the claim is free again
-    wait_ran(m, tag, times=2)
+    m.wait_ran(tag, times=2)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_settle_filing_a_unique_job_in_dead(m: Stack, mode: str) -> None:
+    tag = f"unique-dead-{mode}"
+    rule = m.arm(mode, script="settle", arg=tag)
+    jid = matrix_jobs.unique_dies.perform_async(tag)
+    m.proxy.wait_fired(rule)
+    wait_until(lambda: m.dead_entries(tag), timeout=20, message="the dead entry")
+    m.wait_ran(tag)  # settled: its claim released with the filing
+    assert [e["jid"] for e in m.dead_entries(tag)] == [jid]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_requeue_of_a_dead_process(m: Stack, mode: str) -> None:
+    """Orphan recovery (requeue.lua), run by the worker behind the proxy for a worker SIGKILLed
+    mid-job: the job runs again once, its orphaning counted once."""
+    tag = f"requeue-{mode}"
+    queue = f"victim-{mode}"  # read by no worker but the victim, then the one started after it
+    env = {**matrix.ENV, "COGWORKER_QUEUES": queue, "MATRIX_RECORD_URL": m.server.url}
+    victim = m.workers.start(m.server.url, **env)
+    jid = matrix_jobs.held.set(queue=queue).perform_async(tag)
+    wait_until(lambda: m.ran(tag) == 1, timeout=20, message="the job running on the victim")
+    identity = victim.identity()
+    rule = m.arm(mode, script="requeue", arg=identity)
+    victim.kill()
+    m.proxy.wait_fired(rule)
+    wait_until(lambda: m.r.llen(keys.queue(queue)) == 1, timeout=20, message="the job requeued")
+    assert m.r.llen(keys.queue(queue)) == 1
+    assert m.r.exists(keys.in_progress(identity)) == 0
+    assert m.r.get(keys.orphanings(str(jid))) == "1"
+    m.r.set(f"matrix:go:{tag}", 1)
+    successor = m.workers.start(m.server.url, **env)
+    wait_until(lambda: m.r.llen(keys.queue(queue)) == 0 and m.ran(tag) == 2, timeout=20,
+               message="the requeued copy run")  # fmt: skip
+    assert successor.stop() == 0
+    assert m.ran(tag) == 2
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -215,7 +177,7 @@ def test_result_write(m: Stack, mode: str) -> None:
     jid = matrix_jobs.kept.perform_async(tag)
     m.proxy.wait_fired(rule)
     assert cogworker.result(jid, timeout=20) == f"result of {tag}"
-    wait_ran(m, tag)
+    m.wait_ran(tag)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -228,11 +190,7 @@ def test_chain_step_ack(m: Stack, mode: str) -> None:
     wait_until(lambda: (cogworker.chain_status(chain.id) or {}).get("state") == "complete", timeout=20,
                message="the chain complete")  # fmt: skip
     for i in range(3):
-        wait_ran(m, f"{tag}:{i}")
-
-
-def callbacks(s: Stack, tag: str) -> int:
-    return int(s.r.get(f"matrix:callback:{tag}") or 0)
+        m.wait_ran(f"{tag}:{i}")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -243,11 +201,11 @@ def test_batch_member_ack(m: Stack, mode: str) -> None:
     with cogworker.batch(on_success=matrix_jobs.callback, callback_args=(f"cb-{tag}",)) as b:
         matrix_jobs.mark.perform_async(tag)
     m.proxy.wait_fired(rule)
-    wait_until(lambda: callbacks(m, f"cb-{tag}"), timeout=20, message="the callback")
-    wait_ran(m, tag)
+    wait_until(lambda: m.callbacks(f"cb-{tag}"), timeout=20, message="the callback")
+    m.wait_ran(tag)
     status = cogworker.batch_status(b.bid)
     assert status is not None and status.complete and status.pending == 0 and status.done == 1
-    assert callbacks(m, f"cb-{tag}") == 1
+    assert m.callbacks(f"cb-{tag}") == 1
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -258,11 +216,11 @@ def test_batch_member_filed_in_dead(m: Stack, mode: str) -> None:
                          callback_args=(f"cb-{tag}",)) as b:  # fmt: skip
         jid = matrix_jobs.dies.perform_async(tag)
     m.proxy.wait_fired(rule)
-    wait_until(lambda: callbacks(m, f"cb-{tag}") >= 2, timeout=20, message="both callbacks")
-    wait_ran(m, tag)
+    wait_until(lambda: m.callbacks(f"cb-{tag}") >= 2, timeout=20, message="both callbacks")
+    m.wait_ran(tag)
     status = cogworker.batch_status(b.bid)
     assert status is not None and status.complete and status.dead == 1 and status.done == 1
-    assert callbacks(m, f"cb-{tag}") == 2  # on_death once, on_complete once
+    assert m.callbacks(f"cb-{tag}") == 2  # on_death once, on_complete once
     assert [e["jid"] for e in m.dead_entries(tag)] == [jid]
     assert len(m.notices(tag)) == 1
 
@@ -273,7 +231,7 @@ def test_graduate_a_scheduled_job(m: Stack, mode: str) -> None:
     rule = m.arm(mode, script="graduate", arg=tag)
     matrix_jobs.mark.perform_in(0.2, tag)
     m.proxy.wait_fired(rule)
-    wait_ran(m, tag)
+    m.wait_ran(tag)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -294,7 +252,7 @@ def test_heartbeat(m: Stack, mode: str) -> None:
     rule = m.arm(mode, script="heartbeat")
     m.proxy.wait_fired(rule)
     matrix_jobs.mark.perform_async(tag)
-    wait_ran(m, tag)
+    m.wait_ran(tag)
     wait_until(lambda: m.r.exists(keys.process(m.identity)), timeout=20, message="the worker's presence")
 
 
@@ -306,7 +264,7 @@ def test_reconcile_after_a_lost_fetch(m: Stack, mode: str) -> None:
     matrix_jobs.mark.perform_async(tag)
     m.proxy.wait_fired(fetch)
     m.proxy.wait_fired(rule)
-    wait_ran(m, tag)
+    m.wait_ran(tag)
 
 
 def limiter_holders(s: Stack) -> int:
@@ -319,7 +277,7 @@ def test_limiter_acquire(m: Stack, mode: str) -> None:
     rule = m.arm(mode, script="limit_concurrent", arg="acquire")
     matrix_jobs.limited.perform_async(tag)
     m.proxy.wait_fired(rule)
-    wait_ran(m, tag)  # its failed try never ran the body; the retry did, once
+    m.wait_ran(tag)  # its failed try never ran the body; the retry did, once
     # A lost acquire's token holds its slot until its lease ends, never longer.
     wait_until(lambda: limiter_holders(m) == 0, timeout=20, message="every slot free")
 
@@ -330,7 +288,7 @@ def test_limiter_release(m: Stack, mode: str) -> None:
     rule = m.arm(mode, script="limit_concurrent", arg="release")
     matrix_jobs.limited.perform_async(tag)
     m.proxy.wait_fired(rule)
-    wait_ran(m, tag)
+    m.wait_ran(tag)
     wait_until(lambda: limiter_holders(m) == 0, timeout=20, message="every slot free")
     matrix_jobs.limited.perform_async(f"{tag}-next")
-    wait_ran(m, f"{tag}-next")
+    m.wait_ran(f"{tag}-next")
