@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from cogworker.api.job_status import status
     from cogworker.api.limiter import OverLimit
     from cogworker.api.periodic import periodic
+    from cogworker.api.push_outcome import PushOutcomeUnknown
     from cogworker.api.registry import JobNotFound
     from cogworker.api.results import JobFailed, ResultTimeout, result
     from cogworker.api.time_limits import JobTimeout
@@ -71,6 +72,7 @@ _LAZY = {
     "install_builtin_middleware": "cogworker.api.features",
     "WrongTypeKey": "cogworker.store.key_guard",
     "NotReplicated": "cogworker.store.replicas",
+    "PushOutcomeUnknown": "cogworker.api.push_outcome",
     "cancel": "cogworker.api.cancel",
     "CancelOutcome": "cogworker.ops.cancel",
     "current_job": "cogworker.api.current_job",
@@ -114,6 +116,7 @@ __all__ = [
     "JobTimeout",
     "NotReplicated",
     "OverLimit",
+    "PushOutcomeUnknown",
     "ResultTimeout",
     "Settings",
     "Signature",

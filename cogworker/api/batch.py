@@ -269,12 +269,13 @@ def _register(jobs: list[dict[str, Any]]) -> Any:
     jids = [str(job["jid"]) for job in jobs]
     _run_open(target, "add", jids)
 
-    def undo() -> None:
-        # The jobs were not written: they leave the batch (the block still holds it, so nothing is
-        # decided meanwhile).
+    def undo(unwritten: list[dict[str, Any]]) -> None:
+        # These jobs are known not to be written: they leave the batch (the block still holds it, so
+        # nothing is decided meanwhile). Those whose write may have happened (a lost reply) stay.
+        gone = [str(job["jid"]) for job in unwritten]
         pipe = client.connection().pipeline(transaction=True)
-        pipe.srem(keys.batch_pending(target.bid), *jids)
-        pipe.hincrby(keys.batch(target.bid), "total", -len(jids))
+        pipe.srem(keys.batch_pending(target.bid), *gone)
+        pipe.hincrby(keys.batch(target.bid), "total", -len(gone))
         pipe.execute()
 
     return undo

@@ -13,14 +13,12 @@ from typing import Any
 
 import redis
 import structlog
-from redis.commands.core import Script
 
-from cogworker import codec
-from cogworker.api import middleware, payload
+from cogworker.api import middleware, payload, push_outcome, push_write
 from cogworker.api.middleware import abandon, compose_client_chain, run_client_chain
 from cogworker.api.retry_filters import WORKER_SIDE
 from cogworker.settings_fields import SettingsFields
-from cogworker.store import key_guard, keys, replicas, scripts
+from cogworker.store import keys, replicas
 from cogworker.store.connection import connect
 
 BULK_BATCH = 1000
@@ -193,62 +191,55 @@ def install_deferral(deferral: Deferral | None) -> None:
 
 
 def _write_one(job: dict[str, Any]) -> str:
-    if not middleware.before_write_hooks:
-        return _write_job(job)
-    undo = middleware.before_write([job])
+    undo = middleware.before_write([job]) if middleware.before_write_hooks else None
+    _write_settled(connection(), [job], undo)
+    return str(job["jid"])
+
+
+def _write_settled(
+    conn: redis.Redis,
+    jobs: list[dict[str, Any]],
+    undo: middleware.Undo | None,
+    *,
+    abandon_chain: bool = False,
+) -> None:
+    """Write `jobs`; when that fails, undo what was taken for them (their batch membership and, with
+    `abandon_chain`, what the client chain took) only for those known not to be written
+    (api/push_outcome.py). Returns when every job is written, its reply lost or not."""
+    attempt = push_outcome.new_attempt()
     try:
-        return _write_job(job)
+        push_write.write(conn, settings(), jobs, attempt)
+        return
     except replicas.NotReplicated:
         raise  # written: it stands
-    except BaseException:
-        undo()
+    except BaseException as exc:
+        # Raises PushOutcomeUnknown, undoing nothing, when whether they were written can't be known.
+        lost = push_outcome.unwritten(conn, jobs, attempt, exc)
+        if not lost:
+            if settings().redis_min_replicas > 0:  # the WAIT's answer was lost too: none confirmed it
+                raise replicas.NotReplicated(
+                    [str(job["jid"]) for job in jobs], 0, settings().redis_min_replicas,
+                    settings().redis_min_replicas_timeout_s,
+                ) from exc  # fmt: skip
+            return
+        if abandon_chain:
+            abandon(lost)
+        if undo is not None:
+            _undo(undo, lost)
         raise
 
 
-def _write_job(job: dict[str, Any]) -> str:
-    """Write one job. A key of the wrong type raises key_guard.WrongTypeKey, naming the key, when the
-    job wasn't written; after it was (only the queue registry refused), the push stands. With
-    COGWORKER_REDIS_MIN_REPLICAS, a WAIT rides in the same write and replicas.NotReplicated is raised
-    when too few replicas confirmed the job (it is written: store/replicas.py)."""
-    conn = connection()
-    wait = replicas.wait_command(settings())
-    at = job.get("at")
-    pipe = conn.pipeline(transaction=False)
-    if at is not None and at > time.time():
-        pipe.zadd(keys.SCHEDULE, {codec.dumps(job): at})
-        if wait is not None:
-            pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
-        added, *waited = pipe.execute(raise_on_error=False)
-        if isinstance(added, Exception):
-            if key_guard.is_wrong_type(added):
-                raise key_guard.wrong_type_error(conn, keys.SCHEDULE) from added
-            raise added
-        if waited:
-            replicas.check_push(settings(), waited[0], [str(job["jid"])])
-        return str(job["jid"])
-    job.pop("at", None)
-    job["enqueued_at"] = time.time()
-    queue_key = keys.queue(job["queue"])
-    pipe.lpush(queue_key, codec.dumps(job))
-    pipe.sadd(keys.QUEUES, job["queue"])
-    pipe.publish(keys.WAKE_CHANNEL, job["queue"])
-    if wait is not None:
-        pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
-    pushed, listed, woken, *waited = pipe.execute(raise_on_error=False)
-    if isinstance(pushed, Exception):
-        if key_guard.is_wrong_type(pushed):
-            raise key_guard.wrong_type_error(conn, queue_key) from pushed
-        raise pushed
-    for key, reply in ((keys.QUEUES, listed), (keys.WAKE_CHANNEL, woken)):
-        if isinstance(reply, Exception):
-            # The job is on its queue, so the push stands (raising would have the caller push it
-            # twice); only its queue's listing or the idle fetchers' wake-up is missing.
-            if key_guard.is_wrong_type(reply):
-                key_guard.request(conn, key)
-            _log.error("push_bookkeeping_failed", key=key, jid=job["jid"], error=str(reply))
-    if waited:
-        replicas.check_push(settings(), waited[0], [str(job["jid"])])
-    return str(job["jid"])
+def _undo(undo: middleware.Undo, jobs: list[dict[str, Any]]) -> None:
+    """Take back the before-write hooks' work for jobs not written. A failure here is logged, not
+    raised over the push's own error: the batch then waits for a member that never runs."""
+    try:
+        undo(jobs)
+    except Exception as exc:
+        _log.error(
+            "push_undo_failed",
+            jids=[str(job["jid"]) for job in jobs][:10],
+            error=f"{type(exc).__name__}: {exc}",
+        )
 
 
 def push_bulk(
@@ -283,80 +274,9 @@ def push_bulk(
         for job in jobs[start : start + BULK_BATCH]:
             jids.append(chain(job))
         undo = middleware.before_write(batch) if middleware.before_write_hooks and batch else None
-        try:
-            _write_batch(conn, batch)
-        except replicas.NotReplicated:
-            raise  # the batch is written: its claims and statuses stand
-        except Exception:
-            # Give back what the chain took for the batch (unique claims, "queued" statuses), or a
-            # retried push_bulk would find every job a duplicate of one that was never pushed.
-            abandon(batch)
-            if undo is not None:
-                undo()
-            raise
+        if batch:
+            # On failure, what the chain took for the jobs not written (unique claims, "queued"
+            # statuses) is given back, or a retried push_bulk would find every job a duplicate of
+            # one that was never pushed; for jobs written (a lost reply) it stands.
+            _write_settled(conn, batch, undo, abandon_chain=True)
     return jids
-
-
-def _write_batch(conn: redis.Redis, batch: list[dict[str, Any]]) -> None:
-    """Write a batch in one script (push_batch.lua): every job, or none when a key has the wrong
-    type (then key_guard.WrongTypeKey names it)."""
-    if not batch:
-        return
-    now = time.time()
-    by_queue: dict[str, list[str]] = {}
-    scheduled: list[Any] = []
-    for job in batch:
-        at = job.get("at")
-        if at is not None and at > now:
-            scheduled += [at, codec.dumps(job)]
-        else:
-            job.pop("at", None)
-            job["enqueued_at"] = now
-            by_queue.setdefault(job["queue"], []).append(codec.dumps(job))
-    args: list[Any] = [len(by_queue)]
-    for name, raws in by_queue.items():
-        args += [name, len(raws), *raws]
-    args += [len(scheduled) // 2, *scheduled]
-    script_keys = [keys.QUEUES, keys.WAKE_CHANNEL, keys.SCHEDULE, *(keys.queue(n) for n in by_queue)]
-    script = _push_batch_script(conn)
-    wait = replicas.wait_command(settings())
-    waited: object = None
-    if wait is None:
-        reply = script(keys=script_keys, args=args, client=conn)
-    else:
-        reply, waited = _script_then_wait(conn, script, script_keys, args, wait)
-    wrong = key_guard.script_wrong_type(reply)
-    if wrong is not None:
-        raise key_guard.wrong_type_error(conn, wrong)
-    if wait is not None:
-        replicas.check_push(settings(), waited, [str(job["jid"]) for job in batch])
-
-
-def _script_then_wait(
-    conn: redis.Redis, script: Script, script_keys: list[str], args: list[Any], wait: tuple[Any, ...]
-) -> tuple[Any, Any]:
-    """The script and the WAIT in one pipeline, one round trip (EVALSHA, not redis-py's script
-    pipelining, which asks SCRIPT EXISTS first: a second round trip per batch)."""
-    for command, body in (("EVALSHA", script.sha), ("EVAL", script.script)):
-        pipe = conn.pipeline(transaction=False)
-        pipe.execute_command(command, body, len(script_keys), *script_keys, *args)  # type: ignore[no-untyped-call]
-        pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
-        reply, waited = pipe.execute(raise_on_error=False)
-        if not isinstance(reply, redis.exceptions.NoScriptError):
-            break
-    if isinstance(reply, Exception):
-        raise reply
-    return reply, waited
-
-
-_push_batch: tuple[redis.Redis, Script] | None = None
-
-
-def _push_batch_script(conn: redis.Redis) -> Script:
-    """push_batch.lua registered with the job API's client (redis-py reloads it after NOSCRIPT)."""
-    global _push_batch
-    cached = _push_batch
-    if cached is None or cached[0] is not conn:
-        cached = (conn, conn.register_script(scripts.source("push_batch")))
-        _push_batch = cached
-    return cached[1]

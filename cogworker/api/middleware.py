@@ -6,8 +6,9 @@ A server middleware is `mw(job, call_next) -> None` around the job's execution; 
 the job passes through it.
 
 A feature that takes something for a job in the client chain (a unique claim, a "queued" status)
-also adds an abandon hook: push_bulk calls the hooks with a batch that went through the chain but
-wasn't written, so each feature gives back what it took.
+also adds an abandon hook: push_bulk calls the hooks with the jobs that went through the chain but
+weren't written, so each feature gives back what it took. A push whose outcome is unknown raises
+PushOutcomeUnknown through the chain: a middleware keeps what it took then (api/push_outcome.py).
 """
 
 from __future__ import annotations
@@ -65,9 +66,12 @@ def abandon(batch: list[dict[str, Any]]) -> None:
 
 
 # Called with jobs that passed the client chain, just before they are written to Redis; returns how to
-# undo what it did should the write fail. Batches (api/batch.py) register their members this way, so
-# a member is counted before it can run. No hook: a push pays one truth test.
-BeforeWriteHook = Callable[[list[dict[str, Any]]], Callable[[], None] | None]
+# undo what it did for the jobs (given to the undo) that turn out not to be written: only those, as a
+# write whose reply was lost may have written them (api/push_outcome.py). Batches (api/batch.py)
+# register their members this way, so a member is counted before it can run. No hook: a push pays
+# one truth test.
+Undo = Callable[[list[dict[str, Any]]], None]
+BeforeWriteHook = Callable[[list[dict[str, Any]]], Undo | None]
 before_write_hooks: list[BeforeWriteHook] = []
 
 
@@ -76,13 +80,13 @@ def add_before_write_hook(hook: BeforeWriteHook) -> None:
         before_write_hooks.append(hook)
 
 
-def before_write(jobs: list[dict[str, Any]]) -> Callable[[], None]:
+def before_write(jobs: list[dict[str, Any]]) -> Undo:
     """Run the before-write hooks; returns one undo for all of them."""
     undos = [undo for hook in before_write_hooks if (undo := hook(jobs)) is not None]
 
-    def undo_all() -> None:
+    def undo_all(unwritten: list[dict[str, Any]]) -> None:
         for undo in reversed(undos):
-            undo()
+            undo(unwritten)
 
     return undo_all
 

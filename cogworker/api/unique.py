@@ -13,7 +13,8 @@ The claim is given back
 - when the job is filed in dead outside the middleware chain (a poison pill, an unreadable or
   handed-over filing) — by `Locks.release_terminal`, which finds the same key through
   `locks.held_locks`;
-- when the push itself didn't happen (a later client middleware stopped it, or writing it failed).
+- when the push itself didn't happen (a later client middleware stopped it, or writing it failed
+  and the job is known not to be written: after a lost reply the claim stays, api/push_outcome.py).
 
 It is *kept* while the job waits in the retry set: the job is still pending, and a duplicate pushed
 meanwhile would run alongside its retry.
@@ -47,6 +48,7 @@ from cogworker.api import client
 from cogworker.api.current_job import JobCancelled
 from cogworker.api.middleware import ClientNext, ServerNext
 from cogworker.api.payload import DEFAULT_RETRIES, terminal_failure
+from cogworker.api.push_outcome import PushOutcomeUnknown
 from cogworker.store import key_guard, keys
 from cogworker.store.locks import UNTIL_EXECUTED, Locks, held_locks, unique_digest
 from cogworker.store.outage import Outages
@@ -124,10 +126,15 @@ def claim(job: dict[str, Any], call_next: ClientNext) -> Any:
     # claim would break the promise the caller asked for.
     if not conn.set(key, jid, nx=True, px=ttl_ms):
         holder = _holder(conn, key)
-        log.debug("unique_duplicate_skipped", job=job.get("class"), holder=holder)
-        return None
+        if holder != jid:
+            log.debug("unique_duplicate_skipped", job=job.get("class"), holder=holder)
+            return None
+        # Its own claim: the same payload pushed again, after a push whose outcome was unknown. The
+        # write finds out whether it was queued then and queues no second copy (api/push_outcome.py).
     try:
         pushed = call_next(job)
+    except PushOutcomeUnknown:
+        raise  # it may be queued: the claim stays, and a retry with a new jid is a duplicate
     except BaseException:
         _give_back(key, jid)
         raise

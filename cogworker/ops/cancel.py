@@ -6,8 +6,9 @@ retry, scheduled or dead set, its status hash):
 
 - waiting (queued, scheduled, retrying): taken off its queue or set atomically, by its exact
   payload, with its locks released and its record entry dropped: it never runs. Counted
-  `cancelled` here (store/outcomes.py). If it moved meanwhile (fetched, come due), it is looked for
-  again;
+  `cancelled` (store/outcomes.py) and its answer kept for CANCEL_KEEP_S in the same step, so a
+  cancel whose reply was lost, or asked again, answers the same (never `not_found`). If it moved
+  meanwhile (fetched, come due), it is looked for again;
 - running: the record stays; the worker running it reads it within about a second and cancels it
   (an `async def` job's task at once, a sync job at its next `raise_if_cancelled()`); the worker
   counts it when it ends;
@@ -21,16 +22,21 @@ retry, scheduled or dead set, its status hash):
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+import structlog
 
+from cogworker import codec
 from cogworker.ops import locate
 from cogworker.store import key_guard, keys, outcomes
 from cogworker.store.locks import held_locks
 from cogworker.store.scripts import Scripts
+
+log = structlog.get_logger("cogworker.cancel")
 
 # How long the cancel record keeps an entry, and how many it keeps at most: long enough for a job
 # on a dead process's in-progress list to be recovered (minutes), small enough that a worker reads
@@ -77,7 +83,12 @@ def check_jid(jid: Any) -> str:
 
 
 def _run(client: redis.Redis, scripts: Scripts, keys_: list[str], args: list[Any]) -> int:
-    reply = scripts.run("cancel", keys_, [*args, time.time()], client=client)
+    reply = scripts.run("cancel", keys_, [*args[:4], time.time(), *args[4:]], client=client)
+    if isinstance(reply, list) and len(reply) == 2 and reply[0] == "uncounted":
+        # Removed; only its count is missing (outcomes.py says why that is logged, never raised).
+        log.error("outcome_not_counted", outcome="cancelled", jid=args[0], keys=[reply[1]])
+        key_guard.request(client, str(reply[1]))
+        return 1
     wrong = key_guard.script_wrong_type(reply)
     if wrong is not None:
         raise key_guard.wrong_type_error(client, wrong)
@@ -92,11 +103,45 @@ def _forget(client: redis.Redis, scripts: Scripts, jid: str) -> None:
     _run(client, scripts, [keys.CANCELS], [jid, "forget", "", ""])
 
 
-def _remove(client: redis.Redis, scripts: Scripts, jid: str, place: str, raw: str, payload: Any) -> bool:
+def _remove(
+    client: redis.Redis, scripts: Scripts, jid: str, place: str, raw: str, payload: Any, answer: CancelOutcome
+) -> CancelOutcome | None:
+    """Take the job off `place` and count it, answering `answer`; None when it wasn't there. The
+    answer is kept with the removal (cancel.lua), so when the reply is lost it is read back."""
     locks = [key for key, _owner in held_locks(payload)] if isinstance(payload, dict) else []
     kind = "z" if place in locate.SET_PLACES else "l"
-    names = [keys.CANCELS, locate.place_key(place), keys.status(jid), *locks]
-    return bool(_run(client, scripts, names, [jid, "remove", kind, raw]))
+    day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+    names = [keys.CANCELS, locate.place_key(place), keys.status(jid), keys.cancelled(jid)]
+    names += [keys.stat("cancelled"), keys.stat_day("cancelled", day), *locks]
+    kept = codec.dumps({"case": answer.case, "job": answer.job, "queue": answer.queue})
+    args = [jid, "remove", kind, raw, kept, CANCEL_KEEP_S, outcomes.DAY_COUNTER_TTL_S]
+    try:
+        removed = _run(client, scripts, names, args)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        earlier = _earlier(client, jid)
+        if earlier is None:
+            raise  # not removed, or not known to be: asking again finds the job or this answer
+        log.warning("cancel_reply_lost_but_removed", jid=jid, error=str(exc))
+        return earlier
+    return answer if removed else None
+
+
+def _earlier(client: redis.Redis, jid: str) -> CancelOutcome | None:
+    """The answer of a cancel that took the job off its queue or set, if one did (within
+    CANCEL_KEEP_S); None when none did or Redis can't be asked."""
+    try:
+        kept = client.get(keys.cancelled(jid))
+    except redis.RedisError:
+        return None
+    try:
+        answer = codec.loads(str(kept)) if kept is not None else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict) or answer.get("case") not in REMOVED.values():
+        return None
+    job, queue = answer.get("job"), answer.get("queue")
+    return _removed(jid, str(answer["case"]), job if isinstance(job, str) else None,
+                    queue if isinstance(queue, str) else None)  # fmt: skip
 
 
 def _located(client: redis.Redis, scripts: Scripts, jid: str) -> locate.Location:
@@ -116,6 +161,9 @@ def _located(client: redis.Redis, scripts: Scripts, jid: str) -> locate.Location
 def cancel(client: redis.Redis, scripts: Scripts, jid: str) -> CancelOutcome:
     """Cancel the job `jid` (see the module's docstring for each case)."""
     jid = check_jid(jid)
+    earlier = _earlier(client, jid)
+    if earlier is not None:  # taken off its queue or set by a cancel already: the same answer
+        return earlier
     record(client, scripts, jid)
     where = _located(client, scripts, jid)
     for _ in range(ATTEMPTS):
@@ -148,14 +196,13 @@ def _act(client: redis.Redis, scripts: Scripts, jid: str, where: locate.Location
                 jid, "finished", "finished: it is in the dead set (failed for good); nothing to cancel",
                 job=entry.job, queue=entry.queue,
             )  # fmt: skip
-        if not _remove(client, scripts, jid, entry.set, entry.raw, entry.payload):
-            return None
-        return _removed(client, jid, REMOVED[entry.set], entry.job, entry.queue)
+        answer = _removed(jid, REMOVED[entry.set], entry.job, entry.queue)
+        return _remove(client, scripts, jid, entry.set, entry.raw, entry.payload, answer)
     for queued in search.queued if search is not None else []:
-        if not _remove(client, scripts, jid, locate.QUEUE_PLACE + queued.queue, queued.raw, queued.payload):
-            return None
         name = queued.payload.get("class")
-        return _removed(client, jid, "queued", name if isinstance(name, str) else None, queued.queue)
+        answer = _removed(jid, "queued", name if isinstance(name, str) else None, queued.queue)
+        place = locate.QUEUE_PLACE + queued.queue
+        return _remove(client, scripts, jid, place, queued.raw, queued.payload, answer)
     if status.get("status") in FINISHED_STATUSES:
         _forget(client, scripts, jid)
         return CancelOutcome(
@@ -165,8 +212,7 @@ def _act(client: redis.Redis, scripts: Scripts, jid: str, where: locate.Location
     return _not_found(jid, where, moving=False)
 
 
-def _removed(client: redis.Redis, jid: str, case: str, job: str | None, queue: str | None) -> CancelOutcome:
-    outcomes.record(client, "cancelled", jid)
+def _removed(jid: str, case: str, job: str | None, queue: str | None) -> CancelOutcome:
     where = {"queued": f"queue {queue}", "scheduled": "the scheduled set", "retrying": "the retry set"}
     return CancelOutcome(jid, case, f"{case}: taken off {where[case]}; it will not run", job=job, queue=queue)
 

@@ -64,6 +64,8 @@ BATCH_PREFIX: str
 BATCH_PENDING_PREFIX: str
 BATCH_FAILURES_PREFIX: str
 LIMITER_PREFIX: str
+PUSHED_PREFIX: str
+CANCELLED_PREFIX: str
 # The types the key guard expects. Prefix entries cover every key that starts with them.
 EXPECTED_TYPES: dict[str, str]
 EXPECTED_PREFIX_TYPES: dict[str, str]
@@ -81,6 +83,7 @@ def use_prefix(prefix: str) -> None:
     global BATCHES, BATCH_PREFIX, BATCH_PENDING_PREFIX, BATCH_FAILURES_PREFIX
     global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL, LIMITER_PREFIX
     global EXPECTED_TYPES, EXPECTED_PREFIX_TYPES
+    global PUSHED_PREFIX, CANCELLED_PREFIX
     PREFIX = prefix
     QUEUE_PREFIX = prefix + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
     QUEUES = prefix + "queues"  # set: every queue name ever pushed to
@@ -128,6 +131,13 @@ def use_prefix(prefix: str) -> None:
     # limiter:concurrent:<name> zset of holders scored by lease end (ms, Redis's clock);
     # limiter:window:<name> and limiter:bucket:<name> hashes of the state and the limit.
     LIMITER_PREFIX = prefix + "limiter:"
+    # string per jid, for minutes: the write attempt that pushed the job, written with it, so a client
+    # whose reply was lost learns whether it was written, and a retry of the same jid pushes no copy
+    # (api/push_outcome.py).
+    PUSHED_PREFIX = prefix + "pushed:"
+    # string per jid, for CANCEL_KEEP_S: what the cancel that took the job off its queue or set
+    # answered, written in the same step, so a cancel retried after a lost reply answers the same.
+    CANCELLED_PREFIX = prefix + "cancelled:"
     EXPECTED_TYPES = {
         QUEUES: "set",
         PAUSED: "set",
@@ -169,6 +179,8 @@ def use_prefix(prefix: str) -> None:
         LIMITER_PREFIX + "concurrent:": "zset",
         LIMITER_PREFIX + "window:": "hash",
         LIMITER_PREFIX + "bucket:": "hash",
+        PUSHED_PREFIX: "string",
+        CANCELLED_PREFIX: "string",
     }
 
 
@@ -219,6 +231,14 @@ def stat(outcome: str) -> str:
 
 def stat_day(outcome: str, day: str) -> str:
     return f"{PREFIX}stat:{outcome}:{day}"
+
+
+def pushed(jid: str) -> str:
+    return PUSHED_PREFIX + jid
+
+
+def cancelled(jid: str) -> str:
+    return CANCELLED_PREFIX + jid
 
 
 def unique(digest: str) -> str:

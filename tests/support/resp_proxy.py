@@ -87,6 +87,11 @@ class _Link:
                     writer.close()
 
 
+def _ended(task: asyncio.Future[bool]) -> bool:
+    """Whether the client side's task ended the connection: the client closed it, or it failed."""
+    return task.cancelled() or task.exception() is not None or task.result()
+
+
 class RespProxy:
     """A proxy on 127.0.0.1:`port` in front of the redis-server at `upstream_port`.
 
@@ -210,10 +215,10 @@ class RespProxy:
             watched = set(tasks)
             while watched:
                 done, watched = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-                if any(
-                    task is not commands or task.exception() is not None or task.result() for task in done
-                ):
+                if any(task is not commands or _ended(task) for task in done):
                     break
+        except asyncio.CancelledError:
+            pass  # the proxy is closing: end quietly (a cancelled callback task is logged as an error)
         finally:
             link.close()
             for task in tasks:

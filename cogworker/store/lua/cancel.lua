@@ -9,7 +9,9 @@
 --           only if it is still there (0 otherwise: it moved, and the caller looks again). Then, in
 --           the same step, the record's entry goes (nothing is left to stop), the locks it held are
 --           released when they are still its own (its unique claim, a periodic entry's running
---           lock), and a status hash, if it has one, says "cancelled".
+--           lock), a status hash, if it has one, says "cancelled", the job is counted cancelled,
+--           and the cancel's answer is kept under `cancelled:<jid>`: a caller whose reply was lost,
+--           or who asks again, gets the same answer, and the job is counted once.
 --
 -- Every key is checked for its type before anything is written: a key of the wrong type answers
 -- {"wrongtype", key} with nothing changed (the key guard moves it aside).
@@ -17,13 +19,19 @@
 -- KEYS[1]  cogworker:cancels
 -- KEYS[2]  remove: the queue (list) or set (zset) the job waits in
 -- KEYS[3]  remove: the jid's status hash
--- KEYS[4..] remove: the locks the job holds (strings holding its jid)
+-- KEYS[4]  remove: the jid's `cancelled:<jid>` answer (a string)
+-- KEYS[5]  remove: stat:cancelled
+-- KEYS[6]  remove: stat:cancelled:<today, UTC>
+-- KEYS[7..] remove: the locks the job holds (strings holding its jid)
 -- ARGV[1]  the jid
 -- ARGV[2]  the operation: "record", "forget" or "remove"
 -- ARGV[3]  record: seconds an entry is kept; remove: "l" (KEYS[2] is a list) or "z" (a zset)
 -- ARGV[4]  record: entries kept at most; remove: the payload exactly as stored
 -- ARGV[5]  the caller's clock (epoch seconds), used only if TIME is refused
--- Returns 1 when done, 0 (remove) when the payload wasn't there.
+-- ARGV[6]  remove: the answer to keep (JSON), and ARGV[7] for how many seconds
+-- ARGV[8]  remove: how many seconds the day's counter is kept
+-- Returns 1 when done, 0 (remove) when the payload wasn't there; {"uncounted", key} when removed
+-- but a counter has the wrong type (the count is the only thing missing).
 if redis.replicate_commands then redis.replicate_commands() end
 
 local now = tonumber(ARGV[5])
@@ -58,7 +66,10 @@ end
 if wrong(KEYS[3], "hash") then
   return {"wrongtype", KEYS[3]}
 end
-for i = 4, #KEYS do
+if wrong(KEYS[4], "string") then
+  return {"wrongtype", KEYS[4]}
+end
+for i = 7, #KEYS do
   if wrong(KEYS[i], "string") then
     return {"wrongtype", KEYS[i]}
   end
@@ -74,12 +85,26 @@ if removed == 0 then
   return 0
 end
 redis.call("ZREM", KEYS[1], jid)
-for i = 4, #KEYS do
+for i = 7, #KEYS do
   if redis.call("GET", KEYS[i]) == jid then
     redis.call("DEL", KEYS[i])
   end
 end
 if redis.call("EXISTS", KEYS[3]) == 1 then
   redis.call("HSET", KEYS[3], "status", "cancelled", "updated_at", tostring(now))
+end
+redis.call("SET", KEYS[4], ARGV[6], "EX", ARGV[7])
+-- A counter of the wrong type must not undo the cancel: the count alone is missed, and reported.
+local uncounted = nil
+for i, counter in ipairs({KEYS[5], KEYS[6]}) do
+  local counted = redis.pcall("INCRBY", counter, 1)
+  if type(counted) == "table" and counted.err then
+    uncounted = uncounted or counter
+  elseif i == 2 then
+    redis.call("EXPIRE", counter, ARGV[8])
+  end
+end
+if uncounted then
+  return {"uncounted", uncounted}
 end
 return 1

@@ -3,6 +3,7 @@ push configured only by the environment (a user's first call) writes under it an
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -40,6 +41,8 @@ BUILDERS = {
     "batch_pending": ("bid1",),
     "batch_failures": ("bid1",),
     "limiter": ("concurrent", "name1"),
+    "pushed": ("jid1",),
+    "cancelled": ("jid1",),
 }
 
 
@@ -129,7 +132,9 @@ def test_configure_applies_the_prefix(r: redis.Redis, redis_server: RedisServer)
     client.push("demo_jobs.record", ["a"], {}, queue="default", options={})
     assert keys.QUEUES == "{tenant}:queues"
     assert r.llen("{tenant}:queue:default") == 1
-    assert sorted(r.keys("*")) == ["{tenant}:queue:default", "{tenant}:queues"]
+    # With the push's marker (what a lost reply's check reads: api/push_outcome.py), prefixed too.
+    jid = json.loads(r.lindex("{tenant}:queue:default", 0))["jid"]
+    assert sorted(r.keys("*")) == ["{tenant}:pushed:" + jid, "{tenant}:queue:default", "{tenant}:queues"]
 
 
 def test_a_first_push_configured_by_the_environment_uses_the_prefix(
@@ -143,5 +148,7 @@ def test_a_first_push_configured_by_the_environment_uses_the_prefix(
         print("ok")
     """
     assert first_call(code, redis_server.url, COGWORKER_KEY_PREFIX="app1:") == "ok"
-    assert sorted(r.keys("*")) == ["app1:queue:default", "app1:queues", "app1:schedule"]
+    markers = [key for key in r.keys("*") if key.startswith("app1:pushed:")]
+    assert len(markers) == 4  # one per job pushed, for a lost reply's check
+    assert sorted(set(r.keys("*")) - set(markers)) == ["app1:queue:default", "app1:queues", "app1:schedule"]
     assert r.llen("app1:queue:default") == 3

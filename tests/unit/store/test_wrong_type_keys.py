@@ -257,7 +257,8 @@ def test_a_push_whose_job_was_written_stands_when_only_the_registry_fails(r, con
 
 def test_push_bulk_writes_all_of_a_batch_or_none(r, configured) -> None:
     import cogworker
-    from cogworker.api.client import _write_batch, build_job
+    from cogworker.api.client import build_job
+    from cogworker.api.push_write import write
 
     r.set(keys.queue("other"), "not a list")
     with pytest.raises(key_guard.WrongTypeKey, match="cogworker:queue:other holds a string, not a list"):
@@ -269,11 +270,27 @@ def test_push_bulk_writes_all_of_a_batch_or_none(r, configured) -> None:
         for fn, arg in ((demo_jobs.record, "a"), (demo_jobs.on_other, "b"))
     ]
     with pytest.raises(key_guard.WrongTypeKey):
-        _write_batch(r, batch)
+        write(r, configured, batch, "attempt-1")
     assert r.llen(keys.queue("default")) == 0
     r.delete(keys.queue("other"))
-    _write_batch(r, batch)
+    write(r, configured, batch, "attempt-2")
     assert r.llen(keys.queue("default")) == 1 and r.llen(keys.queue("other")) == 1
+
+
+def test_a_push_checks_only_the_keys_it_writes(r, configured) -> None:
+    r.set(keys.SCHEDULE, "not a sorted set")
+    # Jobs for now never touch the schedule: push_bulk writes them, as perform_async does.
+    assert None not in cogworker.push_bulk(demo_jobs.record, [("a",), ("b",)])
+    assert demo_jobs.record.perform_async("c") is not None
+    assert r.llen(keys.queue("default")) == 3
+    with pytest.raises(key_guard.WrongTypeKey, match="cogworker:schedule holds a string"):
+        cogworker.push_bulk(demo_jobs.record, [("later",)], at=time.time() + 60)
+    r.delete(keys.SCHEDULE)
+    r.set(keys.QUEUES, "not a set")
+    # The registry only lists queues: the jobs stand, and the key guard is asked to move it aside.
+    assert None not in cogworker.push_bulk(demo_jobs.record, [("d",)])
+    assert r.llen(keys.queue("default")) == 4
+    assert keys.QUEUES in r.smembers(keys.GUARD_REQUESTS)
 
 
 def test_a_unique_claim_key_of_the_wrong_type_is_an_error_naming_it(r, configured) -> None:

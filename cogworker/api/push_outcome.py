@@ -1,0 +1,99 @@
+"""After a push failed: was it written? What the client may undo depends on the answer.
+
+A push's reply can be lost after Redis ran it (the connection reset, or the reply came after
+COGWORKER_REDIS_TIMEOUT_S). Giving back what the client chain took for the job (its unique claim,
+its "queued" status, its batch membership) would then be wrong: the job is queued, and a retried
+push would run it twice, a batch would complete before its member ran.
+
+So a failure is sorted out before anything is undone:
+- Redis answered with an error (a wrong-type key, a refused command): nothing was written.
+- The connection failed: `push_check.lua` reads the markers the write leaves with its jobs
+  (push_batch.lua) and fences the attempt off where it finds none, so a write still on its way can't
+  land afterwards. Jobs found written stand: the push succeeded after all (a lost reply, nothing
+  more). Jobs not written are undone.
+- The check failed too (Redis still away), or the push was interrupted: PushOutcomeUnknown is raised
+  and nothing is undone. The claims then hold a duplicate back until their TTL, and a batch waits for
+  a member that may never run (logged with its jid); never the other way round.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+import structlog
+
+from cogworker.api.push_write import MARK_TTL_S
+from cogworker.store import key_guard, keys, scripts
+from cogworker.store.connection import is_unavailable
+
+# A fence lives as long as the marker it stands for would have.
+FENCE_TTL_MS = MARK_TTL_S * 1000
+
+_log = structlog.get_logger("cogworker.client")
+
+
+class PushOutcomeUnknown(redis.ConnectionError):
+    """A push failed without an answer, and whether its jobs were written could not be found out
+    (Redis stayed unreachable). They may be queued: what the push took for them (unique claims,
+    statuses, batch membership) is kept. Pushing the same payload again (`send` of the payload,
+    its jid) makes no second copy; a new push of a unique job is refused as a duplicate while its
+    claim holds; a new push of any other job may run it twice."""
+
+    def __init__(self, jids: Sequence[str], cause: BaseException) -> None:
+        self.jids = tuple(jids)
+        shown = ", ".join(self.jids[:5]) + (f" and {len(self.jids) - 5} more" if len(self.jids) > 5 else "")
+        super().__init__(
+            f"the push of job(s) {shown} got no answer ({type(cause).__name__}: {cause}) and Redis "
+            "could not be asked whether it was written: the job(s) may be queued. Pushing the same "
+            "payload again makes no second copy; a new push of the job may run it twice"
+        )
+
+
+def new_attempt() -> str:
+    """A write attempt's token, held by the markers of the jobs it writes."""
+    return os.urandom(8).hex()
+
+
+def unwritten(
+    conn: redis.Redis, jobs: Sequence[dict[str, Any]], attempt: str, failure: BaseException
+) -> list[dict[str, Any]]:
+    """The jobs of a failed write attempt known not to be written (the others stand); raises
+    PushOutcomeUnknown, from `failure`, when that can't be known."""
+    if not _may_have_run(failure):
+        return list(jobs)
+    jids = [str(job["jid"]) for job in jobs]
+    if not isinstance(failure, Exception):  # interrupted (KeyboardInterrupt): ask nothing more now
+        raise PushOutcomeUnknown(jids, failure) from failure
+    try:
+        codes = _check(conn, jids, attempt)
+    except Exception as exc:
+        _log.error(
+            "push_outcome_unknown", jids=jids[:10], count=len(jids), error=f"{type(exc).__name__}: {exc}"
+        )
+        raise PushOutcomeUnknown(jids, failure) from failure
+    written = [jid for jid, code in zip(jids, codes, strict=True) if code]
+    if written:
+        _log.warning("push_reply_lost_but_written", jids=written[:10], count=len(written), error=str(failure))
+    return [job for job, code in zip(jobs, codes, strict=True) if not code]
+
+
+def _may_have_run(failure: BaseException) -> bool:
+    """False when Redis answered the write with an error: it wrote nothing (push_batch.lua checks
+    every key before its first write). A ConnectionError or a timeout may come after it ran."""
+    if isinstance(failure, redis.ResponseError):
+        return False
+    return not isinstance(failure, Exception) or is_unavailable(failure)
+
+
+def _check(conn: redis.Redis, jids: list[str], attempt: str) -> list[int]:
+    markers = [keys.pushed(jid) for jid in jids]
+    reply = conn.register_script(scripts.source("push_check"))(
+        keys=markers, args=[attempt, FENCE_TTL_MS], client=conn
+    )
+    wrong = key_guard.script_wrong_type(reply)
+    if wrong is not None:
+        raise key_guard.wrong_type_error(conn, wrong)
+    return [int(code) for code in reply]

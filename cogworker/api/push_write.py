@@ -1,0 +1,110 @@
+"""The write at the end of a push: jobs to their queues or the schedule, in one `push_batch.lua` call.
+
+One perform_async and each batch of push_bulk take the same path, so both are all-or-nothing, check
+only the keys they write to, and leave the marker that tells a client whose reply was lost whether
+its write happened (api/push_outcome.py). With COGWORKER_REDIS_MIN_REPLICAS a WAIT rides in the same
+round trip (store/replicas.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+import structlog
+from redis.commands.core import Script
+
+from cogworker import codec
+from cogworker.settings_fields import SettingsFields
+from cogworker.store import key_guard, keys, replicas, scripts
+
+# How long a job's `pushed:<jid>` marker lives: the client asks about it at once after a lost reply,
+# and a caller pushing the same payload again (its jid) within this time makes no second copy.
+MARK_TTL_S = 600
+
+_log = structlog.get_logger("cogworker.client")
+
+
+def write(conn: redis.Redis, settings: SettingsFields, batch: Sequence[dict[str, Any]], attempt: str) -> None:
+    """Write `batch` as write attempt `attempt`: every job, or none when a key it goes to has the wrong
+    type (key_guard.WrongTypeKey names it). A job whose jid an earlier attempt wrote is not written
+    again. replicas.NotReplicated: written, but too few replicas confirmed it."""
+    if not batch:
+        return
+    now = time.time()
+    by_queue: dict[str, list[dict[str, Any]]] = {}
+    scheduled: list[dict[str, Any]] = []
+    for job in batch:
+        at = job.get("at")
+        if at is not None and at > now:
+            scheduled.append(job)
+        else:
+            job.pop("at", None)
+            job["enqueued_at"] = now
+            by_queue.setdefault(job["queue"], []).append(job)
+    args: list[Any] = [attempt, MARK_TTL_S * 1000, len(by_queue)]
+    markers: list[str] = []
+    for name, jobs in by_queue.items():
+        args += [name, len(jobs), *(codec.dumps(job) for job in jobs)]
+        markers += [keys.pushed(str(job["jid"])) for job in jobs]
+    args.append(len(scheduled))
+    for job in scheduled:
+        args += [job["at"], codec.dumps(job)]
+        markers.append(keys.pushed(str(job["jid"])))
+    script_keys = [
+        keys.QUEUES,
+        keys.WAKE_CHANNEL,
+        keys.SCHEDULE,
+        *(keys.queue(n) for n in by_queue),
+        *markers,
+    ]
+    script = _push_batch_script(conn)
+    wait = replicas.wait_command(settings)
+    waited: object = None
+    if wait is None:
+        reply = script(keys=script_keys, args=args, client=conn)
+    else:
+        reply, waited = _script_then_wait(conn, script, script_keys, args, wait)
+    if isinstance(reply, list) and len(reply) == 2 and reply[0] == "unlisted":
+        # The jobs are written, so the push stands (raising would have the caller push them twice);
+        # only their queues' listing is missing until the key guard moves the registry aside.
+        key_guard.request(conn, keys.QUEUES)
+        _log.error("push_bookkeeping_failed", key=keys.QUEUES, jids=[str(j["jid"]) for j in batch][:10])
+    else:
+        wrong = key_guard.script_wrong_type(reply)
+        if wrong is not None:
+            raise key_guard.wrong_type_error(conn, wrong)
+    if wait is not None:
+        replicas.check_push(settings, waited, [str(job["jid"]) for job in batch])
+
+
+def _script_then_wait(
+    conn: redis.Redis, script: Script, script_keys: list[str], args: list[Any], wait: tuple[Any, ...]
+) -> tuple[Any, Any]:
+    """The script and the WAIT in one pipeline, one round trip (EVALSHA, not redis-py's script
+    pipelining, which asks SCRIPT EXISTS first: a second round trip per batch)."""
+    for command, body in (("EVALSHA", script.sha), ("EVAL", script.script)):
+        pipe = conn.pipeline(transaction=False)
+        pipe.execute_command(command, body, len(script_keys), *script_keys, *args)  # type: ignore[no-untyped-call]
+        pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
+        reply, waited = pipe.execute(raise_on_error=False)
+        if not isinstance(reply, redis.exceptions.NoScriptError):
+            break
+    if isinstance(reply, Exception):
+        raise reply
+    return reply, waited
+
+
+_push_batch: tuple[redis.Redis, Script] | None = None
+
+
+def _push_batch_script(conn: redis.Redis) -> Script:
+    """push_batch.lua registered with the job API's client (redis-py reloads it after NOSCRIPT)."""
+    global _push_batch
+    cached = _push_batch
+    if cached is None or cached[0] is not conn:
+        cached = (conn, conn.register_script(scripts.source("push_batch")))
+        _push_batch = cached
+    return cached[1]
