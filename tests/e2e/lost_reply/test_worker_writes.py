@@ -20,7 +20,13 @@ sends it, and what both faults may leave (the same for both unless said):
 - fetch.lua carrying an ack: the acks are sent again with the next fetch; counted once.
 - settle.lua filing a retry (job thread, worker/settle.py; kept and retried by the fetch loop): one
   retry entry, one more run, `stat:failed` counted once.
-- settle.lua filing in dead: one dead entry, one death notice, counted once.
+- settle.lua filing in dead: one dead entry, one death notice, counted once; a unique job's claim
+  released.
+- file_unsettled.lua (poller, a handed-over dead filing): one dead entry, one death notice.
+- requeue.lua (orphan recovery of a SIGKILLed worker's list): the job back once, its orphaning
+  counted once, run again once.
+- periodic.lua (a worker with an entry firing every second): no slot runs twice; a slot whose reply
+  was lost runs once.
 - MULTI SET/PUBLISH of a result (Settler.after_result): kept and written again; the same record.
 - owned_delete.lua releasing a unique claim (api/unique.py; deferred and retried): the claim is free.
 - chain_ack.lua (worker/chain_step.py, retried on the job thread): each step runs once, the chain
@@ -40,6 +46,7 @@ sends it, and what both faults may leave (the same for both unless said):
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
@@ -167,6 +174,41 @@ def test_requeue_of_a_dead_process(m: Stack, mode: str) -> None:
                message="the requeued copy run")  # fmt: skip
     assert successor.stop() == 0
     assert m.ran(tag) == 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_periodic_enqueue(m: Stack, mode: str) -> None:
+    """periodic.lua claiming a slot and pushing its job, sent by a worker whose app has an entry
+    firing every second: no slot runs twice, and a slot whose reply was lost still runs once."""
+    m.r.delete("matrix:slot:none", *m.r.keys("matrix:slot:*"))
+    rule = m.arm(mode, script="periodic", arg="enqueue")
+    env = {**matrix.ENV, "COGWORKER_REQUIRE": "matrix_periodic", "COGWORKER_QUEUES": "periodic"}
+    ticker = m.workers.start(m.proxy.url, **env, MATRIX_RECORD_URL=m.server.url)
+    m.proxy.wait_fired(rule)
+    # The slot faulted: the end of the claim key's name, the script's first key.
+    faulted = int(next(f for f in m.proxy.faults if f.rule == rule.id).args[2].rsplit(b":", 1)[1])
+    wait_until(lambda: len(m.r.keys("matrix:slot:*")) >= 3, timeout=20, message="three more slots run")
+    assert ticker.stop() == 0
+    runs = {int(k.rsplit(":", 1)[1]): int(m.r.get(k) or 0) for k in m.r.keys("matrix:slot:*")}
+    assert max(runs.values()) == 1, runs
+    if mode == "lost":
+        assert runs.get(faulted) == 1, (faulted, runs)
+    wait_until(lambda: m.r.llen(keys.queue("periodic")) == 0, timeout=5, message="nothing left queued")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_file_unsettled_in_dead(m: Stack, mode: str) -> None:
+    """file_unsettled.lua, the poller filing a record a stopping process handed over (a dead
+    filing): one dead entry, one death notice."""
+    tag = f"unsettled-{mode}"
+    job = cw_client.build_job("matrix_jobs.dies", [tag], {}, queue="default", options={}, at=None)
+    job |= {"error_class": "RuntimeError", "error_message": tag}
+    rule = m.arm(mode, script="file_unsettled", arg=tag)
+    m.r.rpush(keys.UNSETTLED, json.dumps({"set": keys.DEAD, "score": time.time(), "payload": job}))
+    m.proxy.wait_fired(rule)
+    wait_until(lambda: m.r.llen(keys.UNSETTLED) == 0 and m.dead_entries(tag), timeout=20, message="filed")
+    assert [e["jid"] for e in m.dead_entries(tag)] == [job["jid"]]
+    assert len(m.notices(tag)) == 1
 
 
 @pytest.mark.parametrize("mode", MODES)
