@@ -33,7 +33,7 @@ LOGS = ROOT / ".test-artifacts" / "streams"
 # machine (the last stream, unit tests and all, is the longest); the first two mostly wait on servers.
 STREAMS: list[list[str]] = [
     ["e2e/cluster", "e2e/sentinel", "e2e/hosts", "e2e/tls", "e2e/worker"],
-    ["e2e/swarm", "e2e/web", "e2e/systemd", "e2e/prefix", "e2e/faults"],
+    ["e2e/swarm", "e2e/web", "e2e/systemd", "e2e/prefix", "e2e/faults", "e2e/lost_reply"],
 ]
 
 

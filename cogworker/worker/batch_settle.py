@@ -137,6 +137,12 @@ class MemberAcks:
             self._pending[:0] = failed
         return not failed
 
+    @property
+    def pending(self) -> int:
+        """Acknowledgements that failed and wait for `retry`."""
+        with self._lock:
+            return len(self._pending)
+
     def holding(self) -> list[str]:
         """Payloads whose ack is queued, being sent or kept: still on the in-progress list."""
         with self._lock:

@@ -314,9 +314,10 @@ class Settler:
 
     @property
     def pending_filings(self) -> int:
-        """Filings, and results (which an ack or filing waits for), still to write."""
+        """Filings, results (which an ack or filing waits for) and batch members' acks still to write."""
         with self._lock:
-            return len(self._pending) + len(self._pending_results)
+            count = len(self._pending) + len(self._pending_results)
+        return count + (self._members.pending if self._members is not None else 0)
 
     def holding(self) -> list[str]:
         """Payloads still to settle here (acknowledgements not yet sent, filings not yet made): their
