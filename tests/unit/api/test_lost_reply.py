@@ -325,3 +325,16 @@ def test_a_unique_claim_whose_reply_was_lost_is_given_back(
     assert queued(direct) == []
     jid = unique_jobs.rebuild.perform_async(13)
     assert jid is not None and [job["jid"] for job in queued(direct)] == [jid]
+
+
+def test_a_member_whose_registration_reply_was_lost_leaves_its_batch(
+    resp_proxy: RespProxy, direct: redis.Redis, through_proxy: Settings
+) -> None:
+    """Registered, but the reply was lost before the job was written: it leaves the batch, which
+    would otherwise wait for it for good."""
+    with pytest.raises(redis.ConnectionError), cogworker.batch("registered", **CALLBACKS) as b:
+        resp_proxy.lose_reply(script="batch_open", arg="add")
+        bj.ok.perform_async("a")
+    assert queued(direct) == []
+    status = cogworker.batch_status(b.bid)
+    assert status is not None and (status.total, status.pending, status.complete) == (0, 0, True)
