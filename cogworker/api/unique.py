@@ -123,8 +123,15 @@ def claim(job: dict[str, Any], call_next: ClientNext) -> Any:
     jid = str(job["jid"])
     ttl_ms = lock_ttl_ms(job, client.settings().unique_ttl_s, time.time())
     # A Redis error here propagates: the push would fail just the same, and pushing without the
-    # claim would break the promise the caller asked for.
-    if not conn.set(key, jid, nx=True, px=ttl_ms):
+    # claim would break the promise the caller asked for. A claim whose reply was lost may have
+    # been taken, for a job never pushed: it is given back (owner-checked, so only if it is ours),
+    # or the caller's retry would be skipped as a duplicate of nothing for the claim's whole TTL.
+    try:
+        claimed = conn.set(key, jid, nx=True, px=ttl_ms)
+    except (redis.ConnectionError, redis.TimeoutError):
+        _give_back(key, jid)
+        raise
+    if not claimed:
         holder = _holder(conn, key)
         if holder != jid:
             log.debug("unique_duplicate_skipped", job=job.get("class"), holder=holder)

@@ -17,7 +17,7 @@ from cogworker import job
 
 # One slot with a short lease: a slot held by a lost acquire's token (or a lost release) comes back
 # when its lease ends.
-ONE_AT_A_TIME = cogworker.limiter.concurrent("matrix", 1, lease_s=2)
+ONE_AT_A_TIME = cogworker.limiter.concurrent("matrix", 1, lease_s=1)
 
 
 @functools.cache

@@ -187,7 +187,7 @@ def test_periodic_enqueue(m: Stack, mode: str) -> None:
     m.proxy.wait_fired(rule)
     # The slot faulted: the end of the claim key's name, the script's first key.
     faulted = int(next(f for f in m.proxy.faults if f.rule == rule.id).args[2].rsplit(b":", 1)[1])
-    wait_until(lambda: len(m.r.keys("matrix:slot:*")) >= 3, timeout=20, message="three more slots run")
+    wait_until(lambda: len(m.r.keys("matrix:slot:*")) >= 2, timeout=20, message="two slots run")
     assert ticker.stop() == 0
     runs = {int(k.rsplit(":", 1)[1]): int(m.r.get(k) or 0) for k in m.r.keys("matrix:slot:*")}
     assert max(runs.values()) == 1, runs
