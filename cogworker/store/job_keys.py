@@ -24,7 +24,7 @@ from cogworker import codec
 from cogworker.store import keys
 
 # What a script names when it left a job for want of a key (its reply's `needs`, as kind, name pairs).
-QUEUE, COUNTER, LOCK = "queue", "counter", "lock"
+QUEUE, COUNTER, LOCK, BATCH = "queue", "counter", "lock", "batch"
 # Passes of read, declare, run: the second declares what the first missed, so a third is needed only
 # when the list keeps changing underneath.
 MAX_PASSES = 3
@@ -43,6 +43,14 @@ def read_job(raw: str, default_queue: str) -> tuple[str, str | None, str | None]
     return (queue if isinstance(queue, str) and queue else default_queue), jid, pname if locked else None
 
 
+def member_batch(raw: str) -> str | None:
+    """The bid of the batch a job (with a jid) is a member of, as requeue.lua's `member_batch` reads it."""
+    job = codec.loads_dict(raw) if '"bid"' in raw and codec.is_utf8(raw) else None
+    if job is None or not isinstance(job.get("jid"), str) or not isinstance(job.get("bid"), str):
+        return None
+    return str(job["bid"])
+
+
 @dataclass
 class Declared:
     """Queue names, jids and periodic entry names whose keys a script is given."""
@@ -50,6 +58,7 @@ class Declared:
     queues: set[str] = field(default_factory=set)
     jids: set[str] = field(default_factory=set)
     entries: set[str] = field(default_factory=set)
+    bids: set[str] = field(default_factory=set)  # requeue.lua only (`batch_keys_and_args`)
 
     def add_jobs(self, raws: Iterable[str], default_queue: str, *, counters: bool) -> None:
         self.queues.add(default_queue)
@@ -60,11 +69,15 @@ class Declared:
                 self.jids.add(jid)
             if entry is not None:
                 self.entries.add(entry)
+            bid = member_batch(raw)
+            if bid is not None:
+                self.bids.add(bid)
 
     def add_needs(self, pairs: Sequence[Any]) -> None:
         """What a script said it missed: (kind, name) pairs flattened."""
         for kind, name in zip(pairs[::2], pairs[1::2], strict=True):
-            {QUEUE: self.queues, COUNTER: self.jids, LOCK: self.entries}[str(kind)].add(str(name))
+            kinds = {QUEUE: self.queues, COUNTER: self.jids, LOCK: self.entries, BATCH: self.bids}
+            kinds[str(kind)].add(str(name))
 
     def keys_and_args(self) -> tuple[list[str], list[str | int]]:
         """The keys to append to KEYS, and ARGV's tail: the three counts, then every name in the
@@ -76,3 +89,8 @@ class Declared:
             *(keys.periodic_running(e) for e in entries),
         ]
         return declared, [len(queues), len(jids), len(entries), *queues, *jids, *entries]
+
+    def batch_keys_and_args(self) -> tuple[list[str], list[str | int]]:
+        """requeue.lua's tail after `keys_and_args`: the batch hashes, and ARGV's count and bids."""
+        bids = sorted(self.bids)
+        return [keys.batch(b) for b in bids], [len(bids), *bids]

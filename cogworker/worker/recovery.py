@@ -89,6 +89,7 @@ class Recovery:
         (kind, name) pairs it named for them."""
         s = self._settings
         job_key_list, job_key_args = declared.keys_and_args()
+        batch_key_list, batch_key_args = declared.batch_keys_and_args()
         reply: list[Any] = self._scripts.run(
             "requeue",
             [
@@ -100,6 +101,7 @@ class Recovery:
                 keys.LIVE_QUEUES,
                 keys.CANCELS,
                 *job_key_list,
+                *batch_key_list,
             ],
             [
                 DEFAULT_QUEUE,
@@ -112,6 +114,7 @@ class Recovery:
                 PERIODIC_RUNNING_TTL_S,
                 int(time.time()),
                 *job_key_args,
+                *batch_key_args,
             ],
             client=self._client,
         )
