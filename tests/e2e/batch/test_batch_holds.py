@@ -2,17 +2,29 @@
 signals: a member SIGKILLed inside `current_batch().jobs()`, a member still inside it when SIGTERM's
 COGWORKER_TIMEOUT_S runs out, and an app's process SIGKILLed inside `with cogworker.batch()`. Each
 batch completes, and its callbacks run exactly once and never early. A live app's block keeps its
-lease renewed, so its batch waits for it however long it takes."""
+lease renewed, so its batch waits for it however long it takes; `cogworker batch release` frees a
+batch whose hold still stands, once."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 
 import batch_jobs as bj
 import redis
 
 import cogworker
-from tests.support.batches import ENV, QUICK, app_holding_a_batch, assert_never_early, runs_of, stop_all
+from tests.support.batches import (
+    ENV,
+    QUICK,
+    app_holding_a_batch,
+    assert_never_early,
+    runs_of,
+    stop_all,
+    stuck_batch,
+)
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.swarm import stays
 from tests.support.workers import WorkerPool
@@ -101,5 +113,28 @@ def test_a_live_app_block_keeps_its_batch_held_past_many_leases(
     r.set("test:release", "1")
     assert app.wait(timeout=30) == 0
     wait_until(lambda: r.llen("test:callbacks") >= 2, timeout=30, message="the batch's callbacks")
+    stop_all(worker)
+    assert_completed_once(r, bid, total=1)
+
+
+def release(redis_url: str, bid: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    env["COGWORKER_REDIS_URL"] = redis_url
+    done = subprocess.run([sys.executable, "-m", "cogworker", "batch", "release", bid],
+                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_cogworker_batch_release_lets_a_stuck_batch_complete_once(
+    r: redis.Redis, redis_server: RedisServer, configured: object, workers: WorkerPool
+) -> None:
+    bid = stuck_batch(redis_server.url, "stuck")  # its lease would last an hour
+    worker = workers.start(**ENV)
+    wait_until(lambda: r.scard(f"test:finished:{bid}") == 1, timeout=30, message="the member ran")
+    assert r.llen("test:callbacks") == 0 and holds(bid) == 1
+    assert release(redis_server.url, bid) == f"batch {bid}: released 1 hold(s); now complete"
+    wait_until(lambda: r.llen("test:callbacks") >= 2, timeout=30, message="the batch's callbacks")
+    assert release(redis_server.url, bid) == f"batch {bid}: no hold to release; now complete"
     stop_all(worker)
     assert_completed_once(r, bid, total=1)
