@@ -129,7 +129,8 @@ local function batch_run(kb, ab)
       end
     else
       -- The member's run ends here: its hold on its own batch (a block it never closed) goes too.
-      local released = level == 1 and member ~= "" and batch_release(hash, "hold:run:" .. member)
+      local run_hold = "hold:run:" .. member  -- not a key: a hash field
+      local released = level == 1 and member ~= "" and batch_release(hash, run_hold)
       local counted = redis.call("SREM", pending, member) == 1
       if not counted and not released then
         return  -- counted before (a second run), or not a member: nothing changes
