@@ -71,12 +71,17 @@ class Batch:
             yield self
             return
         member = batch_holds.run_hold(self.bid)
-        if member is None:  # not a run of a member of this batch: a lease
-            hold: batch_holds.Hold | None = _take(self, "hold", *batch_holds.new_lease(_lease_s()))
-        elif member[1]:  # the run's outermost block on its own batch
-            hold = _take(self, "hold", f"run:{member[0].jid}", member[0].owner)
-        else:
-            hold = None  # the run's outer block holds the batch already
+        try:
+            if member is None:  # not a run of a member of this batch: a lease
+                hold: batch_holds.Hold | None = _take(self, "hold", *batch_holds.new_lease(_lease_s()))
+            elif member[1]:  # the run's outermost block on its own batch
+                hold = _take(self, "hold", f"run:{member[0].jid}", member[0].owner)
+            else:
+                hold = None  # the run's outer block holds the batch already
+        except BaseException:
+            if member is not None:  # refused (BatchClosed) or failed: this block holds nothing
+                batch_holds.leave_run(member[0])
+            raise
         token = _open.set(self)
         try:
             yield self

@@ -27,7 +27,7 @@ import os
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -65,7 +65,6 @@ class Hold:
     queues: list[str]
     name: str
     value: str
-    released: bool = field(default=False)
 
     @property
     def is_lease(self) -> bool:
