@@ -89,13 +89,13 @@ def test_a_member_inside_its_block_at_the_stop_timeout_lets_the_batch_complete(
 def test_an_app_killed_inside_with_batch_lets_the_batch_complete_once_its_lease_lapses(
     r: redis.Redis, redis_server: RedisServer, configured: object, workers: WorkerPool
 ) -> None:
-    app, bid = app_holding_a_batch(redis_server.url, "app-killed", 2)
+    app, bid = app_holding_a_batch(redis_server.url, "app-killed", 3)
     worker = workers.start(**ENV)
     wait_until(lambda: r.scard(f"test:finished:{bid}") == 1, timeout=30, message="the member ran")
     assert r.llen("test:callbacks") == 0  # the app's block still holds the batch
     app.kill()
     app.wait(timeout=10)
-    # The lease lapses 2 s after its last renewal; the worker's poller releases it.
+    # The lease lapses 3 s after its last renewal; the worker's poller releases it.
     wait_until(lambda: r.llen("test:callbacks") >= 2, timeout=30, message="the batch's callbacks")
     stop_all(worker)
     assert_completed_once(r, bid, total=1)
@@ -105,11 +105,11 @@ def test_an_app_killed_inside_with_batch_lets_the_batch_complete_once_its_lease_
 def test_a_live_app_block_keeps_its_batch_held_past_many_leases(
     r: redis.Redis, redis_server: RedisServer, configured: object, workers: WorkerPool
 ) -> None:
-    app, bid = app_holding_a_batch(redis_server.url, "app-alive", 3)
+    app, bid = app_holding_a_batch(redis_server.url, "app-alive", 4)
     worker = workers.start(**ENV)
     wait_until(lambda: r.scard(f"test:finished:{bid}") == 1, timeout=30, message="the member ran")
-    # Renewed every second: three leases later the block still holds the batch.
-    stays(lambda: r.llen("test:callbacks") == 0 and holds(bid) == 1, 9.0, "the app's hold")
+    # Renewed every 1.3 s: two and a half leases later the block still holds the batch.
+    stays(lambda: r.llen("test:callbacks") == 0 and holds(bid) == 1, 10.0, "the app's hold")
     r.set("test:release", "1")
     assert app.wait(timeout=30) == 0
     wait_until(lambda: r.llen("test:callbacks") >= 2, timeout=30, message="the batch's callbacks")
