@@ -115,6 +115,7 @@ def test_a_live_app_block_keeps_its_batch_held_past_many_leases(
     wait_until(lambda: r.llen("test:callbacks") >= 2, timeout=30, message="the batch's callbacks")
     stop_all(worker)
     assert_completed_once(r, bid, total=1)
+    assert r.zcard("cogworker:batch-leases") == 0  # the block's end took its lease's entry too
 
 
 def release(redis_url: str, bid: str) -> str:

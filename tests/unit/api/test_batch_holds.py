@@ -1,18 +1,20 @@
 """Batch holds against a real Redis (api/batch_holds.py): a member run's nested blocks take one hold;
 a run that dies inside its block has that hold released by the requeue of its process's list, unless
 a later run of the member took it over; a lease the block renewed after the poller read its expiry
-is not released; releasing a hold twice changes nothing the second time."""
+is not released; releasing a hold twice changes nothing the second time; a block whose hold went
+while it ran (as a lapsed lease's does) gets BatchClosed at its next push once the batch completed."""
 
 from __future__ import annotations
 
 import time
 
 import batch_jobs as bj
+import pytest
 import redis
 
 import cogworker
 from cogworker.api import batch_holds
-from cogworker.api.batch import as_member
+from cogworker.api.batch import BatchClosed, as_member
 from cogworker.settings import Settings
 from cogworker.store import batch_scripts, keys
 from tests.support import components
@@ -96,3 +98,16 @@ def test_a_lease_renewed_after_the_poller_read_it_stays_and_a_release_repeated_c
     assert batch_holds.release(conn, hold, 60.0) == 1
     assert batch_holds.release(conn, hold, 60.0) == 0  # a repeat after a lost reply
     assert holds(r, bid) == ("0", {}) and r.zcard(keys.BATCH_LEASES) == 0
+
+
+def test_a_block_whose_hold_was_released_meanwhile_gets_batch_closed_at_its_next_push(
+    r: redis.Redis, configured: Settings
+) -> None:
+    conn = cogworker.api.client.connection()
+    with pytest.raises(BatchClosed), cogworker.batch("lost") as b:
+        # As a lease that lapsed while its renewals failed: released under the running block.
+        assert batch_holds.release_all(conn, b.bid, 60.0) == 1
+        bj.ok.perform_async("late")  # nothing was pending: the batch completed at the release
+    status = cogworker.batch_status(b.bid)
+    assert status is not None and status.complete and status.total == 0
+    assert r.llen(keys.queue("default")) == 0  # the late push was refused before its write
