@@ -29,8 +29,8 @@
 -- dead>...}, or {-1, 0, 0, 0, 0, 0, 0} when the owner turned out to be alive. A job whose queue,
 -- orphan counter or dead set has the wrong type is kept on the list (failed) and that key named, for
 -- the key guard. A job needing a key the caller didn't declare (the list changed after it read it) is
--- left on the list untouched (left), and what it needs named ("queue"/"counter"/"lock", name) for the
--- caller's next pass. A job `cogworker.cancel` was asked for (its jid in the cancel record) is taken
+-- left on the list untouched (left), and what it needs named ("queue"/"counter"/"lock"/"batch",
+-- name) for the caller's next pass. A job `cogworker.cancel` was asked for (its jid in the cancel record) is taken
 -- off the list and returned, not requeued: it was cancelled while its process was dying, and must not
 -- run again (the caller counts it and releases its locks).
 if redis.replicate_commands then redis.replicate_commands() end
