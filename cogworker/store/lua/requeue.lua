@@ -23,14 +23,15 @@
 -- ARGV[10..12]  nq, nc, nl
 -- ARGV[13..]    the names the declared keys belong to, in KEYS order: queue names, jids, entry names
 -- then nb, and nb bids: the hashes of batches whose members are on the list, declared in KEYS after
---          the others (a member's run that ends here releases its hold on its own batch)
+--          the others (a member's run that ends here releases its hold on its own batch; a member
+--          whose batch was not declared is left like any job, its need named "batch")
 -- Returns {moved, failed, n, m, c, left, u, <n queue names no live process reads>..., <m keys of the
 -- wrong type>..., <c raw jobs cancelled>..., <u needs as kind, name pairs>..., <raw jobs filed in
 -- dead>...}, or {-1, 0, 0, 0, 0, 0, 0} when the owner turned out to be alive. A job whose queue,
 -- orphan counter or dead set has the wrong type is kept on the list (failed) and that key named, for
 -- the key guard. A job needing a key the caller didn't declare (the list changed after it read it) is
--- left on the list untouched (left), and what it needs named ("queue"/"counter"/"lock"/"batch",
--- name) for the caller's next pass. A job `cogworker.cancel` was asked for (its jid in the cancel record) is taken
+-- left on the list untouched (left), and what it needs named ("queue"/"counter"/"lock", name) for the
+-- caller's next pass. A job `cogworker.cancel` was asked for (its jid in the cancel record) is taken
 -- off the list and returned, not requeued: it was cancelled while its process was dying, and must not
 -- run again (the caller counts it and releases its locks).
 if redis.replicate_commands then redis.replicate_commands() end
