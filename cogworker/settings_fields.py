@@ -185,6 +185,10 @@ class SettingsFields:
     # once it completed: `batch_status` and the Web UI read them until then. An open batch's keys have
     # no expiry (it may wait on a retried member for weeks); its completion starts the clock.
     batch_ttl_s: float = 30 * 24 * 3600.0
+    # A block that holds a batch outside a member run of that batch (`with cogworker.batch()` in an
+    # app, say) renews a lease this long, every third of it; if its process dies, the hold lapses
+    # this long after the last renewal and the poller releases it (api/batch_holds.py).
+    batch_hold_lease_s: float = 60.0
 
     @property
     def queue_spec(self) -> QueueSpec:

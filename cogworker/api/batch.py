@@ -11,6 +11,8 @@ run just before the write (api/middleware.py `before_write`), and carries its ba
 a member through batch_ack.lua and files it in dead through the batch variant of settle.lua, which
 record its end in the same atomic step (store/batch_scripts.py): the count is per jid, so a member
 that runs twice counts once. The `with` block holds the batch: nothing is decided before it closes.
+A hold outlives no process: a member run's is released by whatever ends the run, any other block's
+is a lease its process renews (api/batch_holds.py).
 
 Callbacks are ordinary jobs, pushed by the script that decides: `on_complete` when every member
 succeeded or went to dead (or ended unrun: expired, cancelled), `on_success` when every member
@@ -32,7 +34,7 @@ import redis
 import structlog
 
 from cogworker import codec
-from cogworker.api import client, middleware
+from cogworker.api import batch_holds, client, middleware
 from cogworker.api.decorator import JobFunction, JobSetter
 from cogworker.api.payload import new_jid
 from cogworker.store import batch_scripts, key_guard, keys
@@ -55,12 +57,13 @@ class Batch:
     """A batch: `bid`, its parents (`up`, nearest first) and its callbacks' queues (`queues`, its own
     and its parents'), which every member carries so a worker can reach each level in one script."""
 
-    __slots__ = ("bid", "queues", "up")
+    __slots__ = ("_hold", "bid", "queues", "up")
 
     def __init__(self, bid: str, up: Sequence[str] = (), queues: Sequence[str] = ()) -> None:
         self.bid = bid
         self.up = list(up)
         self.queues = list(queues)
+        self._hold: batch_holds.Hold | None = None  # the hold `create` took, which `close` releases
 
     def __repr__(self) -> str:
         return f"<batch {self.bid}>"
@@ -72,13 +75,27 @@ class Batch:
         if not client.redis_in_use():  # a testing mode: nothing to track
             yield self
             return
-        _run_open(self, "hold")
+        member = batch_holds.run_hold(self.bid)
+        try:
+            if member is None:  # not a run of a member of this batch: a lease
+                hold: batch_holds.Hold | None = _take(self, "hold", *batch_holds.new_lease(_lease_s()))
+            elif member[1]:  # the run's outermost block on its own batch
+                hold = _take(self, "hold", f"run:{member[0].jid}", member[0].owner)
+            else:
+                hold = None  # the run's outer block holds the batch already
+        except BaseException:
+            if member is not None:  # refused (BatchClosed) or failed: this block holds nothing
+                batch_holds.leave_run(member[0])
+            raise
         token = _open.set(self)
         try:
             yield self
         finally:
             _open.reset(token)
-            _close(self)
+            if member is not None:
+                batch_holds.leave_run(member[0])
+            if hold is not None:
+                _release(hold)
 
     def add(self, fn: Callback, *args: Any, **kwargs: Any) -> str | None:
         """Push one job as a member of this batch; returns its jid."""
@@ -103,12 +120,16 @@ def current_batch() -> Batch | None:
 
 
 @contextmanager
-def as_member(job: dict[str, Any]) -> Iterator[None]:
-    """Around a member job's body (worker/processor.py): `current_batch()` is its batch."""
-    token = _running.set(Batch(str(job["bid"]), _strings(job.get("bup")), _strings(job.get("bq"))))
+def as_member(job: dict[str, Any], owner: str = "") -> Iterator[None]:
+    """Around a member job's body (worker/processor.py): `current_batch()` is its batch, and a block
+    on it holds it for this run (`owner`: the in-progress list the run is on)."""
+    bid = str(job["bid"])
+    token = _running.set(Batch(bid, _strings(job.get("bup")), _strings(job.get("bq"))))
+    run_token = batch_holds.set_run(batch_holds.Run(str(job.get("jid") or ""), bid, owner))
     try:
         yield
     finally:
+        batch_holds.reset_run(run_token)
         _running.reset(token)
 
 
@@ -136,7 +157,7 @@ def batch(
         # Closed even when the block raised: its members were pushed and will run; the batch
         # completes when they end.
         _open.reset(token)
-        _close(new)
+        close(new)
 
 
 def create(
@@ -175,17 +196,22 @@ def create(
     fields["queues"] = codec.dumps(queues)
     new = Batch(bid, up, queues)
     settings = client.settings()
-    args: list[Any] = ["new", repr(time.time()), bid, fields["parent"], time.time() - settings.batch_ttl_s]
+    hold_name, expiry = batch_holds.new_lease(settings.batch_hold_lease_s)
+    args: list[Any] = ["new", repr(time.time()), bid, fields["parent"], time.time() - settings.batch_ttl_s,
+                       hold_name, expiry]  # fmt: skip
     for name, value in fields.items():
         args += [name, value]
     if not _run_open(new, "new", args_override=args):
         raise BatchClosed(up[0])
+    new._hold = _held(new, hold_name, expiry)
     return new
 
 
 def close(target: Batch) -> None:
-    """Release a hold `create` or `Batch.jobs` took: completes the batch if nothing is pending."""
-    _close(target)
+    """Release the hold `create` took: completes the batch if nothing else holds it and nothing is
+    pending. Closing it again changes nothing."""
+    if target._hold is not None:
+        _release(target._hold)
 
 
 def create_batch(
@@ -237,8 +263,9 @@ def _run_open(
         keys.BATCHES,
         keys.batch(parent) if parent else keys.batch(target.bid),
         keys.batch_pending(parent) if parent else keys.batch_pending(target.bid),
+        keys.BATCH_LEASES,
     ]
-    args = args_override or [mode, repr(time.time()), target.bid, "", 0, *jids]
+    args = args_override or [mode, repr(time.time()), target.bid, "", 0, "", "", *jids]
     conn = client.connection()
     reply = batch_scripts.run(conn, "batch_open", script_keys, args)
     wrong = key_guard.script_wrong_type(reply)
@@ -249,15 +276,26 @@ def _run_open(
     return bool(reply)
 
 
-def _close(target: Batch) -> None:
-    conn = client.connection()
-    script_keys, args = batch_scripts.close_layout(
-        target.bid, target.up, target.queues, client.settings().batch_ttl_s
-    )
-    reply = batch_scripts.run(conn, "batch_close", script_keys, args)
-    wrong = key_guard.script_wrong_type(reply)
-    if wrong is not None:
-        raise key_guard.wrong_type_error(conn, wrong)
+def _take(target: Batch, mode: str, name: str, value: str) -> batch_holds.Hold:
+    """Hold `target` (raises BatchClosed when it is complete or gone)."""
+    args: list[Any] = [mode, repr(time.time()), target.bid, "", 0, name, value]
+    _run_open(target, mode, args_override=args)
+    return _held(target, name, value)
+
+
+def _held(target: Batch, name: str, value: str) -> batch_holds.Hold:
+    hold = batch_holds.Hold(target.bid, list(target.up), list(target.queues), name, value)
+    if hold.is_lease:
+        batch_holds.keep_renewed(hold, client.connection(), _lease_s())
+    return hold
+
+
+def _release(hold: batch_holds.Hold) -> None:
+    batch_holds.release(client.connection(), hold, client.settings().batch_ttl_s)
+
+
+def _lease_s() -> float:
+    return client.settings().batch_hold_lease_s
 
 
 def _register(jobs: list[dict[str, Any]]) -> Any:

@@ -40,10 +40,13 @@ class BatchStatus:
     created_at: float
     completed_at: float | None
     parent: str | None
-    holds: int  # `with` blocks still pushing to it: nothing is decided while one is open
+    holds: int  # blocks still pushing to it: nothing is decided while one is open
     failures: dict[str, str] = field(default_factory=dict)  # member -> its error (the first 1,000)
     callbacks: list[CallbackState] = field(default_factory=list)
     ttl_s: int | None = None  # seconds its records are still kept (None: no expiry yet)
+    # Each hold by name (api/batch_holds.py): "run:<jid>" -> the in-progress list of the member run
+    # holding it, "lease:<token>" -> the lease's expiry (epoch seconds).
+    held_by: dict[str, str] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -106,6 +109,7 @@ def batch_status(bid: str, conn: redis.Redis | None = None) -> BatchStatus | Non
         failures={_str(k): _str(v) for k, v in failures.items()},
         callbacks=callbacks,
         ttl_s=int(ttl) if ttl is not None and int(ttl) >= 0 else None,
+        held_by={k.removeprefix("hold:"): v for k, v in text.items() if k.startswith("hold:")},
     )
 
 

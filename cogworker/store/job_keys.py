@@ -30,7 +30,7 @@ from cogworker import codec
 from cogworker.store import keys
 
 # What a script names when it left a job for want of a key (its reply's `needs`, as kind, name pairs).
-QUEUE, COUNTER, LOCK, DIGEST = "queue", "counter", "lock", "digest"
+QUEUE, COUNTER, LOCK, DIGEST, BATCH = "queue", "counter", "lock", "digest", "batch"
 # Passes of read, declare, run: the second declares what the first missed, so a third is needed only
 # when the list keeps changing underneath.
 MAX_PASSES = 3
@@ -55,6 +55,14 @@ def read_job(raw: str, default_queue: str) -> tuple[str, str | None, str | None]
     return (queue if isinstance(queue, str) and queue else default_queue), jid, pname if locked else None
 
 
+def member_batch(raw: str) -> str | None:
+    """The bid of the batch a job (with a jid) is a member of, as requeue.lua's `member_batch` reads it."""
+    job = codec.loads_dict(raw) if '"bid"' in raw and codec.is_utf8(raw) else None
+    if job is None or not isinstance(job.get("jid"), str) or not isinstance(job.get("bid"), str):
+        return None
+    return str(job["bid"])
+
+
 @dataclass
 class Declared:
     """Queue names, jids, periodic entry names and jid-less payloads' digests whose keys a script
@@ -64,6 +72,7 @@ class Declared:
     jids: set[str] = field(default_factory=set)
     entries: set[str] = field(default_factory=set)
     digests: set[str] = field(default_factory=set)
+    bids: set[str] = field(default_factory=set)  # requeue.lua only (`batch_keys_and_args`)
 
     def add_jobs(self, raws: Iterable[str], default_queue: str) -> None:
         """Every orphan counter is declared, counted or not: a job with orphanings goes back to its
@@ -78,11 +87,20 @@ class Declared:
                 self.digests.add(digest(raw))
             if entry is not None:
                 self.entries.add(entry)
+            bid = member_batch(raw)
+            if bid is not None:
+                self.bids.add(bid)
 
     def add_needs(self, pairs: Sequence[Any]) -> None:
         """What a script said it missed: (kind, name) pairs flattened."""
         for kind, name in zip(pairs[::2], pairs[1::2], strict=True):
-            named = {QUEUE: self.queues, COUNTER: self.jids, LOCK: self.entries, DIGEST: self.digests}
+            named = {
+                QUEUE: self.queues,
+                COUNTER: self.jids,
+                LOCK: self.entries,
+                DIGEST: self.digests,
+                BATCH: self.bids,
+            }
             named[str(kind)].add(str(name))
 
     def keys_and_args(self) -> tuple[list[str], list[str | int]]:
@@ -98,3 +116,8 @@ class Declared:
         ]
         counts: list[str | int] = [len(queues), len(jids), len(entries), len(digests)]
         return declared, [*counts, *queues, *jids, *entries, *digests]
+
+    def batch_keys_and_args(self) -> tuple[list[str], list[str | int]]:
+        """requeue.lua's tail after `keys_and_args`: the batch hashes, and ARGV's count and bids."""
+        bids = sorted(self.bids)
+        return [keys.batch(b) for b in bids], [len(bids), *bids]

@@ -62,6 +62,7 @@ RESULT_CHANNEL_PREFIX: str
 CHAIN_PREFIX: str
 WAKE_CHANNEL: str
 BATCHES: str
+BATCH_LEASES: str
 BATCH_PREFIX: str
 BATCH_PENDING_PREFIX: str
 BATCH_FAILURES_PREFIX: str
@@ -82,7 +83,7 @@ def use_prefix(prefix: str) -> None:
     global STAT_FAILED, UNIQUE_PREFIX, PERIODIC_SLOT_PREFIX, PERIODIC_RUNNING_PREFIX, PERIODIC_ENTRIES
     global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL
     global CHAIN_PREFIX, SUSPECTS_PREFIX, ORPHANINGS_RAW_PREFIX
-    global BATCHES, BATCH_PREFIX, BATCH_PENDING_PREFIX, BATCH_FAILURES_PREFIX
+    global BATCHES, BATCH_LEASES, BATCH_PREFIX, BATCH_PENDING_PREFIX, BATCH_FAILURES_PREFIX
     global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL, LIMITER_PREFIX
     global EXPECTED_TYPES, EXPECTED_PREFIX_TYPES
     global PUSHED_PREFIX, CANCELLED_PREFIX
@@ -133,6 +134,9 @@ def use_prefix(prefix: str) -> None:
     BATCH_PREFIX = prefix + "batch:"
     BATCH_PENDING_PREFIX = prefix + "batch-pending:"
     BATCH_FAILURES_PREFIX = prefix + "batch-failures:"
+    # zset: "<bid> <token>" -> expiry (epoch seconds) of each hold a block outside a member run keeps
+    # on a batch; the block renews it, the poller releases a lapsed one (batch_close.lua).
+    BATCH_LEASES = prefix + "batch-leases"
     # Rate limiters (api/limiter.py), one key per limiter name, expiring once idle:
     # limiter:concurrent:<name> zset of holders scored by lease end (ms, Redis's clock);
     # limiter:window:<name> and limiter:bucket:<name> hashes of the state and the limit.
@@ -163,6 +167,7 @@ def use_prefix(prefix: str) -> None:
         GUARD_REQUESTS: "set",
         CANCELS: "zset",
         BATCHES: "zset",
+        BATCH_LEASES: "zset",
     }
     EXPECTED_PREFIX_TYPES = {
         QUEUE_PREFIX: "list",

@@ -1,5 +1,5 @@
 """The poller thread: due scheduled and retry entries onto their queues, orphan recovery, the key
-guard, and retries of deferred settles and lock releases.
+guard, retries of deferred settles and lock releases, and batch holds whose lease lapsed.
 
 A failed poll is reported (once per outage) and tried again next interval: the thread never dies.
 The interval is randomised so that N processes don't poll in lockstep. A wrong-type key met by any
@@ -103,6 +103,7 @@ class Poller:
         if not self._quiet():
             self._guarded("Scheduler", self.enqueue_due)
         self._guarded("Lock release", self._locks.retry_deferred)
+        self._guarded("Batch holds", self._lapse_batch_holds)
         for task in self._extra_tasks:
             self._guarded(getattr(task, "__qualname__", "task"), task)
 
@@ -158,6 +159,13 @@ class Poller:
         file_unsettled(self._client, self._scripts, self._settings, self._locks)
         self._next_orphan_check = now + self._settings.orphan_check_interval_s
         return None
+
+    def _lapse_batch_holds(self) -> object:
+        """Release the batch holds whose lease lapsed: their block's process died, or lost Redis for
+        longer than the lease (api/batch_holds.py). One ZRANGEBYSCORE when none did."""
+        from cogworker.api import batch_holds  # loaded on the first poll, not at start-up
+
+        return batch_holds.lapse_due(self._client, self._settings.batch_ttl_s)
 
     def enqueue_due(self) -> int:
         """Move every due entry of the schedule and retry sets to its queue; returns how many."""

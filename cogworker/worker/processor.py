@@ -88,7 +88,8 @@ def process(
     # cogworker.current_job(); a cancel this process knows of, or learns of while it runs, flags it.
     current, token = current_job.begin(jid, work.queue, job["class"])
     try:
-        run_server_chain(job, lambda: _perform(job, work, allowed, run_async, current, kept, limits))
+        owner = settler.in_progress_key
+        run_server_chain(job, lambda: _perform(job, work, allowed, run_async, current, kept, limits, owner))
     except current_job.JobCancelled:
         elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
         _end_unrun(work, job, "cancelled", settler, stats, elapsed_ms=elapsed_ms)
@@ -237,6 +238,7 @@ def _perform(
     current: CurrentJob,
     kept: list[str] | None,
     limits: TimeLimits | None,
+    owner: str,
 ) -> None:
     """Inside the server chain, so middleware sees a job that can't be imported fail like any other
     (and an async job's coroutine is created, and run, in the context the middleware set up).
@@ -252,7 +254,7 @@ def _perform(
         args, kwargs = found.typed.load(args, kwargs)
     # Only a batch member loads batches, only a limited job the limiters (api/batch.py,
     # api/limit_jobs.py: passed before the body, held around it).
-    member = _as_member(job) if "bid" in job else contextlib.nullcontext()
+    member = _as_member(job, owner) if "bid" in job else contextlib.nullcontext()
     limit = found.options.get("limit")
     held = _limiter_for(limit, args, kwargs) if limit is not None else contextlib.nullcontext()
     with member, held:  # cogworker.current_batch() is the member's batch
@@ -288,10 +290,12 @@ def _call(
     return value
 
 
-def _as_member(job: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
+def _as_member(job: dict[str, Any], owner: str) -> contextlib.AbstractContextManager[Any]:
+    """The member's batch for `current_batch()`; a block on it holds it for this run, owned by
+    `owner` (this process's in-progress list, which recovery requeues the run from)."""
     from cogworker.api.batch import as_member
 
-    return as_member(job)
+    return as_member(job, owner)
 
 
 def _limiter_for(

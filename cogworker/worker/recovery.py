@@ -115,6 +115,7 @@ class Recovery:
         (kind, name) pairs it named for them."""
         s = self._settings
         job_key_list, job_key_args = declared.keys_and_args()
+        batch_key_list, batch_key_args = declared.batch_keys_and_args()
         reply: list[Any] = self._scripts.run(
             "requeue",
             [
@@ -126,6 +127,7 @@ class Recovery:
                 keys.LIVE_QUEUES,
                 keys.CANCELS,
                 *job_key_list,
+                *batch_key_list,
             ],
             [
                 DEFAULT_QUEUE,
@@ -140,6 +142,7 @@ class Recovery:
                 suspect_at(s.max_orphanings),
                 "1" if shared else "",
                 *job_key_args,
+                *batch_key_args,
             ],
             client=self._client,
         )

@@ -77,6 +77,38 @@ def spawns(tag: str, count: int) -> None:
     _finished(current.bid, tag)
 
 
+def _wait_for_release(seconds: float) -> None:
+    client = _redis()
+    deadline = time.monotonic() + seconds
+    while not client.exists("test:release") and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+@job(retry=False)
+def adds_then_blocks(tag: str) -> None:
+    """Adds a member to its own batch; its first run then stays inside the block (up to two minutes,
+    or until `test:release`) for a test to kill its worker there. A later run adds and ends."""
+    current = cogworker.current_batch()
+    assert current is not None
+    client = _redis()
+    run = client.incr(f"test:tries:{tag}")
+    with current.jobs():
+        current.add(ok, f"{tag}-child-{run}")
+        client.rpush("test:started", f"{tag}:{os.getpid()}")
+        if run == 1:
+            _wait_for_release(120)
+    _finished(current.bid, tag)
+
+
+def hold_open(label: str) -> None:
+    """An app's process (`python -c`): opens a batch, pushes one member, records the bid in
+    `test:app-bid` and stays inside the block until `test:release` (or two minutes)."""
+    with cogworker.batch(label, on_success=on_success, on_complete=on_complete, callback_args=(label,)) as b:
+        ok.perform_async(f"{label}-1")
+        _redis().set("test:app-bid", b.bid)
+        _wait_for_release(120)
+
+
 @job(retry=False)
 def gated(tag: str) -> None:
     """Waits for `test:go` (set once every gated member has started), so members end together."""

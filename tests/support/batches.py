@@ -4,11 +4,15 @@ callbacks that ran, and the check that each ran exactly once and never before it
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
 from typing import Any
 
 import redis
 
+from tests.support.redis_server import wait_until
 from tests.support.workers import Worker
 
 # Workers read the members' queue and the callbacks' queue; the poller moves retries quickly.
@@ -58,3 +62,26 @@ def stop_all(*workers: Worker) -> None:
         worker.identity(timeout=60)
     for worker in workers:
         assert worker.stop() == 0, worker.log_text()[-2000:]
+
+
+def app_holding_a_batch(redis_url: str, label: str, lease_s: float) -> tuple[subprocess.Popen[bytes], str]:
+    """An app's process inside `with cogworker.batch(label)` (batch_jobs.hold_open) with a lease of
+    `lease_s`, once it pushed its member: the process and the batch's bid."""
+    env = {**os.environ, "COGWORKER_REDIS_URL": redis_url, "COGWORKER_BATCH_HOLD_LEASE_S": str(lease_s)}
+    code = f"import batch_jobs; batch_jobs.hold_open({label!r})"
+    app = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        wait_until(lambda: client.exists("test:app-bid"), timeout=30, message="the app opened its batch")
+        return app, str(client.get("test:app-bid"))
+    finally:
+        client.close()
+
+
+def stuck_batch(redis_url: str, label: str) -> str:
+    """A batch held by an app's process that was SIGKILLed inside its block, with a lease far longer
+    than any test: only `cogworker batch release` lets it complete. Its one member is queued."""
+    app, bid = app_holding_a_batch(redis_url, label, 3600)
+    app.kill()
+    app.wait(timeout=10)
+    return bid

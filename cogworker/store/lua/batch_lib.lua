@@ -22,10 +22,16 @@
 --
 -- A member counts once: it is counted when SREM takes it off its pending set, which happens at most
 -- once per jid, so a member run twice after a crash, or retried and then successful, counts once. A
--- batch completes only when no `with` block holds it (holds = 0) and its pending set is empty; the
+-- batch completes only when no block holds it (holds = 0) and its pending set is empty; the
 -- HSETNX of completed_at makes that decision once, so its callbacks are pushed exactly once. A
 -- callback becomes a member of the parent batch (in the same step), so a parent completes only
 -- after its children and their callbacks.
+--
+-- Each hold is a field of the batch's hash, "hold:<name>", and `holds` counts them (docs/architecture.md
+-- "Batch holds"): "hold:run:<jid>" is a member run's hold on its own batch (its value the in-progress
+-- list the run is on), released by whatever ends that run; "hold:lease:<token>" is any other block's,
+-- its value the lease's expiry. A member's end (ok, failed, dead) releases its run's hold here, in the
+-- step that records the end; a block's own release is batch_close.lua's.
 
 local function batch_levels(kb, ab)
   local levels = tonumber(ARGV[ab + 6])
@@ -58,6 +64,18 @@ end
 
 local function count_of(hash, field)
   return tonumber(redis.call("HGET", hash, field) or "0") or 0
+end
+
+-- Let go of the hold `field` ("hold:<name>") on the batch `hash`: true when it was held. A hold
+-- released twice (a lost reply, a run ended after its block closed) changes nothing the second time.
+local function batch_release(hash, field)
+  if redis.call("HDEL", hash, field) == 0 then
+    return false
+  end
+  if count_of(hash, "holds") > 0 then
+    redis.call("HINCRBY", hash, "holds", -1)
+  end
+  return true
 end
 
 -- Push the batch's callback of this kind, if it has one: onto its queue, as a member of the parent
@@ -105,16 +123,22 @@ local function batch_run(kb, ab)
   for level = 1, levels do
     local hash, pending, failures = KEYS[kb + 1 + 3 * level], KEYS[kb + 2 + 3 * level], KEYS[kb + 3 + 3 * level]
     if outcome == "close" then
-      if redis.call("EXISTS", hash) == 0 or count_of(hash, "holds") <= 0 then
+      -- batch_close.lua released a hold before calling: only the decision is left.
+      if redis.call("EXISTS", hash) == 0 then
         return
       end
-      redis.call("HINCRBY", hash, "holds", -1)
     else
-      if redis.call("SREM", pending, member) == 0 then
+      -- The member's run ends here: its hold on its own batch (a block it never closed) goes too.
+      local run_hold = "hold:run:" .. member  -- not a key: a hash field
+      local released = level == 1 and member ~= "" and batch_release(hash, run_hold)
+      local counted = redis.call("SREM", pending, member) == 1
+      if not counted and not released then
         return  -- counted before (a second run), or not a member: nothing changes
       end
-      redis.call("HINCRBY", hash, "done", 1)
-      if outcome ~= "ok" then
+      if counted then
+        redis.call("HINCRBY", hash, "done", 1)
+      end
+      if counted and outcome ~= "ok" then
         redis.call("HINCRBY", hash, "failed", 1)
         if outcome == "dead" then
           redis.call("HINCRBY", hash, "dead", 1)

@@ -31,13 +31,16 @@
 -- ARGV[12..15]  nq, nc, nl, nd
 -- ARGV[16..]    the names the declared keys belong to, in KEYS order: queue names, jids, entry
 --          names, payload digests
+-- then nb, and nb bids: the hashes of batches whose members are on the list, declared in KEYS after
+--          the others (a member's run that ends here releases its hold on its own batch; a member
+--          whose batch was not declared is left like any job, its need named "batch")
 -- Returns {moved, failed, n, m, c, left, u, s, <n queue names no live process reads>..., <m keys of
 -- the wrong type>..., <c raw jobs cancelled>..., <u needs as kind, name pairs>..., <raw jobs filed in
 -- dead>...}, or {-1, 0, 0, 0, 0, 0, 0, 0} when the owner turned out to be alive. `s` of the `moved`
 -- went to suspects lists. A job whose queue, suspects list, orphan counter or dead set has the wrong
 -- type is kept on the list (failed) and that key named, for the key guard. A job needing a key the
 -- caller didn't declare (the list changed after it read it) is left on the list untouched (left),
--- and what it needs named ("queue"/"counter"/"lock"/"digest", name) for the caller's next pass. A
+-- and what it needs named ("queue"/"counter"/"lock"/"digest"/"batch", name) for the caller's next pass. A
 -- job `cogworker.cancel` was asked for (its jid in the cancel record) is taken off the list and
 -- returned, not requeued: it was cancelled while its process was dying, and must not run again (the
 -- caller counts it and releases its locks).
@@ -60,7 +63,7 @@ end
 
 -- name -> its declared key, for each kind. Keys are only ever looked up here, never built. A
 -- queue's suspects list is declared right after the queue's key.
-local declared = {queue = {}, suspects = {}, counter = {}, lock = {}, digest = {}}
+local declared = {queue = {}, suspects = {}, counter = {}, lock = {}, digest = {}, batch = {}}
 do
   local k, a = 8, 16
   for i, kind in ipairs({"queue", "counter", "lock", "digest"}) do
@@ -73,8 +76,11 @@ do
       k, a = k + 1, a + 1
     end
   end
+  for i = 1, tonumber(ARGV[a] or "0") do
+    declared.batch[ARGV[a + i]] = KEYS[k + i - 1]
+  end
 end
-local needs = {queue = {}, counter = {}, lock = {}, digest = {}}
+local needs = {queue = {}, counter = {}, lock = {}, digest = {}, batch = {}}
 local counting = ARGV[4] ~= ""
 local suspect_at = tonumber(ARGV[10])
 -- Alone: the list held one job when the process died. A list an earlier pass already took jobs from
@@ -119,6 +125,32 @@ local function read_job(job)
     end
   end
   return queue, jid, pname
+end
+
+-- The declared hash of the batch the job is a member of, false when it is none, or nil (noted in
+-- needs) when the caller did not declare it. store/job_keys.py reads `bid` the same way.
+local function member_batch(job, jid)
+  if not jid or not string.find(job, '"bid"', 1, true) then return false end
+  local ok, decoded = pcall(cjson.decode, job)
+  local bid = ok and type(decoded) == "table" and decoded["bid"]
+  if type(bid) ~= "string" then return false end
+  if not declared.batch[bid] then
+    needs.batch[bid] = true
+    return nil
+  end
+  return declared.batch[bid]
+end
+
+-- The run ends here (its process died inside a block on its own batch, or is stopping with the job
+-- still in it): its hold on the batch goes, unless a later run took it over. The member is still
+-- pending, so nothing is decided: its next run's end decides (docs/architecture.md "Batch holds").
+local function release_run_hold(hash, jid)
+  local field = "hold:run:" .. jid  -- not a key: a hash field
+  if redis.pcall("HGET", hash, field) ~= KEYS[1] then return end  -- none, another run's, or wrong type
+  redis.call("HDEL", hash, field)
+  if (tonumber(redis.call("HGET", hash, "holds") or "0") or 0) > 0 then
+    redis.call("HINCRBY", hash, "holds", -1)
+  end
 end
 
 -- The declared keys a job needs, or nil after noting each one missing. Its orphan counter is keyed
@@ -200,6 +232,8 @@ for _ = 1, count do
   if not job then break end
   local queue, jid, pname = read_job(job)
   local found = keys_for(job, queue, jid, pname)
+  local hold = member_batch(job, jid)
+  if hold == nil then found = nil end
   local outcome
   local counted = false
   if not found then
@@ -231,6 +265,7 @@ for _ = 1, count do
       unlisted[queue] = true
     end
   end
+  if hold and outcome ~= nil and outcome ~= "left" then release_run_hold(hold, jid) end
   redis.call("LPOP", KEYS[1])
 end
 
@@ -244,7 +279,7 @@ for key in pairs(wrong) do
   reply[4] = reply[4] + 1
 end
 for _, job in ipairs(cancelled) do reply[#reply + 1] = job end
-for _, kind in ipairs({"queue", "counter", "lock", "digest"}) do
+for _, kind in ipairs({"queue", "counter", "lock", "digest", "batch"}) do
   for name in pairs(needs[kind]) do
     reply[#reply + 1] = kind
     reply[#reply + 1] = name

@@ -17,6 +17,7 @@ from cogworker.settings import Settings
 from cogworker.store import keys
 from cogworker.worker.settle import Settler
 from tests.support import components
+from tests.support.batches import stuck_batch
 from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
 from tests.support.redis_server import RedisServer
 
@@ -81,3 +82,22 @@ def test_batch_show_as_the_first_command(
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["pending"] == 1
+
+
+def test_release_frees_a_batch_held_by_a_killed_app_and_a_second_release_changes_nothing(
+    r: redis.Redis, redis_server: RedisServer, cli: CLI
+) -> None:
+    bid = stuck_batch(redis_server.url, "stuck")
+    shown = cli("batch", "show", bid)
+    assert "open: 1 block(s) still pushing" in shown.out and "held by a block's lease" in shown.out
+    done = cli("batch", "release", bid)
+    assert done.code == 0, done.err
+    # Its member has not run (no worker here): the batch waits for it, held by nothing.
+    assert done.out.strip() == f"batch {bid}: released 1 hold(s); now running"
+    assert r.hget(keys.batch(bid), "holds") == "0" and r.zcard(keys.BATCH_LEASES) == 0
+    # Run again, as after a lost reply: nothing more is released.
+    again = cli("batch", "release", bid, "--json")
+    assert again.code == 0
+    assert again.json() == {"bid": bid, "found": True, "released": 0, "state": "running"}
+    unknown = cli("batch", "release", "0" * 24)
+    assert unknown.code == 1 and "not found" in unknown.out
