@@ -137,3 +137,24 @@ def test_under_the_swarm_only_the_pills_end_in_dead(
     killed = swarm.supervisor_events("child_exited", signal="SIGKILL")
     assert len(killed) == len([t for t in tags(r, "test:started") if t.startswith("pill")])
     assert swarm.stop() == 0
+
+
+def test_a_pill_without_a_jid_ends_in_dead(r: redis.Redis, configured: object, workers: WorkerPool) -> None:
+    """Counted by the digest of its bytes: before, a payload without a jid was requeued uncounted, and
+    killed a worker for ever."""
+    pill = json.dumps({"class": "demo_jobs.kill_me", "args": ["nojid"], "kwargs": {}, "queue": "default"})
+    r.lpush(keys.queue("default"), pill)
+    workers.start(COGWORKER_QUEUES="other", **QUICK)
+    for death in range(MAX_ORPHANINGS + 1):
+        victim = workers.start(COGWORKER_CONCURRENCY="4", **QUICK)
+        assert victim.proc.wait(timeout=60) == -signal.SIGKILL, victim.log_text()
+        wait_until(
+            lambda: not r.keys(keys.IN_PROGRESS_PREFIX + "*"), timeout=30, message=f"death {death} recovered"
+        )
+    [entry] = wait_until(
+        lambda: [e for e in dead_entries(r) if "error_class" in e], timeout=30, message="the pill's entry"
+    )
+    assert entry["error_class"] == "cogworker.ProcessDied" and "jid" not in entry
+    assert tags(r, "test:started") == ["nojid"] * (MAX_ORPHANINGS + 1)
+    assert r.keys(keys.ORPHANINGS_RAW_PREFIX + "*") == []  # deleted with the burial
+    assert r.llen(keys.queue("default")) == 0 and r.llen(keys.suspects("default")) == 0
