@@ -42,6 +42,7 @@ LAST_BEAT: str
 LIVE_QUEUES: str
 ORPHANINGS_PREFIX: str
 UNSETTLED: str
+HANDED_OVER_PREFIX: str
 QUARANTINE_PREFIX: str
 GUARD_REQUESTS: str
 STAT_PROCESSED: str
@@ -80,6 +81,7 @@ def use_prefix(prefix: str) -> None:
     global CHAIN_PREFIX
     global BATCHES, BATCH_PREFIX, BATCH_PENDING_PREFIX, BATCH_FAILURES_PREFIX
     global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL, LIMITER_PREFIX
+    global HANDED_OVER_PREFIX
     global EXPECTED_TYPES, EXPECTED_PREFIX_TYPES
     PREFIX = prefix
     QUEUE_PREFIX = prefix + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
@@ -101,6 +103,9 @@ def use_prefix(prefix: str) -> None:
     LIVE_QUEUES = prefix + "live-queues"  # zset: queue -> last time a live process said it reads it
     ORPHANINGS_PREFIX = prefix + "orphanings:"  # string per jid: times its process died running it
     UNSETTLED = prefix + "unsettled"  # list: settles a stopping process could not file itself
+    # string per handover record (its SHA-1), an hour: written by the handover itself, so a handover
+    # whose reply was lost is known to have happened when it is sent again (worker/handover.py)
+    HANDED_OVER_PREFIX = prefix + "handed-over:"
     QUARANTINE_PREFIX = prefix + "quarantine:"  # anything moved aside for a human, with a TTL
     GUARD_REQUESTS = prefix + "key-guard:requests"  # set: keys some component found of the wrong type
     STAT_PROCESSED = prefix + "stat:processed"
@@ -155,6 +160,7 @@ def use_prefix(prefix: str) -> None:
         WORK_PREFIX: "hash",
         SIGNAL_PREFIX: "list",
         ORPHANINGS_PREFIX: "string",
+        HANDED_OVER_PREFIX: "string",
         UNIQUE_PREFIX: "string",
         STATUS_PREFIX: "hash",
         RESULT_PREFIX: "string",
@@ -199,6 +205,10 @@ def work(identity: str) -> str:
 
 def signals(identity: str) -> str:
     return SIGNAL_PREFIX + identity
+
+
+def handed_over(record_digest: str) -> str:
+    return HANDED_OVER_PREFIX + record_digest
 
 
 def orphanings(jid: str) -> str:

@@ -41,10 +41,12 @@ DRAIN_EVERY_S = 1.0
 
 @dataclass(slots=True)
 class Work:
-    """One fetched job: its queue's name and the payload exactly as stored (acks match on it)."""
+    """One fetched job: its queue's name and the payload exactly as stored (acks match on it), and
+    the run_id of the Redis it was fetched from ("" unknown: DirectConnection.run_id)."""
 
     queue: str
     raw: str
+    run_id: str = ""
 
 
 @dataclass(slots=True)
@@ -188,6 +190,11 @@ class Fetcher(Protocol):
 
     @property
     def wait_returns_job(self) -> bool: ...
+
+    @property
+    def run_id(self) -> str:
+        """The run_id of the Redis the fetch loop's connection is on ("" unknown)."""
+        ...
 
     def fetch(self, limit: int, acks: list[tuple[str, str]]) -> FetchResult: ...
 
