@@ -62,7 +62,7 @@ def flush_acks(fetcher: Fetcher, acks: Acks, deadline: float) -> int:
     """Send the finished jobs' acknowledgements still held, tried again until `deadline` (monotonic)
     while Redis doesn't answer; at least once. Returns how many are still unsent: their jobs stay on
     the in-progress list, and the requeue that follows (or orphan recovery) runs them again."""
-    may_have_run = False
+    tried = may_have_run = False
     wait = threading.Event()  # never set: an interruptible pause between tries
     while acks.pending_acks:
         taken = acks.take_acks()
@@ -70,7 +70,9 @@ def flush_acks(fetcher: Fetcher, acks: Acks, deadline: float) -> int:
             fetcher.fetch(0, taken)
         except Exception as exc:
             acks.return_acks(taken)
-            may_have_run = may_have_run or not never_sent(exc)
+            if not tried:
+                log.warning("final_acks_unanswered", count=len(taken), error=f"{type(exc).__name__}: {exc}")
+            tried, may_have_run = True, may_have_run or not never_sent(exc)
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -139,7 +141,7 @@ def _hand_over_one(
     listed, payload = on_list(in_progress, raw, keys.UNSETTLED)
     jid = filing.payload.get("jid")
     script_keys = [keys.UNSETTLED, listed, mark]
-    may_have_run = False
+    tried = may_have_run = False
     wait = threading.Event()  # never set: an interruptible pause between tries
     while True:
         try:
@@ -150,7 +152,9 @@ def _hand_over_one(
                 # key first), so nothing was handed over.
                 log.error("handover_failed", jid=jid, error=f"{type(exc).__name__}: {exc}")
                 return KEPT
-            may_have_run = may_have_run or not never_sent(exc)
+            if not tried:
+                log.warning("handover_unanswered", jid=jid, error=f"{type(exc).__name__}: {exc}")
+            tried, may_have_run = True, may_have_run or not never_sent(exc)
             left = deadline - time.monotonic()
             if left <= 0:
                 return UNKNOWN if may_have_run else KEPT
