@@ -24,6 +24,7 @@ BUILDERS = {
     "work": ("host:1:2",),
     "signals": ("host:1:2",),
     "orphanings": ("jid1",),
+    "handed_over": ("digest",),
     "stat_processed_day": ("2026-01-01",),
     "stat_failed_day": ("2026-01-01",),
     "stat": ("expired",),
