@@ -43,8 +43,9 @@ RETRY_PAUSE_S = 0.2
 # What became of one handover.
 HANDED = "handed"  # on cogworker:unsettled (confirmed by its reply, or by its mark)
 REQUEUED = "requeued"  # no longer on our list: orphan recovery requeued it, another process runs it
-KEPT = "kept"  # known not handed over: it stays on the in-progress list and runs again
-UNKNOWN = "unknown"  # no reply by the deadline, and a call may have run: one or the other, not both
+KEPT = "kept"  # Redis answered that it wrote nothing (a wrong-type key, an error): it runs again
+UNREACHED = "unreached"  # no try reached Redis by the deadline: known not handed over, it runs again
+UNKNOWN = "unknown"  # no reply by the deadline, and a try may have run: one or the other, not both
 
 
 class Acks(Protocol):
@@ -111,15 +112,16 @@ def hand_over(
         if unreachable:
             # Redis did not answer by the deadline: the rest are not sent (known not handed over),
             # rather than each waiting out its own timeout.
-            outcomes[KEPT] += 1
+            outcomes[UNREACHED] += 1
             continue
         outcome = _hand_over_one(client, scripts, in_progress, raw, filing, deadline)
         outcomes[outcome] += 1
-        unreachable = outcome in (KEPT, UNKNOWN) and time.monotonic() >= deadline
-    if outcomes[KEPT]:
+        unreachable = outcome in (UNREACHED, UNKNOWN)
+    left = outcomes[KEPT] + outcomes[UNREACHED]
+    if left:
         log.error(
             "unsettled_jobs_left_in_progress",
-            count=outcomes[KEPT],
+            count=left,
             note="not handed over (Redis refused or was unreachable): they stay on the in-progress "
             "list and will run again",
         )
@@ -130,7 +132,7 @@ def hand_over(
             note="Redis did not answer by the stop deadline: each job is either on cogworker:unsettled "
             "(another process files it) or still on the in-progress list (it runs again), never both",
         )
-    return outcomes[KEPT] + outcomes[UNKNOWN]
+    return left + outcomes[UNKNOWN]
 
 
 def _hand_over_one(
@@ -157,7 +159,7 @@ def _hand_over_one(
             tried, may_have_run = True, may_have_run or not never_sent(exc)
             left = deadline - time.monotonic()
             if left <= 0:
-                return UNKNOWN if may_have_run else KEPT
+                return UNKNOWN if may_have_run else UNREACHED
             wait.wait(min(RETRY_PAUSE_S, left))
             continue
         wrong = key_guard.script_wrong_type(reply)
