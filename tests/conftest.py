@@ -20,6 +20,7 @@ from cogworker.settings import Settings, load_settings
 from cogworker.store import keys
 from tests.support.paths import APP_DIR, ROOT
 from tests.support.redis_server import RedisServer
+from tests.support.resp_proxy import RespProxy
 from tests.support.workers import WorkerPool
 
 # Test apps (job modules) live in tests/apps; child processes find them through PYTHONPATH.
@@ -59,6 +60,17 @@ def private_redis() -> Iterator[RedisServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def resp_proxy(private_redis: RedisServer) -> Iterator[RespProxy]:
+    """A fault-injecting proxy (tests/support/resp_proxy.py) in front of `private_redis`: point a
+    client or a worker at `resp_proxy.url`, arm faults on it, check the data on `private_redis`."""
+    proxy = RespProxy(private_redis.port)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
 
 
 @pytest.fixture
