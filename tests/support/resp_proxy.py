@@ -171,6 +171,10 @@ class RespProxy:
             self._server.close()
             for link in list(self._links):
                 link.close()
+            others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
             await self._server.wait_closed()
 
         if self._loop.is_running():

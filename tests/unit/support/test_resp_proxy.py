@@ -6,9 +6,11 @@ from __future__ import annotations
 import hashlib
 import socket
 
+import demo_jobs  # type: ignore[import-not-found]
 import pytest
 import redis
 
+from cogworker.api import client as cw_client
 from cogworker.settings import load_settings
 from cogworker.store import scripts
 from cogworker.store.batch_scripts import text as batch_text
@@ -16,6 +18,7 @@ from cogworker.store.connection import connect
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.resp_proxy import RespProxy
 from tests.support.resp_wire import encode_command
+from tests.support.workers import WorkerPool
 
 
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
@@ -199,3 +202,18 @@ def test_kick_closes_every_connection(resp_proxy: RespProxy) -> None:
     assert client.ping()
     resp_proxy.kick()
     assert client.ping()
+
+
+def test_a_worker_and_a_client_work_through_the_proxy(
+    resp_proxy: RespProxy, private_redis: RedisServer, workers: WorkerPool
+) -> None:
+    """The traffic of a real `cogworker run` (its fetch script, pub/sub wake-ups, heartbeats) and of
+    the job API passes through, and the scripts it runs are named."""
+    cw_client.configure(load_settings(redis_url=resp_proxy.url))
+    worker = workers.start(resp_proxy.url)
+    assert demo_jobs.record.perform_async("through") is not None
+    direct = private_redis.client()
+    wait_until(lambda: direct.lrange("test:ran", 0, -1), timeout=60, message="the job to run")
+    ran = {name for _, _, names in resp_proxy.forwarded for name in names}
+    assert "fetch" in ran
+    assert worker.stop() == 0
