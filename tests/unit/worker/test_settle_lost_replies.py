@@ -107,6 +107,22 @@ def test_a_dead_filing_whose_reply_was_lost_releases_its_unique_claim_when_sent_
     assert r.zcard(keys.DEAD) == 1 and r.get(keys.STAT_FAILED) == "1" and r.llen(keys.DEATHS) == 1
 
 
+def test_with_basic_fetch_a_filing_whose_reply_was_lost_is_written_and_counted_once(
+    resp_proxy: RespProxy, private_redis: RedisServer
+) -> None:
+    """Basic fetch keeps no list to gate a second call on: the entry the first one wrote is the gate."""
+    settler, _ = settler_for(resp_proxy.url)
+    settler.use_basic_fetch()
+    r = private_redis.client()
+    raw, claim = fetched_unique(r, "basic")
+    r.delete(keys.in_progress(ME))  # popped by BRPOP: on no list
+    resp_proxy.lose_reply(script="settle")
+    assert settler.file(raw, dead_filing(raw)) is False
+    settler.retry_pending()
+    assert settler.pending_filings == 0 and r.exists(claim) == 0
+    assert r.zcard(keys.DEAD) == 1 and r.get(keys.STAT_FAILED) == "1" and r.llen(keys.DEATHS) == 1
+
+
 def test_a_dead_filing_dropped_unsent_is_filed_when_sent_again_and_releases_its_claim(
     resp_proxy: RespProxy, private_redis: RedisServer
 ) -> None:
