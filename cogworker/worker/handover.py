@@ -30,6 +30,7 @@ from cogworker import codec
 from cogworker.api.retry import Filing, encoded
 from cogworker.store import key_guard, keys
 from cogworker.store.connection import is_unavailable, never_sent
+from cogworker.store.locks import Locks
 from cogworker.store.scripts import Scripts
 from cogworker.worker.fetch import Fetcher, digest, on_list
 
@@ -43,6 +44,7 @@ RETRY_PAUSE_S = 0.2
 # What became of one handover.
 HANDED = "handed"  # on cogworker:unsettled (confirmed by its reply, or by its mark)
 REQUEUED = "requeued"  # no longer on our list: orphan recovery requeued it, another process runs it
+FILED = "filed"  # no longer on our list: filed by a settle whose reply was lost (its entry is there)
 KEPT = "kept"  # Redis answered that it wrote nothing (a wrong-type key, an error): it runs again
 UNREACHED = "unreached"  # no try reached Redis by the deadline: known not handed over, it runs again
 UNKNOWN = "unknown"  # no reply by the deadline, and a try may have run: one or the other, not both
@@ -97,15 +99,16 @@ def handover_record(filing: Filing, text: str) -> str:
 
 
 def hand_over(
-    client: redis.Redis,
-    scripts: Scripts,
+    via: tuple[redis.Redis, Scripts, Locks],
     in_progress: str,
     pending: list[tuple[str, Filing]],
     deadline: float,
 ) -> int:
     """Hand `pending` ((raw payload as fetched, filing) pairs) over, each tried again until
     `deadline` (monotonic) while Redis doesn't answer. Returns how many are not known to be handed
-    over (kept, or their outcome unknown)."""
+    over (kept, or their outcome unknown). A dead filing found already made has its locks released,
+    as when it is filed."""
+    client, scripts, locks = via
     outcomes: Counter[str] = Counter()
     unreachable = False
     for raw, filing in pending:
@@ -116,6 +119,8 @@ def hand_over(
             continue
         outcome = _hand_over_one(client, scripts, in_progress, raw, filing, deadline)
         outcomes[outcome] += 1
+        if outcome == FILED and filing.dead:
+            locks.release_terminal(filing.payload)
         unreachable = outcome in (UNREACHED, UNKNOWN)
     left = outcomes[KEPT] + outcomes[UNREACHED]
     if left:
@@ -138,7 +143,8 @@ def hand_over(
 def _hand_over_one(
     client: redis.Redis, scripts: Scripts, in_progress: str, raw: str, filing: Filing, deadline: float
 ) -> str:
-    record = handover_record(*encoded(filing, raw))
+    filing, text = encoded(filing, raw)
+    record = handover_record(filing, text)
     mark = keys.handed_over(digest(record))
     listed, payload = on_list(in_progress, raw, keys.UNSETTLED)
     jid = filing.payload.get("jid")
@@ -168,8 +174,23 @@ def _hand_over_one(
             key_guard.request(client, wrong)
             return KEPT
         if reply == 0:
-            log.info("handover_skipped_requeued_job", jid=jid, note="requeued while silent: run elsewhere")
-            return REQUEUED
+            return _off_the_list(client, filing, text, jid)
         if reply == 2:
             log.info("handover_confirmed_after_lost_reply", jid=jid)
         return HANDED
+
+
+def _off_the_list(client: redis.Redis, filing: Filing, text: str, jid: Any) -> str:
+    """The job is no longer on our list: requeued by orphan recovery, or filed by an earlier settle
+    of ours whose reply was lost (then its entry is in its set: the filed text is that failure's own)."""
+    try:
+        found = client.zscore(filing.set_key, text) is not None
+    except redis.RedisError:
+        found = False  # unknown: what the list says stands
+    if found:
+        log.info(
+            "handover_not_needed_filed_before", jid=jid, note="a settle whose reply was lost had filed it"
+        )
+        return FILED
+    log.info("handover_skipped_requeued_job", jid=jid, note="requeued while silent: run elsewhere")
+    return REQUEUED

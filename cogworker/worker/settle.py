@@ -354,4 +354,5 @@ class Settler:
                 note="Redis is unreachable: their results were not written, so they will run again",
             )
         items = [(item.raw, item.filing) for item in pending]
-        return hand_over(self._client, self._scripts, self._in_progress, items, deadline) + unwritten
+        left = hand_over((self._client, self._scripts, self._locks), self._in_progress, items, deadline)
+        return left + unwritten

@@ -173,6 +173,21 @@ def test_a_handover_whose_reply_is_lost_is_sent_again_and_said_to_have_happened(
     assert r.llen(keys.in_progress(ME)) == 0
 
 
+def test_a_filing_whose_reply_was_lost_is_found_made_at_the_handover_and_its_claim_released(
+    resp_proxy: RespProxy, private_redis: RedisServer
+) -> None:
+    settler, _ = settler_for(resp_proxy.url)
+    r = private_redis.client()
+    raw, claim = fetched_unique(r, "made")
+    resp_proxy.lose_reply(script="settle")
+    assert settler.file(raw, dead_filing(raw)) is False  # it ran: filed, off the list
+    with capture_logs() as events:
+        assert settler.hand_over(time.monotonic() + 30) == 0
+    assert logged(events, "handover_not_needed_filed_before")
+    assert not logged(events, "handover_skipped_requeued_job")  # it was not requeued anywhere
+    assert r.llen(keys.UNSETTLED) == 0 and r.zcard(keys.DEAD) == 1 and r.exists(claim) == 0
+
+
 def test_a_handover_unanswered_at_the_deadline_is_logged_as_unknown_not_as_run_again(
     resp_proxy: RespProxy, private_redis: RedisServer
 ) -> None:
