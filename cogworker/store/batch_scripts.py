@@ -22,7 +22,7 @@ from cogworker.store.scripts import source
 
 # Where the batch layout starts after each filing script's own keys and arguments (with the dead
 # set's death notice, which a dead filing always has).
-_FILINGS = {"settle": (7, 9), "file_unsettled": (5, 6), "swap_dead": (3, 6)}
+_FILINGS = {"settle": (7, 10), "file_unsettled": (5, 6), "swap_dead": (3, 6)}
 
 _lock = threading.Lock()
 _scripts: dict[str, Script] = {}

@@ -90,3 +90,13 @@ def is_unavailable(exc: BaseException) -> bool:
         isinstance(exc, redis.ResponseError)
         and str(exc).startswith(("LOADING", "MASTERDOWN", "READONLY", "BUSY", "TRYAGAIN"))
     )
+
+
+def never_sent(exc: BaseException) -> bool:
+    """The command failed before Redis could have read it: the connection was never made (refused,
+    unreachable, or timed out connecting; redis-py names the connect in its message). Any other
+    failure, a timeout or a reset while waiting for the reply above all, may have come after Redis
+    ran it: what it wrote is then unknown until read back."""
+    return isinstance(exc, redis.ConnectionError | redis.TimeoutError) and (
+        "connecting to" in str(exc) or str(exc) == "Timeout connecting to server"
+    )

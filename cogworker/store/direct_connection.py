@@ -10,9 +10,12 @@ call raises, and the next call reconnects.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import redis
+
+_RUN_ID = re.compile(r"^run_id:([0-9a-f]+)", re.MULTILINE)
 
 
 class DirectConnection:
@@ -20,6 +23,11 @@ class DirectConnection:
         # Made by the client's pool, so it has the client's address, timeouts and decoding, but
         # not kept in it: nobody else may take it.
         self._conn: Any = client.connection_pool.make_connection()
+        # The run_id (INFO server) of the Redis this socket is connected to, read once per socket:
+        # a restart or a failover closes the socket, so every reply read on it came from that server.
+        # A settle compares it with the run_id it finds then (settle.lua): a different server may
+        # have lost the job's in-progress entry. "" when INFO is refused (an ACL) or not read yet.
+        self.run_id = ""
 
     def _connected(self) -> Any:
         """The connection, connected through its own connect(): redis-py's send_command connects a
@@ -38,8 +46,23 @@ class DirectConnection:
             stale = True
         if stale:
             conn.disconnect()
-        conn.connect()
+        if conn._sock is None:
+            conn.connect()
+            self.run_id = self._read_run_id(conn)
         return conn
+
+    @staticmethod
+    def _read_run_id(conn: Any) -> str:
+        try:
+            conn.send_command("INFO", "server")
+            info = conn.read_response()
+        except redis.ResponseError:
+            return ""  # refused (an ACL without INFO): the comparison is off, as before it existed
+        except BaseException:
+            conn.disconnect()
+            raise
+        found = _RUN_ID.search(info if isinstance(info, str) else "")
+        return found.group(1) if found else ""
 
     def call(self, *args: Any) -> Any:
         conn = self._connected()

@@ -44,6 +44,7 @@ LIVE_QUEUES: str
 ORPHANINGS_PREFIX: str
 ORPHANINGS_RAW_PREFIX: str
 UNSETTLED: str
+HANDED_OVER_PREFIX: str
 QUARANTINE_PREFIX: str
 GUARD_REQUESTS: str
 STAT_PROCESSED: str
@@ -85,6 +86,7 @@ def use_prefix(prefix: str) -> None:
     global CHAIN_PREFIX, SUSPECTS_PREFIX, ORPHANINGS_RAW_PREFIX
     global BATCHES, BATCH_LEASES, BATCH_PREFIX, BATCH_PENDING_PREFIX, BATCH_FAILURES_PREFIX
     global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL, LIMITER_PREFIX
+    global HANDED_OVER_PREFIX
     global EXPECTED_TYPES, EXPECTED_PREFIX_TYPES
     global PUSHED_PREFIX, CANCELLED_PREFIX
     PREFIX = prefix
@@ -111,6 +113,9 @@ def use_prefix(prefix: str) -> None:
     # string per SHA-1 of a payload without a jid: the same count, for a payload no jid names
     ORPHANINGS_RAW_PREFIX = prefix + "orphanings-raw:"
     UNSETTLED = prefix + "unsettled"  # list: settles a stopping process could not file itself
+    # string per handover record (its SHA-1), an hour: written by the handover itself, so a handover
+    # whose reply was lost is known to have happened when it is sent again (worker/handover.py)
+    HANDED_OVER_PREFIX = prefix + "handed-over:"
     QUARANTINE_PREFIX = prefix + "quarantine:"  # anything moved aside for a human, with a TTL
     GUARD_REQUESTS = prefix + "key-guard:requests"  # set: keys some component found of the wrong type
     STAT_PROCESSED = prefix + "stat:processed"
@@ -178,6 +183,7 @@ def use_prefix(prefix: str) -> None:
         SIGNAL_PREFIX: "list",
         ORPHANINGS_PREFIX: "string",
         ORPHANINGS_RAW_PREFIX: "string",
+        HANDED_OVER_PREFIX: "string",
         UNIQUE_PREFIX: "string",
         STATUS_PREFIX: "hash",
         RESULT_PREFIX: "string",
@@ -224,6 +230,10 @@ def work(identity: str) -> str:
 
 def signals(identity: str) -> str:
     return SIGNAL_PREFIX + identity
+
+
+def handed_over(record_digest: str) -> str:
+    return HANDED_OVER_PREFIX + record_digest
 
 
 def orphanings(jid: str) -> str:

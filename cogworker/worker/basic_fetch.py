@@ -88,6 +88,10 @@ class BasicFetch:
         return False
 
     @property
+    def run_id(self) -> str:
+        return ""  # its jobs are on no list: nothing Redis could lose of them is compared
+
+    @property
     def wait_returns_job(self) -> bool:
         return False
 

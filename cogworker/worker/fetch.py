@@ -43,11 +43,13 @@ DRAIN_EVERY_S = 1.0
 
 @dataclass(slots=True)
 class Work:
-    """One fetched job: its queue's name and the payload exactly as stored (acks match on it).
+    """One fetched job: its queue's name and the payload exactly as stored (acks match on it), and
+    the run_id of the Redis it was fetched from ("" unknown: DirectConnection.run_id).
     `suspect`: taken from the queue's suspects list, to run alone (recovery.py)."""
 
     queue: str
     raw: str
+    run_id: str = ""
     suspect: bool = False
 
 
@@ -186,6 +188,11 @@ class Fetcher(Protocol):
 
     @property
     def wait_returns_job(self) -> bool: ...
+
+    @property
+    def run_id(self) -> str:
+        """The run_id of the Redis the fetch loop's connection is on ("" unknown)."""
+        ...
 
     def fetch(self, limit: int, acks: list[tuple[str, str]]) -> FetchResult: ...
 

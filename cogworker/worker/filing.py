@@ -19,6 +19,27 @@ from cogworker.store.scripts import Scripts
 
 log = structlog.get_logger("cogworker.settle")
 
+# settle.lua's replies besides a wrong-type key: nothing filed (recovery took the job, NOT_LISTED);
+# filed now; filed by an earlier call whose reply was lost; filed though Redis had lost the job's
+# in-progress entry (a server that is not the one the job was fetched from).
+NOT_LISTED, FILED, ALREADY_FILED, FILED_THOUGH_LOST = 0, 1, 2, 3
+
+
+def settle_reply(reply: Any, jid: str, set_key: str) -> bool:
+    """Whether settle.lua's `reply` means the job is filed: by this call, or by an earlier call of the
+    same filing whose reply was lost (its locks are then released by the caller, as for any). A job
+    filed after Redis lost its in-progress entry is logged: the loss was Redis's, and the operator
+    learns which jobs were caught by this check."""
+    if reply == FILED_THOUGH_LOST:
+        log.warning(
+            "job_filed_after_redis_lost_it",
+            jid=jid,
+            set=set_key,
+            note="Redis is not the server the job was fetched from (restarted without its data, or "
+            "failed over) and had lost its in-progress entry: filed all the same",
+        )
+    return reply in (FILED, ALREADY_FILED, FILED_THOUGH_LOST)
+
 
 def file_unsettled(client: redis.Redis, scripts: Scripts, settings: SettingsFields, locks: Locks) -> int:
     """File the records stopping processes handed over. A record that can't be filed (not JSON, or

@@ -31,6 +31,7 @@ from cogworker.worker.cancelled import CancelWatch
 from cogworker.worker.command_pipe import CommandPipe
 from cogworker.worker.death_hooks import DeathHookRunner
 from cogworker.worker.fetch import Fetcher, server_supports_reliable
+from cogworker.worker.handover import flush_acks
 from cogworker.worker.heartbeat import Heartbeat
 from cogworker.worker.manager import Manager
 from cogworker.worker.poller import Poller
@@ -281,7 +282,10 @@ class Launcher:
         left = self.manager.stop(deadline)
         if left:
             log.warning("hard_shutdown", still_running=len(left), note="requeueing them: they will run again")
-        self.settler.hand_over()
+        # Both tried again until the deadline while Redis doesn't answer (handover.py), the
+        # acknowledgements last: right before the requeue, which would run their jobs again.
+        self.settler.hand_over(deadline)
+        flush_acks(self.manager.fetcher, self.settler, deadline)
         list_empty = True
         try:
             fetcher = self.manager.fetcher

@@ -355,7 +355,7 @@ class Manager(WaitTurnHandoff, AsyncHandoff, StuckThreads):
     def _enqueue(self, works: list[Work]) -> None:
         if not works:
             return
-        self.reconciler.hold(work.raw for work in works)
+        self.reconciler.hold(works)
         works, async_works = self._sort(works)
         self._hand_to_loop(async_works)
         with self._cond:

@@ -168,7 +168,7 @@ def _put_back(work: Work, job: dict[str, Any], exc: BaseException, settler: Sett
         limit_jobs.gave_up(job, exc, now)
         return False
     filing = limit_jobs.put_back(job, exc, now)
-    settler.file(work.raw, filing)
+    settler.file(work.raw, filing, work.run_id)
     stats.jobs.ended_unrun(work.queue, job["class"], "limited")
     log.info(
         "job_limited",
@@ -181,7 +181,7 @@ def _put_back(work: Work, job: dict[str, Any], exc: BaseException, settler: Sett
 
 def _file_unreadable(work: Work, settler: Settler, stats: Stats) -> None:
     filing = retry.unreadable(work.raw, work.queue, retry.unreadable_reason(work.raw))
-    settler.file(work.raw, filing)
+    settler.file(work.raw, filing, work.run_id)
     stats.failed += 1
     stats.jobs.add(work.queue, "cogworker.UnreadablePayload", 0.0, failed=True, dead=True)
     log.error(
@@ -211,9 +211,11 @@ def _file_failure(
         # Failed for good: its error is the result (a failure that will be retried writes none).
         record = results.failure_record(filing.payload)
         jid = str(job.get("jid") or "")
-        settler.after_result(work.raw, jid, record, result_ttl, lambda: settler.file(work.raw, filing))
+        settler.after_result(
+            work.raw, jid, record, result_ttl, lambda: settler.file(work.raw, filing, work.run_id)
+        )
     else:
-        settler.file(work.raw, filing)
+        settler.file(work.raw, filing, work.run_id)
     if filing.dead and "chain" in job:
         from cogworker.worker import chain_step
 

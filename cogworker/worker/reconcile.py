@@ -37,7 +37,7 @@ import structlog
 
 from cogworker import codec
 from cogworker.store.redis_context import RedisContext
-from cogworker.worker.fetch import Fetcher, Reconciled
+from cogworker.worker.fetch import Fetcher, Reconciled, Work
 from cogworker.worker.settle import Settler
 
 log = structlog.get_logger("cogworker.reconcile")
@@ -64,6 +64,7 @@ class Reconciler:
         # A leaf lock: nothing is called while it is held.
         self._lock = threading.Lock()
         self._held: Counter[str] = Counter()
+        self._run_ids: dict[str, str] = {}  # held payload -> run_id of the Redis it was fetched from
         self._thread_failed: Counter[str] = Counter()
         self._failures = 0  # failures that may have left an unknown entry on the list
         self._answered = 0  # ... of which the last successful reconcile ran after this many
@@ -71,10 +72,12 @@ class Reconciler:
         self._outages_seen = self._outages.started
 
     # The ledger -----------------------------------------------------------------------------
-    def hold(self, raws: Iterable[str]) -> None:
+    def hold(self, works: Iterable[Work]) -> None:
         """Fetched jobs this process now holds (call before anything can run or give them back)."""
         with self._lock:
-            self._held.update(raws)
+            for work in works:
+                self._held[work.raw] += 1
+                self._run_ids[work.raw] = work.run_id
 
     def release(self, raw: str) -> None:
         """A job no longer held here: finished (the settler has it), filed, or given back."""
@@ -85,6 +88,7 @@ class Reconciler:
         self._held[raw] -= 1
         if self._held[raw] <= 0:
             del self._held[raw]
+            self._run_ids.pop(raw, None)
 
     def lost_reply(self) -> None:
         """A command that may have moved jobs onto our list failed: what it did is unknown."""
@@ -126,7 +130,7 @@ class Reconciler:
         try:
             result = fetcher.reconcile(held.elements(), failed.elements(), self._settings.max_orphanings)
             if after_failure and fetcher.keeps_in_progress:
-                self._disown_requeued(fetcher.in_progress_key)
+                self._disown_requeued(fetcher.in_progress_key, fetcher.run_id)
         except Exception as exc:
             self._outages.report("Reconcile", exc)
             with self._lock:
@@ -145,12 +149,24 @@ class Reconciler:
         held.update(self._settler.holding())
         return held
 
-    def _disown_requeued(self, list_key: str) -> None:
-        """Held jobs missing from our list were requeued while we were declared dead: disowned."""
+    def _disown_requeued(self, list_key: str, run_id: str) -> None:
+        """Held jobs missing from our list were requeued while we were declared dead: disowned. Not
+        those fetched from a Redis that is not this one (`run_id`): it lost their entries with its
+        data, nobody requeued them, and their settles here are all that is left of them."""
         held = self._holding()
         if not held:
             return
         missing = held - Counter(str(raw) for raw in self._client.lrange(list_key, 0, -1))
+        lost = Counter({raw: n for raw, n in missing.items() if self._fetched_elsewhere(raw, run_id)})
+        if lost:
+            missing -= lost
+            log.warning(
+                "held_jobs_lost_with_redis_data",
+                count=sum(lost.values()),
+                jids=sorted({str((codec.loads_dict(raw) or {}).get("jid")) for raw in lost})[:20],
+                note="Redis is not the server these jobs were fetched from and has lost their "
+                "in-progress entries: settled from here all the same (a failure is filed in retry)",
+            )
         if not missing:
             return
         self._settler.disown(missing)
@@ -162,6 +178,12 @@ class Reconciler:
             "COGWORKER_ORPHAN_THRESHOLD_S and declared dead, so another process requeued them (they "
             "run twice), or Redis lost its data; they are neither acknowledged nor filed from here",
         )
+
+    def _fetched_elsewhere(self, raw: str, run_id: str) -> bool:
+        with self._lock:
+            fetched_from = self._run_ids.get(raw)
+        fetched_from = fetched_from or self._settler.run_id_of(raw)  # ended: a filing still to make
+        return bool(fetched_from and run_id and fetched_from != run_id)
 
     def _schedule_next(self, result: Reconciled, failures: int, failed: Counter[str]) -> None:
         now = time.monotonic()

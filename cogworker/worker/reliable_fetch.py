@@ -69,6 +69,8 @@ class ReliableFetch:
         # The BLMOVE's own connection: one wait turn at a time uses it (on a job thread).
         self._blocking_direct = DirectConnection(blocking_client)
         self._blocking_lock = threading.Lock()
+        # The run_id of the server the last script on the fetcher thread ran on (DirectConnection).
+        self._last_run_id = ""
         self._scripts = scripts
         self._spec = spec
         self._rng = random.Random()
@@ -122,8 +124,9 @@ class ReliableFetch:
         bad = [keys.queue_name(str(k)) for k in reply[4 : 4 + n_bad]]
         first = 4 + n_bad
         suspect = mode == 1
+        run_id = self._last_run_id
         works = [
-            Work(keys.queue_name(str(reply[i])), str(reply[i + 1]), suspect)
+            Work(keys.queue_name(str(reply[i])), str(reply[i + 1]), run_id=run_id, suspect=suspect)
             for i in range(first, len(reply), 2)
         ]
         if limit > 0:
@@ -144,15 +147,18 @@ class ReliableFetch:
         ack_wait = self._ack_wait if wait else None
         command = ack_wait.command_now() if ack_wait is not None else None
         if not self._direct_lock.acquire(blocking=False):
+            self._last_run_id = ""  # through the pool: which server answered is not known
             reply = self._scripts.run(name, script_keys, args, client=self._client)
             if ack_wait is not None and command is not None:
                 ack_wait.observe(self._client.execute_command(*command))  # type: ignore[no-untyped-call]
             return reply
         try:
             if ack_wait is None or command is None:
-                return self._scripts.run_direct(self._direct, name, script_keys, args)
-            reply, waited = self._scripts.run_direct_then(self._direct, name, script_keys, args, command)
-            ack_wait.observe(waited)
+                reply = self._scripts.run_direct(self._direct, name, script_keys, args)
+            else:
+                reply, waited = self._scripts.run_direct_then(self._direct, name, script_keys, args, command)
+                ack_wait.observe(waited)
+            self._last_run_id = self._direct.run_id
             return reply
         finally:
             self._direct_lock.release()
@@ -181,7 +187,8 @@ class ReliableFetch:
         raise_refused(move)
         # A paused set of the wrong type reads as not paused (the fetch script fails on it, and the key
         # guard moves it aside): raising here would forget a job already moved onto our list.
-        return Waited(Work(name, str(move)) if move is not None else None, paused=paused == 1)
+        work = Work(name, str(move), self._blocking_direct.run_id) if move is not None else None
+        return Waited(work, paused=paused == 1)
 
     def wait_for_wake(self, timeout_s: float) -> None:
         self._wake.wait(timeout_s)
@@ -246,6 +253,10 @@ class ReliableFetch:
         """Not while a suspect runs here or waits for our list to empty: a BLMOVE would take a job
         beside it. The manager then polls (COGWORKER_FETCH_IDLE_MAX_S) instead."""
         return self._mode == 0
+
+    @property
+    def run_id(self) -> str:
+        return self._direct.run_id
 
     @property
     def wait_returns_job(self) -> bool:

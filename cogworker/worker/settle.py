@@ -2,10 +2,14 @@
 retry/dead, with what happens when Redis is failing at that moment.
 
 A filing that fails is kept and retried; at shutdown it is handed to Redis (cogworker:unsettled)
-for another process to file. If even that fails, the job is still on this process's in-progress
-list, so recovery runs it again: a job is never lost, at worst it runs twice. A filing stopped by a
-key of the wrong type (settle.lua checks every key before it changes anything) is kept the same way,
-and the key guard is asked to move the key aside.
+for another process to file (handover.py). If even that fails, the job is still on this process's
+in-progress list, so recovery runs it again: a job is never lost, at worst it runs twice.
+
+A filing whose reply was lost is sent again: settle.lua files it once and says so (filing.py), and
+its locks are then released. A job whose list entry a restarted Redis lost is filed all the same.
+
+A filing stopped by a key of the wrong type (settle.lua checks every key before it changes anything)
+is kept the same way, and the key guard is asked to move the key aside.
 
 A process silent past COGWORKER_ORPHAN_THRESHOLD_S (a partition) is declared dead and its list
 requeued while it still runs those jobs. Back in touch, the reconciler finds the jobs it holds that
@@ -31,12 +35,12 @@ from cogworker import codec
 from cogworker.api import death, results
 from cogworker.api.retry import Filing, encoded, storable
 from cogworker.store import key_guard, keys, outcomes
-from cogworker.store.connection import is_unavailable
 from cogworker.store.redis_context import RedisContext
 
 # Filing helpers, in filing.py; file_unsettled and quarantine_head are imported from here too.
 from cogworker.worker.fetch import on_list
-from cogworker.worker.filing import death_notice, file_unsettled, quarantine_head, run_filing
+from cogworker.worker.filing import death_notice, file_unsettled, quarantine_head, run_filing, settle_reply
+from cogworker.worker.handover import hand_over, handover_record
 
 __all__ = [
     "PendingFiling",
@@ -58,6 +62,7 @@ WRONG_TYPE_REPORT_S = 10.0
 class PendingFiling:
     raw: str
     filing: Filing
+    run_id: str = ""  # of the Redis the job was fetched from (fetch.Work)
 
 
 @dataclass(slots=True)
@@ -220,26 +225,27 @@ class Settler:
         return True
 
     # Filings into retry/dead.
-    def file(self, raw: str, filing: Filing) -> bool:
+    def file(self, raw: str, filing: Filing, run_id: str = "") -> bool:
         """File now; on a Redis failure keep it for later. True when it was filed now. The payload is
         encoded first (retry.storable): a payload JSON can't hold is filed sanitised, never kept
-        and retried as if Redis had failed."""
+        and retried as if Redis had failed. `run_id`: the Redis the job was fetched from (Work)."""
         if self._drop(raw):
             return True
         filing = storable(filing, raw)
         try:
-            filed = self._file_now(raw, filing)
+            filed = self._file_now(raw, filing, run_id)
         except Exception as exc:
             self._report(exc)
             with self._lock:
-                self._pending.append(PendingFiling(raw, filing))
+                self._pending.append(PendingFiling(raw, filing, run_id))
             return False
         self._outages.recovered("Settle")
         if filed and filing.dead:
             self._locks.release_terminal(filing.payload)
         return True
 
-    def _file_now(self, raw: str, filing: Filing) -> bool:
+    def _file_now(self, raw: str, filing: Filing, run_id: str) -> bool:
+        """True when the job is filed: by this call, or by an earlier one whose reply was lost."""
         filing, text = encoded(filing, raw)
         day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
         dead = filing.dead
@@ -268,6 +274,7 @@ class Settler:
                 "1",
                 self._settings.dead_max_jobs if dead else 0,
                 time.time() - self._settings.dead_timeout_s,
+                run_id,
                 *notice_args,
             ],
             filing.payload if dead else {},
@@ -275,7 +282,7 @@ class Settler:
         wrong = key_guard.script_wrong_type(reply)
         if wrong is not None:
             raise key_guard.WrongTypeKey(wrong, None)
-        return bool(reply)
+        return settle_reply(reply, jid, filing.set_key)
 
     def _report(self, exc: Exception) -> None:
         if not isinstance(exc, key_guard.WrongTypeKey):
@@ -301,7 +308,7 @@ class Settler:
             pending, self._pending = self._pending, []
         for index, item in enumerate(pending):
             try:
-                filed = self._file_now(item.raw, item.filing)
+                filed = self._file_now(item.raw, item.filing, item.run_id)
             except Exception as exc:
                 self._report(exc)
                 with self._lock:
@@ -319,6 +326,11 @@ class Settler:
             count = len(self._pending) + len(self._pending_results)
         return count + (self._members.pending if self._members is not None else 0)
 
+    def run_id_of(self, raw: str) -> str:
+        """The run_id a kept filing's job was fetched from ("" when none is kept or it is unknown)."""
+        with self._lock:
+            return next((item.run_id for item in self._pending if item.raw == raw), "")
+
     def holding(self) -> list[str]:
         """Payloads still to settle here (acknowledgements not yet sent, filings not yet made): their
         jobs stay on the in-progress list until then, and a reconcile (reconcile.py) keeps them."""
@@ -329,9 +341,10 @@ class Settler:
         # list() copies the deque in one step under the GIL, safe against a job thread's append.
         return [raw for raw, _jid in list(self._acks)] + pending
 
-    def hand_over(self) -> int:
-        """At shutdown: give unfiled filings to Redis for another process. Returns how many remain.
-        A job whose result is still unwritten stays in progress: requeued, it runs again."""
+    def hand_over(self, deadline: float = 0.0) -> int:
+        """At shutdown: give unfiled filings to Redis for another process (handover.py), each tried
+        until `deadline` (monotonic; by default one try). Returns how many are not known to be handed
+        over. A job whose result is still unwritten stays in progress: requeued, it runs again."""
         with self._lock:
             pending, self._pending = self._pending, []
             unwritten, self._pending_results = len(self._pending_results), []
@@ -341,34 +354,6 @@ class Settler:
                 count=unwritten,
                 note="Redis is unreachable: their results were not written, so they will run again",
             )
-        left: list[PendingFiling] = []
-        for item in pending:
-            record = handover_record(*encoded(item.filing, item.raw))
-            listed, payload = on_list(self._in_progress, item.raw, keys.UNSETTLED)
-            try:
-                reply = self._scripts.run(
-                    "handover", [keys.UNSETTLED, listed], [record, payload], client=self._client
-                )
-                wrong = key_guard.script_wrong_type(reply)
-                if wrong is not None:
-                    raise key_guard.wrong_type_error(self._client, wrong)
-                if not reply:
-                    # Off our list: requeued while we were silent (handover.lua), run elsewhere.
-                    log.info("handover_skipped_requeued_job", jid=item.filing.payload.get("jid"))
-            except Exception as exc:
-                if not is_unavailable(exc):
-                    log.error("handover_failed", error=f"{type(exc).__name__}: {exc}")
-                left.append(item)
-        if left:
-            log.error(
-                "unsettled_jobs_left_in_progress",
-                count=len(left),
-                note="Redis is unreachable: they stay on the in-progress list and will run again",
-            )
-        return len(left) + unwritten
-
-
-def handover_record(filing: Filing, text: str) -> str:
-    """The JSON of {set, score, payload}, around the payload's text as already encoded (encoding it
-    again could only fail, where the filing's own encoding was made safe)."""
-    return f'{{"set":{codec.dumps(filing.set_key)},"score":{codec.dumps(filing.score)},"payload":{text}}}'
+        items = [(item.raw, item.filing) for item in pending]
+        left = hand_over((self._client, self._scripts, self._locks), self._in_progress, items, deadline)
+        return left + unwritten

@@ -92,10 +92,10 @@ class StuckThreads(abc.ABC):
             record = results.failure_record(filing.payload)
             jid = str(job.get("jid") or "")
             self._settler.after_result(
-                work.raw, jid, record, ttl, lambda: self._settler.file(work.raw, filing)
+                work.raw, jid, record, ttl, lambda: self._settler.file(work.raw, filing, work.run_id)
             )
         else:
-            self._settler.file(work.raw, filing)
+            self._settler.file(work.raw, filing, work.run_id)
         if filing.dead:
             try:
                 record_failed(self._settler.client, self._settings.status_ttl_s, filing.payload)

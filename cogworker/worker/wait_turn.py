@@ -102,7 +102,7 @@ class WaitTurnHandoff(abc.ABC):
                 self.reconciler.lost_reply()
         work = waited.work
         if work is not None:
-            self.reconciler.hold([work.raw])
+            self.reconciler.hold([work])
         with self._cond:
             self._queued -= 1
             self._turn_open = False

@@ -69,3 +69,15 @@ def to_file(path: str, tag: str, seconds: float = 0.0) -> None:
 def fail_later(seconds: float) -> None:
     time.sleep(seconds)
     raise RuntimeError("failed while Redis may be away")
+
+
+@job
+def when_file(gate: str, out: str, fail: bool = False) -> None:
+    """Runs until `gate` exists (the test says when, whatever Redis is doing), then appends a line to
+    `out` and, with `fail`, raises: a job that ends at a moment of the test's choosing."""
+    while not os.path.exists(gate):
+        time.sleep(0.02)
+    with open(out, "a") as sink:
+        sink.write(f"ran {os.getpid()}\n")
+    if fail:
+        raise RuntimeError("failed when told to")

@@ -5,14 +5,15 @@
 --
 -- KEYS, ARGV  the filing script's own (with its dead-set death notice), then the batch layout of
 --             batch_lib.lua with outcome "dead"
--- Returns what the filing script returns. The batch is recorded only when the job was filed (1):
--- a job recovery took is recorded by the copy that runs now.
+-- Returns what the filing script returns. The batch is recorded only when the job was filed now (1,
+-- or 3 for settle.lua's filing of a job whose in-progress entry Redis lost): a job recovery took is
+-- recorded by the copy that runs now, and a filing already made (2) was recorded with it.
 local wrong = batch_check(KB, AB)
 if wrong then
   return wrong
 end
 local filed = filing()
-if filed == 1 then
+if filed == 1 or filed == 3 then
   batch_run(KB, AB)
 end
 return filed

@@ -13,12 +13,16 @@
 -- ARGV[4]  "1" to count a failure, "0" not to
 -- ARGV[5]  dead-set cap: most entries kept (0 = no cap)
 -- ARGV[6]  dead-set cap: entries older than this score are trimmed
--- KEYS[6], ARGV[7], ARGV[8]  (only when filing in dead) cogworker:deaths, the death notice to push
+-- ARGV[7]  Redis's run_id (INFO server) on the connection that fetched the job; "" when unknown
+-- KEYS[6], ARGV[8], ARGV[9]  (only when filing in dead) cogworker:deaths, the death notice to push
 --          there, and how many notices that list keeps (see "Death notices and on_death hooks" in
 --          docs/architecture.md)
--- Returns 1 when filed, 0 when the job was no longer in progress (recovery took it: nothing filed,
--- so the job is not both requeued and filed), or {"wrongtype", key} when a key has the wrong type
--- (nothing changed: the job stays in progress and the caller files it again later).
+-- Returns 1 when filed; 2 when this filing was already made (an earlier call of the same filing
+-- whose reply was lost: nothing written again); 3 when filed although the job was not on the list,
+-- because Redis lost its entry (its run_id is not the one at fetch: restarted without the data, or a
+-- replica promoted without it); 0 when the job was no longer in progress (recovery took it: nothing
+-- filed, so the job is not both requeued and filed); or {"wrongtype", key} when a key has the wrong
+-- type (nothing changed: the job stays in progress and the caller files it again later).
 --
 -- Every key's type is checked before the job is taken off the list: Redis keeps what a script did
 -- before an error, so a removal followed by a failed ZADD would lose the job.
@@ -40,8 +44,27 @@ for _, want in ipairs(wanted) do
     return {"wrongtype", want[1]}
   end
 end
-if listed and redis.call("LREM", KEYS[1], -1, ARGV[1]) == 0 then
-  return 0
+local filed = 1
+if not listed then
+  -- No list to gate on (basic fetch): the entry an earlier call of this filing wrote is the gate.
+  if redis.call("ZSCORE", KEYS[2], ARGV[3]) then
+    return 2
+  end
+elseif redis.call("LREM", KEYS[1], -1, ARGV[1]) == 0 then
+  -- Not on the list. The entry an earlier call of this filing wrote says it already ran: the filed
+  -- text (jid, time of failure, error) is this failure's own. Only here, off the usual path.
+  if redis.call("ZSCORE", KEYS[2], ARGV[3]) then
+    return 2
+  end
+  -- A Redis that is not the one the job was fetched from lost the entry with its data: filing it
+  -- is the only way the failure is not lost (recovery never saw it). INFO refused (an ACL): unknown,
+  -- so nothing is filed, as when recovery took it.
+  local ok, info = pcall(redis.call, "INFO", "server")
+  local run_id = ok and type(info) == "string" and string.match(info, "run_id:(%x+)") or nil
+  if ARGV[7] == "" or run_id == nil or run_id == ARGV[7] then
+    return 0
+  end
+  filed = 3
 end
 redis.call("ZADD", KEYS[2], ARGV[2], ARGV[3])
 if ARGV[4] == "1" then
@@ -51,12 +74,12 @@ if ARGV[4] == "1" then
 end
 redis.call("DEL", KEYS[5])
 if KEYS[6] then
-  redis.call("LPUSH", KEYS[6], ARGV[7])
-  redis.call("LTRIM", KEYS[6], 0, tonumber(ARGV[8]) - 1)
+  redis.call("LPUSH", KEYS[6], ARGV[8])
+  redis.call("LTRIM", KEYS[6], 0, tonumber(ARGV[9]) - 1)
 end
 local cap = tonumber(ARGV[5])
 if cap and cap > 0 then
   redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[6])  -- not a key: a score bound
   redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -cap - 1)
 end
-return 1
+return filed

@@ -27,6 +27,7 @@ BUILDERS = {
     "signals": ("host:1:2",),
     "orphanings": ("jid1",),
     "orphanings_raw": ("0" * 40,),
+    "handed_over": ("digest",),
     "stat_processed_day": ("2026-01-01",),
     "stat_failed_day": ("2026-01-01",),
     "stat": ("expired",),

@@ -144,7 +144,8 @@ def test_handover_and_unsettled_filing_report_wrong_types(r, settings) -> None:
     r.lpush(keys.in_progress(ME), "job")
     r.delete(keys.UNSETTLED)
     r.set(keys.UNSETTLED, "not a list")
-    reply = parts.scripts.run("handover", [keys.UNSETTLED, keys.in_progress(ME)], ["rec", "job"])
+    mark = keys.handed_over("rec")
+    reply = parts.scripts.run("handover", [keys.UNSETTLED, keys.in_progress(ME), mark], ["rec", "job", 60])
     assert reply == ["wrongtype", keys.UNSETTLED]
     assert r.lrange(keys.in_progress(ME), 0, -1) == ["job"]
 

@@ -14,6 +14,7 @@ from cogworker import codec
 from cogworker.api import payload, retry
 from cogworker.settings import Settings
 from cogworker.store import keys
+from cogworker.worker.fetch import Work
 from cogworker.worker.reconcile import Reconciler
 from cogworker.worker.reliable_fetch import ReliableFetch
 from cogworker.worker.settle import Settler
@@ -24,6 +25,11 @@ ME = "me:1:dead"
 
 def raw_job(tag: str) -> str:
     return codec.dumps(payload.build("demo_jobs.record", [tag], {}, queue="default", retry=True))
+
+
+def fetched(raws: list[str]) -> list[Work]:
+    """Jobs as a fetch hands them out (pushed onto the list by the test: their Redis's run_id unknown)."""
+    return [Work("default", raw) for raw in raws]
 
 
 def requeued_by_recovery(r: redis.Redis) -> None:
@@ -46,7 +52,7 @@ def test_jobs_requeued_while_silent_are_neither_acknowledged_nor_filed(
     settler, reconciler, fetcher = parts_for(settings)
     done, failing, running = raw_job("done"), raw_job("failing"), raw_job("running")
     r.lpush(keys.in_progress(ME), done, failing, running)
-    reconciler.hold([done, failing, running])
+    reconciler.hold(fetched([done, failing, running]))
     settler.ack(done, "jid-done")  # finished during the partition: its ack waits for the next fetch
     reconciler.release(done)
     reconciler.lost_reply()  # the fetches failed while the link was down
@@ -67,7 +73,7 @@ def test_jobs_requeued_while_silent_are_neither_acknowledged_nor_filed(
 
     # Fetched again by this very process: that copy is ours, and its ack goes out as usual.
     r.lpush(keys.in_progress(ME), running)
-    reconciler.hold([running])
+    reconciler.hold(fetched([running]))
     settler.ack(running, "jid-running")
     assert settler.pending_acks == 1
 
@@ -76,7 +82,7 @@ def test_a_copy_fetched_again_before_the_check_keeps_one_entry(r: redis.Redis, s
     """Copies of one payload are interchangeable: held twice, listed once -> one disowned."""
     settler, reconciler, fetcher = parts_for(settings)
     raw = raw_job("twice")
-    reconciler.hold([raw, raw])  # the stale copy still running, and the one fetched again
+    reconciler.hold(fetched([raw, raw]))  # the stale copy still running, and the one fetched again
     r.lpush(keys.in_progress(ME), raw)
     reconciler.lost_reply()
     reconciler.run_if_due(fetcher)
@@ -93,7 +99,7 @@ def test_a_mark_for_a_job_no_longer_held_is_forgotten(r: redis.Redis, settings: 
     reconciler.lost_reply()  # makes a reconcile due now
     reconciler.run_if_due(fetcher)  # nothing holds it any more, so the mark goes
     assert settler.disowned == 0
-    reconciler.hold([raw])
+    reconciler.hold(fetched([raw]))
     r.lpush(keys.in_progress(ME), raw)
     settler.ack(raw, "j")
     assert settler.pending_acks == 1
@@ -105,10 +111,15 @@ def test_handover_of_a_job_requeued_elsewhere_hands_nothing_over(r: redis.Redis,
     parts = components.build(settings, identity=ME)
     gone, here = raw_job("gone"), raw_job("here")
     r.lpush(keys.in_progress(ME), here)
-    reply = parts.scripts.run("handover", [keys.UNSETTLED, keys.in_progress(ME)], ["record-gone", gone])
+    mark_gone, mark_here = keys.handed_over("gone"), keys.handed_over("here")
+    reply = parts.scripts.run(
+        "handover", [keys.UNSETTLED, keys.in_progress(ME), mark_gone], ["record-gone", gone, 60]
+    )
     assert reply == 0
     assert r.llen(keys.UNSETTLED) == 0
-    reply = parts.scripts.run("handover", [keys.UNSETTLED, keys.in_progress(ME)], ["record-here", here])
+    reply = parts.scripts.run(
+        "handover", [keys.UNSETTLED, keys.in_progress(ME), mark_here], ["record-here", here, 60]
+    )
     assert reply == 1
     assert r.lrange(keys.UNSETTLED, 0, -1) == ["record-here"] and r.llen(keys.in_progress(ME)) == 0
 
@@ -136,7 +147,7 @@ def test_an_outage_seen_by_any_component_makes_the_check_due(r: redis.Redis, set
     reconciler = Reconciler(parts.ctx, settler)
     raw = raw_job("long")
     r.lpush(keys.in_progress(ME), raw)
-    reconciler.hold([raw])
+    reconciler.hold(fetched([raw]))
     reconciler.run_if_due(fetcher)  # not due: nothing happened
     assert settler.disowned == 0
     outages = parts.ctx.outages  # the process's one Outages, shared by every component
