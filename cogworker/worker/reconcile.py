@@ -137,9 +137,11 @@ class Reconciler:
         self._schedule_next(result, failures, failed)
         self._report(result)
         if self._settler.disowned:
-            self._settler.prune_disowned(self._holding())
+            self._settler.prune_disowned(self.holding())
 
-    def _holding(self) -> Counter[str]:
+    def holding(self) -> Counter[str]:
+        """Every payload this process holds or still has to settle, once per copy (a copy may be
+        counted twice: held, and with its ack queued)."""
         with self._lock:
             held = Counter(self._held)
         held.update(self._settler.holding())
@@ -147,7 +149,7 @@ class Reconciler:
 
     def _disown_requeued(self, list_key: str) -> None:
         """Held jobs missing from our list were requeued while we were declared dead: disowned."""
-        held = self._holding()
+        held = self.holding()
         if not held:
             return
         missing = held - Counter(str(raw) for raw in self._client.lrange(list_key, 0, -1))

@@ -69,3 +69,12 @@ def to_file(path: str, tag: str, seconds: float = 0.0) -> None:
 def fail_later(seconds: float) -> None:
     time.sleep(seconds)
     raise RuntimeError("failed while Redis may be away")
+
+
+@job
+def held(tag: str) -> None:
+    """Marks its start, runs until the test pushes to `test:release` (at most a minute), marks its end."""
+    client = _redis()
+    client.rpush("test:started", f"{tag} {os.getpid()}")
+    client.blpop(["test:release"], timeout=60)
+    client.rpush("test:ran", f"{tag} {os.getpid()}")

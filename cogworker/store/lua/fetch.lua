@@ -11,10 +11,13 @@
 -- ARGV[3 .. 2+n]  the acknowledged jobs' raw payloads
 -- ARGV[3+n]    q, the number of queue keys
 -- ARGV[4+n ..]    each queue key's queue name, in the same order (to tell a paused queue by name)
--- Returns {acked, paused_count, bad_count, <bad queue keys>..., queue_key, raw, queue_key, raw, ...}.
+-- Returns {acked, paused_count, bad_count, refused, <bad queue keys>..., queue_key, raw, queue_key, raw, ...}.
 -- A queue key of the wrong type is skipped and named (bad), not raised: an error after an earlier
 -- LMOVE would abort the script with that job already moved and the caller never told of it. Our own
 -- list of the wrong type is an error, raised before anything moved (the key guard moves it aside).
+-- Any other error of a move (LMOVE renamed away, or refused to this ACL user; a full memory) stops
+-- the fetch, and its text is returned as `refused` ("" when none) with the jobs moved before it: the
+-- caller tells an unsupported command from other errors by that text (worker/fetch.py `refused`).
 --
 -- Each job moves inside this one script (LMOVE, or LRANGE + LPUSH + LTRIM for several) so that it is
 -- never anywhere but on a queue or on exactly one in-progress list: a process that dies after this script ran leaves its jobs where recovery finds
@@ -81,9 +84,19 @@ if acked > 0 then
   end
 end
 
-local reply = {acked, 0, 0}
+local reply = {acked, 0, 0, ""}
 if want <= 0 then
   return reply
+end
+-- A pcall's error: true when a key had the wrong type (the queue is skipped), else the error stops
+-- every move (kept in `refused`).
+local refused = ""
+local function wrong_type(err)
+  if string.sub(err, 1, 9) == "WRONGTYPE" then
+    return true
+  end
+  refused = err
+  return false
 end
 local bad = {}
 local paused = {}
@@ -103,7 +116,7 @@ for k = 5, 4 + nqueues do
       if want - got < MANY then
         local raw = redis.pcall("LMOVE", queue, inprogress, "RIGHT", "LEFT")
         if type(raw) == "table" and raw.err then
-          bad[#bad + 1] = queue
+          if wrong_type(raw.err) then bad[#bad + 1] = queue end
           break
         end
         if not raw then break end
@@ -116,19 +129,24 @@ for k = 5, 4 + nqueues do
         -- leaves the queue as it was; the script is atomic, so no one sees the jobs on both lists.
         local taken = redis.pcall("LRANGE", queue, -(want - got), -1)
         if taken.err then  -- LRANGE replies with a list, or an error table
-          bad[#bad + 1] = queue
+          if wrong_type(taken.err) then bad[#bad + 1] = queue end
           break
         end
         if #taken == 0 then break end
         local moved = {}
         for j = #taken, 1, -1 do
           moved[#moved + 1] = taken[j]
-          jobs[#jobs + 1] = queue
-          jobs[#jobs + 1] = taken[j]
         end
         local pushed = redis.pcall("LPUSH", inprogress, unpack(moved))
         if type(pushed) == "table" and pushed.err then
-          return redis.error_reply(pushed.err)  -- our own list has the wrong type: nothing moved
+          if wrong_type(pushed.err) then
+            return redis.error_reply(pushed.err)  -- our own list has the wrong type: nothing moved
+          end
+          break
+        end
+        for _, raw in ipairs(moved) do
+          jobs[#jobs + 1] = queue
+          jobs[#jobs + 1] = raw
         end
         redis.call("LTRIM", queue, 0, -#taken - 1)
         got = got + #taken
@@ -136,9 +154,10 @@ for k = 5, 4 + nqueues do
       end
     end
   end
-  if got >= want then break end
+  if got >= want or refused ~= "" then break end
 end
 reply[3] = #bad
+reply[4] = refused
 for _, queue in ipairs(bad) do reply[#reply + 1] = queue end
 for _, item in ipairs(jobs) do reply[#reply + 1] = item end
 return reply
