@@ -107,7 +107,7 @@ class ReliableFetch:
         bad = [keys.queue_name(str(k)) for k in reply[4 : 4 + n_bad]]
         first = 4 + n_bad
         works = [Work(keys.queue_name(str(reply[i])), str(reply[i + 1])) for i in range(first, len(reply), 2)]
-        unsupported = stopped if refused(stopped) else ""
+        unsupported = stopped if stopped and refused(stopped) else ""
         if stopped and not unsupported:
             # Another error (a full memory): with nothing moved, a failed fetch like any (its acks,
             # sent again with the next one, take nothing off twice); else the moved jobs run.
