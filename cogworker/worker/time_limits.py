@@ -254,9 +254,10 @@ class TimeLimits:
                             job=armed.job.get("class"),
                             queue=armed.work.queue,
                             limit_s=armed.limit_s,
-                            note="its thread is inside a C call (time.sleep, a blocking read) that "
-                            f"JobTimeout can't interrupt: fired again every {REFIRE_S:g}s; the run "
-                            "fails with JobTimeout when the call returns",
+                            note=f"JobTimeout not taken within {DELIVERY_WAIT_S * 1000:g} ms: its "
+                            "thread is inside a C call (time.sleep, a blocking read), or caught it and "
+                            f"went on; fired again every {REFIRE_S:g}s, and the run fails with "
+                            "JobTimeout when its call returns",
                         )
             elif armed.inject and armed.state is State.ARMED and now >= armed.deadline:
                 refire = armed.fired_at < 0
