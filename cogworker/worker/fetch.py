@@ -1,6 +1,6 @@
 """Fetching jobs: what both fetchers share (the work they hand out, wake-ups, the `Fetcher` they
 both are). Reliable fetch (the default) is in reliable_fetch.py, basic (`BRPOP`, for Redis older
-than 6.2) in basic_fetch.py.
+than 6.2) in basic_fetch.py, the fallback from one to the other at run time in fetch_fallback.py.
 
 Reliable fetch moves each job atomically from its queue onto this process's own in-progress list;
 the job leaves that list only when it is acknowledged (it finished, or was filed in retry/dead).
@@ -83,7 +83,7 @@ def digest(raw: str) -> str:
 
 
 class UnsupportedError(Exception):
-    """Redis refused a command reliable fetch needs (too old, or renamed/disabled)."""
+    """Redis refused a command reliable fetch needs (too old, renamed/disabled, denied to the ACL user)."""
 
 
 def queue_order(spec: QueueSpec, rng: random.Random) -> list[str]:
