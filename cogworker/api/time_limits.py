@@ -26,7 +26,9 @@ class JobTimeout(Exception):
 
     An Exception, so `retry_on`-style lists and middleware see it like any failure; a job that
     catches it and carries on is only stopped for good when it goes on past the grace period
-    (`COGWORKER_JOB_TIMEOUT_GRACE_S`), by replacing its process."""
+    (`COGWORKER_JOB_TIMEOUT_GRACE_S`), by replacing its process. A sync job whose call returns past
+    its limit (it caught this, or sat in a C call it could not be raised in) fails with it all the
+    same (worker/time_limits.py)."""
 
 
 def is_limit(value: Any) -> bool:

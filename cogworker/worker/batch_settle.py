@@ -31,34 +31,29 @@ class PendingAck:
     raw: str
     job: dict[str, Any]
     outcome: str
+    listed: str  # the in-progress list the member is on ("": basic fetch popped it)
 
 
 class MemberAcks:
     """One worker's acknowledgements of batch members: sent at once on the job's thread (one round
     trip, as a filing is), kept and retried when Redis fails."""
 
-    def __init__(
-        self, client: redis.Redis, settings: SettingsFields, outages: Outages, in_progress: str
-    ) -> None:
+    def __init__(self, client: redis.Redis, settings: SettingsFields, outages: Outages) -> None:
         self._client = client
         self._settings = settings
         self._outages = outages
-        self._in_progress = in_progress
         self._pending: list[PendingAck] = []  # failed to send: retried with the filings
         self._queued: list[PendingAck] = []  # waiting for the send in progress to end
         self._sending: list[PendingAck] | None = None  # None: no send in progress
         self._loaded = False
         self._lock = threading.Lock()
 
-    def use_basic_fetch(self) -> None:
-        self._in_progress = ""  # jobs are on no list from now on (Settler.use_basic_fetch)
-
-    def ack(self, raw: str, job: dict[str, Any], outcome: str) -> None:
+    def ack(self, raw: str, job: dict[str, Any], outcome: str, listed: str) -> None:
         """Send the ack, with those other job threads queued meanwhile, in one pipeline (a group
         commit: under load one round trip carries many members' scripts, each atomic on its own).
         The thread that finds no send in progress sends; the others only queue theirs."""
         with self._lock:
-            self._queued.append(PendingAck(raw, job, outcome))
+            self._queued.append(PendingAck(raw, job, outcome, listed))
             if self._sending is not None:
                 return
             self._sending = []
@@ -115,7 +110,7 @@ class MemberAcks:
         )
         if item.outcome != "ok":
             layout_args[1:3] = ["failed", f"ended without running ({item.outcome})"]
-        listed, payload = on_list(self._in_progress, item.raw, keys.STAT_PROCESSED)
+        listed, payload = on_list(item.listed, item.raw, keys.STAT_PROCESSED)
         own = [listed, keys.STAT_PROCESSED, keys.stat_processed_day(day), keys.orphanings(jid)]
         return [*own, *layout_keys], [payload, *layout_args]
 

@@ -113,7 +113,7 @@ def succeeded(
     day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     record_key = keys.chain(str(carried["id"]))
     # Basic fetch (BRPOP) keeps no in-progress list: nothing to take the job off (chain_ack.lua).
-    in_progress = settler.in_progress_key
+    in_progress = settler.list_for(work.raw)
     script_keys = [
         in_progress or record_key,
         keys.STAT_PROCESSED,

@@ -1,6 +1,6 @@
 """Fetching jobs: what both fetchers share (the work they hand out, wake-ups, the `Fetcher` they
 both are). Reliable fetch (the default) is in reliable_fetch.py, basic (`BRPOP`, for Redis older
-than 6.2) in basic_fetch.py.
+than 6.2) in basic_fetch.py, the fallback from one to the other at run time in fetch_fallback.py.
 
 Reliable fetch moves each job atomically from its queue onto this process's own in-progress list;
 the job leaves that list only when it is acknowledged (it finished, or was filed in retry/dead).
@@ -59,6 +59,9 @@ class FetchResult:
     acked: int = 0
     all_paused: bool = False
     wrong_type_queues: list[str] = field(default_factory=list)
+    # Redis refused a command reliable fetch needs (its error text): the jobs moved before it are in
+    # `works`, and the caller falls back to basic fetch.
+    unsupported: str = ""
 
 
 @dataclass(slots=True)
@@ -80,7 +83,7 @@ class Reconciled:
 
 
 class UnsupportedError(Exception):
-    """Redis refused a command reliable fetch needs (too old, or renamed/disabled)."""
+    """Redis refused a command reliable fetch needs (too old, renamed/disabled, denied to the ACL user)."""
 
 
 def queue_order(spec: QueueSpec, rng: random.Random) -> list[str]:
@@ -92,9 +95,21 @@ def queue_order(spec: QueueSpec, rng: random.Random) -> list[str]:
     return list(dict.fromkeys(expanded))
 
 
-def refused(exc: redis.ResponseError) -> bool:
-    """Redis refused a command itself (too old, renamed or disabled), not our use of it."""
-    return bool(re.search(r"unknown (redis )?command|unknown or disabled command", str(exc), re.IGNORECASE))
+# How Redis words a command it refuses to run at all: unknown to it (too old, or renamed away, to a
+# client or inside a script), or denied to this ACL user (NOPERM to a client; inside a script, "The user
+# executing the script can't run this command"). A key the ACL denies is not among them: basic fetch
+# would be refused it as well.
+REFUSED = re.compile(
+    r"unknown (redis )?command|unknown or disabled command|no permissions to run the '|"
+    r"can't run this command",
+    re.IGNORECASE,
+)
+
+
+def refused(error: BaseException | str) -> bool:
+    """Redis refused a command itself (too old, renamed, disabled or denied to the ACL user), not our
+    use of it (a key of the wrong type, a full memory)."""
+    return bool(REFUSED.search(str(error)))
 
 
 def today() -> str:

@@ -100,18 +100,18 @@ def handover_record(filing: Filing, text: str) -> str:
 
 def hand_over(
     via: tuple[redis.Redis, Scripts, Locks],
-    in_progress: str,
-    pending: list[tuple[str, Filing]],
+    pending: list[tuple[str, Filing, str]],
     deadline: float,
 ) -> int:
-    """Hand `pending` ((raw payload as fetched, filing) pairs) over, each tried again until
+    """Hand `pending` ((raw payload as fetched, filing, the in-progress list it is on: "" for none)
+    triples) over, each tried again until
     `deadline` (monotonic) while Redis doesn't answer. Returns how many are not known to be handed
     over (kept, or their outcome unknown). A dead filing found already made has its locks released,
     as when it is filed."""
     client, scripts, locks = via
     outcomes: Counter[str] = Counter()
     unreachable = False
-    for raw, filing in pending:
+    for raw, filing, in_progress in pending:
         if unreachable:
             # Redis did not answer by the deadline: the rest are not sent (known not handed over),
             # rather than each waiting out its own timeout.

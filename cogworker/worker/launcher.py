@@ -289,16 +289,17 @@ class Launcher:
         list_empty = True
         try:
             fetcher = self.manager.fetcher
-            if fetcher.keeps_in_progress:
+            if not fetcher.keeps_in_progress:
+                for work in left:  # after a fallback, one fetched before it goes back from the list
+                    fetcher.give_back(work)
+            # The list registered at start; after a fallback it may still hold jobs fetched before.
+            if self.heartbeat.reliable:
                 result = self.recovery.requeue(self.identity, if_dead_for=None, count_orphans=False)
                 # A reply lost just before the stop, or a wait still blocked on the queue, may put a
                 # job on the list after this requeue: then the list stays registered for recovery.
                 list_empty = result.failed == 0 and not self.manager.may_have_strays
                 if result.moved:
                     log.info("requeued_own_jobs", count=result.moved)
-            else:
-                for work in left:
-                    fetcher.give_back(work)
         except Exception as exc:
             list_empty = False
             self.outages.report("Shutdown", exc)

@@ -32,6 +32,7 @@ from cogworker.store.redis_context import RedisContext
 from cogworker.worker.async_loop import AsyncLoop
 from cogworker.worker.async_pool import AsyncHandoff
 from cogworker.worker.fetch import Fetcher, UnsupportedError, Work
+from cogworker.worker.fetch_fallback import FetchFallback
 from cogworker.worker.job_mix import JobMix
 from cogworker.worker.processor import Stats, process
 from cogworker.worker.reconcile import Reconciler
@@ -47,7 +48,7 @@ IDLE_POLL_FIRST_S = 0.25
 COALESCE_S = 0.001
 
 
-class Manager(WaitTurnHandoff, AsyncHandoff, StuckThreads):
+class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads):
     def __init__(
         self,
         ctx: RedisContext,
@@ -300,6 +301,8 @@ class Manager(WaitTurnHandoff, AsyncHandoff, StuckThreads):
         if result.wrong_type_queues:
             self._report_wrong_type(result.wrong_type_queues)
         self._enqueue(result.works)
+        if result.unsupported and self._fall_back_if_unsupported(UnsupportedError(result.unsupported)):
+            return len(result.works)
         if limit > 0:
             self._all_paused = result.all_paused
         return len(result.works)
@@ -313,19 +316,6 @@ class Manager(WaitTurnHandoff, AsyncHandoff, StuckThreads):
         except Exception as exc:
             self._outages.report("Fetch", exc)
             self._wake.wait(OUTAGE_RETRY_S)
-
-    def _report_wrong_type(self, queues: list[str]) -> None:
-        """Logged once per minute per queue; the key guard is asked to move the key aside now."""
-        now = time.monotonic()
-        fresh = [q for q in queues if self._wrong_type_logged.get(q, 0.0) < now - 60]
-        if fresh:
-            log.error("queue_key_has_wrong_type", queues=fresh, note="skipped; the key guard moves it aside")
-            self._wrong_type_logged.update(dict.fromkeys(fresh, now))
-        self._wrong_type_found()
-
-    def _wrong_type_found(self) -> None:
-        if self.on_wrong_type is not None:
-            self.on_wrong_type()
 
     def _blocking_wait(self) -> bool:
         """Block when the fetcher can: one queue, on the queue itself (a pushed job starts at once);
@@ -342,14 +332,6 @@ class Manager(WaitTurnHandoff, AsyncHandoff, StuckThreads):
         except Exception as exc:
             self._outages.report("Fetch", exc)
             self._wake.wait(OUTAGE_RETRY_S)
-        return True
-
-    def _fall_back_if_unsupported(self, exc: Exception) -> bool:
-        if not isinstance(exc, UnsupportedError) or self._fallback is None:
-            return False
-        log.warning("reliable_fetch_unsupported", error=str(exc), note="falling back to basic fetch (BRPOP)")
-        self.fetcher = self._fallback()
-        self._settler.use_basic_fetch()
         return True
 
     def _enqueue(self, works: list[Work]) -> None:

@@ -88,7 +88,7 @@ def process(
     # cogworker.current_job(); a cancel this process knows of, or learns of while it runs, flags it.
     current, token = current_job.begin(jid, work.queue, job["class"])
     try:
-        owner = settler.in_progress_key
+        owner = settler.list_of(work.raw)
         run_server_chain(job, lambda: _perform(job, work, allowed, run_async, current, kept, limits, owner))
     except current_job.JobCancelled:
         elapsed_ms = round((time.perf_counter() - started) * 1000, 2)

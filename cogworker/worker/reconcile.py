@@ -141,9 +141,11 @@ class Reconciler:
         self._schedule_next(result, failures, failed)
         self._report(result)
         if self._settler.disowned:
-            self._settler.prune_disowned(self._holding())
+            self._settler.prune_disowned(self.holding())
 
-    def _holding(self) -> Counter[str]:
+    def holding(self) -> Counter[str]:
+        """Every payload this process holds or still has to settle, once per copy (a copy may be
+        counted twice: held, and with its ack queued)."""
         with self._lock:
             held = Counter(self._held)
         held.update(self._settler.holding())
@@ -153,7 +155,7 @@ class Reconciler:
         """Held jobs missing from our list were requeued while we were declared dead: disowned. Not
         those fetched from a Redis that is not this one (`run_id`): it lost their entries with its
         data, nobody requeued them, and their settles here are all that is left of them."""
-        held = self._holding()
+        held = self.holding()
         if not held:
             return
         missing = held - Counter(str(raw) for raw in self._client.lrange(list_key, 0, -1))

@@ -120,9 +120,9 @@ class ReliableFetch:
             if refused(exc):
                 raise UnsupportedError(str(exc)) from exc
             raise
-        n_bad, mode = int(reply[2]), int(reply[3])
-        bad = [keys.queue_name(str(k)) for k in reply[4 : 4 + n_bad]]
-        first = 4 + n_bad
+        n_bad, mode, stopped = int(reply[2]), int(reply[3]), str(reply[4])
+        bad = [keys.queue_name(str(k)) for k in reply[5 : 5 + n_bad]]
+        first = 5 + n_bad
         suspect = mode == 1
         run_id = self._last_run_id
         works = [
@@ -136,10 +136,17 @@ class ReliableFetch:
                     mode=("off", "running a suspect alone", "draining for a suspect")[mode],
                 )
             self._mode = mode
+        unsupported = stopped if stopped and refused(stopped) else ""
+        if stopped and not unsupported:
+            # Another error (a full memory): with nothing moved, a failed fetch like any (its acks,
+            # sent again with the next one, take nothing off twice); else the moved jobs run.
+            if not works:
+                raise redis.ResponseError(stopped)
+            log.warning("fetch_stopped_by_error", error=stopped, moved=len(works))
         paused = int(reply[1])
-        return FetchResult(
-            works, int(reply[0]), all_paused=limit > 0 and paused == len(queue_keys), wrong_type_queues=bad
-        )
+        all_paused = limit > 0 and paused == len(queue_keys)
+        # Unsupported: the caller falls back to basic fetch, holding the jobs moved before the refusal.
+        return FetchResult(works, int(reply[0]), all_paused, bad, unsupported)
 
     def _run_script(
         self, name: str, script_keys: list[str], args: list[str | int], wait: bool = False

@@ -26,7 +26,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 import structlog
@@ -58,10 +58,19 @@ log = structlog.get_logger("cogworker.settle")
 WRONG_TYPE_REPORT_S = 10.0
 
 
+class ListedJobs(Protocol):
+    """After a fallback to basic fetch, the jobs still on the in-progress list (fetch_fallback.py)."""
+
+    def take(self, raw: str) -> str: ...
+
+    def peek(self, raw: str) -> str: ...
+
+
 @dataclass(slots=True)
 class PendingFiling:
     raw: str
     filing: Filing
+    listed: str  # the in-progress list the job is on ("": basic fetch popped it)
     run_id: str = ""  # of the Redis the job was fetched from (fetch.Work)
 
 
@@ -92,23 +101,32 @@ class Settler:
         # Payloads requeued by orphan recovery while this process was silent: settled nowhere.
         self._disowned: Counter[str] = Counter()
         self._members: Any = None  # batch_settle.MemberAcks, made for the first batch member
+        self._still_listed: ListedJobs | None = None  # after a fallback (use_basic_fetch)
 
     @property
     def client(self) -> redis.Redis:
         return self._client
 
-    @property
-    def in_progress_key(self) -> str:
-        """This process's in-progress list; "" with basic fetch, whose jobs are on no list."""
-        return self._in_progress
-
-    def use_basic_fetch(self) -> None:
-        """The worker fell back to basic fetch (manager.py): jobs from now on are on no list, so a
-        filing or a member's ack must not wait for a removal from one (it would never come, and the
-        job would end unfiled). Jobs fetched before stay on the list: recovery puts them back."""
+    def use_basic_fetch(self, still_listed: ListedJobs | None = None) -> None:
+        """The worker fell back to basic fetch (worker/fetch_fallback.py): jobs from now on are on no
+        list, so a filing or a member's ack must not wait for a removal from one (it would never come,
+        and the job would end unfiled). A job fetched before is settled on the list it is still on:
+        `still_listed` names it (once per copy), or "" for a job on none."""
+        self._still_listed = still_listed
         self._in_progress = ""
-        if self._members is not None:
-            self._members.use_basic_fetch()
+
+    def list_for(self, raw: str) -> str:
+        """The in-progress list this job is taken off when it is settled ("": none, basic fetch). A
+        copy fetched before a fallback is used up by this call: one call per settle."""
+        if self._in_progress or self._still_listed is None:
+            return self._in_progress
+        return self._still_listed.take(raw)
+
+    def list_of(self, raw: str) -> str:
+        """The in-progress list a running job is on, as `list_for` would name it, using nothing up."""
+        if self._in_progress or self._still_listed is None:
+            return self._in_progress
+        return self._still_listed.peek(raw)
 
     # Jobs requeued while this process was declared dead -------------------------------------
     def disown(self, raws: Counter[str]) -> None:
@@ -165,8 +183,8 @@ class Settler:
         if self._members is None:
             from cogworker.worker.batch_settle import MemberAcks  # only where batches are used
 
-            self._members = MemberAcks(self._client, self._settings, self._outages, self._in_progress)
-        self._members.ack(raw, job, outcome)
+            self._members = MemberAcks(self._client, self._settings, self._outages)
+        self._members.ack(raw, job, outcome, self.list_for(raw))
 
     def end_unrun(self, raw: str, job: dict[str, Any], outcome: str) -> None:
         """A job that ended without running (expired, cancelled): counted in Redis, its locks (a
@@ -232,19 +250,20 @@ class Settler:
         if self._drop(raw):
             return True
         filing = storable(filing, raw)
+        listed = self.list_for(raw)
         try:
-            filed = self._file_now(raw, filing, run_id)
+            filed = self._file_now(raw, filing, listed, run_id)
         except Exception as exc:
             self._report(exc)
             with self._lock:
-                self._pending.append(PendingFiling(raw, filing, run_id))
+                self._pending.append(PendingFiling(raw, filing, listed, run_id))
             return False
         self._outages.recovered("Settle")
         if filed and filing.dead:
             self._locks.release_terminal(filing.payload)
         return True
 
-    def _file_now(self, raw: str, filing: Filing, run_id: str) -> bool:
+    def _file_now(self, raw: str, filing: Filing, in_progress: str, run_id: str) -> bool:
         """True when the job is filed: by this call, or by an earlier one whose reply was lost."""
         filing, text = encoded(filing, raw)
         day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
@@ -255,7 +274,7 @@ class Settler:
         # A filing in the schedule set is a job a rate limiter put back (api/limit_jobs.py): counted
         # as limited, not failed, by the same script.
         limited = filing.set_key == keys.SCHEDULE
-        listed, payload = on_list(self._in_progress, raw, filing.set_key)
+        listed, payload = on_list(in_progress, raw, filing.set_key)
         reply = run_filing(
             (self._client, self._scripts, self._settings),
             "settle",
@@ -308,7 +327,7 @@ class Settler:
             pending, self._pending = self._pending, []
         for index, item in enumerate(pending):
             try:
-                filed = self._file_now(item.raw, item.filing, item.run_id)
+                filed = self._file_now(item.raw, item.filing, item.listed, item.run_id)
             except Exception as exc:
                 self._report(exc)
                 with self._lock:
@@ -354,6 +373,6 @@ class Settler:
                 count=unwritten,
                 note="Redis is unreachable: their results were not written, so they will run again",
             )
-        items = [(item.raw, item.filing) for item in pending]
-        left = hand_over((self._client, self._scripts, self._locks), self._in_progress, items, deadline)
+        items = [(item.raw, item.filing, item.listed) for item in pending]
+        left = hand_over((self._client, self._scripts, self._locks), items, deadline)
         return left + unwritten

@@ -14,18 +14,24 @@ clears an exception that fired but was not raised yet (`PyThreadState_SetAsyncEx
 lock is held would leave it held for good). It fires once per run, so the only place it can land
 after the body is `call`'s own code between the body's end and the disarm, which catches it.
 
-The rule a run is judged by: it timed out when JobTimeout was raised in its thread (in its body, or
-in `call` after its body returned); one that fired but was cleared before it was raised ends with its
-own outcome (its body had returned: its work is done).
+The rule a sync run is judged by: it timed out when JobTimeout was raised in its thread (in its
+body, or in `call` after its body returned), and also when its body returned at or past its limit
+without the exception stopping it: it was inside a C call (`time.sleep`, a blocking read) that no
+exception interrupts, or it caught JobTimeout and carried on. Such a run ends as JobTimeout all the
+same (logged `job_time_limit_crossed`), so it fails and follows its retry policy rather than counting
+as done: what a limit promises is that a run past it is not a success. A body that raised its own
+error keeps it (it failed either way). A body that returned within its limit ends with its own
+outcome, even when the watchdog fired just after (then the exception is cleared unraised). An
+`async def` job is judged by its cancellation on the loop alone (api/time_limits.py).
 
 An exception set for a thread that is inside a C call (a blocking read, `time.sleep`) waits there
 until the call returns, and until then CPython 3.11 keeps its interpreter-wide "pending" flag set:
 every other thread takes the slow path at every check, and a thread with a tracer (coverage, a
 debugger) loops on that flag for good, so the whole process hangs. So a JobTimeout its thread has not
 taken within DELIVERY_WAIT_S is withdrawn (the target's cleared, the flag reset by the watchdog
-raising a private exception in itself), and fired again every REFIRE_S until the thread, back in
-Python code, takes it, or the grace runs out. The watchdog thread runs without a tracer, so that it
-never loops on the flag itself.
+raising a private exception in itself: thread_exc.py), and fired again every REFIRE_S until the
+thread, back in Python code, takes it, or the grace runs out (or the body returns: the rule above).
+The watchdog thread runs without a tracer, so that it never loops on the flag itself.
 
 A call no exception reaches (a C call, a lock) is still running `COGWORKER_JOB_TIMEOUT_GRACE_S`
 past its limit: the watchdog marks it stuck and hands it to `on_stuck` (worker/stuck_jobs.py files it
@@ -35,7 +41,6 @@ returns, `call` parks the thread for good, so it never settles, counts or acknow
 
 from __future__ import annotations
 
-import ctypes
 import enum
 import sys
 import threading
@@ -49,6 +54,7 @@ import structlog
 
 from cogworker.api import time_limits
 from cogworker.api.time_limits import JobTimeout
+from cogworker.worker import thread_exc
 from cogworker.worker.fetch import Work
 
 log = structlog.get_logger("cogworker.job")
@@ -83,49 +89,12 @@ class Armed:
     deciding: bool = field(default=False)
     left: bool = field(default=False)  # the job's call has returned or raised (set by its thread)
     fired_at: float = 0.0  # when the JobTimeout now pending was set (0: none pending)
+    withdrawn: bool = False  # a JobTimeout went untaken at least once (its thread was in a C call)
 
     def stack(self) -> str:
         """Where its thread is now (for the log line of a stuck job)."""
         frame = sys._current_frames().get(self.tid)
         return "".join(traceback.format_stack(frame)) if frame is not None else ""
-
-
-def _set_async_exc(tid: int, exc: type[BaseException] | None) -> int:
-    """Raise `exc` in thread `tid` at its next bytecode boundary; None clears one not yet raised."""
-    return int(
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(
-            ctypes.c_ulong(tid), ctypes.py_object(exc) if exc is not None else None
-        )
-    )
-
-
-class _Flush(BaseException):
-    """Raised by a thread in itself to take the place of a JobTimeout not raised yet (`_clear_pending`)."""
-
-
-def _clear_pending() -> None:
-    """On the job's thread: make sure no JobTimeout is left pending for it. `SetAsyncExc(tid, NULL)`
-    alone would clear it but leave the interpreter's "async exception pending" flag set for good (on
-    CPython 3.11 and 3.12 only a raise resets it): every thread of the process would then take the
-    slow path at every check, and under a tracer (a debugger, coverage) loop forever. So the pending
-    exception is replaced by a private one that this thread raises in itself, at once, and catches."""
-    try:
-        _set_async_exc(threading.get_ident(), _Flush)
-        for _ in range(3):  # a check point: CPython raises a pending exception at the first
-            time.sleep(0)
-    except _Flush:
-        return
-    _set_async_exc(threading.get_ident(), None)  # not raised (another interpreter?): clear it at least
-
-
-def _park() -> None:
-    """A stuck job's thread that came back: it never returns into the middleware or the settling
-    (the job was filed for it). It is a daemon thread and ends with the process, which is replaced."""
-    while True:
-        try:
-            threading.Event().wait()
-        except BaseException:  # nothing may make it return
-            continue
 
 
 class TimeLimits:
@@ -163,10 +132,12 @@ class TimeLimits:
         armed = Armed(threading.get_ident(), limit_s, work, job, inject)
         result: Any = None
         failure: BaseException | None = None
+        returned_at = 0.0
         try:
             try:
                 self._arm(armed)
                 result = func()
+                returned_at = self._clock()
                 armed.left = True
             except BaseException as exc:  # the job's own error, or the JobTimeout raised in it
                 armed.left = True
@@ -179,12 +150,33 @@ class TimeLimits:
             failure = exc
             state = self._disarm(armed, raised=True)
         if state is State.STUCK:
-            _park()
+            thread_exc.park()
         if state is State.FIRED and isinstance(failure, JobTimeout):
             raise JobTimeout(time_limits.message(limit_s)).with_traceback(failure.__traceback__) from None
         if failure is not None:
             raise failure
+        if inject and returned_at >= armed.started + limit_s:
+            raise self._crossed(armed, returned_at - armed.started)
         return result
+
+    @staticmethod
+    def _crossed(armed: Armed, elapsed_s: float) -> JobTimeout:
+        """The JobTimeout of a sync run whose body returned past its limit, not stopped by the one
+        fired in its thread (see the module's rule)."""
+        log.warning(
+            "job_time_limit_crossed",
+            jid=armed.job.get("jid"),
+            job=armed.job.get("class"),
+            queue=armed.work.queue,
+            limit_s=armed.limit_s,
+            elapsed_s=round(elapsed_s, 3),
+            note="its call returned past its limit without JobTimeout stopping it (it was inside a C "
+            "call, such as time.sleep or a blocking read, or caught JobTimeout): it fails with JobTimeout",
+        )
+        return JobTimeout(
+            f"{time_limits.message(armed.limit_s)}: its call returned after {elapsed_s:.3g}s, no "
+            "JobTimeout having stopped it (a C call no exception interrupts, or the job caught it)"
+        )
 
     def _arm(self, armed: Armed) -> None:
         now = self._clock()
@@ -212,7 +204,7 @@ class TimeLimits:
             time.sleep(0)
         self._armed.pop(armed.tid, None)  # its own entry: a thread has one run at a time
         if armed.inject and armed.state is not State.ARMED and not raised:
-            _clear_pending()  # fired but maybe not raised yet: never in our code
+            thread_exc.clear_pending()  # fired but maybe not raised yet: never in our code
         return armed.state
 
     def close(self) -> None:
@@ -254,7 +246,19 @@ class TimeLimits:
                     stuck.append(armed)
             elif armed.inject and armed.state is State.FIRED and armed.fired_at:
                 if now >= armed.fired_at + DELIVERY_WAIT_S and not armed.left:
-                    self._withdraw(armed, now)
+                    first = not armed.withdrawn
+                    if self._withdraw(armed, now) and first:
+                        log.warning(
+                            "job_time_limit_undelivered",
+                            jid=armed.job.get("jid"),
+                            job=armed.job.get("class"),
+                            queue=armed.work.queue,
+                            limit_s=armed.limit_s,
+                            note=f"JobTimeout not taken within {DELIVERY_WAIT_S * 1000:g} ms: its "
+                            "thread is inside a C call (time.sleep, a blocking read), or caught it and "
+                            f"went on; fired again every {REFIRE_S:g}s, and the run fails with "
+                            "JobTimeout when its call returns",
+                        )
             elif armed.inject and armed.state is State.ARMED and now >= armed.deadline:
                 refire = armed.fired_at < 0
                 if not self._settle(armed, State.FIRED):
@@ -268,23 +272,26 @@ class TimeLimits:
                     job=armed.job.get("class"),
                     queue=armed.work.queue,
                     limit_s=armed.limit_s,
-                    note="JobTimeout raised in its thread",
+                    note="JobTimeout fired in its thread (raised at its next Python instruction)",
                 )
         return stuck
 
     @staticmethod
-    def _withdraw(armed: Armed, now: float) -> None:
+    def _withdraw(armed: Armed, now: float) -> bool:
         """A JobTimeout its thread has not taken (it is in a C call): cleared, the interpreter's flag
-        reset, and fired again in REFIRE_S (lock held, on the watchdog thread, never traced)."""
+        reset, and fired again in REFIRE_S (lock held, on the watchdog thread, never traced). False
+        when the call had left meanwhile: nothing done."""
         armed.deciding = True
         try:
             if armed.ended or armed.left:
-                return
-            _set_async_exc(armed.tid, None)
-            _clear_pending()  # raised in the watchdog itself: only a raise resets the flag
+                return False
+            armed.withdrawn = True
+            thread_exc.set_async_exc(armed.tid, None)
+            thread_exc.clear_pending()  # raised in the watchdog itself: only a raise resets the flag
             armed.state = State.ARMED
             armed.fired_at = -1.0  # withdrawn: the next firing is a refire, logged once already
             armed.deadline = now + REFIRE_S
+            return True
         finally:
             armed.deciding = False
 
@@ -298,7 +305,7 @@ class TimeLimits:
                 return False
             armed.state = state
             if state is State.FIRED:
-                _set_async_exc(armed.tid, JobTimeout)
+                thread_exc.set_async_exc(armed.tid, JobTimeout)
             return True
         finally:
             armed.deciding = False

@@ -81,3 +81,11 @@ def when_file(gate: str, out: str, fail: bool = False) -> None:
         sink.write(f"ran {os.getpid()}\n")
     if fail:
         raise RuntimeError("failed when told to")
+
+
+def held(tag: str) -> None:
+    """Marks its start, runs until the test pushes to `test:release` (at most a minute), marks its end."""
+    client = _redis()
+    client.rpush("test:started", f"{tag} {os.getpid()}")
+    client.blpop(["test:release"], timeout=60)
+    client.rpush("test:ran", f"{tag} {os.getpid()}")

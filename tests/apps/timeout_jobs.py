@@ -76,3 +76,18 @@ async def async_stubborn(tag: str) -> None:
             await asyncio.sleep(10)
         except asyncio.CancelledError:
             _redis().rpush("test:cancelled", tag)
+
+
+@job(timeout_s=0.5, retry=1)
+def sleeper(tag: str, seconds: float) -> None:
+    """Past its limit inside a C call (`time.sleep`): JobTimeout can't be raised until it returns."""
+    client = _redis()
+    client.rpush("test:started", tag)
+    time.sleep(seconds)
+    client.rpush("test:slept", tag)
+
+
+@job(timeout_s=0.5, retry=0)
+def sleeper_to_dead(tag: str, seconds: float) -> None:
+    time.sleep(seconds)
+    _redis().rpush("test:slept", tag)

@@ -13,7 +13,8 @@
 -- ARGV[3+n]    q, the number of queue keys
 -- ARGV[4+n .. 3+n+q]  each queue key's queue name, in the same order (to tell a paused queue by name)
 -- ARGV[4+n+q]  "1" while this process runs a suspect it was given, else ""
--- Returns {acked, paused_count, bad_count, mode, <bad keys>..., queue_key, raw, queue_key, raw, ...}.
+-- Returns {acked, paused_count, bad_count, mode, refused, <bad keys>..., queue_key, raw, queue_key,
+-- raw, ...}.
 -- mode 0: an ordinary fetch. 1: this process runs a suspect alone (the one job returned, or one
 -- still on its list): fetch nothing else, nor block on a queue, until it has left the list. 2: a
 -- suspect waits on one of our queues: nothing fetched, so the list empties and one can be taken.
@@ -21,6 +22,9 @@
 -- after an earlier LMOVE would abort the script with that job already moved and the caller never
 -- told of it. Our own list of the wrong type is an error, raised before anything moved (the key
 -- guard moves it aside).
+-- Any other error of a move (LMOVE renamed away, or refused to this ACL user; a full memory) stops
+-- the fetch, and its text is returned as `refused` ("" when none) with the jobs moved before it: the
+-- caller tells an unsupported command from other errors by that text (worker/fetch.py `refused`).
 --
 -- Suspects (jobs orphaned more than once, worker/recovery.py) run alone, so that a death while one
 -- runs is its own: a process takes one only with nothing else on its list, and takes nothing else
@@ -92,9 +96,19 @@ if acked > 0 then
   end
 end
 
-local reply = {acked, 0, 0, 0}
+local reply = {acked, 0, 0, 0, ""}
 if want <= 0 then
   return reply
+end
+-- A pcall's error: true when a key had the wrong type (the queue is skipped), else the error stops
+-- every move (kept in `refused`).
+local refused = ""
+local function wrong_type(err)
+  if string.sub(err, 1, 9) == "WRONGTYPE" then
+    return true
+  end
+  refused = err
+  return false
 end
 local bad = {}
 local paused = {}
@@ -117,9 +131,19 @@ for k = 5, 4 + nqueues do
       if held > 0 then
         reply[4] = 2
       else
-        local raw = redis.call("LMOVE", suspects, inprogress, "RIGHT", "LEFT")
-        reply[4] = 1
+        local raw = redis.pcall("LMOVE", suspects, inprogress, "RIGHT", "LEFT")
         reply[3] = #bad
+        if type(raw) == "table" and raw.err then
+          -- Refused (renamed away, denied): named like a queue's refusal, so the caller falls back.
+          if wrong_type(raw.err) then
+            bad[#bad + 1] = suspects
+            reply[3] = #bad
+          end
+          reply[5] = refused
+          for _, key in ipairs(bad) do reply[#reply + 1] = key end
+          return reply
+        end
+        reply[4] = 1
         for _, key in ipairs(bad) do reply[#reply + 1] = key end
         reply[#reply + 1] = KEYS[k]
         reply[#reply + 1] = raw
@@ -148,7 +172,7 @@ for k = 5, 4 + nqueues do
       if want - got < MANY then
         local raw = redis.pcall("LMOVE", queue, inprogress, "RIGHT", "LEFT")
         if type(raw) == "table" and raw.err then
-          bad[#bad + 1] = queue
+          if wrong_type(raw.err) then bad[#bad + 1] = queue end
           break
         end
         if not raw then break end
@@ -161,19 +185,24 @@ for k = 5, 4 + nqueues do
         -- leaves the queue as it was; the script is atomic, so no one sees the jobs on both lists.
         local taken = redis.pcall("LRANGE", queue, -(want - got), -1)
         if taken.err then  -- LRANGE replies with a list, or an error table
-          bad[#bad + 1] = queue
+          if wrong_type(taken.err) then bad[#bad + 1] = queue end
           break
         end
         if #taken == 0 then break end
         local moved = {}
         for j = #taken, 1, -1 do
           moved[#moved + 1] = taken[j]
-          jobs[#jobs + 1] = queue
-          jobs[#jobs + 1] = taken[j]
         end
         local pushed = redis.pcall("LPUSH", inprogress, unpack(moved))
         if type(pushed) == "table" and pushed.err then
-          return redis.error_reply(pushed.err)  -- our own list has the wrong type: nothing moved
+          if wrong_type(pushed.err) then
+            return redis.error_reply(pushed.err)  -- our own list has the wrong type: nothing moved
+          end
+          break
+        end
+        for _, raw in ipairs(moved) do
+          jobs[#jobs + 1] = queue
+          jobs[#jobs + 1] = raw
         end
         redis.call("LTRIM", queue, 0, -#taken - 1)
         got = got + #taken
@@ -181,9 +210,10 @@ for k = 5, 4 + nqueues do
       end
     end
   end
-  if got >= want then break end
+  if got >= want or refused ~= "" then break end
 end
 reply[3] = #bad
+reply[5] = refused
 for _, key in ipairs(bad) do reply[#reply + 1] = key end
 for _, item in ipairs(jobs) do reply[#reply + 1] = item end
 return reply

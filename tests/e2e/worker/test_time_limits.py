@@ -68,6 +68,48 @@ def test_an_async_job_past_its_limit_is_cancelled_and_fails_with_job_timeout(
     wait_until(lambda: r.lrange("test:ran", 0, -1) == ["quick"], timeout=10, message="the next async job")
 
 
+def test_a_sync_job_past_its_limit_inside_a_c_call_fails_with_job_timeout_when_it_returns(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    """`time.sleep(3)` under a 0.5 s limit: the exception can't be raised inside the sleep, and is
+    withdrawn (a pending exception stalls traced threads); the run is a JobTimeout all the same once
+    the sleep returns, retried by its policy, counted failed, and the log says what happened. (A
+    refire may land just as the sleep returns, about one time in ten: then it stops the body.)"""
+    jid = timeout_jobs.sleeper.perform_async("slow", 3)
+    worker = workers.start(**APP)
+    [entry] = wait_until(lambda: entries(r, "cogworker:retry"), timeout=20, message="the retry")
+    assert (entry["jid"], entry["error_class"]) == (jid, "cogworker.api.time_limits.JobTimeout")
+    assert entry["error_message"].startswith("the job ran past its time limit of 0.5s")
+    assert entry["retry_count"] == 0
+    assert r.get("cogworker:stat:failed") == "1" and r.get("cogworker:stat:processed") is None
+    assert r.llen(f"cogworker:inprogress:{worker.identity()}") == 0
+    [undelivered] = worker.events_named("job_time_limit_undelivered")
+    assert undelivered["jid"] == jid
+    [failed] = wait_until(lambda: worker.events_named("job_fail"), timeout=10, message="the job_fail line")
+    assert failed["to"] == "retry" and failed["error"].startswith("cogworker.api.time_limits.JobTimeout")
+    assert worker.events_named("job_done") == []
+    crossed = worker.events_named("job_time_limit_crossed")
+    if crossed:  # the sleep returned and the body ended with no JobTimeout raised in it
+        assert crossed[0]["jid"] == jid and crossed[0]["elapsed_s"] >= 3
+        assert ": its call returned after" in entry["error_message"]
+        assert r.lrange("test:slept", 0, -1) == ["slow"]
+    assert worker.stop() == 0
+
+
+def test_a_job_past_its_limit_inside_a_c_call_with_no_retries_left_dies_and_its_hooks_run(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    jid = timeout_jobs.sleeper_to_dead.perform_async("slow", 1.5)
+    worker = workers.start(**{**APP, "COGWORKER_REQUIRE": "timeout_jobs,death_jobs"})
+    [entry] = wait_until(lambda: entries(r, "cogworker:dead"), timeout=20, message="dead")
+    assert entry["jid"] == jid and entry["error_class"].endswith("JobTimeout")
+    deaths = wait_until(lambda: r.lrange("test:deaths", 0, -1), timeout=15, message="the on_death hook")
+    [death] = [json.loads(d) for d in deaths]
+    assert (death["jid"], death["error_class"]) == (jid, "cogworker.api.time_limits.JobTimeout")
+    assert r.zcard("cogworker:retry") == 0 and r.get("cogworker:stat:failed") == "1"
+    assert worker.stop() == 0
+
+
 def test_the_default_limit_applies_and_a_jobs_own_limit_wins(
     r: redis.Redis, configured: object, workers: WorkerPool
 ) -> None:

@@ -1,7 +1,8 @@
 """fetch.lua's batch paths, against a real Redis: several acknowledgements come off the in-progress
 list with one LRANGE + LTRIM (+ one RPUSH for a job still running among them), and several jobs move
 with LRANGE + LPUSH + LTRIM, in exactly the order and with exactly the effect of the one-at-a-time
-commands they replace (LREM per ack, LMOVE per job)."""
+commands they replace (LREM per ack, LMOVE per job). A move Redis refuses (LMOVE renamed away) is
+not a queue of the wrong type: the script stops there and says so, with the jobs it moved before."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import redis
 
 from cogworker.store import keys
 from cogworker.store.scripts import Scripts
+from tests.support.redis_server import RedisServer
 
 INPROGRESS = keys.in_progress("me:1:fetch")
 
@@ -25,7 +27,7 @@ def fetch(
 
 def moved(reply: list[object]) -> list[str]:
     n_bad = int(reply[2])  # type: ignore[call-overload]
-    return [str(raw) for raw in reply[4 + n_bad + 1 :: 2]]
+    return [str(raw) for raw in reply[5 + n_bad + 1 :: 2]]
 
 
 def one_at_a_time(r: redis.Redis, want: int, acks: list[str]) -> tuple[int, list[str]]:
@@ -98,7 +100,8 @@ def test_a_batch_move_from_a_queue_of_the_wrong_type_names_it_and_takes_the_next
     r.set(keys.queue("a"), "not a list")
     r.rpush(keys.queue("b"), "b1", "b2", "b3")
     reply = fetch(r, 3, [], queues=("a", "b"))
-    assert int(reply[2]) == 1 and reply[4] == keys.queue("a")  # type: ignore[call-overload]
+    assert int(reply[2]) == 1 and reply[5] == keys.queue("a")  # type: ignore[call-overload]
+    assert reply[4] == ""  # a wrong type is not a refusal
     assert moved(reply) == ["b3", "b2", "b1"]
     assert r.get(keys.queue("a")) == "not a list"
 
@@ -112,10 +115,10 @@ def test_a_waiting_suspect_is_taken_alone_once_the_list_is_empty(r: redis.Redis)
     assert reply[3] == 2 and moved(reply) == []
     reply = fetch(r, 4, ["running"])
     assert reply[:4] == [1, 0, 0, 1] and moved(reply) == ["s1"]
-    assert reply[4] == keys.queue("default")  # the queue the suspect belongs to
+    assert reply[5] == keys.queue("default")  # the queue the suspect belongs to
     assert r.lrange(INPROGRESS, 0, -1) == ["s1"] and r.llen(keys.queue("default")) == 3
     # While it runs, nothing else is taken, though the queue has jobs and the suspects list is empty.
-    assert fetch(r, 4, [], isolating="1")[3:] == [1]
+    assert fetch(r, 4, [], isolating="1")[3:] == [1, ""]
     # Once it has left the list, an ordinary fetch.
     reply = fetch(r, 4, ["s1"], isolating="1")
     assert reply[3] == 0 and moved(reply) == ["q1", "q2", "q3"]
@@ -127,5 +130,23 @@ def test_a_suspect_of_a_paused_queue_waits_and_a_wrong_type_suspects_key_is_name
     r.set(keys.suspects("b"), "not a list")
     r.rpush(keys.queue("b"), "b1")
     reply = fetch(r, 2, [], queues=("a", "b"))
-    assert reply[2:5] == [1, 0, keys.suspects("b")] and moved(reply) == ["b1"]
+    assert reply[2:6] == [1, 0, "", keys.suspects("b")] and moved(reply) == ["b1"]
     assert r.lrange(keys.suspects("a"), 0, -1) == ["sa"]
+
+
+def test_a_refused_lmove_stops_the_moves_and_is_returned_with_the_jobs_moved_before_it() -> None:
+    server = RedisServer(extra=("--rename-command", "LMOVE", ""))
+    try:
+        r = server.client()
+        r.rpush(keys.queue("a"), "a1", "a2", "a3")  # taken by the batch path (no LMOVE)
+        r.rpush(keys.queue("b"), "b1", "b2")  # one more wanted from it: LMOVE, refused
+        r.rpush(INPROGRESS, "done")
+        reply = fetch(r, 4, ["done"], queues=("a", "b", "c"))
+        assert int(reply[0]) == 1  # type: ignore[call-overload]
+        assert int(reply[2]) == 0 and "Unknown Redis command" in str(reply[4])  # type: ignore[call-overload]
+        assert moved(reply) == ["a3", "a2", "a1"]
+        assert r.lrange(INPROGRESS, 0, -1) == ["a1", "a2", "a3"]
+        assert r.lrange(keys.queue("b"), 0, -1) == ["b1", "b2"]
+        assert r.get(keys.GUARD_REQUESTS) is None
+    finally:
+        server.close()

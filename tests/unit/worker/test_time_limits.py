@@ -200,20 +200,25 @@ def _frames(exc: BaseException) -> list[Any]:
     return list(traceback.extract_tb(exc.__traceback__))
 
 
-def test_a_run_that_swallowed_its_job_timeout_ends_with_its_own_outcome_and_leaves_nothing_pending() -> None:
-    """The job caught JobTimeout and returned: its own outcome stands, and the interpreter is left
-    as it was (a cleared exception must not leave the "pending" flag set: under a tracer every
-    call would then loop forever, which the traced call below would show as a hang)."""
+def test_a_run_that_swallowed_its_job_timeout_ends_as_job_timeout_and_leaves_nothing_pending() -> None:
+    """The job caught JobTimeout and returned past its limit: the run still ends as JobTimeout, and
+    the interpreter is left as it was (a cleared exception must not leave the "pending" flag set:
+    under a tracer every call would then loop forever, which the traced call below would show as a
+    hang)."""
     limits = TimeLimits(None, grace_s=30.0)
+    swallowed: list[bool] = []
 
     def swallow() -> str:
         try:
             spin(5.0)
         except JobTimeout:
+            swallowed.append(True)
             return "swallowed"
         return "finished"
 
-    assert limits.call(0.1, WORK, JOB, swallow, inject=True) == "swallowed"
+    with pytest.raises(JobTimeout, match=r"time limit of 0\.1s: its call returned after"):
+        limits.call(0.1, WORK, JOB, swallow, inject=True)
+    assert swallowed == [True]
     calls: list[str] = []
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
@@ -269,3 +274,46 @@ def test_a_job_in_a_c_call_past_its_limit_stalls_no_traced_thread_and_times_out_
     assert limits.armed == 0
     os.close(read_end)
     os.close(write_end)
+
+
+def test_a_job_sleeping_past_its_limit_in_a_c_call_times_out_when_the_sleep_returns() -> None:
+    """`time.sleep` past the limit: the JobTimeout fired in its thread can't be raised inside the
+    sleep and is withdrawn; the sleep returns, the body ends, and the run is a JobTimeout all the
+    same, with nothing left pending. (A refire may land just as the sleep returns, about one time
+    in ten: then it is raised in the body, and stops it there.)"""
+    limits = TimeLimits(None, grace_s=30.0)
+    started = time.monotonic()
+    ended: list[bool] = []
+
+    def body() -> None:
+        time.sleep(1.0)
+        ended.append(True)
+
+    with pytest.raises(JobTimeout, match=r"time limit of 0\.2s") as caught:
+        limits.call(0.2, WORK, JOB, body, inject=True)
+    assert time.monotonic() - started >= 1.0
+    if ": its call returned after" in str(caught.value):  # the body ended, no JobTimeout raised in it
+        assert ended and "a C call no exception interrupts" in str(caught.value)
+    spin(0.7)  # past a refire: nothing lands after the call
+    assert limits.armed == 0
+
+
+def test_a_body_returning_within_its_limit_keeps_its_outcome_even_if_the_clock_is_late() -> None:
+    """Judged by when the body returned, on the watchdog's clock: a run whose body returned before
+    its limit is not a JobTimeout, whenever the caller gets to look."""
+    now = [100.0]
+    limits = TimeLimits(None, grace_s=30.0, clock=lambda: now[0])
+
+    def body() -> str:
+        now[0] += 0.999  # the body took 0.999 s of a 1 s limit
+        return "done"
+
+    assert limits.call(1.0, WORK, JOB, body, inject=True) == "done"
+
+    def late() -> str:
+        now[0] += 1.0  # exactly its limit: crossed
+        return "done"
+
+    with pytest.raises(JobTimeout, match=r"returned after 1s"):
+        limits.call(1.0, WORK, JOB, late, inject=True)
+    limits.close()
