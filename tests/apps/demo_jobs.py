@@ -83,6 +83,7 @@ def when_file(gate: str, out: str, fail: bool = False) -> None:
         raise RuntimeError("failed when told to")
 
 
+@job
 def held(tag: str) -> None:
     """Marks its start, runs until the test pushes to `test:release` (at most a minute), marks its end."""
     client = _redis()
