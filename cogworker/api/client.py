@@ -215,7 +215,7 @@ def _write_job(job: dict[str, Any]) -> str:
     at = job.get("at")
     pipe = conn.pipeline(transaction=False)
     if at is not None and at > time.time():
-        pipe.zadd(keys.SCHEDULE, {codec.dumps(job): at})
+        pipe.zadd(keys.SCHEDULE, {payload.scheduled_text(job): at})
         if wait is not None:
             pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
         added, *waited = pipe.execute(raise_on_error=False)
@@ -308,7 +308,7 @@ def _write_batch(conn: redis.Redis, batch: list[dict[str, Any]]) -> None:
     for job in batch:
         at = job.get("at")
         if at is not None and at > now:
-            scheduled += [at, codec.dumps(job)]
+            scheduled += [at, payload.scheduled_text(job)]
         else:
             job.pop("at", None)
             job["enqueued_at"] = now

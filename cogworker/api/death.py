@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import structlog
 
 from cogworker import codec
+from cogworker.api import backtrace
 
 log = structlog.get_logger("cogworker.death")
 
@@ -39,11 +40,13 @@ UNREADABLE_CLASS = "cogworker.UnreadablePayload"
 
 @dataclass(frozen=True, slots=True)
 class Death:
-    """Why a job went to dead: `cause` (one of CAUSES) and the error its dead entry records."""
+    """Why a job went to dead: `cause` (one of CAUSES) and the error its dead entry records, with the
+    backtrace's lines (the entry holds them encoded, as Sidekiq does: api/backtrace.py)."""
 
     cause: str
     error_class: str
     error_message: str
+    backtrace: tuple[str, ...] = ()
 
 
 DeathHook = Callable[[dict[str, Any], Death], object]
@@ -97,6 +100,7 @@ def call_hooks(text: str, hooks_now: list[DeathHook] | None = None) -> int:
         cause=str(found.get("cause") or FAILED),
         error_class=str(job.get("error_class") or ""),
         error_message=str(job.get("error_message") or ""),
+        backtrace=tuple(backtrace.lines_of(job) or ()),
     )
     jid = str(job.get("jid") or "")
     failures = 0
