@@ -16,6 +16,7 @@ dead and the other hooks still run.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,16 @@ HookT = TypeVar("HookT", bound=DeathHook)
 
 _hooks: list[DeathHook] = []
 _lock = threading.Lock()
+
+
+def _renew_lock() -> None:
+    # A preloading fork server forks workers while app threads run: one may hold this lock then
+    # (docs/architecture.md, "Locks across a fork").
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_lock)
 
 
 def on_death(fn: HookT) -> HookT:
