@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test coverage coverage-report lint format bench redis-server chromium clean
+.PHONY: install run test coverage coverage-report lint format bench redis-server chromium sidekiq clean
 
 install: $(STAMP) redis-server
 
@@ -23,6 +23,10 @@ redis-server:
 # The Web UI's browser tests (tests/e2e/web/) drive Debian's chromium; Playwright downloads none.
 chromium:
 	@deploy/ensure-chromium.sh
+
+# The Sidekiq compatibility tests run Debian's Sidekiq 6 (and redis-namespace) against cogworker's keys.
+sidekiq:
+	@deploy/ensure-sidekiq.sh
 
 run: install
 	deploy/run-local.sh
@@ -42,7 +46,7 @@ else
 RUN_TESTS := $(COVERAGE) run -m pytest -q $(PYTEST_ARGS)
 endif
 
-test: install chromium
+test: install chromium sidekiq
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
 	$(RUN_TESTS); tests=$$?; \
 	$(COVERAGE) combine -q && $(COVERAGE) report; report=$$?; \

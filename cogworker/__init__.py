@@ -98,6 +98,12 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    # The lazy names are not in the module's namespace until first used, so the default dir()
+    # would hide them from tab completion and help(); list them with what is already loaded.
+    return sorted(set(globals()) | set(__all__))
+
+
 __all__ = [
     "Batch",
     "BatchClosed",

@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from typing import Any
 
 import orjson
 import structlog
+from structlog import _output as structlog_output
 
 from cogworker import codec
 
@@ -23,6 +25,21 @@ def _orjson_dumps(value: Any, default: Any = None) -> str:
         # message with a lone surrogate) is written escaped: logging must never raise into the code
         # that logs, a job thread's filing above all.
         return orjson.dumps(codec.sanitise(value, []), default=default or str).decode()
+
+
+def _renew_write_locks() -> None:
+    """structlog writes each line under a lock per file (its WRITE_LOCKS, which it doesn't export).
+    A thread of the parent writing a line when it forked leaves that lock held in the child, and
+    the child's first line would wait forever: a preloading fork server forks workers while app
+    threads log (docs/architecture.md, "Locks across a fork"). Every line of ours builds its logger
+    anew (cache_logger_on_first_use=False), so it takes the new lock."""
+    locks = getattr(structlog_output, "WRITE_LOCKS", None)
+    if locks is not None:
+        for file in list(locks):
+            locks[file] = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_write_locks)
 
 
 # Process-wide context (pid, identity, slot). Not contextvars: threads start with an empty context,

@@ -207,6 +207,12 @@ MUST_BE_ABOVE = (
         "orphan_threshold_s",
         "a process's jobs would count as orphaned while its presence may still be alive",
     ),
+    (
+        "timeout_s",
+        "graceful_stop_timeout_s",
+        "a stopping swarm would kill its workers while they still drain, and jobs that would have "
+        "finished in time run again",
+    ),
 )
 
 

@@ -15,7 +15,6 @@ Code that only reads settings takes a SettingsFields, so it takes either.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,6 +22,7 @@ from typing import Any, Literal
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 from cogworker.redact import safe_url
 from cogworker.secret import Secret
+from cogworker.usable_cpus import usable_cpus
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,9 @@ class SettingsFields:
     # past its limit a job no exception reaches may stay stuck before its process is replaced.
     job_timeout_s: float | None = None
     job_timeout_grace_s: float = 10.0
-    count: int = max(os.cpu_count() or 1, 1)
+    # Worker processes in a swarm: by default one per CPU this process may use (its affinity mask,
+    # lowered to its cgroup's CPU quota; usable_cpus.py), not one per CPU of the host.
+    count: int = usable_cpus()
     timeout_s: float = 25.0
     graceful_stop_timeout_s: float = 35.0
     maxmem_mb: int | None = None

@@ -43,7 +43,8 @@ signals:
   TTIN         every child logs every thread's stack
 
 variables (all COGWORKER_*; deploy/cogworker.env.example in the source lists every one):
-  COUNT                      children (default: CPU count)
+  COUNT                      children (default: the CPUs it may run on, at most the cgroup's
+                             CPU quota rounded up)
   REQUIRE                    modules to import so their jobs are known
   REDIS_URL, QUEUES, CONCURRENCY, TIMEOUT_S, LOG_FORMAT, LOG_LEVEL
   GRACEFUL_STOP_TIMEOUT_S    deadline before a stopping child is killed (default 35)

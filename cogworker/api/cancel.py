@@ -7,6 +7,7 @@ returns, so there is nothing left to cancel.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import redis
@@ -19,6 +20,16 @@ from cogworker.store.scripts import Scripts
 
 _mutex = threading.Lock()
 _scripts: tuple[redis.Redis, Scripts] | None = None
+
+
+def _renew_lock() -> None:
+    # A preloading fork server forks workers while app threads run: one may hold this lock then
+    # (docs/architecture.md, "Locks across a fork").
+    global _mutex
+    _mutex = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_lock)
 
 
 def _bound_scripts(conn: redis.Redis) -> Scripts:

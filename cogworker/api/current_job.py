@@ -19,6 +19,7 @@ operation, atomic under the GIL); a cancel seen twice only sets a flag twice.
 from __future__ import annotations
 
 import contextvars
+import os
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -91,6 +92,16 @@ class CurrentJob:
 # One lock for every job's callbacks: taken only to add one (an async job's start) or to cancel, so
 # no job pays for a lock of its own.
 _callbacks_mutex = threading.Lock()
+
+
+def _renew_lock() -> None:
+    # A preloading fork server forks workers while app threads run: one may hold this lock then
+    # (docs/architecture.md, "Locks across a fork").
+    global _callbacks_mutex
+    _callbacks_mutex = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_lock)
 _current: contextvars.ContextVar[CurrentJob | None] = contextvars.ContextVar("cogworker_job", default=None)
 # jid -> the job running (or about to run) in this process.
 _active: dict[str, CurrentJob] = {}

@@ -16,6 +16,7 @@ dead and the other hooks still run.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import Any, TypeVar
 import structlog
 
 from cogworker import codec
+from cogworker.api import backtrace
 
 log = structlog.get_logger("cogworker.death")
 
@@ -39,11 +41,13 @@ UNREADABLE_CLASS = "cogworker.UnreadablePayload"
 
 @dataclass(frozen=True, slots=True)
 class Death:
-    """Why a job went to dead: `cause` (one of CAUSES) and the error its dead entry records."""
+    """Why a job went to dead: `cause` (one of CAUSES) and the error its dead entry records, with the
+    backtrace's lines (the entry holds them encoded, as Sidekiq does: api/backtrace.py)."""
 
     cause: str
     error_class: str
     error_message: str
+    backtrace: tuple[str, ...] = ()
 
 
 DeathHook = Callable[[dict[str, Any], Death], object]
@@ -51,6 +55,16 @@ HookT = TypeVar("HookT", bound=DeathHook)
 
 _hooks: list[DeathHook] = []
 _lock = threading.Lock()
+
+
+def _renew_lock() -> None:
+    # A preloading fork server forks workers while app threads run: one may hold this lock then
+    # (docs/architecture.md, "Locks across a fork").
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_lock)
 
 
 def on_death(fn: HookT) -> HookT:
@@ -97,6 +111,7 @@ def call_hooks(text: str, hooks_now: list[DeathHook] | None = None) -> int:
         cause=str(found.get("cause") or FAILED),
         error_class=str(job.get("error_class") or ""),
         error_message=str(job.get("error_message") or ""),
+        backtrace=tuple(backtrace.lines_of(job) or ()),
     )
     jid = str(job.get("jid") or "")
     failures = 0

@@ -45,9 +45,15 @@ class _Bound:
 class LimitScripts:
     def __init__(self) -> None:
         self._mutex = threading.Lock()
+        # An app thread of a preloading fork server may hold it when it forks a worker
+        # (docs/architecture.md, "Locks across a fork").
+        os.register_at_fork(after_in_child=self._renew_lock)
         self._bound: _Bound | None = None
         self._source = {name: scripts.source(name) for name in NAMES}
         self._sha = {name: hashlib.sha1(text.encode()).hexdigest() for name, text in self._source.items()}
+
+    def _renew_lock(self) -> None:
+        self._mutex = threading.Lock()
 
     def _current(self) -> _Bound:
         owner = client.connection()

@@ -87,6 +87,12 @@ def build(
     return job
 
 
+def scheduled_text(job: dict[str, Any]) -> str:
+    """A job due later as the schedule set stores it: without `at`, as Sidekiq's client stores it (the
+    entry's score is the time). Client middleware has seen `at` by then; the dict keeps it."""
+    return codec.dumps({key: value for key, value in job.items() if key != "at"})
+
+
 # Counts past this are treated as this: a retry's delay grows as count**4, and a larger count would
 # overflow the float its due time is.
 MAX_COUNT = 10**9

@@ -17,6 +17,7 @@ import structlog
 from redis.commands.core import Script
 
 from cogworker import codec
+from cogworker.api import payload
 from cogworker.settings_fields import SettingsFields
 from cogworker.store import key_guard, keys, replicas, scripts
 
@@ -51,7 +52,7 @@ def write(conn: redis.Redis, settings: SettingsFields, batch: Sequence[dict[str,
         markers += [keys.pushed(str(job["jid"])) for job in jobs]
     args.append(len(scheduled))
     for job in scheduled:
-        args += [job["at"], codec.dumps(job)]
+        args += [job["at"], payload.scheduled_text(job)]
         markers.append(keys.pushed(str(job["jid"])))
     script_keys = [
         keys.QUEUES,

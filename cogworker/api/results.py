@@ -30,6 +30,7 @@ is retried), and `result()` answers from memory while a mode is on.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -128,6 +129,16 @@ def store(conn: redis.Redis, jid: str, record: str, ttl: float) -> None:
 # The testing modes' results: jid -> record, in this process's memory.
 _memory: dict[str, str] = {}
 _memory_changed = threading.Condition()
+
+
+def _renew_lock() -> None:
+    # A forked child would keep a lock another thread held at the fork held forever
+    # (docs/architecture.md, "Locks across a fork").
+    global _memory_changed
+    _memory_changed = threading.Condition()
+
+
+os.register_at_fork(after_in_child=_renew_lock)
 
 
 def remember(jid: str, record: str) -> None:

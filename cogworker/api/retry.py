@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import random
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from cogworker import codec
-from cogworker.api import retry_filters
+from cogworker.api import backtrace, retry_filters
 from cogworker.api.payload import (
     DEFAULT_RETRIES,
-    ERROR_MESSAGE_CHARS,
     error_fields,
     odd_retry,
     retry_count,
@@ -27,21 +25,36 @@ from cogworker.api.payload import (
 )
 from cogworker.store import keys
 
-BACKTRACE_LINES = 20
-
 
 def _check_retry(value: Any) -> None:
     if value is not None and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):
         raise TypeError(f"retry must be True, False or a number of retries >= 0, not {value!r}")
 
 
-# The job options filing reads from a payload, each with the check `@job(...)` runs on it
-# (`backtrace` is kept as given: filing stores a backtrace either way).
-OPTIONS: dict[str, Callable[[Any], None] | None] = {"retry": _check_retry, "backtrace": None}
+def _check_backtrace(value: Any) -> None:
+    # Sidekiq's retry code reads the option as true or a line count (`to_i`): a list or a mapping
+    # crashes it and loses the job (backtrace.py).
+    if value is not None and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):
+        raise TypeError(f"backtrace must be True, False or a number of lines >= 0, not {value!r}")
+
+
+# The job options filing reads from a payload, each with the check `@job(...)` runs on it.
+# `backtrace` is Sidekiq's option (true, or how many lines to keep), kept as given for a job that
+# Sidekiq may run too: filing stores the last lines under `error_backtrace` either way (backtrace.py).
+OPTIONS: dict[str, Callable[[Any], None] | None] = {"retry": _check_retry, "backtrace": _check_backtrace}
 NOTES = "cogworker_notes"
 # The fields a filing writes itself: sanitising only these leaves the job as it was, still retryable.
 OWN_FIELDS = frozenset(
-    {"error_class", "error_message", "backtrace", NOTES, "failed_at", "retried_at", "died_at", "retry_count"}
+    {
+        "error_class",
+        "error_message",
+        backtrace.FIELD,
+        NOTES,
+        "failed_at",
+        "retried_at",
+        "died_at",
+        "retry_count",
+    }
 )
 
 
@@ -77,16 +90,6 @@ class Filing:
         return self.set_key == keys.DEAD
 
 
-def backtrace(exc: BaseException) -> list[str]:
-    try:
-        lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    except Exception as failure:
-        return [f"<the backtrace could not be formatted: {type(failure).__name__}>"]
-    # Each line capped like the message: the last one quotes the whole message, however long.
-    kept = "".join(lines).splitlines()[-BACKTRACE_LINES:]
-    return [codec.escape(line[:ERROR_MESSAGE_CHARS]) for line in kept]
-
-
 def odd_fields(job: dict[str, Any]) -> list[str]:
     """What in the payload filing had to read around (it is counted or limited as noted)."""
     notes = []
@@ -112,7 +115,7 @@ def on_failure(
     now = time.time() if now is None else now
     failed = dict(job)
     failed.update(error_fields(exc))
-    failed["backtrace"] = backtrace(exc)
+    backtrace.record(failed, exc)
     notes = odd_fields(job)
     refused = retry_filters.not_retried(options, exc)
     if refused is not None:

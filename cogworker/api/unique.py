@@ -82,6 +82,13 @@ class _Releaser:
         self._mutex = threading.Lock()
         self._bound: tuple[int, redis.Redis, Scripts, Locks] | None = None
         self.outages = Outages()
+        os.register_at_fork(after_in_child=self._renew_after_fork)
+
+    def _renew_after_fork(self) -> None:
+        # An app thread of a preloading fork server may hold either lock when it forks a worker
+        # (docs/architecture.md, "Locks across a fork"); the parent's outages are its own.
+        self._mutex = threading.Lock()
+        self.outages = Outages()
 
     def bound(self) -> tuple[redis.Redis, Scripts, Locks]:
         conn = client.connection()

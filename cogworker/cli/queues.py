@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cogworker.cli.common import Context, table, yes_flag
+from cogworker import codec, exitcodes
+from cogworker.cli.common import Context, Failure, table, yes_flag
 from cogworker.formats import duration
 from cogworker.ops import queues as queue_ops
+from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 
 
 def register(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -54,6 +56,14 @@ def list_queues(ctx: Context) -> int:
 
 def pause(ctx: Context) -> int:
     name = ctx.args.name
+    # The rule every push and COGWORKER_QUEUES follow: no worker reads a queue named otherwise, so
+    # pausing one would only leave a name in `cogworker queues` (a typo, "mail " for "mail", paused
+    # nothing). resume and clear take any name: they only remove, and must undo what an older
+    # version paused or clear a queue another client (Sidekiq) named.
+    if not is_queue_name(name):
+        raise Failure(
+            f"not a queue name: '{codec.escape(name)}' (a queue name is {QUEUE_NAME_RULE})", exitcodes.USAGE
+        )
     changed = queue_ops.pause(ctx.client, name)
     text = f"queue {name} paused" if changed else f"queue {name} was already paused"
     ctx.emit({"queue": name, "paused": True, "changed": changed}, lambda _: [text])

@@ -146,7 +146,10 @@ def list_entries(ctx: Context) -> int:
 
 def show_entry(ctx: Context) -> int:
     entry = set_ops.get(ctx.client, ctx.args.set_name, ctx.args.ref)
-    data = {**entry.summary, "payload": entry.payload, "raw": entry.raw}
+    trace = entry.backtrace
+    # The payload holds the backtrace encoded (Base64 of deflated JSON, as Sidekiq stores it): shown
+    # here decoded, as lines.
+    data = {**entry.summary, "backtrace": trace, "payload": entry.payload, "raw": entry.raw}
 
     def lines(_: Any) -> list[str]:
         out = [
@@ -157,6 +160,8 @@ def show_entry(ctx: Context) -> int:
         ]
         if entry.error_class:
             out.append(f"  error:    {entry.error_class}: {entry.error_message or ''}")
+        if trace:
+            out += ["  backtrace:", *("    " + line for line in trace)]
         if not entry.readable:
             out.append("  (can't be retried: unreadable payload, or no job class or queue)")
         body = entry.payload if entry.payload is not None else entry.raw

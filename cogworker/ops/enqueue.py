@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 import redis
 
+from cogworker import codec
 from cogworker.api import client, features, payload
 from cogworker.api.decorator import JobFunction
 from cogworker.api.payload import DEFAULT_QUEUE, DEFAULT_RETRIES
@@ -69,6 +70,18 @@ def parse_json_kwargs(text: str | None) -> dict[str, Any]:
     return value
 
 
+def check_name(name: str) -> None:
+    """A job name a payload can carry. The command line gives bytes that aren't UTF-8 as lone
+    surrogates (Python's surrogateescape), which no JSON payload can hold: refused here with the
+    bytes shown, not found later as an encoding error deep in the push."""
+    if not codec.is_utf8(name):
+        raise BadArguments(
+            f"the job name '{codec.escape(name)}' is not valid UTF-8 (a byte that isn't is shown as \\xNN)"
+        )
+    if not name.strip():
+        raise BadArguments("the job name is empty: give a job's registered name, e.g. myapp.jobs.send_email")
+
+
 def _push_by_name(*args: Any, **kwargs: Any) -> None:
     """Stands in for a job this process can't import; never called here."""
     raise RuntimeError("a job pushed by name runs only in a worker that can import it")
@@ -112,6 +125,7 @@ def enqueue(
     queue: str | None = None,
     in_s: float | None = None,
 ) -> Enqueued:
+    check_name(name)
     try:
         payload.check_arguments(args, kwargs)
     except TypeError as exc:

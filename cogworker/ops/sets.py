@@ -18,6 +18,7 @@ from typing import Any, cast
 import redis
 
 from cogworker import codec
+from cogworker.api import backtrace
 from cogworker.ops import NotFound, OpsError
 from cogworker.store import keys
 
@@ -72,6 +73,12 @@ class Entry:
     readable: bool  # False: the payload isn't a job this code can put back on a queue
     payload: dict[str, Any] | None  # the whole decoded payload (None when it isn't a JSON object)
     raw: str  # the entry exactly as stored
+
+    @property
+    def backtrace(self) -> list[str] | None:
+        """The backtrace filed with the failure (`error_backtrace`, or an older filing's `backtrace`
+        list), decoded when asked for: a listing never pays for it."""
+        return backtrace.lines_of(self.payload)
 
     @property
     def key(self) -> str:

@@ -9,6 +9,7 @@ from a member's payload (its `bid`, `bup`, `bq` and `bcb` fields: api/batch.py).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from functools import cache
@@ -26,6 +27,16 @@ _FILINGS = {"settle": (7, 10), "file_unsettled": (5, 6), "swap_dead": (3, 6)}
 
 _lock = threading.Lock()
 _scripts: dict[str, Script] = {}
+
+
+def _renew_lock() -> None:
+    # A preloading fork server forks workers while app threads run: one may hold this lock then
+    # (docs/architecture.md, "Locks across a fork").
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_lock)
 
 
 @cache

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -111,12 +110,9 @@ def _listing(request: Request, set_name: str) -> Response:
     )
 
 
-def backtrace_of(payload: dict[str, Any] | None) -> str | None:
-    """The backtrace the worker filed with the failure (a list of lines), as one text."""
-    found = (payload or {}).get("backtrace")
-    if isinstance(found, list):
-        return "\n".join(str(line) for line in found) or None
-    return found if isinstance(found, str) and found else None
+def backtrace_text(lines: list[str] | None) -> str | None:
+    """The backtrace filed with the failure (ops/sets.py `Entry.backtrace`), as one text."""
+    return "\n".join(lines) if lines else None
 
 
 def _entry(request: Request, set_name: str) -> Response:
@@ -136,7 +132,7 @@ def _entry(request: Request, set_name: str) -> Response:
         path=SET_PATHS[set_name],
         set_title=TITLES[set_name],
         entry=entry,
-        backtrace=backtrace_of(entry.payload),
+        backtrace=backtrace_text(entry.backtrace),
         when_label=WHEN[set_name],
         killable=set_name in set_actions_web.KILLABLE,
     )

@@ -8,6 +8,10 @@ stays on that CPU, and sched_setaffinity with pid 0 sets the calling thread alon
 ones the fork server may use, inherited from the supervisor (systemd's CPUAffinity=, a container's
 cpuset, taskset), so a worker is never moved outside what the operator allowed. A replacement for a
 slot gets the slot's CPU again.
+
+The default COUNT (cogworker/usable_cpus.py) is the same set of CPUs lowered to the cgroup's CPU
+quota, so `auto` pins a swarm at its default count unless a quota holds it to fewer CPUs than it may
+run on; a quota is CPU time, not a set of CPUs to pin to.
 """
 
 from __future__ import annotations

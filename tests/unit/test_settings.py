@@ -204,6 +204,11 @@ def test_values_an_int_would_truncate_or_ranges_would_break(
             {"respawn_base_delay_s": 10, "respawn_max_delay_s": 5},
             ("COGWORKER_RESPAWN_BASE_DELAY_S", "COGWORKER_RESPAWN_MAX_DELAY_S"),
         ),
+        ({"timeout_s": 40}, ("COGWORKER_GRACEFUL_STOP_TIMEOUT_S=35 must be above COGWORKER_TIMEOUT_S=40",)),
+        (
+            {"timeout_s": 10, "graceful_stop_timeout_s": 10},
+            ("COGWORKER_GRACEFUL_STOP_TIMEOUT_S", "COGWORKER_TIMEOUT_S"),
+        ),
     ],
 )
 def test_settings_that_must_agree(values: dict[str, float], named: tuple[str, ...]) -> None:
@@ -226,6 +231,33 @@ def test_timeout_nan_exits_78_before_anything_starts(argv: list[str], redis_serv
     assert done.returncode == 78, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "COGWORKER_TIMEOUT_S='nan'" in lines[0], done.stderr
+    client = redis_server.client()
+    assert client.scard("cogworker:processes") == 0  # no worker ever registered
+    client.close()
+
+
+@pytest.mark.parametrize(
+    "argv", [["-m", "cogworker", "run"], ["-m", "supervisor.main"]], ids=["run", "swarm"]
+)
+def test_a_graceful_stop_shorter_than_the_drain_exits_78_before_anything_starts(
+    argv: list[str], redis_server: RedisServer
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    env.update(
+        COGWORKER_REDIS_URL=redis_server.url,
+        COGWORKER_REQUIRE="demo_jobs",
+        COGWORKER_TIMEOUT_S="30",
+        COGWORKER_GRACEFUL_STOP_TIMEOUT_S="10",
+    )
+    env.pop("NOTIFY_SOCKET", None)
+    done = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 78, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines == [
+        "cogworker: configuration error: COGWORKER_GRACEFUL_STOP_TIMEOUT_S=10 must be above "
+        "COGWORKER_TIMEOUT_S=30: a stopping swarm would kill its workers while they still drain, and "
+        "jobs that would have finished in time run again"
+    ], done.stderr
     client = redis_server.client()
     assert client.scard("cogworker:processes") == 0  # no worker ever registered
     client.close()

@@ -134,13 +134,16 @@ def test_stragglers_are_killed_at_the_graceful_deadline_and_their_jobs_requeued(
 ) -> None:
     import demo_jobs
 
-    # The child's own drain would wait 30 s; the swarm's deadline is 1.5 s.
+    # A child's own drain ends after 1 s, before the swarm's deadline (1.5 s; settings refuse it
+    # shorter). These children hang (stopped), so they never drain: killed at the deadline.
     swarm = swarms.start(
-        COGWORKER_CONCURRENCY="1", COGWORKER_TIMEOUT_S="30", COGWORKER_GRACEFUL_STOP_TIMEOUT_S="1.5"
+        COGWORKER_CONCURRENCY="1", COGWORKER_TIMEOUT_S="1", COGWORKER_GRACEFUL_STOP_TIMEOUT_S="1.5"
     )
     swarm.wait_ready()
     jids = {demo_jobs.sleepy.perform_async(tag, 30) for tag in ("s1", "s2")}
     wait_until(lambda: started(r, "s1") and started(r, "s2"), message="both jobs to start")
+    for pid in swarm.current_children().values():
+        os.kill(pid, signal.SIGSTOP)
 
     stop_at = time.monotonic()
     swarm.signal(signal.SIGTERM)

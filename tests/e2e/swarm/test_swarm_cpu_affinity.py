@@ -95,6 +95,35 @@ def test_spread_keeps_to_the_cpus_the_swarm_was_started_with(swarms: SwarmRunner
     assert swarm.stop() == exitcodes.OK
 
 
+def test_the_default_count_is_the_cpus_the_swarm_may_use_and_auto_pins_them(
+    swarms: SwarmRunner, r: redis.Redis
+) -> None:
+    # COGWORKER_COUNT unset (the fixture sets it): one CPU allowed, one worker, not one per host CPU;
+    # the default count equals the CPUs allowed, so `auto` pins it.
+    only = ALL_CPUS[-1]
+    swarm = swarms.start(
+        command=[
+            "env",
+            "-u",
+            "COGWORKER_COUNT",
+            "taskset",
+            "-c",
+            str(only),
+            sys.executable,
+            "-m",
+            "supervisor.main",
+        ],
+        COGWORKER_REQUIRE="affinity_jobs",
+    )
+    swarm.wait_ready(ready=1)
+    assert swarm.supervisor_events("swarm_capacity")[-1]["count"] == 1
+    assert list(swarm.current_children()) == [0]
+    assert [(e["slot"], e["cpu"]) for e in swarm.events("worker_pinned")] == [(0, only)]
+    assert {tuple(report["cpus"]) for report in run_reports(swarm, r, 4)} == {(only,)}  # type: ignore[arg-type]
+    assert len(swarm.supervisor_events("child_started")) == 1
+    assert swarm.stop() == exitcodes.OK
+
+
 @pytest.mark.parametrize(
     "placement",
     [

@@ -172,6 +172,7 @@ def test_a_replacement_not_ready_in_time_is_given_up_and_the_old_child_kept(
         tmp_path,
         COGWORKER_COUNT="1",
         COGWORKER_RESTART_READY_TIMEOUT_S="1",
+        COGWORKER_TIMEOUT_S="1",
         COGWORKER_GRACEFUL_STOP_TIMEOUT_S="2.5",
     )
     swarm.wait_ready()

@@ -67,7 +67,8 @@ def test_perform_in_and_at_go_to_the_schedule(r: redis.Redis, configured: object
     assert before + 59 < scores[1] < before + 61
     assert before + 119 < scores[2] < before + 121
     assert abs(scores[3] - when.timestamp()) < 0.01
-    assert all(json.loads(raw)["at"] == score for raw, score in entries)
+    # As Sidekiq's client stores them: the score is the time, and the entry has no `at`.
+    assert all("at" not in json.loads(raw) for raw, _ in entries)
     assert queue(r, "mailers") == []
 
 
@@ -139,8 +140,29 @@ def test_push_bulk_takes_a_job_set_with_options_for_the_whole_batch(
 
 
 def test_push_bulk_scheduled(r: redis.Redis, configured: object) -> None:
-    cogworker.push_bulk(send_email, [(1, "a"), (2, "b")], at=time.time() + 100)
-    assert r.zcard("cogworker:schedule") == 2
+    at = time.time() + 100
+    cogworker.push_bulk(send_email, [(1, "a"), (2, "b")], at=at)
+    entries = r.zrange("cogworker:schedule", 0, -1, withscores=True)
+    assert len(entries) == 2
+    assert all(abs(score - at) < 0.01 and "at" not in json.loads(raw) for raw, score in entries)
+
+
+def test_client_middleware_still_sees_a_scheduled_jobs_at(r: redis.Redis, configured: object) -> None:
+    seen: list[object] = []
+
+    def look(job_: dict[str, Any], call_next: Any) -> Any:
+        seen.append(job_.get("at"))
+        return call_next(job_)
+
+    cogworker.client_chain.add(look)
+    try:
+        at = time.time() + 100
+        send_email.perform_at(at, 1, "a")
+    finally:
+        cogworker.client_chain.remove(look)
+    assert seen == [at]
+    [(raw, score)] = r.zrange("cogworker:schedule", 0, -1, withscores=True)
+    assert score == at and "at" not in json.loads(raw)
 
 
 def test_client_middleware_can_change_and_stop_pushes(r: redis.Redis, configured: object) -> None:

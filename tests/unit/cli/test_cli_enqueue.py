@@ -80,3 +80,20 @@ def test_bad_arguments_are_usage_errors(cli: CLI, r: redis.Redis, argv: list[str
     assert out.code == 2, out.err
     assert message in out.err
     assert r.keys("cogworker:*") == []
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("bad\udcffname", "the job name 'bad\\xffname' is not valid UTF-8"),
+        ("", "the job name is empty"),
+        ("  ", "the job name is empty"),
+    ],
+)
+def test_a_name_no_payload_can_carry_is_a_usage_error(
+    cli: CLI, r: redis.Redis, name: str, message: str
+) -> None:
+    out = cli("enqueue", name, "[1]")
+    assert out.code == 2, out.err
+    assert out.err.strip().startswith(f"cogworker: {message}")
+    assert r.keys("cogworker:*") == []

@@ -49,3 +49,17 @@ def test_doctor_fail_exits_1_and_json_is_clean(private_redis: RedisServer) -> No
     client.config_set("maxmemory-policy", "noeviction")
     assert run("doctor", url=private_redis.url).returncode == 0
     client.close()
+
+
+def test_names_that_arent_utf8_are_one_line_and_exit_2(redis_server: RedisServer, r: object) -> None:
+    # Real argv bytes: Python hands a byte that isn't UTF-8 on as a lone surrogate.
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    clean.update(COGWORKER_REDIS_URL=redis_server.url)
+    for argv in ([b"enqueue", b"bad\xffname"], [b"queue", b"pause", b"q\xff"]):
+        done = subprocess.run(
+            [sys.executable.encode(), b"-m", b"cogworker", *argv], env=clean, capture_output=True, timeout=30
+        )
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.decode().strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in lines[0], done.stderr
+        assert lines[0].startswith("cogworker: ") and "\\xff" in lines[0]

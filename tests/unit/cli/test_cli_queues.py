@@ -48,6 +48,23 @@ def test_pause_and_resume(cli: CLI, r: redis.Redis) -> None:
     assert cli("queue", "resume", "mail").out.strip() == "queue mail was not paused"
 
 
+@pytest.mark.parametrize("name", ["mail ", "a b", "a:b", "a,b", "tab\there", "bad\udcffname"])
+def test_pause_refuses_a_name_no_worker_can_read(cli: CLI, r: redis.Redis, name: str) -> None:
+    refused = cli("queue", "pause", name)
+    assert refused.code == 2
+    assert (
+        refused.err.startswith("cogworker: not a queue name: ")
+        and "a queue name is a non-empty" in refused.err
+    )
+    assert r.smembers("cogworker:paused") == set()
+
+
+def test_resume_takes_a_name_an_older_version_paused(cli: CLI, r: redis.Redis) -> None:
+    r.sadd("cogworker:paused", "a b")
+    assert cli("queue", "resume", "a b").out.strip() == "queue a b resumed"
+    assert r.smembers("cogworker:paused") == set()
+
+
 def test_clear_asks_refuses_without_a_terminal_and_takes_yes(
     cli: CLI, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from cogworker import codec
+from cogworker.api.backtrace import encode as encode_backtrace
 from tests.support.cli_runner import CLI, FakeTerminal, cli_fixture  # noqa: F401
 from tests.support.set_entries import add, dead_job
 
@@ -41,6 +42,22 @@ def test_list_show_and_retry_a_dead_job(cli: CLI, r: redis.Redis) -> None:
     again = cli("dead", "retry", "j1")
     assert again.code == 1
     assert again.err.strip() == "cogworker: no job j1 in the dead set"
+
+
+def test_show_prints_the_backtrace_decoded_whichever_field_holds_it(cli: CLI, r: redis.Redis) -> None:
+    trace = ["Traceback (most recent call last):", "ValueError: smtp down"]
+    add(r, "cogworker:dead", dead_job("new", error_backtrace=encode_backtrace(trace)), 100)
+    add(r, "cogworker:dead", dead_job("old", backtrace=trace), 200)  # filed by an older cogworker
+    for jid in ("new", "old"):
+        shown = cli("dead", "show", jid)
+        assert shown.code == 0
+        assert (
+            "  backtrace:\n    Traceback (most recent call last):\n    ValueError: smtp down\n" in shown.out
+        )
+        assert cli("dead", "show", jid, "--json").json()["backtrace"] == trace
+    assert cli("dead", "show", "new", "--json").json()["payload"]["error_backtrace"] == encode_backtrace(
+        trace
+    )
 
 
 def test_an_unreadable_dead_entry_is_shown_but_not_retried(cli: CLI, r: redis.Redis) -> None:

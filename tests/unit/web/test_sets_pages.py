@@ -18,6 +18,7 @@ from starlette.routing import Mount
 from starlette.testclient import TestClient
 
 from cogworker import codec
+from cogworker.api.backtrace import encode as encode_backtrace
 from cogworker.ops import sets as set_ops
 from cogworker.settings import Settings, load_settings
 from cogworker.web import create_app
@@ -166,6 +167,15 @@ def test_entry_page_shows_payload_error_and_backtrace(client: TestClient, r: red
     assert client.get("/dead/not-a-key").status_code == 404
     add(r, RETRY, dead_job("r1"), score=T0)
     assert ">Kill</button>" in client.get(f"/retries/{key_of('r1', T0)}").text
+
+
+def test_entry_page_decodes_the_backtrace_stored_as_sidekiq_stores_it(
+    client: TestClient, r: redis.Redis
+) -> None:
+    trace = ["Traceback (most recent call last):", '  File "app.py", line 3, in run', "ValueError: <x>"]
+    add(r, RETRY, dead_job("e2", error_backtrace=encode_backtrace(trace)), score=T0)
+    page = client.get(f"/retries/{key_of('e2', T0)}").text
+    assert f'<pre id="backtrace">{esc(chr(10).join(trace))}</pre>' in page
 
 
 def test_retry_now_flashes_and_the_second_browser_is_told_it_was_gone(

@@ -1,0 +1,37 @@
+"""The package's top level (cogworker/__init__.py): the public names it loads on first use are
+still listed by dir(), so tab completion and help() see them, and listing them loads nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import cogworker
+
+LISTED = """
+import json, sys, cogworker
+names = dir(cogworker)
+print(json.dumps({"dir": names, "loaded": sorted(m for m in sys.modules if m.startswith("cogworker.api."))}))
+"""
+
+
+def test_dir_lists_every_public_name_before_any_is_used() -> None:
+    # A fresh interpreter, so that no lazy name has been loaded into the module's namespace yet.
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(LISTED)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    missing = sorted(set(cogworker.__all__) - set(seen["dir"]))
+    assert not missing, f"dir(cogworker) omits {missing}"
+    assert seen["dir"] == sorted(seen["dir"])
+    # Listing the names must not import the job machinery they stand for.
+    assert "cogworker.api.periodic" not in seen["loaded"]
+    assert "cogworker.api.batch" not in seen["loaded"]
+
+
+def test_dir_still_lists_what_the_module_holds_itself() -> None:
+    names = dir(cogworker)
+    assert {"__version__", "__getattr__", "__name__", "periodic", "limiter"} <= set(names)
