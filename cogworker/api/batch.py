@@ -28,11 +28,16 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import redis
+import structlog
+
 from cogworker import codec
 from cogworker.api import client, middleware
 from cogworker.api.decorator import JobFunction, JobSetter
 from cogworker.api.payload import new_jid
 from cogworker.store import batch_scripts, key_guard, keys
+
+_log = structlog.get_logger("cogworker.batch")
 
 KINDS = ("success", "complete", "death")
 Callback = JobFunction | JobSetter
@@ -267,18 +272,34 @@ def _register(jobs: list[dict[str, Any]]) -> Any:
         if target.queues:
             job["bq"] = target.queues
     jids = [str(job["jid"]) for job in jobs]
-    _run_open(target, "add", jids)
+    try:
+        _run_open(target, "add", jids)
+    except (redis.ConnectionError, redis.TimeoutError):
+        # The reply was lost, maybe after they were registered; none of them will be written.
+        _leave(target, jids)
+        raise
 
     def undo(unwritten: list[dict[str, Any]]) -> None:
-        # These jobs are known not to be written: they leave the batch (the block still holds it, so
-        # nothing is decided meanwhile). Those whose write may have happened (a lost reply) stay.
-        gone = [str(job["jid"]) for job in unwritten]
-        pipe = client.connection().pipeline(transaction=True)
-        pipe.srem(keys.batch_pending(target.bid), *gone)
-        pipe.hincrby(keys.batch(target.bid), "total", -len(gone))
-        pipe.execute()
+        # These jobs are known not to be written: they leave the batch. Those whose write may have
+        # happened (a lost reply) stay.
+        _leave(target, [str(job["jid"]) for job in unwritten])
 
     return undo
+
+
+def _leave(target: Batch, jids: list[str]) -> None:
+    """Members that will never be written leave the batch, counted by what was registered (the
+    block still holds the batch, so nothing is decided meanwhile). Best-effort: a failure is logged,
+    and the batch then waits for members that never run."""
+    try:
+        conn = client.connection()
+        removed = int(conn.srem(keys.batch_pending(target.bid), *jids))
+        if removed:
+            conn.hincrby(keys.batch(target.bid), "total", -removed)
+    except redis.RedisError as exc:
+        _log.error(
+            "batch_members_not_removed", bid=target.bid, jids=jids[:10], error=f"{type(exc).__name__}: {exc}"
+        )
 
 
 def _strings(value: Any) -> list[str]:

@@ -34,8 +34,10 @@ from cogworker import codec
 from cogworker.api import chain_group, client, features
 from cogworker.api.chain_group import FIELD
 from cogworker.api.payload import check_arguments, new_jid
+from cogworker.api.push_outcome import may_be_queued
 from cogworker.api.retry_filters import WORKER_SIDE
 from cogworker.store import keys
+from cogworker.store.connection import is_unavailable
 
 # How long a chain's record is kept after its last change (a step done, the chain's end).
 DEFAULT_TTL_S = 7 * 24 * 3600.0
@@ -215,8 +217,10 @@ def chain(
     if "group" in first:
         try:
             chain_group.start(conn, first, carried)
-        except BaseException:
-            conn.delete(record)
+        except BaseException as exc:
+            # No answer (a lost reply): the group may be pushed, and its steps need the record.
+            if not isinstance(exc, Exception) or not is_unavailable(exc):
+                conn.delete(record)
             raise
         return Chain(cid, tuple(s["jid"] for s in specs))
     options = {**first["options"], FIELD: carried, "jid": first["jid"]}
@@ -224,8 +228,9 @@ def chain(
         jid = client.push(
             first["class"], first["args"], first["kwargs"], queue=first["queue"], options=options
         )
-    except BaseException:
-        conn.delete(record)
+    except BaseException as exc:
+        if not may_be_queued(exc):  # else the first step may be queued: its record stays (a TTL ends it)
+            conn.delete(record)
         raise
     if jid is None:
         conn.delete(record)

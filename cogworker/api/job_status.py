@@ -40,7 +40,7 @@ from cogworker.api import client
 from cogworker.api.current_job import JobCancelled
 from cogworker.api.middleware import ClientNext, ServerNext
 from cogworker.api.payload import DEFAULT_RETRIES, error_fields, retry_count, terminal_failure
-from cogworker.api.push_outcome import PushOutcomeUnknown
+from cogworker.api.push_outcome import may_be_queued
 from cogworker.api.retry import longest_backoff_s
 from cogworker.store import key_guard, keys
 from cogworker.store.outage import Outages
@@ -173,10 +173,9 @@ def on_push(job: dict[str, Any], call_next: ClientNext) -> Any:
     _write(job, "queued", float(at) - time.time() if isinstance(at, int | float) else 0.0)
     try:
         pushed = call_next(job)
-    except PushOutcomeUnknown:
-        raise  # it may be queued: "queued" stays
-    except BaseException:
-        _forget([job])
+    except BaseException as exc:
+        if not may_be_queued(exc):  # queued, or it may be: "queued" stays
+            _forget([job])
         raise
     if pushed is None:
         _forget([job])

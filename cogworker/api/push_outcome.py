@@ -11,9 +11,11 @@ So a failure is sorted out before anything is undone:
   (push_batch.lua) and fences the attempt off where it finds none, so a write still on its way can't
   land afterwards. Jobs found written stand: the push succeeded after all (a lost reply, nothing
   more). Jobs not written are undone.
-- The check failed too (Redis still away), or the push was interrupted: PushOutcomeUnknown is raised
-  and nothing is undone. The claims then hold a duplicate back until their TTL, and a batch waits for
-  a member that may never run (logged with its jid); never the other way round.
+- The check failed too (Redis still away): PushOutcomeUnknown is raised and nothing is undone. An
+  interruption during the write (KeyboardInterrupt, a job's time limit) goes on as it is, marked
+  (`may_be_queued`), and nothing is undone either. The claims then hold a duplicate back until
+  their TTL, and a batch waits for a member that may never run (logged with its jid); never the
+  other way round.
 """
 
 from __future__ import annotations
@@ -26,11 +28,15 @@ import redis
 import structlog
 
 from cogworker.api.push_write import MARK_TTL_S
+from cogworker.api.time_limits import JobTimeout
 from cogworker.store import key_guard, keys, scripts
 from cogworker.store.connection import is_unavailable
+from cogworker.store.replicas import NotReplicated
 
 # A fence lives as long as the marker it stands for would have.
 FENCE_TTL_MS = MARK_TTL_S * 1000
+# Set on an interruption raised during a write (it goes on as it is): the job may be queued.
+_UNKNOWN_MARK = "cogworker_push_outcome_unknown"
 
 _log = structlog.get_logger("cogworker.client")
 
@@ -65,8 +71,12 @@ def unwritten(
     if not _may_have_run(failure):
         return list(jobs)
     jids = [str(job["jid"]) for job in jobs]
-    if not isinstance(failure, Exception):  # interrupted (KeyboardInterrupt): ask nothing more now
-        raise PushOutcomeUnknown(jids, failure) from failure
+    if _interrupted(failure):
+        # Ask nothing more now, and let the interruption go on as it is (a time limit must still end
+        # the job), marked so the chain's middleware keeps what it took.
+        _log.error("push_outcome_unknown", jids=jids[:10], count=len(jids), error=type(failure).__name__)
+        setattr(failure, _UNKNOWN_MARK, True)
+        raise failure
     try:
         codes = _check(conn, jids, attempt)
     except Exception as exc:
@@ -80,12 +90,23 @@ def unwritten(
     return [job for job, code in zip(jobs, codes, strict=True) if not code]
 
 
+def may_be_queued(exc: BaseException) -> bool:
+    """Whether a push that raised `exc` may have queued its job: what the chain took for it stays."""
+    return isinstance(exc, PushOutcomeUnknown | NotReplicated) or getattr(exc, _UNKNOWN_MARK, False) is True
+
+
 def _may_have_run(failure: BaseException) -> bool:
     """False when Redis answered the write with an error: it wrote nothing (push_batch.lua checks
-    every key before its first write). A ConnectionError or a timeout may come after it ran."""
+    every key before its first write). A ConnectionError or a timeout may come after it ran, and so
+    may an interruption raised into the thread during the write."""
     if isinstance(failure, redis.ResponseError):
         return False
-    return not isinstance(failure, Exception) or is_unavailable(failure)
+    return _interrupted(failure) or is_unavailable(failure)
+
+
+def _interrupted(failure: BaseException) -> bool:
+    """KeyboardInterrupt, SystemExit, or a job's time limit raised into its thread (api/time_limits.py)."""
+    return not isinstance(failure, Exception) or isinstance(failure, JobTimeout)
 
 
 def _check(conn: redis.Redis, jids: list[str], attempt: str) -> list[int]:

@@ -48,7 +48,7 @@ from cogworker.api import client
 from cogworker.api.current_job import JobCancelled
 from cogworker.api.middleware import ClientNext, ServerNext
 from cogworker.api.payload import DEFAULT_RETRIES, terminal_failure
-from cogworker.api.push_outcome import PushOutcomeUnknown
+from cogworker.api.push_outcome import may_be_queued
 from cogworker.store import key_guard, keys
 from cogworker.store.locks import UNTIL_EXECUTED, Locks, held_locks, unique_digest
 from cogworker.store.outage import Outages
@@ -123,8 +123,15 @@ def claim(job: dict[str, Any], call_next: ClientNext) -> Any:
     jid = str(job["jid"])
     ttl_ms = lock_ttl_ms(job, client.settings().unique_ttl_s, time.time())
     # A Redis error here propagates: the push would fail just the same, and pushing without the
-    # claim would break the promise the caller asked for.
-    if not conn.set(key, jid, nx=True, px=ttl_ms):
+    # claim would break the promise the caller asked for. A claim whose reply was lost may have
+    # been taken, for a job never pushed: it is given back (owner-checked, so only if it is ours),
+    # or the caller's retry would be skipped as a duplicate of nothing for the claim's whole TTL.
+    try:
+        claimed = conn.set(key, jid, nx=True, px=ttl_ms)
+    except (redis.ConnectionError, redis.TimeoutError):
+        _give_back(key, jid)
+        raise
+    if not claimed:
         holder = _holder(conn, key)
         if holder != jid:
             log.debug("unique_duplicate_skipped", job=job.get("class"), holder=holder)
@@ -133,10 +140,11 @@ def claim(job: dict[str, Any], call_next: ClientNext) -> Any:
         # write finds out whether it was queued then and queues no second copy (api/push_outcome.py).
     try:
         pushed = call_next(job)
-    except PushOutcomeUnknown:
-        raise  # it may be queued: the claim stays, and a retry with a new jid is a duplicate
-    except BaseException:
-        _give_back(key, jid)
+    except BaseException as exc:
+        # Queued (NotReplicated: too few replicas confirmed it), or it may be (a lost reply): the
+        # claim stays, and a retry with a new jid is a duplicate.
+        if not may_be_queued(exc):
+            _give_back(key, jid)
         raise
     if pushed is None:
         _give_back(key, jid)

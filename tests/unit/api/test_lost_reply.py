@@ -282,3 +282,59 @@ def test_a_cancel_that_never_ran_leaves_the_job_for_its_retry(
     assert [job["jid"] for job in queued(direct)] == [jid] and cancelled_count(direct) == 0
     assert cogworker.cancel(jid).case == "queued"
     assert queued(direct) == [] and cancelled_count(direct) == 1
+
+
+# A chain's first push ---------------------------------------------------------------------------
+
+
+def test_a_chain_whose_first_push_is_of_unknown_outcome_keeps_its_record(
+    resp_proxy: RespProxy, direct: redis.Redis, through_proxy: Settings
+) -> None:
+    import chain_jobs
+
+    lose_the_check_too(resp_proxy)
+    with pytest.raises(cogworker.PushOutcomeUnknown):
+        cogworker.chain(chain_jobs.first.s(1), chain_jobs.second.s(2))
+    (job,) = queued(direct)
+    assert direct.exists(keys.chain(job["chain"]["id"])) == 1  # the queued first step's record stays
+
+
+def test_a_push_whose_check_stalls_too_is_of_unknown_outcome(
+    resp_proxy: RespProxy, direct: redis.Redis, through_proxy: Settings
+) -> None:
+    """Both replies held past COGWORKER_REDIS_TIMEOUT_S (a stalled Redis, as the client sees it):
+    the claim stays, and sending the payload again leaves one copy."""
+    payload = unique_jobs.rebuild.build((12,), {})
+    resp_proxy.delay_reply(30, script="push_batch")
+    resp_proxy.delay_reply(30, script="push_check")
+    with pytest.raises(cogworker.PushOutcomeUnknown):
+        unique_jobs.rebuild.send(payload)
+    assert unique_jobs.rebuild.perform_async(12) is None  # the claim held: a duplicate
+    assert unique_jobs.rebuild.send(payload) == payload["jid"]
+    assert [job["jid"] for job in queued(direct)] == [payload["jid"]]
+
+
+def test_a_unique_claim_whose_reply_was_lost_is_given_back(
+    resp_proxy: RespProxy, direct: redis.Redis, through_proxy: Settings
+) -> None:
+    """The claim ran but its reply was lost, so nothing was pushed: the caller's retry must not be
+    skipped as a duplicate of a job that was never queued."""
+    resp_proxy.lose_reply(command="SET", arg="cogworker:unique:")
+    with pytest.raises(redis.ConnectionError):
+        unique_jobs.rebuild.perform_async(13)
+    assert queued(direct) == []
+    jid = unique_jobs.rebuild.perform_async(13)
+    assert jid is not None and [job["jid"] for job in queued(direct)] == [jid]
+
+
+def test_a_member_whose_registration_reply_was_lost_leaves_its_batch(
+    resp_proxy: RespProxy, direct: redis.Redis, through_proxy: Settings
+) -> None:
+    """Registered, but the reply was lost before the job was written: it leaves the batch, which
+    would otherwise wait for it for good."""
+    with pytest.raises(redis.ConnectionError), cogworker.batch("registered", **CALLBACKS) as b:
+        resp_proxy.lose_reply(script="batch_open", arg="add")
+        bj.ok.perform_async("a")
+    assert queued(direct) == []
+    status = cogworker.batch_status(b.bid)
+    assert status is not None and (status.total, status.pending, status.complete) == (0, 0, True)

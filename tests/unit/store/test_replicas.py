@@ -89,6 +89,18 @@ def test_without_a_replica_a_push_raises_naming_the_job_it_did_write(master: Red
     assert "and 2 more" in str(bulk_err.value)
 
 
+def test_a_unique_push_that_raised_not_replicated_keeps_its_claim_and_status(master: RedisServer) -> None:
+    import unique_jobs
+
+    client = use(master, 1)
+    with pytest.raises(cogworker.NotReplicated) as err:
+        unique_jobs.rebuild.set(status=True).perform_async(1)
+    (jid,) = err.value.jids
+    assert cogworker.status(jid) == "queued"  # it is queued: it runs unless the master dies first
+    assert unique_jobs.rebuild.perform_async(1) is None  # so pushing it again is a duplicate
+    assert queued(client) == [jid]
+
+
 def test_off_means_no_wait(master: RedisServer) -> None:
     import demo_jobs
 
