@@ -81,10 +81,12 @@ def file_unsettled(client: redis.Redis, scripts: Scripts, settings: SettingsFiel
             log.error("unsettled_filing_stopped_by_wrong_type_key", key=wrong)
             key_guard.request(client, wrong)
             break
-        if done:
+        if done == 1:
             filed += 1
-            if entry["set"] == keys.DEAD:
-                locks.release_terminal(payload)
+        if done in (1, 2) and entry["set"] == keys.DEAD:
+            # 2: filed by an earlier call whose reply was lost (or by another process, which released
+            # them too): the locks are released here all the same, not left to their TTL.
+            locks.release_terminal(payload)
     return filed
 
 

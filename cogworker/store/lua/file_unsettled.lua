@@ -9,8 +9,11 @@
 -- KEYS[4], ARGV[4], ARGV[5]  (only when the set is cogworker:dead) cogworker:deaths, the death notice
 --          to push there, and how many notices that list keeps (see "Death notices and on_death
 --          hooks" in docs/architecture.md)
--- Returns 1 when filed, 0 when the head changed (another process filed it), or {"wrongtype", key}
--- when a key has the wrong type (nothing changed: the record stays at the head).
+-- Returns 1 when filed, 2 when the head changed and the payload is in its set (filed already: by an
+-- earlier call whose reply was lost, or by another process), 0 when the head changed and it isn't,
+-- or {"wrongtype", key} when a key has the wrong type (nothing changed: the record stays at the head).
+-- The caller releases a dead job's locks on 1 and on 2: after a lost reply, the call that filed it
+-- never told anyone, and the locks would otherwise wait for their TTL (releasing twice is harmless).
 -- The record is written to its set before it is taken off the list, so an error loses nothing.
 local wanted = {{KEYS[1], "list"}, {KEYS[2], "zset"}}
 if KEYS[4] then
@@ -23,6 +26,9 @@ for _, want in ipairs(wanted) do
   end
 end
 if redis.call("LINDEX", KEYS[1], 0) ~= ARGV[1] then
+  if redis.call("ZSCORE", KEYS[2], ARGV[3]) then
+    return 2
+  end
   return 0
 end
 redis.call("ZADD", KEYS[2], ARGV[2], ARGV[3])

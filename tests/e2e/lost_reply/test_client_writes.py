@@ -1,8 +1,8 @@
 """The lost-reply matrix, job API side: each write the app's process makes (a push, a scheduled push,
-a unique push, push_bulk, a batch's member and its block's end, a chain's start, a cancel, a
-limiter's acquire and release outside a job), its reply lost after it ran or the command dropped
-before it ran, by the RESP proxy between this test's job API and a real Redis. A worker runs the
-jobs straight against Redis, so only the app's side meets the fault.
+a unique push and its claim, push_bulk, a batch's member, creation, registration and end, a chain's
+start, a cancel, a limiter's acquire and release outside a job), its reply lost after it ran or the
+command dropped before it ran, by the RESP proxy between this test's job API and a real Redis. A
+worker runs the jobs straight against Redis, so only the app's side meets the fault.
 
 What each case may leave (docs/architecture.md, "What a lost reply can and cannot cause"):
 
@@ -11,6 +11,8 @@ What each case may leave (docs/architecture.md, "What a lost reply can and canno
   until its run ends.
 - dropped: nothing was written and the push raises; what the chain took is given back (the claim
   is free, the batch doesn't wait for the job), so pushing again runs it once.
+- a unique claim's own write (SET NX): either way nothing is pushed, the push raises and the claim
+  is free, so pushing again runs the job once.
 - a cancel is answered, or raises and is called again: the job never runs, and is counted
   cancelled once.
 - a limiter's acquire raises (lost: its token holds the slot until its lease ends; dropped: nothing
@@ -102,6 +104,20 @@ def test_unique_push(m: Stack, mode: str) -> None:
         assert m.r.keys(keys.unique("*")) == []  # given back: the push can be made again
         assert matrix_jobs.unique_mark.perform_async(tag) is not None
     m.wait_ran(tag)  # settled: the claim released by the run
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_unique_claim(m: Stack, mode: str) -> None:
+    """The claim's own write (SET NX PX), before the job's: either way nothing is pushed, the push
+    raises and the claim is free again, so the push made again runs the job once."""
+    tag = f"claim-{mode}"
+    rule = m.arm(mode, command="SET", arg=keys.unique(""))
+    with pytest.raises(redis.ConnectionError):
+        matrix_jobs.unique_mark.perform_async(tag)
+    m.proxy.wait_fired(rule)
+    assert m.r.keys(keys.unique("*")) == []
+    assert matrix_jobs.unique_mark.perform_async(tag) is not None
+    m.wait_ran(tag)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -203,14 +219,22 @@ def test_limiter_release(m: Stack, mode: str) -> None:
         assert holders(m) == 1
 
 
-@pytest.mark.parametrize(("op", "mode"), [("new", "dropped"), ("add", "dropped"), ("close", "lost")])
+@pytest.mark.parametrize(
+    ("op", "mode"), [("new", "dropped"), ("add", "lost"), ("add", "dropped"), ("close", "lost")]
+)
 def test_batch_block(m: Stack, op: str, mode: str) -> None:
     """A batch's own writes: its creation (batch_open.lua "new"), a member's registration ("add"),
     the block's end (batch_close.lua). An error raised out of the block leaves the batch decided once
     its pushed members end: the callback runs once if the member was pushed, never twice. (What the
-    other three faults leave, a batch held for ever, is in docs/architecture.md's table.)"""
+    other two faults leave, a batch held for ever, is in docs/architecture.md's table.)"""
     tag, done = f"block-{op}-{mode}", f"{mode}-{op}-block-done"
-    rule = m.arm(mode, script="batch_close") if op == "close" else m.arm(mode, script="batch_open", arg=op)
+    # The block's batch_open.lua calls come in order, "new" then "add" (a substring match on "add"
+    # could meet a hex id).
+    rule = (
+        m.arm(mode, script="batch_close")
+        if op == "close"
+        else m.arm(mode, script="batch_open", skip=1 if op == "add" else 0)
+    )
     before = set(m.r.zrange(keys.BATCHES, 0, -1))
     member: list[str] = []
     try:
