@@ -14,6 +14,7 @@ from cogworker import codec
 from cogworker.api import death
 from cogworker.settings_fields import SettingsFields
 from cogworker.store import key_guard, keys
+from cogworker.store.connection import is_unavailable
 from cogworker.store.locks import Locks
 from cogworker.store.scripts import Scripts
 
@@ -41,10 +42,26 @@ def settle_reply(reply: Any, jid: str, set_key: str) -> bool:
     return reply in (FILED, ALREADY_FILED, FILED_THOUGH_LOST)
 
 
-def file_unsettled(client: redis.Redis, scripts: Scripts, settings: SettingsFields, locks: Locks) -> int:
+# A dead filing of a handed-over record whose call got no answer: (set, payload text, payload). The
+# call may have filed it and popped the record, so no later poll meets the record again: the next
+# poll looks for the payload in its set instead, and releases the job's locks if it is there.
+Unanswered = list[tuple[str, str, dict[str, Any]]]
+
+
+def file_unsettled(
+    client: redis.Redis,
+    scripts: Scripts,
+    settings: SettingsFields,
+    locks: Locks,
+    unanswered: Unanswered | None = None,
+) -> int:
     """File the records stopping processes handed over. A record that can't be filed (not JSON, or
     naming a set that isn't one of ours) is quarantined for a human with a TTL, so it neither blocks
-    the records behind it nor is silently deleted."""
+    the records behind it nor is silently deleted. `unanswered` (the caller's, kept between calls)
+    holds the dead filings whose call got no answer."""
+    if unanswered is None:
+        unanswered = []
+    _settle_unanswered(client, locks, unanswered)
     filed = 0
     for record in client.lrange(keys.UNSETTLED, 0, 99):
         entry = codec.loads_dict(record)
@@ -67,13 +84,18 @@ def file_unsettled(client: redis.Redis, scripts: Scripts, settings: SettingsFiel
         notice_keys, notice_args = death_notice(
             settings, death.cause_of(payload), text, entry["set"] == keys.DEAD
         )
-        done = run_filing(
-            (client, scripts, settings),
-            "file_unsettled",
-            [keys.UNSETTLED, entry["set"], keys.orphanings(str(payload.get("jid") or "")), *notice_keys],
-            [record, entry["score"], text, *notice_args],
-            payload if entry["set"] == keys.DEAD else {},
-        )
+        try:
+            done = run_filing(
+                (client, scripts, settings),
+                "file_unsettled",
+                [keys.UNSETTLED, entry["set"], keys.orphanings(str(payload.get("jid") or "")), *notice_keys],
+                [record, entry["score"], text, *notice_args],
+                payload if entry["set"] == keys.DEAD else {},
+            )
+        except Exception as exc:
+            if entry["set"] == keys.DEAD and is_unavailable(exc):
+                unanswered.append((entry["set"], text, payload))
+            raise
         wrong = key_guard.script_wrong_type(done)
         if wrong is not None:
             # The head stays where it is (the records behind it wait their turn) until the guard
@@ -88,6 +110,17 @@ def file_unsettled(client: redis.Redis, scripts: Scripts, settings: SettingsFiel
             # them too): the locks are released here all the same, not left to their TTL.
             locks.release_terminal(payload)
     return filed
+
+
+def _settle_unanswered(client: redis.Redis, locks: Locks, unanswered: Unanswered) -> None:
+    """Release the locks of the unanswered dead filings found filed. One not filed is still at the
+    head of `unsettled` (the script writes nothing else first), where this poll files it; one that
+    can't be checked yet (Redis still away) waits for the next poll."""
+    while unanswered:
+        set_key, text, payload = unanswered[0]
+        if client.zscore(set_key, text) is not None:
+            locks.release_terminal(payload)
+        unanswered.pop(0)
 
 
 def run_filing(

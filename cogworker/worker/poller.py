@@ -21,6 +21,7 @@ from cogworker import codec
 from cogworker.api import death, retry
 from cogworker.store import key_guard, keys
 from cogworker.store.redis_context import RedisContext
+from cogworker.worker.filing import Unanswered
 from cogworker.worker.recovery import Recovery
 from cogworker.worker.settle import file_unsettled
 
@@ -48,6 +49,7 @@ class Poller:
         self._outages = ctx.outages
         self._recovery = recovery
         self._locks = ctx.locks
+        self._unanswered: Unanswered = []  # filing.file_unsettled's, kept between polls
         self._quiet = quiet
         self._scan_pending = scan_at_boot
         self._next_orphan_check = 0.0
@@ -156,7 +158,7 @@ class Poller:
         self._next_orphan_check = now + self._settings.poll_interval_s
         self._recovery.recover_orphans(scan=self._scan_pending)
         self._scan_pending = False
-        file_unsettled(self._client, self._scripts, self._settings, self._locks)
+        file_unsettled(self._client, self._scripts, self._settings, self._locks, self._unanswered)
         self._next_orphan_check = now + self._settings.orphan_check_interval_s
         return None
 

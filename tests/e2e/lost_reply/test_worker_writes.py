@@ -55,6 +55,7 @@ import cogworker
 from cogworker.api import client as cw_client
 from cogworker.settings import load_settings
 from cogworker.store import keys
+from cogworker.store.locks import unique_digest
 from tests.support import matrix
 from tests.support.matrix import MODES, Stack
 from tests.support.redis_server import wait_until
@@ -151,16 +152,21 @@ def test_settle_filing_a_unique_job_in_dead(m: Stack, mode: str) -> None:
 @pytest.mark.parametrize("mode", MODES)
 def test_file_unsettled_in_dead(m: Stack, mode: str) -> None:
     """file_unsettled.lua, the poller filing a record a stopping process handed over (a dead
-    filing): one dead entry, one death notice."""
+    filing of a unique job): one dead entry, one death notice, and its unique claim released, also
+    when the call that filed it lost its reply (the next poll finds it filed)."""
     tag = f"unsettled-{mode}"
-    job = cw_client.build_job("matrix_jobs.dies", [tag], {}, queue="default", options={}, at=None)
+    name, options = "matrix_jobs.unique_dies", {"unique": "until_executed"}
+    job = cw_client.build_job(name, [tag], {}, queue="default", options=options, at=None)
     job |= {"error_class": "RuntimeError", "error_message": tag}
+    claim = keys.unique(unique_digest(job))
+    m.r.set(claim, job["jid"])  # held as a push of the job holds it
     rule = m.arm(mode, script="file_unsettled", arg=tag)
     m.r.rpush(keys.UNSETTLED, json.dumps({"set": keys.DEAD, "score": time.time(), "payload": job}))
     m.proxy.wait_fired(rule)
     wait_until(lambda: m.r.llen(keys.UNSETTLED) == 0 and m.dead_entries(tag), timeout=20, message="filed")
     assert [e["jid"] for e in m.dead_entries(tag)] == [job["jid"]]
     assert len(m.notices(tag)) == 1
+    wait_until(lambda: m.r.get(claim) is None, timeout=20, message="the unique claim released")
 
 
 @pytest.mark.parametrize("mode", MODES)
