@@ -22,8 +22,10 @@ from cogworker.settings_fields import SettingsFields
 from cogworker.store import key_guard, keys, replicas, scripts
 
 # How long a job's `pushed:<jid>` marker lives: the client asks about it at once after a lost reply,
-# and a caller pushing the same payload again (its jid) within this time makes no second copy.
-MARK_TTL_S = 600
+# and a caller pushing the same payload again (its jid) within this time makes no second copy. Every
+# push leaves one (about 180 bytes of Redis memory), so this is also what idempotence costs: at 1,000
+# pushes a second, two minutes of markers are about 20 MB.
+MARK_TTL_S = 120
 
 _log = structlog.get_logger("cogworker.client")
 
