@@ -35,14 +35,21 @@ local scheduled = tonumber(ARGV[at])
 if scheduled > 0 then
   wanted[#wanted + 1] = {KEYS[3], "zset"}
 end
-for m = 4 + groups, #KEYS do
-  wanted[#wanted + 1] = {KEYS[m], "string"}
-end
 for _, want in ipairs(wanted) do
   local kind = redis.call("TYPE", want[1])["ok"]
   if kind ~= want[2] and kind ~= "none" then
     return {"wrongtype", want[1]}
   end
+end
+-- Each marker's value, read before anything is written: the read is also its type check (GET
+-- refuses any type but a string), one command per job instead of a TYPE and then a GET.
+local held = {}
+for m = 4 + groups, #KEYS do
+  local value = redis.pcall("GET", KEYS[m])
+  if type(value) == "table" and value.err then
+    return {"wrongtype", KEYS[m]}
+  end
+  held[KEYS[m]] = value
 end
 local registry = redis.call("TYPE", KEYS[1])["ok"]
 local listed = registry == "set" or registry == "none"
@@ -51,10 +58,12 @@ local fenced = "x:" .. attempt  -- not a key: the value a fenced-off marker hold
 local marker = 4 + groups
 -- Whether this attempt writes the next job: its marker is free, or fenced off for another attempt.
 local function claim()
-  local held = redis.call("GET", KEYS[marker])
-  local free = not held or (string.sub(held, 1, 2) == "x:" and held ~= fenced)
+  local key = KEYS[marker]
+  local value = held[key]
+  local free = not value or (string.sub(value, 1, 2) == "x:" and value ~= fenced)
   if free then
-    redis.call("SET", KEYS[marker], attempt, "PX", ttl)
+    redis.call("SET", key, attempt, "PX", ttl)
+    held[key] = attempt  -- a second job with the same jid in this call is a copy: skipped
   end
   marker = marker + 1
   return free
