@@ -40,7 +40,9 @@ def test_an_ack_the_stop_cannot_send_at_once_is_sent_before_the_requeue(
         cogworker.configure(load_settings(redis_url=server.url))
         gate, out = tmp_path / "gate", tmp_path / "ran.txt"
         demo_jobs.when_file.perform_async(str(gate), str(out))
-        worker = workers.start(server.url, COGWORKER_TIMEOUT_S="60", **QUICK)
+        worker = workers.start(
+            server.url, COGWORKER_TIMEOUT_S="60", COGWORKER_GRACEFUL_STOP_TIMEOUT_S="70", **QUICK
+        )
         r = server.client()
         wait_until(lambda: running(r), timeout=30, message="the job to be fetched")
         worker.signal(signal.SIGTERM)
