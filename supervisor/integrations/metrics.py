@@ -16,13 +16,8 @@ Children report job counts as deltas in their status messages (one a second), pe
 `processed` finished without error; `failed` raised (or was unreadable); of those, `retried` were
 filed in retry and `dead` in dead; `expired` and `cancelled` ended without running to an end of
 their own (they have no duration), and `limited` were put back in the schedule set by a full rate
-limiter (api/limit_jobs.py; counted per put-back, no duration). `duration` covers every finished
-job: `buckets` counts jobs per bucket, not cumulatively, keyed by the bucket's upper bound in
-seconds (DURATION_BUCKETS_S; the first bound the duration is <= to, "+Inf" past the last), and
-`sum_s` is their total time. Buckets keep the message small whatever the throughput and still
-give quantiles; a bound the supervisor does not know is counted in its next larger bucket, so
-children and supervisor may disagree on bounds without the histogram ever claiming a job was faster
-than it was.
+limiter (api/limit_jobs.py; counted per put-back, no duration). Those are counters, kept here;
+`duration`, the histogram of every finished job's time, is metrics_durations.py's.
 """
 
 from __future__ import annotations
@@ -34,14 +29,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, make_wsgi_app
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from cogworker.store import keys
-from cogworker.worker.job_stats import DURATION_BUCKETS_S, format_bound
 from supervisor.child import Child, ExitOutcome
 from supervisor.config import SwarmConfig
 from supervisor.integrations.hooks import SwarmHooks
+from supervisor.integrations.metrics_durations import JobDurations
 from supervisor.integrations.metrics_redis import RedisCollector
 from supervisor.integrations.metrics_server import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, MetricsServer
 
@@ -85,47 +80,6 @@ class _Child:
     busy: int = 0
     threads: int = 0
     redis_down: bool = False
-
-
-class _Durations:
-    """Job durations per (queue, job), added in buckets: prometheus_client's Histogram only takes
-    one observation at a time, and a child sends counts."""
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = (*bounds, math.inf)
-        self.series: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
-
-    def slot_of(self, key: str) -> int | None:
-        try:
-            bound = math.inf if key == "+Inf" else float(key)
-        except ValueError:
-            return None
-        if math.isnan(bound):
-            return None
-        for index, known in enumerate(self.bounds):
-            if bound <= known:
-                return index
-        return len(self.bounds) - 1
-
-    def add(self, labels: tuple[str, str], sum_s: float, buckets: Mapping[int, int]) -> None:
-        counts, total = self.series.setdefault(labels, ([0] * len(self.bounds), [0.0]))
-        for index, n in buckets.items():
-            counts[index] += n
-        total[0] += sum_s
-
-    def family(self) -> HistogramMetricFamily:
-        family = HistogramMetricFamily(
-            "cogworker_job_duration_seconds",
-            "Time jobs took to run, by queue and job (every finished job: succeeded or failed).",
-            labels=["queue", "job"],
-        )
-        for (queue, job), (counts, total) in sorted(self.series.items()):
-            cumulative, running = [], 0
-            for bound, n in zip(self.bounds, counts, strict=True):
-                running += n
-                cumulative.append((format_bound(bound), float(running)))
-            family.add_metric([queue, job], cumulative, total[0])
-        return family
 
 
 class _SwarmCollector(Collector):
@@ -180,7 +134,7 @@ class SwarmMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.lock = threading.Lock()
         self.children: dict[tuple[int, int | None], _Child] = {}
-        self.durations = _Durations(DURATION_BUCKETS_S)
+        self.durations = JobDurations()
         self._job_series: set[tuple[str, str]] = set()
         self._server: MetricsServer | None = None
         self._jobs = {
