@@ -1,12 +1,12 @@
 """The swarm: one thread, one loop. Wait for an event, dispatch it, reconcile.
 
 Events are signals (through the self-pipe, signals.py), lines from children's state pipes
-(wire/child_lines.py) and the spawner's answers (spawner.py). Reconciling is where things happen:
-reap exited children (requeueing the jobs of any that died abnormally before its slot is respawned),
-respawn slots whose backoff has run out, advance a restart, kill stragglers and hung children
-(child_deadlines.py), watch memory, then tell the hooks (systemd notify, metrics) what the swarm
-looks like now. This module decides; child_processes.py tracks and signals children, the spawner
-(forkserver_keeper.py) asks fork servers for them.
+(wire/child_lines.py, read by child_messages.py) and the spawner's answers (spawner.py).
+Reconciling is where things happen: reap exited children (reaper.py, which asks for the jobs of any
+that died abnormally before its slot is respawned), respawn slots whose backoff has run out, advance
+a restart, kill stragglers and hung children (child_deadlines.py), watch memory, then tell the hooks
+(systemd notify, metrics) what the swarm looks like now. This module decides; child_processes.py
+tracks and signals children, the spawner (forkserver_keeper.py) asks fork servers for them.
 
 The loop never waits on another process, so that a slow fork server or Redis never delays reaping,
 signal relaying or the systemd watchdog: a spawn is a request, and the child is tracked when the
@@ -23,14 +23,16 @@ from collections.abc import Callable
 import structlog
 
 from cogworker import exitcodes
-from supervisor.child import Child, ExitOutcome, Phase, classify_exit
+from supervisor.child import Child, ExitOutcome
 from supervisor.child_deadlines import overdue
+from supervisor.child_messages import ChildMessages
 from supervisor.child_processes import ChildProcesses
 from supervisor.config import SwarmConfig
 from supervisor.integrations import hooks as hook_calls
 from supervisor.integrations.hooks import SwarmHooks, SwarmView
 from supervisor.memory_watch import MB, MemoryWatch
 from supervisor.publishing import Publisher
+from supervisor.reaper import Reaper
 from supervisor.replacements import Replacements
 from supervisor.respawn_backoff import RespawnBackoff
 from supervisor.respawns import Respawns
@@ -38,7 +40,6 @@ from supervisor.roster import Roster
 from supervisor.signals import ACTIONS, SignalPipe
 from supervisor.spawner import MakeSpawner, SpawnRequest
 from supervisor.system import DEFAULT_SYSTEM, System
-from supervisor.wire.child_lines import Garbage, Message
 
 log = structlog.get_logger("cogworker.swarm")
 
@@ -96,6 +97,10 @@ class Swarm:
             quiet_slots=self.quiet_slots,
             generation=lambda: self.replacements.generation,
         )
+        self.messages = ChildMessages(
+            settings, self.procs, self.replacements, self.hooks, quiet_slots=self.quiet_slots, clock=clock
+        )
+        self.reaper = Reaper(system, self.roster, self.procs, self.messages, self.spawner, self.hooks, clock)
         self.stopping = False
         self.exit_code = exitcodes.OK
         self.publisher = Publisher(self.hooks, system.set_title)
@@ -120,7 +125,7 @@ class Swarm:
                 if key.data is None:
                     self._on_signals()
                 elif isinstance(key.data, Child):
-                    self._on_readable(key.data)
+                    self.messages.read(key.data)
                 else:
                     self.spawner.on_readable(key.data)  # a fork server's answers
             self._reconcile()
@@ -245,71 +250,13 @@ class Swarm:
         except OSError as exc:
             self.restart_failed(f"can't start a fork server: {exc}")
 
-    # Child pipes ----------------------------------------------------------------------------
-    def _on_readable(self, child: Child) -> None:
-        for item in self.procs.read(child):
-            if isinstance(item, Garbage):
-                child.last_heard = self.clock()  # noise, but a sign of life
-                log.warning("child_sent_garbage", reason=item.reason, sample=item.sample, **child.describe())
-            else:
-                self._on_message(child, item)
-
-    def _on_message(self, child: Child, message: Message) -> None:
-        was_quiet = child.quiet
-        before = child.apply(message, self.clock())
-        event = message.event
-        hook_calls.call(self.hooks.child_event, child, event, message.fields)
-        if event == "booted" and before is Phase.FORKED:
-            log.info("child_booted", **child.describe())
-        elif event == "ready" and before is not Phase.READY and child.phase is Phase.READY:
-            log.info("child_ready", uptime_s=round(child.uptime(self.clock()), 3), **child.describe())
-            if child.slot in self.quiet_slots:
-                self.procs.quiet(child)
-            self.replacements.on_ready(child)
-        elif event == "status":
-            hook_calls.call(self.hooks.child_status, child, child.status)
-            if was_quiet and not child.quiet and child.phase is Phase.READY:
-                log.info("child_resumed", **child.describe())
-                self.quiet_slots.discard(child.slot)
-                child.quiet_requested = False
-        elif event == "stopping" and child.stop_deadline is None:
-            # It stops by its own choice (a remote `stop`): hold it to the same deadline.
-            child.stop_deadline = self.clock() + self.settings.graceful_stop_timeout_s
-        elif event == "boot_error":
-            log.error("child_boot_error", error=child.boot_error, **child.describe())
-
-    # Reaping --------------------------------------------------------------------------------
+    # Exits ----------------------------------------------------------------------------------
     def _reap(self) -> None:
-        for pid, code in self.system.reap():
-            self._on_reaped(pid, code)
-
-    def _on_reaped(self, pid: int, code: int) -> None:
-        if self.spawner.reaped(pid, code):
-            return
-        child = self.roster.get(pid)
-        if child is None:
-            log.warning("unknown_child_reaped", pid=pid, exit_code=code)
-            return
-        self._on_readable(child)  # its last lines (boot_error, stopped) are still in the pipe
-        self.procs.close_pipe(child)
-        _, was_current = self.roster.pop(pid)
-        self._on_exit(child, was_current, classify_exit(child, code))
+        for child, was_current, outcome in self.reaper.reap():
+            self._on_exit(child, was_current, outcome)
 
     def _on_exit(self, child: Child, was_current: bool, outcome: ExitOutcome) -> None:
-        (log.info if outcome.clean else log.warning)(
-            "child_exited",
-            reason=outcome.reason,
-            exit_code=outcome.code,
-            signal=outcome.signal_name,
-            uptime_s=round(child.uptime(self.clock()), 3),
-            requeue=outcome.jobs_stranded,
-            **child.describe(),
-        )
-        if outcome.jobs_stranded:
-            # Asked before anything is respawned, and the fork server answers in order: a dead
-            # child's jobs are back on their queues before its slot fetches again.
-            self.spawner.requeue_jobs_of(child.identity)
-        hook_calls.call(self.hooks.child_exited, child, outcome)
+        """What a reaped child's exit means for its slot (its jobs are already asked back: reaper.py)."""
         if self.stopping:
             if not outcome.clean and self.exit_code == exitcodes.OK:
                 self.exit_code = exitcodes.FAILURE
