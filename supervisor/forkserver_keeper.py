@@ -1,12 +1,11 @@
-"""Keeping a fork server answering: the fork servers' lifecycle, and the requests sent to them.
+"""Keeping a fork server answering: the requests sent to the fork servers, and their answers.
 
 The supervisor's loop never waits for a fork server: a fork server busy with a slow Redis must not
 stop it from reaping, relaying signals and feeding systemd's watchdog. A spawn or a requeue is a
 request sent on a non-blocking socket; its answer is handled when the loop sees it come in. The
 keeper is the Spawner the swarm uses (spawner.py). It keeps:
 
-- the fork servers: `current` takes the requests; `loading` is a restart's new one, still importing
-  the code; `retired` ones finish the answers they owe, then exit;
+- the fork server processes (`servers`, forkserver_lifecycle.py: current, loading, retired);
 - the spawns asked for and not answered yet (`requests`), and the requeues (`requeues`);
 - the rules for one that stops answering. A fork server that owes an answer and has said nothing for
   COGWORKER_LIVENESS_TIMEOUT_S (plus COGWORKER_REDIS_TIMEOUT_S: a requeue may wait on Redis), or is
@@ -20,7 +19,6 @@ A worker forked for a spawn given up on is stopped (late_spawns.py).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import selectors
@@ -32,14 +30,12 @@ import structlog
 from supervisor.child import Child
 from supervisor.config import SwarmConfig
 from supervisor.forkserver_handle import ForkServerHandle, Launch, launch
+from supervisor.forkserver_lifecycle import ForkServers
 from supervisor.late_spawns import LateSpawns, UnclaimedPipe, pid_from
 from supervisor.requeue_requests import RequeueRequests
 from supervisor.spawner import ExitStep, MakeSpawner, Spawner, SpawnerOwner, SpawnRequest
 
 log = structlog.get_logger("cogworker.swarm")
-
-RETRY_FIRST_S = 1.0  # a fork server that died is started again after this, doubling while it dies
-RETRY_MAX_S = 60.0
 
 
 def keeper_for(first: ForkServerHandle, settings: SwarmConfig) -> MakeSpawner:
@@ -71,33 +67,25 @@ class ForkServerKeeper:
         clock: Callable[[], float],
         launch: Launch = launch,
     ) -> None:
-        self.current: ForkServerHandle | None = first
-        self.loading: ForkServerHandle | None = None
-        self.retired: list[ForkServerHandle] = []  # told to exit (or killed), not reaped yet
+        self.servers = ForkServers(first, selector, clock=clock, launch=launch)
         self.requests: dict[str, SpawnRequest] = {}  # nonce -> request, oldest first
         self.requeues = RequeueRequests(clock, on_done=owner.jobs_requeued)
         self.stopping = False
         self._late = LateSpawns(selector)
-        self._selector = selector
         self._owner = owner
         self._answer_timeout_s = answer_timeout_s
         self._boot_timeout_s = boot_timeout_s
         self._clock = clock
-        self._launch = launch
-        self._generation = first.generation
-        self._start_at: float | None = None  # when to start a new one (the current one is gone)
-        self._start_delay = RETRY_FIRST_S
-        self._listen(first)
 
     # What the swarm asks -------------------------------------------------------------------
     @property
     def ready(self) -> bool:
         """A fork server takes spawn requests now."""
-        return self.current is not None and self.current.ready
+        return self.servers.ready
 
     @property
     def restart_loading(self) -> bool:
-        return self.loading is not None
+        return self.servers.loading is not None
 
     @property
     def awaiting_spawns(self) -> bool:
@@ -105,30 +93,27 @@ class ForkServerKeeper:
 
     @property
     def current_pid(self) -> int | None:
-        return self.current.pid if self.current is not None else None
-
-    def servers(self) -> list[ForkServerHandle]:
-        """Every fork server process not reaped yet."""
-        found = [self.current, self.loading, *self.retired]
-        return [s for s in found if s is not None and s.pid > 0]
+        current = self.servers.current
+        return current.pid if current is not None else None
 
     def spawning(self, slot: int) -> SpawnRequest | None:
         return next((r for r in self.requests.values() if r.slot == slot), None)
 
     def next_due_in(self) -> float | None:
-        return None if self._start_at is None else max(0.0, self._start_at - self._clock())
+        return self.servers.next_due_in()
 
     # Requests ------------------------------------------------------------------------------
     def spawn(
         self, slot: int, purpose: str, *, quiet: bool, generation: int, replaces: Child | None = None
     ) -> SpawnRequest:
         """Ask the current fork server for a worker; the owner hears the answer. Raises OSError."""
-        if self.current is None:
+        current = self.servers.current
+        if current is None:
             raise OSError("no fork server is running")
         now = self._clock()
         nonce = secrets.token_hex(4)
-        read_fd = self.current.request_spawn(slot, nonce, quiet=quiet, now=now)
-        request = SpawnRequest(slot, purpose, nonce, quiet, generation, replaces, self.current, read_fd, now)
+        read_fd = current.request_spawn(slot, nonce, quiet=quiet, now=now)
+        request = SpawnRequest(slot, purpose, nonce, quiet, generation, replaces, current, read_fd, now)
         self.requests[nonce] = request
         return request
 
@@ -141,7 +126,8 @@ class ForkServerKeeper:
         self.requeues.retry_due(self._send_requeue, force=True)
 
     def _send_requeue(self, identity: str) -> bool:
-        return self.current is not None and self.current.request_requeue(identity, self._clock())
+        current = self.servers.current
+        return current is not None and current.request_requeue(identity, self._clock())
 
     # Answers -------------------------------------------------------------------------------
     def on_readable(self, source: object) -> None:
@@ -160,18 +146,12 @@ class ForkServerKeeper:
             else:
                 log.warning("forkserver_said", forkserver_pid=source.pid, message=message)
         if source.gone:
-            self._unlisten(source)
+            self.servers.unlisten(source)
 
     def _on_ready(self, server: ForkServerHandle) -> None:
         if server.retiring:
             return  # killed as hung a moment before: too late
-        log.info("forkserver_ready", forkserver_pid=server.pid, generation=server.generation)
-        self._start_delay = RETRY_FIRST_S
-        restarted = server is self.loading
-        if restarted:
-            old, self.current, self.loading = self.current, server, None
-            if old is not None:
-                self._retire(old)
+        restarted = self.servers.took_over(server)
         # Requeues before anything is forked from it: a dead child's list goes back to its queue
         # before its slot is forked again, so a job is never run by two workers at once; the fork
         # server answers in order ("A child dies" in docs/architecture.md).
@@ -218,11 +198,11 @@ class ForkServerKeeper:
     def tick(self) -> None:
         self.requeues.retry_due(self._send_requeue)
         self._kill_hung()
-        self._start_due()
+        self.servers.start_due(wanted=self._wanted())
 
     def _kill_hung(self) -> None:
         now = self._clock()
-        for server in self.servers():
+        for server in self.servers.alive():
             reason = server.overdue(
                 now, answer_timeout_s=self._answer_timeout_s, boot_timeout_s=self._boot_timeout_s
             )
@@ -239,15 +219,10 @@ class ForkServerKeeper:
         )
         server.kill()
         self._lose(server, f"the fork server hung ({reason})")
-        if server not in self.retired:
-            self.retired.append(server)  # until it is reaped
-        if server is self.loading:
-            self.loading = None
+        if self.servers.killed(server):
             self._owner.restart_failed(f"the new fork server hung ({reason})")
-        elif server is self.current:
-            self.current = None
-        if self.current is None and self.loading is None and self._wanted():
-            self._start_at = self._clock()  # at once: the hang took long enough to notice
+        if self._wanted():
+            self.servers.start_again(at_once=True)  # the hang took long enough to notice
 
     def _lose(self, server: ForkServerHandle, why: str) -> None:
         """It won't answer what it owes: requeues go to the next one, spawns fail."""
@@ -258,65 +233,38 @@ class ForkServerKeeper:
             self._late.watch(request)
             self._owner.spawn_failed(request, why, server_lost=True)
 
-    def _start_due(self) -> None:
-        at = self._start_at
-        if at is None or self._clock() < at or not self._wanted():
-            return
-        self._start_at = None
-        if self.current is not None or self.loading is not None:
-            return  # a restart's new fork server, loading, takes over
-        try:
-            self.current = self._start()
-        except OSError as exc:
-            self._start_at = self._clock() + self._start_delay
-            log.error("forkserver_start_failed", error=str(exc))
-
-    # Processes -----------------------------------------------------------------------------
+    # Restarts, reaping and exit ----------------------------------------------------------
     def load_new_code(self) -> None:
         """A restart: start a fork server that imports the code on disk now. Raises OSError."""
-        self.loading = self._start()
-        log.info(
-            "restart_loading",
-            forkserver_pid=self.loading.pid,
-            note="a new fork server imports the code on disk now",
-        )
+        self.servers.load_new_code()
 
     def begin_stop(self) -> None:
         self.stopping = True
 
-    def _start(self) -> ForkServerHandle:
-        self._generation += 1
-        server = self._launch(self._generation, self._clock())
-        self._listen(server)
-        log.info("forkserver_started", forkserver_pid=server.pid, generation=server.generation)
-        return server
-
     def reaped(self, pid: int, code: int) -> bool:
         """The swarm reaped `pid`: True when it was one of ours."""
-        server = next((s for s in self.servers() if s.pid == pid), None)
+        server = self.servers.find(pid)
         if server is None:
             return False
         self.on_readable(server)  # its last answers are still in the socket
-        self._drop(server)
+        self.servers.drop(server)
         if server.retiring:
             log.info("forkserver_retired", forkserver_pid=pid, exit_code=code, killed=server.killed)
             return True
         self._lose(server, f"the fork server exited {code}")
-        if server is self.loading:
-            self.loading = None
+        if self.servers.exited(server):
             self._owner.restart_failed(
                 f"the new fork server exited {code} before it was ready (see its error above)"
             )
         else:
-            self.current = None
             log.error(
                 "forkserver_exited",
                 forkserver_pid=pid,
                 exit_code=code,
                 note="running children go on; no child can be forked until a new fork server is ready",
             )
-        if self.current is None and self.loading is None and self._wanted():
-            self._schedule_start()
+        if self._wanted():
+            self.servers.start_again(at_once=False)
         return True
 
     def _wanted(self) -> bool:
@@ -330,46 +278,19 @@ class ForkServerKeeper:
             return False
         if not self.requeues.pending or self.ready:
             return True  # (pending with a ready fork server: Redis refused them; no more tries now)
-        coming = self.current is not None and self.current.pid > 0 and not self.current.retiring
-        return not coming and self._start_at is None
-
-    def _schedule_start(self) -> None:
-        delay = self._start_delay
-        self._start_delay = min(delay * 2, RETRY_MAX_S)
-        self._start_at = self._clock() + delay
-        log.info("forkserver_start_scheduled", in_s=delay)
-
-    def _retire(self, server: ForkServerHandle) -> None:
-        server.retire()
-        if server.pid > 0:
-            self.retired.append(server)
-        else:
-            self._unlisten(server)
-
-    def retire_all(self) -> None:
-        """At exit: every fork server exits once it has answered what it owes."""
-        for server in self.servers():
-            server.retire()
-
-    def kill_all(self) -> None:
-        """At exit, for those that did not exit when told to."""
-        for server in self.servers():
-            if server.killed:
-                continue  # killed as hung already: only waiting to be reaped
-            log.warning("forkserver_killed", forkserver_pid=server.pid, note="it did not exit when told to")
-            server.kill()
+        return not self.servers.coming()
 
     def exit_steps(self) -> list[ExitStep]:
         """Requeues first (the new fork server the keeper starts for them too), then every fork
         server is told to exit, then killed if it did not."""
 
         def no_servers() -> bool:
-            return not self.servers()
+            return not self.servers.alive()
 
         return [
             (self.send_requeues, self.requeues_settled),
-            (self.retire_all, no_servers),
-            (self.kill_all, no_servers),
+            (self.servers.retire_all, no_servers),
+            (self.servers.kill_all, no_servers),
         ]
 
     def close(self) -> set[str]:
@@ -379,19 +300,3 @@ class ForkServerKeeper:
         self.requests.clear()
         self._late.close_all()
         return set(self.requeues.pending)
-
-    def _drop(self, server: ForkServerHandle) -> None:
-        """Reaped: stop listening, and forget it (its pid becomes 0)."""
-        self._unlisten(server)
-        server.pid = 0
-        if server in self.retired:
-            self.retired.remove(server)
-
-    def _listen(self, server: ForkServerHandle) -> None:
-        self._selector.register(server.fileno(), selectors.EVENT_READ, server)
-
-    def _unlisten(self, server: ForkServerHandle) -> None:
-        if server.sock is not None:
-            with contextlib.suppress(KeyError, ValueError):
-                self._selector.unregister(server.fileno())
-            server.close()

@@ -1,4 +1,5 @@
-"""The fork servers' lifecycle (forkserver_keeper.py), in process, with an injected clock.
+"""The fork servers' requests and lifecycle (forkserver_keeper.py, forkserver_lifecycle.py), in
+process, with an injected clock.
 
 The test plays each fork server's end of a real SOCK_SEQPACKET socket pair: it reads the requests the
 keeper sends and answers them (or doesn't). Each fork server's pid is a real `sleep` process, so a
@@ -201,7 +202,7 @@ def test_a_fork_server_silent_past_its_deadline_is_killed_and_its_requests_go_to
     assert world.keeper.spawning(3) is None and not world.keeper.ready
     # A new fork server was started at once; until it is ready nothing can be asked of it.
     second = world.fakes[1]
-    assert world.keeper.current is second.handle and second.handle.generation == 1
+    assert world.keeper.servers.current is second.handle and second.handle.generation == 1
     with pytest.raises(OSError):
         world.keeper.spawn(3, "respawn", quiet=True, generation=0)
 
@@ -210,7 +211,7 @@ def test_a_fork_server_silent_past_its_deadline_is_killed_and_its_requests_go_to
     assert world.owner.ready == [False, False]
     assert second.requests() == [{"op": "requeue", "identity": "h:1:dead"}]
     world.reap(first)
-    assert world.keeper.servers() == [second.handle]
+    assert world.keeper.servers.alive() == [second.handle]
 
 
 def test_late_answers_from_a_killed_fork_server_count_for_nothing_and_its_worker_is_stopped(
@@ -264,15 +265,19 @@ def test_a_restarts_fork_server_not_ready_within_the_boot_timeout_fails_the_rest
     [first] = world.fakes
     world.ready(first)
     world.keeper.load_new_code()
-    loading = world.keeper.loading
+    loading = world.keeper.servers.loading
     assert loading is not None
     world.clock.now += BOOT_TIMEOUT_S + 1
     world.dispatch()
     assert world.fakes[1].killed()
     assert len(world.owner.restart_failures) == 1 and "hung" in world.owner.restart_failures[0]
-    assert world.keeper.loading is None and world.keeper.current is first.handle and world.keeper.ready
+    assert (
+        world.keeper.servers.loading is None
+        and world.keeper.servers.current is first.handle
+        and world.keeper.ready
+    )
     world.reap(world.fakes[1])
-    assert loading.pid == 0 and world.keeper.servers() == [first.handle]
+    assert loading.pid == 0 and world.keeper.servers.alive() == [first.handle]
 
 
 def test_a_restarts_fork_server_takes_over_when_ready_and_the_old_one_retires(world: World) -> None:
@@ -282,7 +287,7 @@ def test_a_restarts_fork_server_takes_over_when_ready_and_the_old_one_retires(wo
     second = world.fakes[1]
     world.ready(second)
     assert world.owner.ready == [False, True]
-    assert world.keeper.current is second.handle and first.handle in world.keeper.retired
+    assert world.keeper.servers.current is second.handle and first.handle in world.keeper.servers.retired
     assert first.handle.retiring and not first.handle.ready
     assert first.theirs.recv(16) == b""  # told to exit: the supervisor's sending side is shut
 
@@ -292,14 +297,14 @@ def test_a_dead_fork_server_is_started_again_with_a_growing_delay(world: World) 
     world.ready(first)
     first.proc.kill()
     world.reap(first)
-    assert world.keeper.current is None and world.keeper.next_due_in() == 1.0
+    assert world.keeper.servers.current is None and world.keeper.next_due_in() == 1.0
     world.clock.now += 0.9
     world.dispatch()
     assert len(world.fakes) == 1
     world.clock.now += 0.1
     world.dispatch()
     second = world.fakes[1]
-    assert world.keeper.current is second.handle
+    assert world.keeper.servers.current is second.handle
     second.proc.kill()  # dies before it is ready: the next try waits longer
     world.reap(second)
     assert world.keeper.next_due_in() == 2.0
