@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from cogworker import exitcodes
 from supervisor import signals
-from supervisor.forkserver_handle import ForkServerHandle
+from supervisor.forkserver_client.handle import ForkServerHandle
 
 # Everything else, structlog included (~0.1 s), is imported in main() once the fork server has been
 # started: the fork server's imports (the worker code, the settings) are the long part of start-up,
@@ -120,14 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     server = ForkServerHandle(generation=0)
     try:
         # A fork of this process, not a new interpreter: nothing heavy is imported yet and no thread
-        # runs (first_forkserver.py). A restart's fork servers are new interpreters.
+        # runs (forkserver_client/first_forkserver.py). A restart's fork servers are new interpreters.
         server.start(time.monotonic(), fork_closing=signal_pipe.fds)
     except OSError as exc:
         print(f"cogworker-swarm: can't start the fork server: {exc}", file=sys.stderr)
         return exitcodes.FAILURE
     from cogworker import logs
     from supervisor.config import SwarmConfig
-    from supervisor.forkserver_keeper import keeper_for
+    from supervisor.forkserver_client.keeper import keeper_for
     from supervisor.swarm import Swarm
 
     logs.configure("info", "auto", role="swarm")  # until the fork server has read the settings

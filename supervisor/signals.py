@@ -4,7 +4,7 @@ A handler only writes the signal number to a non-blocking pipe; the loop reads i
 No logging, no locks, no state in handlers: gunicorn logged from its SIGCHLD handler and paid for it
 with years of `reentrant call` crashes and deadlocks (gunicorn #2564, #2816, #3198).
 
-The fork server and the workers it forks start with the handled signals blocked (forkserver_handle.py,
+The fork server and the workers it forks start with the handled signals blocked (forkserver_client/handle.py,
 forkserver/fork.py): a signal that arrives before a worker's handlers are in place stays pending and is
 delivered once they are, never lost. The fork server keeps them blocked for life: signals are the
 supervisor's business.

@@ -1,12 +1,12 @@
 """The swarm: one thread, one loop. Wait for an event, dispatch it, reconcile.
 
 Events are signals (through the self-pipe, signals.py), lines from children's state pipes
-(wire/child_lines.py, read by child_messages.py) and the spawner's answers (spawner.py).
-Reconciling is where things happen: reap exited children (reaper.py, which asks for the jobs of any
+(wire/child_lines.py, read by children/messages.py) and the spawner's answers (children/spawner.py).
+Reconciling is where things happen: reap exited children (children/reaper.py, which asks for the jobs of any
 that died abnormally before its slot is respawned), respawn slots whose backoff has run out, advance
-a restart, kill stragglers and hung children (child_deadlines.py), watch memory, then tell the hooks
-(systemd notify, metrics) what the swarm looks like now. This module decides; child_processes.py
-tracks and signals children, the spawner (forkserver_keeper.py) asks fork servers for them.
+a restart, kill stragglers and hung children (children/deadlines.py), watch memory, then tell the hooks
+(systemd notify, metrics) what the swarm looks like now. This module decides; children/processes.py
+tracks and signals children, the spawner (forkserver_client/keeper.py) asks fork servers for them.
 
 The loop never waits on another process, so that a slow fork server or Redis never delays reaping,
 signal relaying or the systemd watchdog: a spawn is a request, and the child is tracked when the
@@ -23,22 +23,22 @@ from collections.abc import Callable
 import structlog
 
 from cogworker import exitcodes
-from supervisor.child import Child, ExitOutcome
-from supervisor.child_deadlines import overdue
-from supervisor.child_messages import ChildMessages
-from supervisor.child_processes import ChildProcesses
+from supervisor.children.child import Child, ExitOutcome
+from supervisor.children.deadlines import overdue
+from supervisor.children.messages import ChildMessages
+from supervisor.children.processes import ChildProcesses
+from supervisor.children.reaper import Reaper
+from supervisor.children.replacements import Replacements
+from supervisor.children.roster import Roster
+from supervisor.children.spawner import MakeSpawner, SpawnRequest
 from supervisor.config import SwarmConfig
 from supervisor.integrations import hooks as hook_calls
 from supervisor.integrations.hooks import SwarmHooks, SwarmView
-from supervisor.memory_watch import MB, MemoryWatch
 from supervisor.publishing import Publisher
-from supervisor.reaper import Reaper
-from supervisor.replacements import Replacements
-from supervisor.respawn_backoff import RespawnBackoff
-from supervisor.respawns import Respawns
-from supervisor.roster import Roster
+from supervisor.restart_policy.backoff import RespawnBackoff
+from supervisor.restart_policy.memory_watch import MB, MemoryWatch
+from supervisor.restart_policy.respawns import Respawns
 from supervisor.signals import ACTIONS, SignalPipe
-from supervisor.spawner import MakeSpawner, SpawnRequest
 from supervisor.system import DEFAULT_SYSTEM, System
 
 log = structlog.get_logger("cogworker.swarm")
@@ -58,7 +58,7 @@ class Swarm:
         clock: Callable[[], float] = time.monotonic,
         system: System = DEFAULT_SYSTEM,
     ) -> None:
-        """`make_spawner` (forkserver_keeper.keeper_for in production), `clock` and `system` are the
+        """`make_spawner` (forkserver_client.keeper.keeper_for in production), `clock` and `system` are the
         seams tests run the swarm in process through."""
         self.settings = settings
         self.signal_pipe = signal_pipe
@@ -256,7 +256,7 @@ class Swarm:
             self._on_exit(child, was_current, outcome)
 
     def _on_exit(self, child: Child, was_current: bool, outcome: ExitOutcome) -> None:
-        """What a reaped child's exit means for its slot (its jobs are already asked back: reaper.py)."""
+        """What a reaped child's exit means for its slot (its jobs were asked back: children/reaper.py)."""
         if self.stopping:
             if not outcome.clean and self.exit_code == exitcodes.OK:
                 self.exit_code = exitcodes.FAILURE

@@ -29,8 +29,8 @@ from cogworker.api import client
 from cogworker.settings_fields import SettingsFields
 from cogworker.worker.identity import make_identity
 from supervisor import signals
-from supervisor.child_env import scrub_child_env
-from supervisor.child_exit import exit_child
+from supervisor.children.env import scrub_child_env
+from supervisor.children.exit import exit_child
 from supervisor.forkserver.cpu_affinity import Pinning, pin_worker
 from supervisor.forkserver.pin_probe import PinProbe
 from supervisor.parent_death import die_with_parent

@@ -1,5 +1,6 @@
 """The fork server's entry point, run by the supervisor as `python -m supervisor.forkserver.main`, or
-called in a fork of the supervisor for a swarm's first fork server (supervisor/first_forkserver.py).
+called in a fork of the supervisor for a swarm's first fork server
+(supervisor/forkserver_client/first_forkserver.py).
 
 The collector is off while the fork server imports. Those imports (redis-py, structlog, the worker
 code, and the app with COGWORKER_PRELOAD) make 80,000 to 90,000 tracked objects that live as

@@ -1,9 +1,9 @@
 """In the fork server: put a dead child's jobs back on their queues, in Redis.
 
 The supervisor knows first when a child dies abnormally, and asks the fork server (which has the Redis
-client) to requeue that child's in-progress list at once (supervisor/requeue_requests.py keeps track
-of what was asked), counting orphanings so a poison pill ends in dead. Heartbeat-based orphan
-recovery in the live children stays the backstop, minutes later; see "A child dies" in
+client) to requeue that child's in-progress list at once (supervisor/restart_policy/requeue_requests.py
+keeps track of what was asked), counting orphanings so a poison pill ends in dead. Heartbeat-based
+orphan recovery in the live children stays the backstop, minutes later; see "A child dies" in
 docs/architecture.md.
 
 The client is built lazily and disconnected after every use: an open socket would be inherited by

@@ -18,7 +18,7 @@ import os
 
 from cogworker import exitcodes
 from cogworker.settings_fields import PlainSettings, values_of
-from supervisor.child_exit import exit_child
+from supervisor.children.exit import exit_child
 from supervisor.parent_death import die_with_parent
 from supervisor.wire.forkserver_messages import CONTROL_FD_VARIABLE, SUPERVISOR_PID_VARIABLE
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import structlog
 
-from supervisor.child import Child, ExitOutcome
-from supervisor.roster import Roster
+from supervisor.children.child import Child, ExitOutcome
+from supervisor.children.roster import Roster
 
 log = structlog.get_logger("cogworker.swarm")
 

@@ -33,7 +33,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from cogworker.store import keys
-from supervisor.child import Child, ExitOutcome
+from supervisor.children.child import Child, ExitOutcome
 from supervisor.config import SwarmConfig
 from supervisor.integrations.hooks import SwarmHooks
 from supervisor.integrations.metrics_durations import JobDurations

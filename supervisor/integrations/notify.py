@@ -5,7 +5,7 @@ The sdnotify package is the transport: it connects a datagram socket to the addr
 What sdnotify doesn't do is the policy, which is ours: a send never blocks the event loop (the socket
 is non-blocking: a full queue drops the message) and never raises into it; each kind of failure is
 logged once, and its end once; a broken connection is made again at the next send. Children never
-inherit `NOTIFY_SOCKET` or `WATCHDOG_*` (`scrub_child_env`, in supervisor/child_env.py).
+inherit `NOTIFY_SOCKET` or `WATCHDOG_*` (`scrub_child_env`, in supervisor/children/env.py).
 
 Outside systemd (`NOTIFY_SOCKET` unset) every method is a no-op returning False, so the daemon runs the
 same way from a terminal, a container or a test.
@@ -21,7 +21,7 @@ import time
 import sdnotify
 import structlog
 
-from supervisor.child_env import CHILD_ENV_SCRUB, scrub_child_env
+from supervisor.children.env import CHILD_ENV_SCRUB, scrub_child_env
 
 log = structlog.get_logger("cogworker.notify")
 

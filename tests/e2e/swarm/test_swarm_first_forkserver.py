@@ -1,6 +1,7 @@
-"""The swarm's first fork server is a fork of the supervisor (supervisor/first_forkserver.py), a restart's
-is a new interpreter (`python -m`). Both must look the same to an app and to the processes around
-them: the working directory is importable, and nothing of the supervisor's is held open."""
+"""The swarm's first fork server is a fork of the supervisor
+(supervisor/forkserver_client/first_forkserver.py), a restart's is a new interpreter (`python -m`). Both
+must look the same to an app and to the processes around them: the working directory is importable, and
+nothing of the supervisor's is held open."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""supervisor/child_exit.py: how a forked child ends. Run in a fresh interpreter, since it ends the
+"""supervisor/children/exit.py: how a forked child ends. Run in a fresh interpreter, since it ends the
 process it runs in."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ def run(body: str) -> subprocess.CompletedProcess[str]:
     code = textwrap.dedent(
         f"""
         import atexit, sys
-        from supervisor.child_exit import exit_child
+        from supervisor.children.exit import exit_child
 
         atexit.register(lambda: print("atexit ran"))  # os._exit skips it, as a fork's child must
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.respawn_backoff import RespawnBackoff
+from supervisor.restart_policy.backoff import RespawnBackoff
 
 
 class Clock:

@@ -6,11 +6,11 @@ import os
 import signal
 
 from cogworker import exitcodes
-from supervisor.child import Child, Phase, classify_exit
+from supervisor.children.child import Child, Phase, classify_exit
+from supervisor.children.roster import Roster
 from supervisor.integrations.hooks import SwarmView
-from supervisor.memory_watch import MB, MemoryWatch
-from supervisor.restart_plan import RestartPlan
-from supervisor.roster import Roster
+from supervisor.restart_policy.memory_watch import MB, MemoryWatch
+from supervisor.restart_policy.restart_plan import RestartPlan
 from supervisor.signals import SignalPipe
 from supervisor.wire.child_lines import Message
 

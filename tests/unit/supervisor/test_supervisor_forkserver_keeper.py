@@ -1,4 +1,4 @@
-"""The fork servers' requests and lifecycle (forkserver_keeper.py, forkserver_lifecycle.py), in
+"""The fork servers' requests and lifecycle (forkserver_client/keeper.py, forkserver_client/lifecycle.py), in
 process, with an injected clock.
 
 The test plays each fork server's end of a real SOCK_SEQPACKET socket pair: it reads the requests the
@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from supervisor.forkserver_handle import ForkServerHandle
-from supervisor.forkserver_keeper import ForkServerKeeper
-from supervisor.late_spawns import UnclaimedPipe
-from supervisor.spawner import SpawnRequest
+from supervisor.children.late_spawns import UnclaimedPipe
+from supervisor.children.spawner import SpawnRequest
+from supervisor.forkserver_client.handle import ForkServerHandle
+from supervisor.forkserver_client.keeper import ForkServerKeeper
 from supervisor.wire import forkserver_messages
 
 ANSWER_TIMEOUT_S = 10.0

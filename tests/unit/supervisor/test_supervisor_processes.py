@@ -9,10 +9,10 @@ import threading
 import time
 
 from cogworker.settings import load_settings
-from supervisor.child import Child
-from supervisor.child_processes import MAX_READ_PER_TURN, READ_BYTES, ChildProcesses
+from supervisor.children.child import Child
+from supervisor.children.processes import MAX_READ_PER_TURN, READ_BYTES, ChildProcesses
+from supervisor.children.roster import Roster
 from supervisor.config import SwarmConfig
-from supervisor.roster import Roster
 from supervisor.wire.child_lines import Garbage
 
 

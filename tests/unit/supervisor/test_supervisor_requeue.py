@@ -9,7 +9,7 @@ from cogworker import codec
 from cogworker.api import payload
 from cogworker.settings import load_settings
 from supervisor.forkserver.redis_requeue import RedisRequeue
-from supervisor.requeue_requests import RETRY_FIRST_S, RequeueRequests
+from supervisor.restart_policy.requeue_requests import RETRY_FIRST_S, RequeueRequests
 from tests.support.redis_server import RedisServer
 
 

@@ -22,11 +22,11 @@ import pytest
 from structlog.testing import capture_logs
 
 from cogworker import exitcodes
-from supervisor.child import Child
+from supervisor.children.child import Child
+from supervisor.children.spawner import ExitStep, SpawnerOwner, SpawnRequest
 from supervisor.config import SwarmConfig
-from supervisor.forkserver_handle import ForkServerHandle
+from supervisor.forkserver_client.handle import ForkServerHandle
 from supervisor.signals import SignalPipe
-from supervisor.spawner import ExitStep, SpawnerOwner, SpawnRequest
 from supervisor.swarm import Swarm
 from supervisor.system import System
 

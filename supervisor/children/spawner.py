@@ -1,6 +1,6 @@
 """What the swarm asks of whatever forks its children, and what it is told back.
 
-In production that is the ForkServerKeeper (forkserver_keeper.py), which asks a fork server process;
+In production that is the ForkServerKeeper (forkserver_client/keeper.py), which asks a fork server process;
 tests run the Swarm with a fake one (tests/unit/supervisor/test_swarm_inprocess.py). The
 supervisor's loop never waits on another process: every request here returns at once, and the
 answer comes later, through the SpawnerOwner callbacks, when the loop sees it arrive.
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from supervisor.child import Child
-from supervisor.forkserver_handle import ForkServerHandle
+from supervisor.children.child import Child
+from supervisor.forkserver_client.handle import ForkServerHandle
 
 
 @dataclass(eq=False)

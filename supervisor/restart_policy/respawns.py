@@ -1,7 +1,7 @@
 """Keeping every slot filled: asking the spawner for a child, tracking it when it comes, and, when a
-slot's child is gone for good, scheduling the next one (respawn_backoff.py says when).
+slot's child is gone for good, scheduling the next one (backoff.py says when).
 
-Replacements of running children (restarts, memory) are replacements.py's; they ask for their
+Replacements of running children (restarts, memory) are children/replacements.py's; they ask for their
 children through `fork` here too, so every spawn goes one way and counts the same.
 """
 
@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 import structlog
 
-from supervisor.child import Child, ExitOutcome
-from supervisor.child_processes import ChildProcesses
+from supervisor.children.child import Child, ExitOutcome
+from supervisor.children.processes import ChildProcesses
+from supervisor.children.roster import Roster
+from supervisor.children.spawner import Spawner, SpawnRequest
 from supervisor.integrations import hooks as hook_calls
 from supervisor.integrations.hooks import SwarmHooks
-from supervisor.respawn_backoff import RespawnBackoff
-from supervisor.roster import Roster
-from supervisor.spawner import Spawner, SpawnRequest
+from supervisor.restart_policy.backoff import RespawnBackoff
 
 log = structlog.get_logger("cogworker.swarm")
 

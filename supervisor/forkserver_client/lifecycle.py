@@ -1,4 +1,4 @@
-"""The fork server processes the keeper talks to (forkserver_keeper.py), from start to reaping.
+"""The fork server processes the keeper talks to (keeper.py), from start to reaping.
 
 - `current` takes the requests; `loading` is a restart's new one, still importing the code;
   `retired` ones finish the answers they owe, then exit (or were killed), until they are reaped.
@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import structlog
 
-from supervisor.forkserver_handle import ForkServerHandle, Launch
+from supervisor.forkserver_client.handle import ForkServerHandle, Launch
 
 log = structlog.get_logger("cogworker.swarm")
 

@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterator
 
 import structlog
 
-from supervisor.child import Child, ExitOutcome, classify_exit
-from supervisor.child_messages import ChildMessages
-from supervisor.child_processes import ChildProcesses
+from supervisor.children.child import Child, ExitOutcome, classify_exit
+from supervisor.children.messages import ChildMessages
+from supervisor.children.processes import ChildProcesses
+from supervisor.children.roster import Roster
+from supervisor.children.spawner import Spawner
 from supervisor.integrations import hooks as hook_calls
 from supervisor.integrations.hooks import SwarmHooks
-from supervisor.roster import Roster
-from supervisor.spawner import Spawner
 from supervisor.system import System
 
 log = structlog.get_logger("cogworker.swarm")

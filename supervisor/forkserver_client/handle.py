@@ -2,11 +2,12 @@
 
 The fork server (supervisor/forkserver/) is a process the supervisor starts with
 `python -m supervisor.forkserver.main` (the first one of a swarm is a fork of the supervisor instead:
-first_forkserver.py). It has the settings validated (forkserver/settings_check.py), imports the worker
-code (and the app, with COGWORKER_PRELOAD), then waits for requests on a socket pair (the messages are in
-wire/forkserver_messages.py). The supervisor never waits for an answer: its socket is non-blocking,
-and answers are read by its loop when they come. This handle counts what the fork server owes, so a
-fork server that stops answering can be told from a busy one (forkserver_keeper.py replaces it).
+first_forkserver.py). It has the settings validated (forkserver/settings_check.py), imports the
+worker code (and the app, with COGWORKER_PRELOAD), then waits for requests on a socket pair (the
+messages are in wire/forkserver_messages.py). The supervisor never waits for an answer: its socket is
+non-blocking, and answers are read by its loop when they come. This handle counts what the fork
+server owes, so a fork server that stops answering can be told from a busy one (keeper.py replaces
+it).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from supervisor import signals
-from supervisor.child_env import scrub_child_env
-from supervisor.first_forkserver import fork_first_forkserver
+from supervisor.children.env import scrub_child_env
+from supervisor.forkserver_client.first_forkserver import fork_first_forkserver
 from supervisor.wire.forkserver_messages import (
     ANSWERS,
     CONTROL_FD_VARIABLE,
@@ -54,8 +55,8 @@ class ForkServerHandle:
     # Start and stop ---------------------------------------------------------------------------
     def start(self, now: float, *, fork_closing: Iterable[int] | None = None) -> None:
         """Start the process: a new interpreter, or with `fork_closing` (the supervisor's own file
-        descriptors, which the child closes) a fork of this one (first_forkserver.py says when).
-        Raises OSError."""
+        descriptors, which the child closes) a fork of this one (first_forkserver.py says when). Raises
+        OSError."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             if fork_closing is not None:

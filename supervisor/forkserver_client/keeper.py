@@ -3,9 +3,9 @@
 The supervisor's loop never waits for a fork server: a fork server busy with a slow Redis must not
 stop it from reaping, relaying signals and feeding systemd's watchdog. A spawn or a requeue is a
 request sent on a non-blocking socket; its answer is handled when the loop sees it come in. The
-keeper is the Spawner the swarm uses (spawner.py). It keeps:
+keeper is the Spawner the swarm uses (children/spawner.py). It keeps:
 
-- the fork server processes (`servers`, forkserver_lifecycle.py: current, loading, retired);
+- the fork server processes (`servers`, lifecycle.py: current, loading, retired);
 - the spawns asked for and not answered yet (`requests`), and the requeues (`requeues`);
 - the rules for one that stops answering. A fork server that owes an answer and has said nothing for
   COGWORKER_LIVENESS_TIMEOUT_S (plus COGWORKER_REDIS_TIMEOUT_S: a requeue may wait on Redis), or is
@@ -14,7 +14,7 @@ keeper is the Spawner the swarm uses (spawner.py). It keeps:
   to the next one, and a new one is started at once. One that dies is started again, with a growing
   delay while it keeps dying.
 
-A worker forked for a spawn given up on is stopped (late_spawns.py).
+A worker forked for a spawn given up on is stopped (children/late_spawns.py).
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from typing import Any
 
 import structlog
 
-from supervisor.child import Child
+from supervisor.children.child import Child
+from supervisor.children.late_spawns import LateSpawns, UnclaimedPipe, pid_from
+from supervisor.children.spawner import ExitStep, MakeSpawner, Spawner, SpawnerOwner, SpawnRequest
 from supervisor.config import SwarmConfig
-from supervisor.forkserver_handle import ForkServerHandle, Launch, launch
-from supervisor.forkserver_lifecycle import ForkServers
-from supervisor.late_spawns import LateSpawns, UnclaimedPipe, pid_from
-from supervisor.requeue_requests import RequeueRequests
-from supervisor.spawner import ExitStep, MakeSpawner, Spawner, SpawnerOwner, SpawnRequest
+from supervisor.forkserver_client.handle import ForkServerHandle, Launch, launch
+from supervisor.forkserver_client.lifecycle import ForkServers
+from supervisor.restart_policy.requeue_requests import RequeueRequests
 
 log = structlog.get_logger("cogworker.swarm")
 

@@ -3,7 +3,7 @@ interpreter (issue 18: start-up).
 
 Every fork server loads the worker code and the settings before the first worker can be forked, so
 its start is on the way to every swarm's first job. A new interpreter (`python -m
-supervisor.forkserver.main`, forkserver_handle.py) spends 15 to 25 ms on its own start before it
+supervisor.forkserver.main`, handle.py) spends 15 to 25 ms on its own start before it
 imports anything. At launch the supervisor has imported nothing heavy and started no thread yet, and
 the code on disk is the code it was started with, so a fork of it is as fresh as a new interpreter:
 the child goes straight to the fork server's imports. A restart's fork server, which must load the
@@ -27,8 +27,8 @@ from collections.abc import Iterable
 
 from cogworker import exitcodes
 from supervisor import signals
-from supervisor.child_env import scrub_child_env
-from supervisor.child_exit import exit_child
+from supervisor.children.env import scrub_child_env
+from supervisor.children.exit import exit_child
 from supervisor.wire.forkserver_messages import CONTROL_FD_VARIABLE, SUPERVISOR_PID_VARIABLE
 
 

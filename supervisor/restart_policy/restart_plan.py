@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from supervisor.child import Phase
-from supervisor.roster import Roster
+from supervisor.children.child import Phase
+from supervisor.children.roster import Roster
 
 
 @dataclass(slots=True)

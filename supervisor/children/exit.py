@@ -2,7 +2,7 @@
 
 A fork continues in the caller's frames; a child that returned or raised would run the rest of the
 supervisor (or fork server) as a second copy of it. Both forks of this package (the first fork server,
-first_forkserver.py; a worker, forkserver/fork.py) run their body through `exit_child`.
+forkserver_client/first_forkserver.py; a worker, forkserver/fork.py) run their body through `exit_child`.
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ import structlog
 
 from cogworker.worker.identity import make_identity
 from supervisor import system
-from supervisor.child import Child, Phase
+from supervisor.children.child import Child, Phase
+from supervisor.children.roster import Roster
+from supervisor.children.spawner import SpawnRequest
 from supervisor.config import SwarmConfig
-from supervisor.roster import Roster
-from supervisor.spawner import SpawnRequest
 from supervisor.wire.child_lines import Garbage, Message
 
 log = structlog.get_logger("cogworker.swarm")

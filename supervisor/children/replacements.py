@@ -8,7 +8,7 @@ can't be forked, exits, or is not ready within `restart_ready_timeout_s`, is giv
 child keeps serving and a restart in progress ends as failed, so a broken deploy never takes capacity
 down with it. Forking is asked of the fork server and answered later, so a slot with a spawn in
 flight (`spawning`) is left alone until the answer comes.
-restart_plan.py holds the plan a restart follows; this module carries it out.
+restart_policy/restart_plan.py holds the plan a restart follows; this module carries it out.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from collections.abc import Callable
 
 import structlog
 
-from supervisor.child import Child, Phase
-from supervisor.child_processes import ChildProcesses
+from supervisor.children.child import Child, Phase
+from supervisor.children.processes import ChildProcesses
+from supervisor.children.roster import Roster
 from supervisor.config import SwarmConfig
 from supervisor.integrations import hooks as hook_calls
 from supervisor.integrations.hooks import SwarmHooks
-from supervisor.respawn_backoff import RespawnBackoff
-from supervisor.restart_plan import RestartPlan
-from supervisor.roster import Roster
+from supervisor.restart_policy.backoff import RespawnBackoff
+from supervisor.restart_policy.restart_plan import RestartPlan
 
 log = structlog.get_logger("cogworker.swarm")
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from supervisor.child_processes import MAX_READ_PER_TURN, READ_BYTES
-from supervisor.spawner import SpawnRequest
+from supervisor.children.processes import MAX_READ_PER_TURN, READ_BYTES
+from supervisor.children.spawner import SpawnRequest
 from supervisor.wire.child_lines import LineBuffer, Message
 
 log = structlog.get_logger("cogworker.swarm")

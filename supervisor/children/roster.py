@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from supervisor.child import Child, Phase
+from supervisor.children.child import Child, Phase
 
 
 class Roster:

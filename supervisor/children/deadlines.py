@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from supervisor.child import Child, Phase
+from supervisor.children.child import Child, Phase
 from supervisor.config import SwarmConfig
 
 

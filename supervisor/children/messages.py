@@ -14,12 +14,12 @@ from collections.abc import Callable
 
 import structlog
 
-from supervisor.child import Child, Phase
-from supervisor.child_processes import ChildProcesses
+from supervisor.children.child import Child, Phase
+from supervisor.children.processes import ChildProcesses
+from supervisor.children.replacements import Replacements
 from supervisor.config import SwarmConfig
 from supervisor.integrations import hooks as hook_calls
 from supervisor.integrations.hooks import SwarmHooks
-from supervisor.replacements import Replacements
 from supervisor.wire.child_lines import Garbage, Message
 
 log = structlog.get_logger("cogworker.swarm")
