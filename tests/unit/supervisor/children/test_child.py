@@ -1,17 +1,12 @@
-"""Child state bookkeeping: messages, silence, exit classification, the roster, restart plans."""
+"""Child state bookkeeping: messages, silence, exit classification, stuck jobs, the roster."""
 
 from __future__ import annotations
 
-import os
 import signal
 
 from cogworker import exitcodes
 from supervisor.children.child import Child, Phase, classify_exit
 from supervisor.children.roster import Roster
-from supervisor.integrations.hooks import SwarmView
-from supervisor.restart_policy.memory_watch import MB, MemoryWatch
-from supervisor.restart_policy.restart_plan import RestartPlan
-from supervisor.signals import SignalPipe
 from supervisor.wire.child_lines import Message
 
 
@@ -133,93 +128,7 @@ def test_promoting_a_replacement_keeps_capacity_and_demotes_the_old_child() -> N
     assert roster.pop(1) == (old, False)  # the old child's exit is not its slot's loss
 
 
-# Restart plans ---------------------------------------------------------------------------------
-def nothing_spawning(slot: int) -> bool:
-    return False
-
-
-def test_phased_plan_replaces_one_old_slot_at_a_time() -> None:
-    roster = Roster(3)
-    for slot in range(3):
-        roster.add(ready(make(10 + slot, slot)), current=True)
-    plan = RestartPlan(generation=1, phased=True, pending=[0, 1, 2])
-    assert plan.next_slot(roster, nothing_spawning) == 0
-    assert plan.next_slot(roster, nothing_spawning) is None  # waiting for slot 0's replacement
-    new0 = ready(make(20, 0, generation=1))
-    roster.add(new0, current=False)
-    roster.promote(new0)
-    plan.slot_done(0)
-    # Slot 1 crashed and was respawned after the restart began: it already runs new code.
-    roster.pop(11)
-    roster.add(ready(make(21, 1, generation=1)), current=True)
-    assert plan.next_slot(roster, nothing_spawning) == 2
-    assert not plan.finished(roster)
-    plan.slot_done(2)
-    assert plan.next_slot(roster, nothing_spawning) is None and plan.finished(roster)
-
-
-def test_phased_plan_waits_for_a_memory_replacement_in_flight() -> None:
-    roster = Roster(1)
-    roster.add(ready(make(1, 0)), current=True)
-    mem = make(2, 0)
-    mem.replaces = 1
-    roster.add(mem, current=False)
-    plan = RestartPlan(generation=1, phased=True, pending=[0])
-    assert plan.next_slot(roster, nothing_spawning) is None and plan.pending == [0]
-    mem.abandoned = True
-    assert plan.next_slot(roster, nothing_spawning) == 0
-
-
-def test_phased_plan_waits_for_a_spawn_in_flight_then_replaces_what_it_forked() -> None:
-    # A respawn asked of the old fork server just before the restart began: the slot is looked at
-    # once the answer is in, and the child it brought (old code) is replaced like any other.
-    roster = Roster(1)
-    plan = RestartPlan(generation=1, phased=True, pending=[0])
-    assert plan.next_slot(roster, lambda slot: slot == 0) is None and plan.pending == [0]
-    roster.add(ready(make(1, 0, generation=0)), current=True)
-    assert plan.next_slot(roster, nothing_spawning) == 0
-
-
-def test_all_at_once_plan_finishes_when_every_slot_is_new_and_ready() -> None:
-    roster = Roster(2)
-    plan = RestartPlan(generation=1, phased=False)
-    roster.add(ready(make(1, 0, generation=1)), current=True)
-    assert not plan.finished(roster)
-    late = make(2, 1, generation=1)
-    roster.add(late, current=True)
-    assert not plan.finished(roster)
-    ready(late)
-    assert plan.finished(roster)
-
-
-# Memory, view, hand-over, signal pipe ---------------------------------------------------------
-def test_memory_watch_checks_on_its_interval_and_reports_children_over_the_limit() -> None:
-    now = [0.0]
-    sizes = {1: 50 * MB, 2: 300 * MB, 3: None}
-    watch = MemoryWatch(200, 2.0, lambda: now[0], rss=sizes.get)
-    assert not watch.due()
-    now[0] = 2.0
-    assert watch.due() and not watch.due()
-    assert watch.over_limit([1, 2, 3]) == [(2, 300 * MB)]
-    off = MemoryWatch(None, 2.0, lambda: now[0])
-    now[0] = 10.0
-    assert not off.due() and off.next_due_in() is None and off.over_limit([1]) == []
-
-
-def test_view_names_the_state_and_sums_up_in_one_line() -> None:
-    view = SwarmView(4, 4, 3, 5, 40, 120, 2, 1, False, False, False, None)
-    assert view.state == "degraded"
-    assert view.summary() == "degraded: 3/4 ready, 5/40 busy, 120 processed, 2 failed, redis down in 1"
-
-
-def test_the_view_counts_replacements_for_stuck_jobs_only_when_there_are_some() -> None:
-    view = SwarmView(2, 2, 2, 0, 20, 5, 1, 0, False, False, False, None, stuck_replaced=1)
-    assert (
-        view.summary()
-        == "running: 2/2 ready, 0/20 busy, 5 processed, 1 failed, redis up, 1 replaced for stuck jobs"
-    )
-
-
+# Stuck jobs ------------------------------------------------------------------------------------
 def test_a_stuck_line_is_counted_with_the_job_it_names() -> None:
     child = ready(make())
     child.apply(Message("stuck", {"jid": "j1", "job": "app.hang", "queue": "default"}), 1.0)
@@ -228,14 +137,3 @@ def test_a_stuck_line_is_counted_with_the_job_it_names() -> None:
     child.retire_reason, child.term_sent_at = "stuck", 3.0  # replaced for it, then asked to stop
     outcome = classify_exit(child, 0)
     assert outcome.clean and outcome.reason == "stuck" and not outcome.jobs_stranded
-
-
-def test_signal_pipe_hands_over_signal_numbers_in_order() -> None:
-    pipe = SignalPipe()
-    try:
-        _, write_fd = pipe.fds
-        os.write(write_fd, bytes([signal.SIGHUP, signal.SIGTERM, 0]))
-        assert pipe.drain() == [signal.SIGHUP, signal.SIGTERM]
-        assert pipe.drain() == []
-    finally:
-        pipe.close()
