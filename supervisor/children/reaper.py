@@ -4,7 +4,7 @@ A fork server's exit is the spawner's business. A child's last lines are read fi
 or `stopped` may still be in its pipe), its pipe closed, and it leaves the roster; its exit is named
 (`classify_exit`) and logged, and when it died holding jobs the spawner is asked at once to requeue
 them, before anything can be respawned in its slot ("A child dies" in docs/architecture.md). What
-the exit means for the slot is the swarm's decision (swarm.py).
+the exit means for the slot is the swarm's decision (supervisor/swarm.py).
 """
 
 from __future__ import annotations
