@@ -14,6 +14,8 @@ event loop; async_pool.py sorts fetched jobs by kind and job_mix.py sizes a fetc
 Every job the process holds is in the reconciler's ledger (reconcile.py): after a fetch, BLMOVE or
 give-back fails (its reply may be lost with the jobs already moved), or a job thread fails, the
 fetcher puts every entry of the in-progress list the process doesn't hold back on its queue.
+
+Quiet and the stop (giving back what was not started, waiting for what runs) are manager_stop.py's.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from cogworker.worker.async_pool import AsyncHandoff
 from cogworker.worker.fetch import Fetcher, UnsupportedError, Work
 from cogworker.worker.fetch_fallback import FetchFallback
 from cogworker.worker.job_mix import JobMix
+from cogworker.worker.manager_stop import ManagerStop
 from cogworker.worker.processor import Stats, process
 from cogworker.worker.reconcile import Reconciler
 from cogworker.worker.reserve import Reserve
@@ -48,7 +51,7 @@ IDLE_POLL_FIRST_S = 0.25
 COALESCE_S = 0.001
 
 
-class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads):
+class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, ManagerStop):
     def __init__(
         self,
         ctx: RedisContext,
@@ -100,7 +103,7 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads):
         self.on_wrong_type: Callable[[], None] | None = None
         self.reconciler = Reconciler(ctx, settler, on_wrong_type=self._wrong_type_found)
 
-    # Lifecycle -----------------------------------------------------------------------------
+    # Start, and what is running -------------------------------------------------------------
     def start(self) -> None:
         for index in range(self._concurrency):
             thread = threading.Thread(
@@ -111,67 +114,14 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads):
         self._fetcher_thread = threading.Thread(target=self._fetch_loop, name="fetcher", daemon=True)
         self._fetcher_thread.start()
 
-    def quiet(self) -> None:
-        with self._cond:
-            self._quiet = True
-            self._cond.notify_all()
-
-    def resume(self) -> None:
-        with self._cond:
-            if not self._stopping:
-                self._quiet = False
-            self._cond.notify_all()
-
-    @property
-    def is_quiet(self) -> bool:
-        return self._quiet
-
-    @property
-    def is_stopping(self) -> bool:
-        return self._stopping
-
     @property
     def busy(self) -> int:
         with self._cond:
             return len(self._running)
 
-    @property
-    def may_have_strays(self) -> bool:
-        """After stop: a lost reply no reconcile has answered yet, or a thread still blocked on the
-        queue, may leave a job on our list (or still move one there) after the final requeue."""
-        with self._cond:
-            blocking = self._turn_blocking
-        return blocking or self.reconciler.unanswered
-
     def running(self) -> list[tuple[str, Running]]:
         with self._cond:
             return [(f"t{ident}", r) for ident, r in self._running.items()]
-
-    def stop(self, deadline: float) -> list[Work]:
-        """Stop fetching, give back unstarted jobs, wait for running ones until `deadline`
-        (monotonic). Returns the jobs still running then."""
-        with self._cond:
-            self._stopping = True
-            self._quiet = True
-            self._cond.notify_all()
-        self._wake.set()
-        if self._fetcher_thread is not None:
-            self._fetcher_thread.join(timeout=max(0.0, deadline - time.monotonic()) + BLOCK_TIMEOUT_S)
-        self._end_wait_turn(time.monotonic() + BLOCK_TIMEOUT_S + 1)
-        self._give_back_unstarted()
-        self._give_back_async_unstarted()
-        for _ in self._threads:
-            self._work.put(None)
-        for thread in self._threads:
-            if thread.ident not in self._stuck:  # given up on: it may never return
-                thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._stop_carriers(deadline)
-        self.limits.close()
-        # Kept results first: each written one queues its job's ack, which the flush then sends.
-        self._settler.retry_pending()
-        self.flush_acks()
-        with self._cond:
-            return [r.work for r in self._running.values()]
 
     # Threads -------------------------------------------------------------------------------
     def _job_loop(self, source: queue.SimpleQueue[Any], is_async: bool) -> None:
@@ -344,31 +294,6 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads):
             self._queued += len(works)
         for work in works:
             self._work.put(work)
-
-    def flush_acks(self) -> None:
-        if not self._settler.pending_acks:
-            return
-        acks = self._settler.take_acks()
-        try:
-            self.fetcher.fetch(0, acks)
-        except Exception as exc:
-            self._settler.return_acks(acks)
-            self._outages.report("Fetch", exc)
-
-    def _give_back_unstarted(self) -> None:
-        while True:
-            try:
-                work = self._work.get_nowait()
-            except queue.Empty:
-                return
-            if work is None:
-                continue
-            with self._cond:
-                self._queued -= 1
-                if isinstance(work, WaitTurn):
-                    self._turn_open = False
-                    continue
-            self._give_back(work)
 
     def _give_back(self, work: Work) -> None:
         """A job taken but never started goes back to its queue; if Redis is away it stays on our

@@ -1,9 +1,10 @@
 """Settling fetched jobs: acknowledgements (batched into the next fetch) and filings into
 retry/dead, with what happens when Redis is failing at that moment.
 
-A filing that fails is kept and retried; at shutdown it is handed to Redis (cogworker:unsettled)
-for another process to file (handover.py). If even that fails, the job is still on this process's
-in-progress list, so recovery runs it again: a job is never lost, at worst it runs twice.
+A filing that fails is kept and retried (pending.py, as is a result whose write failed); at
+shutdown it is handed to Redis (cogworker:unsettled) for another process to file (handover.py). If
+even that fails, the job is still on this process's in-progress list, so recovery runs it again: a
+job is never lost, at worst it runs twice.
 
 A filing whose reply was lost is sent again: settle.lua files it once and says so (filing.py), and
 its locks are then released. A job whose list entry a restarted Redis lost is filed all the same.
@@ -24,15 +25,13 @@ import datetime as dt
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import redis
 import structlog
 
 from cogworker import codec
-from cogworker.api import death, results
+from cogworker.api import death
 from cogworker.api.retry import Filing, encoded, storable
 from cogworker.store import key_guard, keys, outcomes
 from cogworker.store.redis_context import RedisContext
@@ -40,11 +39,10 @@ from cogworker.store.redis_context import RedisContext
 # Filing helpers, in filing.py; file_unsettled and quarantine_head are imported from here too.
 from cogworker.worker.fetch import on_list
 from cogworker.worker.filing import death_notice, file_unsettled, quarantine_head, run_filing, settle_reply
-from cogworker.worker.handover import hand_over, handover_record
+from cogworker.worker.handover import handover_record
+from cogworker.worker.pending import PendingFiling, PendingResult, PendingSettles
 
 __all__ = [
-    "PendingFiling",
-    "PendingResult",
     "Settler",
     "file_unsettled",
     "handover_record",
@@ -66,26 +64,7 @@ class ListedJobs(Protocol):
     def peek(self, raw: str) -> str: ...
 
 
-@dataclass(slots=True)
-class PendingFiling:
-    raw: str
-    filing: Filing
-    listed: str  # the in-progress list the job is on ("": basic fetch popped it)
-    run_id: str = ""  # of the Redis the job was fetched from (fetch.Work)
-
-
-@dataclass(slots=True)
-class PendingResult:
-    """A job's result still to write (api/results.py); `then` (its ack, or its dead filing) waits."""
-
-    raw: str
-    jid: str
-    record: str
-    ttl: float
-    then: Callable[[], object]
-
-
-class Settler:
+class Settler(PendingSettles):
     def __init__(self, ctx: RedisContext, in_progress_key: str) -> None:
         self._client = ctx.client
         self._scripts = ctx.scripts
@@ -214,34 +193,6 @@ class Settler:
     def pending_acks(self) -> int:
         return len(self._acks)
 
-    # Results (api/results.py): written before the job's ack or dead filing, so a job whose result
-    # is lost in a crash runs again and writes it. A write that fails is kept, with what follows it,
-    # and retried like a filing; at shutdown the job stays in progress and runs again.
-    def after_result(self, raw: str, jid: str, record: str, ttl: float, then: Callable[[], object]) -> None:
-        try:
-            results.store(self._client, jid, record, ttl)
-        except Exception as exc:
-            self._report(exc)
-            with self._lock:
-                self._pending_results.append(PendingResult(raw, jid, record, ttl, then))
-            return
-        then()
-
-    def _retry_results(self) -> bool:
-        """Write the kept results, each then acked or filed. False when Redis still fails."""
-        with self._lock:
-            pending, self._pending_results = self._pending_results, []
-        for index, item in enumerate(pending):
-            try:
-                results.store(self._client, item.jid, item.record, item.ttl)
-            except Exception as exc:
-                self._report(exc)
-                with self._lock:
-                    self._pending_results[:0] = pending[index:]
-                return False
-            item.then()
-        return True
-
     # Filings into retry/dead.
     def file(self, raw: str, filing: Filing, run_id: str = "") -> bool:
         """File now; on a Redis failure keep it for later. True when it was filed now. The payload is
@@ -318,38 +269,6 @@ class Settler:
         )
         key_guard.request(self._client, exc.key)
 
-    def retry_pending(self) -> None:
-        if self._pending_results and not self._retry_results():
-            return
-        if self._members is not None and not self._members.retry():
-            return
-        with self._lock:
-            pending, self._pending = self._pending, []
-        for index, item in enumerate(pending):
-            try:
-                filed = self._file_now(item.raw, item.filing, item.listed, item.run_id)
-            except Exception as exc:
-                self._report(exc)
-                with self._lock:
-                    self._pending[:0] = pending[index:]
-                return
-            if filed and item.filing.dead:
-                self._locks.release_terminal(item.filing.payload)
-        if pending:
-            self._outages.recovered("Settle")
-
-    @property
-    def pending_filings(self) -> int:
-        """Filings, results (which an ack or filing waits for) and batch members' acks still to write."""
-        with self._lock:
-            count = len(self._pending) + len(self._pending_results)
-        return count + (self._members.pending if self._members is not None else 0)
-
-    def run_id_of(self, raw: str) -> str:
-        """The run_id a kept filing's job was fetched from ("" when none is kept or it is unknown)."""
-        with self._lock:
-            return next((item.run_id for item in self._pending if item.raw == raw), "")
-
     def holding(self) -> list[str]:
         """Payloads still to settle here (acknowledgements not yet sent, filings not yet made): their
         jobs stay on the in-progress list until then, and a reconcile (reconcile.py) keeps them."""
@@ -359,20 +278,3 @@ class Settler:
             pending += self._members.holding()
         # list() copies the deque in one step under the GIL, safe against a job thread's append.
         return [raw for raw, _jid in list(self._acks)] + pending
-
-    def hand_over(self, deadline: float = 0.0) -> int:
-        """At shutdown: give unfiled filings to Redis for another process (handover.py), each tried
-        until `deadline` (monotonic; by default one try). Returns how many are not known to be handed
-        over. A job whose result is still unwritten stays in progress: requeued, it runs again."""
-        with self._lock:
-            pending, self._pending = self._pending, []
-            unwritten, self._pending_results = len(self._pending_results), []
-        if unwritten:
-            log.error(
-                "results_unwritten_jobs_left_in_progress",
-                count=unwritten,
-                note="Redis is unreachable: their results were not written, so they will run again",
-            )
-        items = [(item.raw, item.filing, item.listed) for item in pending]
-        left = hand_over((self._client, self._scripts, self._locks), items, deadline)
-        return left + unwritten
