@@ -1,19 +1,21 @@
 """The manager: one fetcher thread feeding a fixed pool of job threads.
 
-The fetcher takes as many jobs as there are idle threads, a few more while jobs are short (reserve.py),
-so a job never waits long in memory while another process could run it. Jobs it has taken sit on
-this process's in-progress list (reliable fetch) until acknowledged; acknowledgements ride along
-with the next fetch, saving a round trip per job. When the queues run dry and there is only one, the
-fetcher hands the blocking wait (BLMOVE) to an idle job thread, which runs the job it gets itself.
-When every queue it reads is paused it blocks on none of them: it waits for a wake-up (a push or a
-resume).
+The fetcher takes as many jobs as there are idle threads, a few more while jobs are short
+(worker/fetching/reserve.py), so a job never waits long in memory while another process could run
+it. Jobs it has taken sit on this process's in-progress list (reliable fetch) until acknowledged;
+acknowledgements ride along with the next fetch, saving a round trip per job. When the queues run
+dry and there is only one, the fetcher hands the blocking wait (BLMOVE) to an idle job thread, which
+runs the job it gets itself. When every queue it reads is paused it blocks on none of them: it waits
+for a wake-up (a push or a resume).
 
 `async def` jobs run beside the threads, up to COGWORKER_ASYNC_CONCURRENCY at once on the process's
-event loop; async_pool.py sorts fetched jobs by kind and job_mix.py sizes a fetch for both kinds.
+event loop; worker/running/async_pool.py sorts fetched jobs by kind and worker/fetching/job_mix.py
+sizes a fetch for both kinds.
 
-Every job the process holds is in the reconciler's ledger (reconcile.py): after a fetch, BLMOVE or
-give-back fails (its reply may be lost with the jobs already moved), or a job thread fails, the
-fetcher puts every entry of the in-progress list the process doesn't hold back on its queue.
+Every job the process holds is in the reconciler's ledger (worker/recovering/reconcile.py): after a
+fetch, BLMOVE or give-back fails (its reply may be lost with the jobs already moved), or a job
+thread fails, the fetcher puts every entry of the in-progress list the process doesn't hold back on
+its queue.
 
 Quiet and the stop (giving back what was not started, waiting for what runs) are manager_stop.py's.
 """
@@ -31,18 +33,24 @@ import structlog
 
 from cogworker.store import key_guard
 from cogworker.store.redis_context import RedisContext
-from cogworker.worker.async_loop import AsyncLoop
-from cogworker.worker.async_pool import AsyncHandoff
-from cogworker.worker.fetch import Fetcher, UnsupportedError, Work
-from cogworker.worker.fetch_fallback import FetchFallback
-from cogworker.worker.job_mix import JobMix
+from cogworker.worker.fetching.fetch import Fetcher, UnsupportedError, Work
+from cogworker.worker.fetching.fetch_fallback import FetchFallback
+from cogworker.worker.fetching.job_mix import JobMix
+from cogworker.worker.fetching.reserve import Reserve
+from cogworker.worker.fetching.wait_turn import (
+    BLOCK_TIMEOUT_S,
+    OUTAGE_RETRY_S,
+    Running,
+    WaitTurn,
+    WaitTurnHandoff,
+)
 from cogworker.worker.manager_stop import ManagerStop
-from cogworker.worker.processor import Stats, process
-from cogworker.worker.reconcile import Reconciler
-from cogworker.worker.reserve import Reserve
-from cogworker.worker.settle import Settler
-from cogworker.worker.stuck_jobs import StuckThreads
-from cogworker.worker.wait_turn import BLOCK_TIMEOUT_S, OUTAGE_RETRY_S, Running, WaitTurn, WaitTurnHandoff
+from cogworker.worker.recovering.reconcile import Reconciler
+from cogworker.worker.running.async_loop import AsyncLoop
+from cogworker.worker.running.async_pool import AsyncHandoff
+from cogworker.worker.running.processor import Stats, process
+from cogworker.worker.running.stuck_jobs import StuckThreads
+from cogworker.worker.settling.settle import Settler
 
 log = structlog.get_logger("cogworker.manager")
 
@@ -74,12 +82,14 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, Manage
         # What a job thread runs; tests pass their own to make a thread fail outside the processor.
         self._run_job = run_job or self._process
         self._batch_min = max(1, settings.concurrency // 2)
-        self._reserve = Reserve(settings.concurrency // 2)  # reserve.py: none for a single thread
+        self._reserve = Reserve(
+            settings.concurrency // 2
+        )  # worker/fetching/reserve.py: none for a single thread
         self._work: queue.SimpleQueue[Work | WaitTurn | None] = queue.SimpleQueue()
         self._cond = threading.Condition()
         self._queued = 0
         self._running: dict[int, Running] = {}
-        # `async def` jobs (async_pool.py): their queue, carrier threads and event loop.
+        # `async def` jobs (worker/running/async_pool.py): their queue, carrier threads and event loop.
         self._async_capacity = settings.async_concurrency
         self._async_work: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._async_queued = 0
@@ -88,7 +98,9 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, Manage
         self._carriers: list[threading.Thread] = []
         self._mix = JobMix(settings.concurrency, settings.async_concurrency, self._allowed)
         self.loop = AsyncLoop(settings.async_lag_threshold_s)
-        self._init_time_limits(settings)  # the watchdog, and the threads given up on (stuck_jobs.py)
+        self._init_time_limits(
+            settings
+        )  # the watchdog, and the threads given up on (worker/running/stuck_jobs.py)
         self._quiet = False
         self._stopping = False
         self._turn_open = False  # a blocking wait is handed out (one queue, idle)

@@ -6,8 +6,9 @@ in-progress list, where the launcher's requeue at the end of the stop finds it. 
 never abandoned before the deadline: "it is worse to lose a job than to run it twice".
 
 The order matters. The fetcher thread is stopped first, so no fetch races the give-back; then a job
-thread blocked on the queue in a wait turn (wait_turn.py) is let back, since its BLMOVE could take a
-job just handed back; only then are the unstarted jobs given back and the job threads told to end.
+thread blocked on the queue in a wait turn (worker/fetching/wait_turn.py) is let back, since its
+BLMOVE could take a job just handed back; only then are the unstarted jobs given back and the job
+threads told to end.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import threading
 import time
 
 from cogworker.store.outage import Outages
-from cogworker.worker.fetch import Fetcher, Work
-from cogworker.worker.reconcile import Reconciler
-from cogworker.worker.settle import Settler
-from cogworker.worker.time_limits import TimeLimits
-from cogworker.worker.wait_turn import BLOCK_TIMEOUT_S, Running, WaitTurn
+from cogworker.worker.fetching.fetch import Fetcher, Work
+from cogworker.worker.fetching.wait_turn import BLOCK_TIMEOUT_S, Running, WaitTurn
+from cogworker.worker.recovering.reconcile import Reconciler
+from cogworker.worker.running.time_limits import TimeLimits
+from cogworker.worker.settling.settle import Settler
 
 
 class ManagerStop(abc.ABC):

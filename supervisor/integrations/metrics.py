@@ -38,7 +38,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.registry import Collector
 
 from cogworker.store import keys
-from cogworker.worker.job_stats import DURATION_BUCKETS_S, format_bound
+from cogworker.worker.settling.job_stats import DURATION_BUCKETS_S, format_bound
 from supervisor.child import Child, ExitOutcome
 from supervisor.config import SwarmConfig
 from supervisor.integrations.hooks import SwarmHooks
