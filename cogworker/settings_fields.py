@@ -72,14 +72,16 @@ class SettingsFields:
     require: str = ""
     queues: str = "default"
     concurrency: int = 10
-    # `async def` jobs (worker/async_loop.py): how many run at once on each worker's event loop, beside
-    # the `concurrency` job threads, and how long the loop may go without running a callback before
-    # the job blocking it is logged with its stack (a sync call inside `async def` stalls them all).
+    # `async def` jobs (worker/running/async_loop.py): how many run at once on each worker's event
+    # loop, beside the `concurrency` job threads, and how long the loop may go without running a
+    # callback before the job blocking it is logged with its stack (a sync call inside `async def`
+    # stalls them all).
     async_concurrency: int = 100
     async_lag_threshold_s: float = 0.5
-    # Job time limits (api/time_limits.py, worker/time_limits.py): the default limit of a job that sets
-    # no `timeout_s` (None: none, as in Sidekiq: a limit interrupts a job wherever it is), and how long
-    # past its limit a job no exception reaches may stay stuck before its process is replaced.
+    # Job time limits (api/time_limits.py, worker/running/time_limits.py): the default limit of a
+    # job that sets no `timeout_s` (None: none, as in Sidekiq: a limit interrupts a job wherever it
+    # is), and how long past its limit a job no exception reaches may stay stuck before its process
+    # is replaced.
     job_timeout_s: float | None = None
     job_timeout_grace_s: float = 10.0
     # Worker processes in a swarm: by default one per CPU this process may use (its affinity mask,
@@ -126,7 +128,7 @@ class SettingsFields:
     # Job results (api/results.py): keep every job's result this long unless its options say (unset:
     # only jobs with @job(result_ttl=...) keep one).
     result_ttl_s: float | None = None
-    # Periodic jobs (api/periodic.py, worker/ticker.py): how often the poller looks for due slots
+    # Periodic jobs (api/periodic.py, worker/loops/ticker.py): how often the poller looks for due slots
     # (it can't look more often than it polls: lower poll_interval_s for sub-minute crons), and how
     # late a slot missed during downtime may still be enqueued.
     periodic_check_interval_s: float = 1.0

@@ -1,7 +1,7 @@
 """`async def` jobs: telling them apart, refusing a job that returns an awaitable, and running one to
 completion outside a worker (the testing modes).
 
-A worker runs a coroutine job on its event loop (worker/async_loop.py); everything else about the
+A worker runs a coroutine job on its event loop (worker/running/async_loop.py); everything else about the
 job (payload, middleware, retries, dead, unique, status) is a plain job's. A sync job that returns
 an awaitable (a coroutine it forgot to await, a future) is an error: its result would be dropped
 unrun, the job silently lost. The coroutine is closed, so Python warns of nothing.

@@ -121,7 +121,7 @@ def current_batch() -> Batch | None:
 
 @contextmanager
 def as_member(job: dict[str, Any], owner: str = "") -> Iterator[None]:
-    """Around a member job's body (worker/processor.py): `current_batch()` is its batch, and a block
+    """Around a member job's body (worker/running/processor.py): `current_batch()` is its batch, and a block
     on it holds it for this run (`owner`: the in-progress list the run is on)."""
     bid = str(job["bid"])
     token = _running.set(Batch(bid, _strings(job.get("bup")), _strings(job.get("bq"))))

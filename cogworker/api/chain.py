@@ -7,7 +7,7 @@ once, through the client middleware like any push, and returns a `Chain` (its id
 
 Every step's payload carries a `chain` field: the chain id, its index, the steps still to come and
 whether results are passed. Only such a payload takes the chain path in a worker
-(worker/chain_step.py): its success is acknowledged by `chain_ack.lua`, which takes the job off the
+(worker/settling/chain_step.py): its success is acknowledged by `chain_ack.lua`, which takes the job off the
 in-progress list and, only if it was still there, pushes the next step and records the progress,
 in one atomic step. A step that runs twice (its process died before the ack) therefore pushes its
 successor once. A step that goes to dead stops the chain; `chain_status(cid)` reports it.

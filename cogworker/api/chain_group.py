@@ -33,7 +33,7 @@ from cogworker.api import client, payload
 from cogworker.api.payload import new_jid
 from cogworker.store import key_guard, keys, scripts
 
-# The payload field that puts a job on the chain path (worker/chain_step.py); api/chain.py's FIELD.
+# The payload field that puts a job on the chain path (worker/settling/chain_step.py); api/chain.py's FIELD.
 FIELD = "chain"
 # Its name in a chain's record and `chain_status` (a group has no job of its own).
 CLASS = "cogworker.group"

@@ -4,11 +4,11 @@ A running job can't be stopped from outside its thread safely, so cancelling a s
 cooperative (like Sidekiq's iterable jobs' `cancel!`): `current_job().cancelled` becomes true once
 the worker learns of the cancel, and `current_job().raise_if_cancelled()` raises `JobCancelled`,
 which ends the job as cancelled (acknowledged and counted, never retried). An `async def` job's task
-is cancelled on the worker's loop as well (worker/async_loop.py turns that into `JobCancelled`).
+is cancelled on the worker's loop as well (worker/running/async_loop.py turns that into `JobCancelled`).
 
 The worker learns of cancels by reading the cancel record (`cogworker:cancels`) about once a second
-(worker/cancel_watch.py), never per job: what it read is kept here, in memory, and a job starting
-with a jid found in it ends as cancelled before its body runs (worker/processor.py). That also
+(worker/running/cancelled.py), never per job: what it read is kept here, in memory, and a job starting
+with a jid found in it ends as cancelled before its body runs (worker/running/processor.py). That also
 covers a job fetched again after its process died (orphan recovery), and one fetched but not started.
 
 No lock: `begin` registers the job before it reads `_known`, and `note_cancelled` writes `_known`

@@ -5,9 +5,9 @@ own worker, another process's orphan recovery (a poison pill), the poller (an un
 the supervisor, or an operator's `cogworker retries kill` / the Web UI. So no path calls a hook
 itself. Every script that writes a job to dead also pushes a *death notice* (the dead entry with its
 cause) onto `cogworker:deaths` in the same atomic step, capped at COGWORKER_DEATH_NOTICES_MAX so the
-list stays bounded when no worker has hooks. Workers with hooks pop the notices (worker/death_hooks.py)
-and call each hook here: a pop takes a notice from Redis for one process only, so however many
-workers run, each death is handled once.
+list stays bounded when no worker has hooks. Workers with hooks pop the notices
+(worker/running/death_hooks.py) and call each hook here: a pop takes a notice from Redis for one
+process only, so however many workers run, each death is handled once.
 
 A hook gets `(job, death)`: the job as the dead set holds it (a dict, its own copy per hook) and a
 `Death` saying why. A hook that raises is logged, with its name and the job's jid; the job stays in

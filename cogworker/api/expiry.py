@@ -9,7 +9,7 @@ must go out within the hour must not go out two hours later because its first tr
 
 A worker that fetches an expired job acknowledges it without running it, counts it ("expired" in
 stats, metrics, `cogworker status` and the dashboard), marks a tracked job's status "expired",
-releases its unique claim and logs it once (worker/unrun.py).
+releases its unique claim and logs it once (worker/running/processor.py).
 """
 
 from __future__ import annotations

@@ -205,7 +205,7 @@ def on_run(job: dict[str, Any], call_next: ServerNext) -> None:
     except JobCancelled:
         _write(job, "cancelled")
         raise
-    except BaseException as exc:  # a job's SystemExit is a failure too (worker/processor.py files it)
+    except BaseException as exc:  # a job's SystemExit is a failure too (worker/running/processor.py files it)
         if getattr(exc, "cogworker_reschedule", False) and _limited(job, exc):
             raise
         error = error_fields(exc)

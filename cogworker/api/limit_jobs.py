@@ -7,7 +7,7 @@ arguments that returns the limiter, for a dynamic name:
 so it never travels in the payload (like the retry filters): the worker reads it from `@job`.
 
 A job whose limiter is full (the option's, or a `with lim:` in its body) raises OverLimit, and the
-worker files it in the schedule set instead of failing it (worker/processor.py): not a failure, not a
+worker files it in the schedule set instead of failing it (worker/running/processor.py): not a failure, not a
 retry (its retry count is untouched), no thread waiting. It comes back after a backoff (the
 window's or bucket's own wait, or for a concurrent limiter 1 s doubling to a minute, capped by its
 earliest lease), no sooner than the poller's next look at the schedule set (COGWORKER_POLL_INTERVAL_S).

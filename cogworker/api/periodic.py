@@ -14,7 +14,7 @@ Entries are registered in code, by the decorator, in this module's registry: a w
 entries of the modules it imports (COGWORKER_REQUIRE).
 
 **One enqueue per slot.** Every worker process's poller checks the entries (`Ticker.poll` in
-cogworker/worker/ticker.py, at most every `periodic_check_interval_s`, and no more often than the
+cogworker/worker/loops/ticker.py, at most every `periodic_check_interval_s`, and no more often than the
 poller polls: lower `poll_interval_s` for sub-minute schedules). Time is read from Redis (`TIME`),
 so hosts with skewed clocks agree on which slot is due. A due slot is claimed and its job pushed in
 one atomic script (store/lua/periodic.lua): `SET cogworker:periodic:slot:<name>:<slot> NX`, then

@@ -15,7 +15,7 @@ What is kept, as JSON in the string `cogworker:result:<jid>` for `result_ttl` se
 
 The worker writes the record and publishes it on the channel `cogworker:result-ready:<jid>` in one
 round trip (a pipeline), from the job thread after the body and before the job's ack or dead filing
-(worker/settle.py: a failed write is kept and retried, the ack held back meanwhile). A job that runs
+(worker/settling/settle.py: a failed write is kept and retried, the ack held back meanwhile). A job that runs
 twice (its process died before the ack) writes again: the result is the last completed run's.
 
 A waiter reads the key; if absent it SUBSCRIBEs to the jid's channel, waits for the confirmation

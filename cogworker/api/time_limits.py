@@ -6,7 +6,7 @@ was writing half done, so it is opted into, as in Sidekiq). The option travels i
 JSON number, so the worker that runs the job reads it from there.
 
 An `async def` job past its limit is cancelled on the loop (`with_limit`); a sync job gets
-`JobTimeout` raised in its thread by the worker's watchdog (worker/time_limits.py). Either way the
+`JobTimeout` raised in its thread by the worker's watchdog (worker/running/time_limits.py). Either way the
 run fails with `JobTimeout` and follows the job's retry policy.
 """
 
@@ -28,7 +28,7 @@ class JobTimeout(Exception):
     catches it and carries on is only stopped for good when it goes on past the grace period
     (`COGWORKER_JOB_TIMEOUT_GRACE_S`), by replacing its process. A sync job whose call returns past
     its limit (it caught this, or sat in a C call it could not be raised in) fails with it all the
-    same (worker/time_limits.py)."""
+    same (worker/running/time_limits.py)."""
 
 
 def is_limit(value: Any) -> bool:

@@ -205,7 +205,7 @@ def release_when_done(job: dict[str, Any], call_next: ServerNext) -> None:
         return
     try:
         call_next()
-    except BaseException as exc:  # a job's SystemExit is a failure too (worker/processor.py files it)
+    except BaseException as exc:  # a job's SystemExit is a failure too (worker/running/processor.py files it)
         # Only a failure that sends it to dead; one going to retry is still pending. (The filing in
         # dead releases them too, after it is written; releasing twice is harmless, as owner-checked.)
         # A cancelled job has ended for good too.

@@ -15,7 +15,7 @@ queue as destination, the jid as message id), plus the job's class, retry count 
 
 The span is made current with `context.attach` and always detached in a `finally`, on the thread
 that runs the middleware. An `async def` job's task runs in a copy of that thread's context
-(worker/async_loop.py), so it sees the span and can't leak a change back.
+(worker/running/async_loop.py), so it sees the span and can't leak a change back.
 """
 
 from __future__ import annotations

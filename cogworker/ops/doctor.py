@@ -18,7 +18,7 @@ from cogworker.ops import processes as process_ops
 from cogworker.ops import redis_time
 from cogworker.settings import Settings
 from cogworker.store import key_guard, keys
-from cogworker.worker.fetch import MIN_RELIABLE_VERSION, parse_version
+from cogworker.worker.fetching.fetch import MIN_RELIABLE_VERSION, parse_version
 
 Level = Literal["OK", "WARN", "FAIL"]
 

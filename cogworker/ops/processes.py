@@ -21,8 +21,8 @@ from cogworker.store.locks import Locks
 from cogworker.store.outage import Outages
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.scripts import Scripts
-from cogworker.worker.heartbeat import REMOTE_COMMANDS
-from cogworker.worker.recovery import Recovery
+from cogworker.worker.loops.heartbeat import REMOTE_COMMANDS
+from cogworker.worker.recovering.recovery import Recovery
 
 # A command for a process that died before reading it must not wait for a later process forever.
 SIGNAL_TTL_S = 60

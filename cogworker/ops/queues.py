@@ -86,7 +86,7 @@ def resume(client: redis.Redis, name: str) -> bool:
 
 
 def size(client: redis.Redis, name: str) -> int:
-    """Jobs waiting in the queue, with those on its suspects list (worker/recovery.py)."""
+    """Jobs waiting in the queue, with those on its suspects list (worker/recovering/recovery.py)."""
     pipe = client.pipeline(transaction=False)
     pipe.llen(keys.queue(name))
     pipe.llen(keys.suspects(name))

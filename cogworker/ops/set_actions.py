@@ -27,7 +27,8 @@ from cogworker.store.locks import Locks
 from cogworker.store.outage import Outages
 from cogworker.store.scripts import Scripts
 
-# An entry replaced while we act on it (the poison-pill swap in worker/recovery.py) is looked up again.
+# An entry replaced while we act on it (the poison-pill swap in worker/recovering/recovery.py) is
+# looked up again.
 ATTEMPTS = 3
 
 

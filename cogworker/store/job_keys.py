@@ -13,7 +13,7 @@ leaves a job whose keys it wasn't given where it is, untouched, and names what i
 declares those too and runs it again. Nothing is lost or moved twice: the script is still the one
 atomic step that moves each job.
 
-Each queue comes with its suspects list (the jobs of that queue to run alone, worker/recovery.py),
+Each queue comes with its suspects list (the jobs of that queue to run alone, worker/recovering/recovery.py),
 declared right after the queue's key. A payload without a jid has its orphan counter named by the
 SHA-1 of its bytes (`keys.orphanings_raw`), so a jid-less payload that kills its process is counted
 and ends in dead like any other.

@@ -91,7 +91,8 @@ def use_prefix(prefix: str) -> None:
     global PUSHED_PREFIX, CANCELLED_PREFIX
     PREFIX = prefix
     QUEUE_PREFIX = prefix + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
-    # list per queue: jobs orphaned more than once, each run alone by a process (worker/recovery.py)
+    # list per queue: jobs orphaned more than once, each run alone by a process
+    # (worker/recovering/recovery.py)
     SUSPECTS_PREFIX = prefix + "suspects:"
     QUEUES = prefix + "queues"  # set: every queue name ever pushed to
     PAUSED = prefix + "paused"  # set: queue names no process fetches from
@@ -114,7 +115,7 @@ def use_prefix(prefix: str) -> None:
     ORPHANINGS_RAW_PREFIX = prefix + "orphanings-raw:"
     UNSETTLED = prefix + "unsettled"  # list: settles a stopping process could not file itself
     # string per handover record (its SHA-1), an hour: written by the handover itself, so a handover
-    # whose reply was lost is known to have happened when it is sent again (worker/handover.py)
+    # whose reply was lost is known to have happened when it is sent again (worker/settling/handover.py)
     HANDED_OVER_PREFIX = prefix + "handed-over:"
     QUARANTINE_PREFIX = prefix + "quarantine:"  # anything moved aside for a human, with a TTL
     GUARD_REQUESTS = prefix + "key-guard:requests"  # set: keys some component found of the wrong type
@@ -126,7 +127,7 @@ def use_prefix(prefix: str) -> None:
     PERIODIC_ENTRIES = prefix + "periodic:entries"  # hash: entry name -> its registration (JSON)
     STATUS_PREFIX = prefix + "status:"  # hash per jid, with a TTL
     # zset: jid -> when `cogworker.cancel` was asked for it (Redis's clock), trimmed by age and size;
-    # every worker process reads it about once a second (worker/cancel_watch.py).
+    # every worker process reads it about once a second (worker/running/cancelled.py).
     CANCELS = prefix + "cancels"
     RESULT_PREFIX = prefix + "result:"  # string per jid, with a TTL: a job's kept result (api/results.py)
     RESULT_CHANNEL_PREFIX = prefix + "result-ready:"  # pub/sub per jid: "its result was just written"

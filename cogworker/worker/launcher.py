@@ -26,23 +26,23 @@ from cogworker.settings_fields import SettingsFields
 from cogworker.store.connection import connect
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.replicas import AckWait
-from cogworker.worker.basic_fetch import BasicFetch
-from cogworker.worker.cancelled import CancelWatch
 from cogworker.worker.command_pipe import CommandPipe
-from cogworker.worker.death_hooks import DeathHookRunner
-from cogworker.worker.fetch import Fetcher, server_supports_reliable
-from cogworker.worker.handover import flush_acks
-from cogworker.worker.heartbeat import Heartbeat
+from cogworker.worker.fetching.basic_fetch import BasicFetch
+from cogworker.worker.fetching.fetch import Fetcher, server_supports_reliable
+from cogworker.worker.fetching.reliable_fetch import ReliableFetch
+from cogworker.worker.fetching.wait_turn import BLOCK_TIMEOUT_S
+from cogworker.worker.loops.heartbeat import Heartbeat
+from cogworker.worker.loops.poller import Poller
+from cogworker.worker.loops.ticker import Ticker
 from cogworker.worker.manager import Manager
-from cogworker.worker.poller import Poller
-from cogworker.worker.processor import Stats
-from cogworker.worker.recovery import Recovery
-from cogworker.worker.reliable_fetch import ReliableFetch
-from cogworker.worker.settle import Settler
+from cogworker.worker.recovering.recovery import Recovery
+from cogworker.worker.running.cancelled import CancelWatch
+from cogworker.worker.running.death_hooks import DeathHookRunner
+from cogworker.worker.running.processor import Stats
+from cogworker.worker.running.time_limits import Armed
+from cogworker.worker.settling.handover import flush_acks
+from cogworker.worker.settling.settle import Settler
 from cogworker.worker.supervisor_events import Reporter
-from cogworker.worker.ticker import Ticker
-from cogworker.worker.time_limits import Armed
-from cogworker.worker.wait_turn import BLOCK_TIMEOUT_S
 
 log = structlog.get_logger("cogworker.launcher")
 
@@ -130,7 +130,7 @@ class Launcher:
         )
         self.manager.on_wrong_type = self.poller.check_keys_soon
         # Cancels are known before the first fetch: a job cancelled while its process died is
-        # recovered onto a queue, and must not run when fetched here (worker/cancelled.py).
+        # recovered onto a queue, and must not run when fetched here (worker/running/cancelled.py).
         self.cancels = CancelWatch(self.ctx)
         self.cancels.start()
         self.manager.reconciler.on_buried = self.recovery.complete_burials
@@ -282,7 +282,7 @@ class Launcher:
         left = self.manager.stop(deadline)
         if left:
             log.warning("hard_shutdown", still_running=len(left), note="requeueing them: they will run again")
-        # Both tried again until the deadline while Redis doesn't answer (handover.py), the
+        # Both tried again until the deadline while Redis doesn't answer (worker/settling/handover.py), the
         # acknowledgements last: right before the requeue, which would run their jobs again.
         self.settler.hand_over(deadline)
         flush_acks(self.manager.fetcher, self.settler, deadline)
@@ -320,7 +320,7 @@ class Launcher:
         return self.exit_code
 
     def _job_stuck(self, armed: Armed) -> None:
-        """On the watchdog thread, once the stuck job is filed (worker/stuck_jobs.py): the supervisor
+        """On the watchdog thread, once the stuck job is filed (worker/running/stuck_jobs.py): the supervisor
         replaces this process gracefully; run alone, the main loop stops it."""
         if self.reporter.supervised:
             job = armed.job

@@ -1,19 +1,23 @@
 """The manager: one fetcher thread feeding a fixed pool of job threads.
 
-The fetcher takes as many jobs as there are idle threads, a few more while jobs are short (reserve.py),
-so a job never waits long in memory while another process could run it. Jobs it has taken sit on
-this process's in-progress list (reliable fetch) until acknowledged; acknowledgements ride along
-with the next fetch, saving a round trip per job. When the queues run dry and there is only one, the
-fetcher hands the blocking wait (BLMOVE) to an idle job thread, which runs the job it gets itself.
-When every queue it reads is paused it blocks on none of them: it waits for a wake-up (a push or a
-resume).
+The fetcher takes as many jobs as there are idle threads, a few more while jobs are short
+(worker/fetching/reserve.py), so a job never waits long in memory while another process could run
+it. Jobs it has taken sit on this process's in-progress list (reliable fetch) until acknowledged;
+acknowledgements ride along with the next fetch, saving a round trip per job. When the queues run
+dry and there is only one, the fetcher hands the blocking wait (BLMOVE) to an idle job thread, which
+runs the job it gets itself. When every queue it reads is paused it blocks on none of them: it waits
+for a wake-up (a push or a resume).
 
 `async def` jobs run beside the threads, up to COGWORKER_ASYNC_CONCURRENCY at once on the process's
-event loop; async_pool.py sorts fetched jobs by kind and job_mix.py sizes a fetch for both kinds.
+event loop; worker/running/async_pool.py sorts fetched jobs by kind and worker/fetching/job_mix.py
+sizes a fetch for both kinds.
 
-Every job the process holds is in the reconciler's ledger (reconcile.py): after a fetch, BLMOVE or
-give-back fails (its reply may be lost with the jobs already moved), or a job thread fails, the
-fetcher puts every entry of the in-progress list the process doesn't hold back on its queue.
+Every job the process holds is in the reconciler's ledger (worker/recovering/reconcile.py): after a
+fetch, BLMOVE or give-back fails (its reply may be lost with the jobs already moved), or a job
+thread fails, the fetcher puts every entry of the in-progress list the process doesn't hold back on
+its queue.
+
+Quiet and the stop (giving back what was not started, waiting for what runs) are manager_stop.py's.
 """
 
 from __future__ import annotations
@@ -29,17 +33,24 @@ import structlog
 
 from cogworker.store import key_guard
 from cogworker.store.redis_context import RedisContext
-from cogworker.worker.async_loop import AsyncLoop
-from cogworker.worker.async_pool import AsyncHandoff
-from cogworker.worker.fetch import Fetcher, UnsupportedError, Work
-from cogworker.worker.fetch_fallback import FetchFallback
-from cogworker.worker.job_mix import JobMix
-from cogworker.worker.processor import Stats, process
-from cogworker.worker.reconcile import Reconciler
-from cogworker.worker.reserve import Reserve
-from cogworker.worker.settle import Settler
-from cogworker.worker.stuck_jobs import StuckThreads
-from cogworker.worker.wait_turn import BLOCK_TIMEOUT_S, OUTAGE_RETRY_S, Running, WaitTurn, WaitTurnHandoff
+from cogworker.worker.fetching.fetch import Fetcher, UnsupportedError, Work
+from cogworker.worker.fetching.fetch_fallback import FetchFallback
+from cogworker.worker.fetching.job_mix import JobMix
+from cogworker.worker.fetching.reserve import Reserve
+from cogworker.worker.fetching.wait_turn import (
+    BLOCK_TIMEOUT_S,
+    OUTAGE_RETRY_S,
+    Running,
+    WaitTurn,
+    WaitTurnHandoff,
+)
+from cogworker.worker.manager_stop import ManagerStop
+from cogworker.worker.recovering.reconcile import Reconciler
+from cogworker.worker.running.async_loop import AsyncLoop
+from cogworker.worker.running.async_pool import AsyncHandoff
+from cogworker.worker.running.processor import Stats, process
+from cogworker.worker.running.stuck_jobs import StuckThreads
+from cogworker.worker.settling.settle import Settler
 
 log = structlog.get_logger("cogworker.manager")
 
@@ -48,7 +59,7 @@ IDLE_POLL_FIRST_S = 0.25
 COALESCE_S = 0.001
 
 
-class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads):
+class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, ManagerStop):
     def __init__(
         self,
         ctx: RedisContext,
@@ -71,12 +82,14 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads):
         # What a job thread runs; tests pass their own to make a thread fail outside the processor.
         self._run_job = run_job or self._process
         self._batch_min = max(1, settings.concurrency // 2)
-        self._reserve = Reserve(settings.concurrency // 2)  # reserve.py: none for a single thread
+        self._reserve = Reserve(
+            settings.concurrency // 2
+        )  # worker/fetching/reserve.py: none for a single thread
         self._work: queue.SimpleQueue[Work | WaitTurn | None] = queue.SimpleQueue()
         self._cond = threading.Condition()
         self._queued = 0
         self._running: dict[int, Running] = {}
-        # `async def` jobs (async_pool.py): their queue, carrier threads and event loop.
+        # `async def` jobs (worker/running/async_pool.py): their queue, carrier threads and event loop.
         self._async_capacity = settings.async_concurrency
         self._async_work: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._async_queued = 0
@@ -85,7 +98,9 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads):
         self._carriers: list[threading.Thread] = []
         self._mix = JobMix(settings.concurrency, settings.async_concurrency, self._allowed)
         self.loop = AsyncLoop(settings.async_lag_threshold_s)
-        self._init_time_limits(settings)  # the watchdog, and the threads given up on (stuck_jobs.py)
+        self._init_time_limits(
+            settings
+        )  # the watchdog, and the threads given up on (worker/running/stuck_jobs.py)
         self._quiet = False
         self._stopping = False
         self._turn_open = False  # a blocking wait is handed out (one queue, idle)
@@ -100,7 +115,7 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads):
         self.on_wrong_type: Callable[[], None] | None = None
         self.reconciler = Reconciler(ctx, settler, on_wrong_type=self._wrong_type_found)
 
-    # Lifecycle -----------------------------------------------------------------------------
+    # Start, and what is running -------------------------------------------------------------
     def start(self) -> None:
         for index in range(self._concurrency):
             thread = threading.Thread(
@@ -111,67 +126,14 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads):
         self._fetcher_thread = threading.Thread(target=self._fetch_loop, name="fetcher", daemon=True)
         self._fetcher_thread.start()
 
-    def quiet(self) -> None:
-        with self._cond:
-            self._quiet = True
-            self._cond.notify_all()
-
-    def resume(self) -> None:
-        with self._cond:
-            if not self._stopping:
-                self._quiet = False
-            self._cond.notify_all()
-
-    @property
-    def is_quiet(self) -> bool:
-        return self._quiet
-
-    @property
-    def is_stopping(self) -> bool:
-        return self._stopping
-
     @property
     def busy(self) -> int:
         with self._cond:
             return len(self._running)
 
-    @property
-    def may_have_strays(self) -> bool:
-        """After stop: a lost reply no reconcile has answered yet, or a thread still blocked on the
-        queue, may leave a job on our list (or still move one there) after the final requeue."""
-        with self._cond:
-            blocking = self._turn_blocking
-        return blocking or self.reconciler.unanswered
-
     def running(self) -> list[tuple[str, Running]]:
         with self._cond:
             return [(f"t{ident}", r) for ident, r in self._running.items()]
-
-    def stop(self, deadline: float) -> list[Work]:
-        """Stop fetching, give back unstarted jobs, wait for running ones until `deadline`
-        (monotonic). Returns the jobs still running then."""
-        with self._cond:
-            self._stopping = True
-            self._quiet = True
-            self._cond.notify_all()
-        self._wake.set()
-        if self._fetcher_thread is not None:
-            self._fetcher_thread.join(timeout=max(0.0, deadline - time.monotonic()) + BLOCK_TIMEOUT_S)
-        self._end_wait_turn(time.monotonic() + BLOCK_TIMEOUT_S + 1)
-        self._give_back_unstarted()
-        self._give_back_async_unstarted()
-        for _ in self._threads:
-            self._work.put(None)
-        for thread in self._threads:
-            if thread.ident not in self._stuck:  # given up on: it may never return
-                thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._stop_carriers(deadline)
-        self.limits.close()
-        # Kept results first: each written one queues its job's ack, which the flush then sends.
-        self._settler.retry_pending()
-        self.flush_acks()
-        with self._cond:
-            return [r.work for r in self._running.values()]
 
     # Threads -------------------------------------------------------------------------------
     def _job_loop(self, source: queue.SimpleQueue[Any], is_async: bool) -> None:
@@ -344,31 +306,6 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads):
             self._queued += len(works)
         for work in works:
             self._work.put(work)
-
-    def flush_acks(self) -> None:
-        if not self._settler.pending_acks:
-            return
-        acks = self._settler.take_acks()
-        try:
-            self.fetcher.fetch(0, acks)
-        except Exception as exc:
-            self._settler.return_acks(acks)
-            self._outages.report("Fetch", exc)
-
-    def _give_back_unstarted(self) -> None:
-        while True:
-            try:
-                work = self._work.get_nowait()
-            except queue.Empty:
-                return
-            if work is None:
-                continue
-            with self._cond:
-                self._queued -= 1
-                if isinstance(work, WaitTurn):
-                    self._turn_open = False
-                    continue
-            self._give_back(work)
 
     def _give_back(self, work: Work) -> None:
         """A job taken but never started goes back to its queue; if Redis is away it stays on our

@@ -1,7 +1,7 @@
 """The child side of the child -> supervisor pipe: newline-delimited JSON events.
 
 Events: booted, ready, status (every second), stopping, stopped, stuck (a job stuck past its time
-limit: the supervisor replaces this process, worker/stuck_jobs.py), and redis (up/down changes ride in
+limit: the supervisor replaces this process, worker/running/stuck_jobs.py), and redis (up/down changes ride in
 status). `send` may be called from any thread: each line is one write, under PIPE_BUF, so lines never
 interleave. The supervisor reads them in supervisor/wire/child_lines.py.
 """

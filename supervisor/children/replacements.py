@@ -1,5 +1,5 @@
 """Replacing children that are still running: restarts (HUP/USR2), memory restarts, and children with
-a job stuck past its time limit (cogworker/worker/stuck_jobs.py: the job is filed by the child, which
+a job stuck past its time limit (cogworker/worker/running/stuck_jobs.py: the job is filed by the child, which
 reports `stuck`; its other jobs finish, or are requeued, as on any stop).
 
 A replacement is forked next to the child it replaces and only becomes its slot's current child when

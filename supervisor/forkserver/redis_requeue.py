@@ -23,7 +23,7 @@ from cogworker.store.locks import Locks
 from cogworker.store.outage import Outages
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.scripts import Scripts
-from cogworker.worker.recovery import Recovery, RequeueResult
+from cogworker.worker.recovering.recovery import Recovery, RequeueResult
 
 
 class RedisRequeue:

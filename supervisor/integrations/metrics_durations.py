@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from prometheus_client.core import HistogramMetricFamily
 
-from cogworker.worker.job_stats import DURATION_BUCKETS_S, format_bound
+from cogworker.worker.settling.job_stats import DURATION_BUCKETS_S, format_bound
 
 
 class JobDurations:

@@ -1,5 +1,5 @@
 """Jobs for the chain tests (tests/e2e/worker/test_chains.py, tests/unit/api/test_chain.py,
-tests/unit/worker/test_chain_step.py). Each run records itself in Redis (`test:chain:runs`), from
+tests/unit/worker/settling/test_chain_step.py). Each run records itself in Redis (`test:chain:runs`), from
 the job itself, so a test sees every run, in every process."""
 
 from __future__ import annotations

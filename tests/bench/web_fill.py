@@ -18,7 +18,7 @@ import redis
 from cogworker import codec
 from cogworker.store import keys
 from cogworker.store.scripts import Scripts
-from cogworker.worker.heartbeat import summarize
+from cogworker.worker.loops.heartbeat import summarize
 
 BATCH = 1_000  # members per ZADD / LPUSH
 FLUSH_EVERY = 50  # commands per pipeline round trip

@@ -2,6 +2,9 @@
 
 A cycle is what made the job API need workarounds (a hook filled in by the package `__init__`, a
 module class that refused to bind submodules); this keeps it from coming back.
+
+The worker's layering is checked here too: its rooms (fetching/, running/, settling/, recovering/,
+loops/) never import the process-level modules at the top of cogworker/worker/ that assemble them.
 """
 
 from __future__ import annotations
@@ -76,6 +79,26 @@ def test_the_supervisor_and_cogworker_together_have_no_import_cycle() -> None:
     assert "supervisor.swarm" in graph and "cogworker.api.client" in graph
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle or [])
+
+
+# The worker's process-level modules assemble its parts; the rooms below them (fetching/, running/,
+# settling/, recovering/, loops/) never reach back up to the process that holds them.
+WORKER = "cogworker.worker"
+WORKER_ROOMS = ("fetching", "running", "settling", "recovering", "loops")
+
+
+def test_the_worker_rooms_never_import_the_process_level_modules() -> None:
+    graph = import_graph()
+    rooms = {f"{WORKER}.{room}" for room in WORKER_ROOMS}
+    assert rooms <= set(graph), f"a worker room is missing: {sorted(rooms - set(graph))}"
+    process_level = {m for m in graph if m.rpartition(".")[0] == WORKER and m not in rooms}
+    assert f"{WORKER}.launcher" in process_level and f"{WORKER}.manager" in process_level
+    wrong = [
+        f"{module} imports {sorted(graph[module] & process_level)}"
+        for module in sorted(graph)
+        if module.startswith(tuple(f"{room}." for room in rooms)) and graph[module] & process_level
+    ]
+    assert not wrong, "worker rooms importing the process-level modules:\n" + "\n".join(wrong)
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

@@ -11,8 +11,8 @@ from cogworker.store.locks import Locks
 from cogworker.store.outage import Outages
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.scripts import Scripts
-from cogworker.worker.poller import Poller
-from cogworker.worker.recovery import Recovery
+from cogworker.worker.loops.poller import Poller
+from cogworker.worker.recovering.recovery import Recovery
 
 
 @dataclass

@@ -7,9 +7,9 @@ import redis
 
 from cogworker.settings import Settings
 from cogworker.store import keys
-from cogworker.worker.fetch import Work
-from cogworker.worker.processor import Stats, process
-from cogworker.worker.settle import Settler
+from cogworker.worker.fetching.fetch import Work
+from cogworker.worker.running.processor import Stats, process
+from cogworker.worker.settling.settle import Settler
 from tests.support.components import Parts, build
 
 IN_PROGRESS = keys.in_progress("inproc:0:0")

@@ -1,8 +1,9 @@
 """A poison pill fetched beside innocent jobs, concurrency 4: a death convicts only a job that was
-alone on its process's list (worker/recovery.py). Three innocent 2-second jobs and one pill (then two
-pills), under `cogworker run` and under the swarm: every pill ends in dead as `cogworker.ProcessDied`
-after COGWORKER_MAX_ORPHANINGS + 1 deaths, and every innocent job runs to its end, none in dead.
-Before, the innocents shared every death with the pill and were buried with it."""
+alone on its process's list (worker/recovering/recovery.py). Three innocent 2-second jobs and one
+pill (then two pills), under `cogworker run` and under the swarm: every pill ends in dead as
+`cogworker.ProcessDied` after COGWORKER_MAX_ORPHANINGS + 1 deaths, and every innocent job runs to
+its end, none in dead. Before, the innocents shared every death with the pill and were buried with
+it."""
 
 from __future__ import annotations
 

@@ -15,10 +15,10 @@ runs on a connection of their own (tests/apps/matrix_jobs.py), so no fault touch
 Each case, the write it arms a fault on (the script, or the command of a MULTI), the path that
 sends it, and what both faults may leave (the same for both unless said):
 
-- fetch.lua moving a job (fetcher, worker/reliable_fetch.py): lost, the reconcile puts it back on
+- fetch.lua moving a job (fetcher, worker/fetching/reliable_fetch.py): lost, the reconcile puts it back on
   its queue; dropped, the next fetch moves it. It runs once, counted processed once.
 - fetch.lua carrying an ack: the acks are sent again with the next fetch; counted once.
-- settle.lua filing a retry (job thread, worker/settle.py; kept and retried by the fetch loop): one
+- settle.lua filing a retry (job thread, worker/settling/settle.py; kept and retried by the fetch loop): one
   retry entry, one more run, `stat:failed` counted once.
 - settle.lua filing in dead: one dead entry, one death notice, counted once; a unique job's claim
   released.
@@ -27,9 +27,9 @@ sends it, and what both faults may leave (the same for both unless said):
   run.
 - MULTI SET/PUBLISH of a result (Settler.after_result): kept and written again; the same record.
 - owned_delete.lua releasing a unique claim (api/unique.py; deferred and retried): the claim is free.
-- chain_ack.lua (worker/chain_step.py, retried on the job thread): each step runs once, the chain
+- chain_ack.lua (worker/settling/chain_step.py, retried on the job thread): each step runs once, the chain
   completes.
-- batch_ack.lua (worker/batch_settle.py, kept and retried): the member counts once, the callback
+- batch_ack.lua (worker/settling/batch_settle.py, kept and retried): the member counts once, the callback
   runs once.
 - batch_filed.lua around settle.lua (a member filed in dead): counted dead once, on_death and
   on_complete once each, one dead entry and notice.

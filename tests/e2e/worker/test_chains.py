@@ -114,7 +114,7 @@ def test_workers_sigkilled_at_random_moments_push_each_successor_exactly_once(
     end and its ack (those steps run to their end twice). Steps may run again (at least once), but
     MONITOR shows each step after the first pushed by exactly one script-run LPUSH: a killed run
     never acknowledges, the run after it does. (An ack that runs twice for one step -- a lost reply
-    tried again, a process declared dead -- is tests/unit/worker/test_chain_step.py's.)"""
+    tried again, a process declared dead -- is tests/unit/worker/settling/test_chain_step.py's.)"""
     monitor = Monitor(redis_server.url)
     try:
         chains = [cogworker.chain(*(chain_jobs.nap.s(f"{n}.{i}", 0.15) for i in range(4))) for n in range(8)]

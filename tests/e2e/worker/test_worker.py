@@ -14,7 +14,7 @@ import redis
 import cogworker
 from cogworker.settings import load_settings, parse_queues
 from cogworker.store import keys
-from cogworker.worker.fetch import queue_order
+from cogworker.worker.fetching.fetch import queue_order
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.workers import WorkerPool
 

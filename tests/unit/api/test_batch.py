@@ -1,5 +1,5 @@
 """Batches in-process against the session's real Redis (api/batch.py, store/batch_scripts.py,
-worker/batch_settle.py): members acknowledged and filed through a real Settler, as a worker does.
+worker/settling/batch_settle.py): members acknowledged and filed through a real Settler, as a worker does.
 Nothing is decided while the block is open, a member counts once however often it is acknowledged,
 dead and unrun members count as failures, and each callback is pushed exactly once."""
 
@@ -18,7 +18,7 @@ from cogworker.api import batch as batch_api
 from cogworker.api import retry
 from cogworker.settings import Settings
 from cogworker.store import key_guard, keys
-from cogworker.worker.settle import Settler, file_unsettled, handover_record
+from cogworker.worker.settling.settle import Settler, file_unsettled, handover_record
 from tests.support import components
 from tests.support.redis_server import RedisServer
 

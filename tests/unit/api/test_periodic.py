@@ -18,7 +18,7 @@ import cogworker
 from cogworker import job
 from cogworker.api.periodic import Entry, entries, periodic, unregister
 from cogworker.settings import Settings
-from cogworker.worker.ticker import Ticker
+from cogworker.worker.loops.ticker import Ticker
 from tests.support.components import build
 from tests.support.inproc import Runner
 from tests.support.redis_server import RedisServer, wait_until

@@ -14,9 +14,9 @@ from cogworker import server_chain, testing
 from cogworker.api import client as cw_client
 from cogworker.api.job_status import details, on_push, on_run
 from cogworker.settings import Settings, load_settings
-from cogworker.worker.fetch import Work
-from cogworker.worker.processor import Stats, process
-from cogworker.worker.settle import Settler
+from cogworker.worker.fetching.fetch import Work
+from cogworker.worker.running.processor import Stats, process
+from cogworker.worker.settling.settle import Settler
 from tests.support.components import build
 from tests.support.inproc import Runner
 from tests.support.redis_server import RedisServer, wait_until

@@ -15,7 +15,7 @@ import redis
 import cogworker
 from cogworker.settings import Settings
 from cogworker.store import keys
-from cogworker.worker.settle import Settler
+from cogworker.worker.settling.settle import Settler
 from tests.support import components
 from tests.support.batches import stuck_batch
 from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401

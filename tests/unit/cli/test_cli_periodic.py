@@ -14,7 +14,7 @@ import redis
 from cogworker.api.periodic import Entry
 from cogworker.ops import periodic as periodic_ops
 from cogworker.settings import Settings, load_settings
-from cogworker.worker.ticker import Ticker
+from cogworker.worker.loops.ticker import Ticker
 from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
 from tests.support.components import build
 from tests.support.redis_server import RedisServer

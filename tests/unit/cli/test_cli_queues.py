@@ -96,7 +96,7 @@ def test_queue_needs_an_action_and_a_name(cli: CLI) -> None:
 
 
 def test_clear_counts_and_deletes_the_queues_suspects_too(cli: CLI, r: redis.Redis) -> None:
-    """A job orphaned twice waits on the queue's suspects list (worker/recovery.py): still a job
+    """A job orphaned twice waits on the queue's suspects list (worker/recovering/recovery.py): still a job
     waiting in that queue."""
     push(r, "default", "waiting", time.time())
     r.rpush("cogworker:suspects:default", json.dumps({"class": "demo_jobs.record", "jid": "suspect"}))

@@ -17,7 +17,7 @@ from cogworker.api.periodic import Entry
 from cogworker.ops import NotFound, OpsError
 from cogworker.ops import periodic as periodic_ops
 from cogworker.settings import Settings
-from cogworker.worker.ticker import Ticker
+from cogworker.worker.loops.ticker import Ticker
 from tests.support.components import build
 
 

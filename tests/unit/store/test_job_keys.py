@@ -13,8 +13,8 @@ from cogworker import codec
 from cogworker.settings import Settings
 from cogworker.store import job_keys, keys
 from cogworker.store.scripts import Scripts
-from cogworker.worker.fetch import digest as fetch_digest
-from cogworker.worker.reliable_fetch import ReliableFetch
+from cogworker.worker.fetching.fetch import digest as fetch_digest
+from cogworker.worker.fetching.reliable_fetch import ReliableFetch
 from tests.support import components
 
 OWNER = "host:1:dead"

@@ -19,7 +19,7 @@ from cogworker.settings import load_settings
 from cogworker.store import replicas
 from cogworker.store.connection import connect
 from cogworker.store.scripts import Scripts
-from cogworker.worker.reliable_fetch import ReliableFetch
+from cogworker.worker.fetching.reliable_fetch import ReliableFetch
 from tests.support.redis_server import RedisServer, wait_until
 
 

@@ -16,9 +16,9 @@ from cogworker import codec
 from cogworker.api import retry
 from cogworker.settings import load_settings
 from cogworker.store import key_guard, keys, scripts
-from cogworker.worker.fetch import Work
-from cogworker.worker.reliable_fetch import ReliableFetch
-from cogworker.worker.settle import Settler
+from cogworker.worker.fetching.fetch import Work
+from cogworker.worker.fetching.reliable_fetch import ReliableFetch
+from cogworker.worker.settling.settle import Settler
 from tests.support import components
 from tests.support.cli_runner import cli_fixture  # noqa: F401
 from tests.support.redis_server import wait_until
@@ -192,7 +192,7 @@ def test_requeue_keeps_what_it_cannot_write_and_names_the_keys(r, settings) -> N
 
 
 def test_a_beat_writes_everything_but_a_wrong_type_key(r, settings) -> None:
-    from cogworker.worker.heartbeat import Heartbeat
+    from cogworker.worker.loops.heartbeat import Heartbeat
 
     parts = components.build(settings)
     r.set(keys.LIVE_QUEUES, "not a sorted set")

@@ -20,7 +20,7 @@ from cogworker.api import retry
 from cogworker.settings import Settings, load_settings
 from cogworker.store import keys
 from cogworker.web import create_app
-from cogworker.worker.settle import Settler
+from cogworker.worker.settling.settle import Settler
 from tests.support import components
 from tests.support.batches import stuck_batch
 from tests.support.redis_server import RedisServer

@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 from cogworker.api.periodic import Entry
 from cogworker.settings import Settings, load_settings
 from cogworker.web import create_app
-from cogworker.worker.ticker import Ticker
+from cogworker.worker.loops.ticker import Ticker
 from tests.support.components import build
 from tests.support.redis_server import RedisServer
 

@@ -24,11 +24,11 @@ from cogworker.settings import load_settings
 from cogworker.store import keys
 from cogworker.store.connection import connect
 from cogworker.store.redis_context import RedisContext
-from cogworker.worker.fetch import FetchResult, Waited, Work
+from cogworker.worker.fetching.fetch import FetchResult, Waited, Work
+from cogworker.worker.fetching.reliable_fetch import ReliableFetch
 from cogworker.worker.manager import Manager
-from cogworker.worker.processor import Stats
-from cogworker.worker.reliable_fetch import ReliableFetch
-from cogworker.worker.settle import Settler
+from cogworker.worker.running.processor import Stats
+from cogworker.worker.settling.settle import Settler
 from tests.support.redis_server import RedisServer, wait_until
 
 QUEUE = keys.queue("default")

@@ -13,7 +13,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from cogworker.settings import Settings, load_settings
-from cogworker.worker.job_stats import JobCounts, bucket_key
+from cogworker.worker.settling.job_stats import JobCounts, bucket_key
 from supervisor.integrations import metrics as metrics_module
 from supervisor.integrations.metrics import SwarmMetrics
 from tests.support.redis_server import RedisServer, free_port, wait_until

@@ -1,0 +1,266 @@
+"""The poller thread: due scheduled and retry entries onto their queues, orphan recovery, the key
+guard, retries of deferred settles and lock releases, and batch holds whose lease lapsed.
+
+A failed poll is reported (once per outage) and tried again next interval: the thread never dies.
+The interval is randomised so that N processes don't poll in lockstep. A wrong-type key met by any
+component (here, by this process's fetcher, or by any client through `key_guard.request`) runs the
+key guard at once rather than at its next `key_guard_interval_s` pass.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+import structlog
+
+from cogworker import codec
+from cogworker.api import death, retry
+from cogworker.store import key_guard, keys
+from cogworker.store.redis_context import RedisContext
+from cogworker.worker.recovering.recovery import Recovery
+from cogworker.worker.settling.filing import Unanswered
+from cogworker.worker.settling.settle import file_unsettled
+
+log = structlog.get_logger("cogworker.poller")
+
+BATCH = 100
+# However often the guard is asked for, it runs at most this often (a key it can't move aside, an
+# ACL refusing RENAME, must not turn the poller into a busy loop).
+KEY_GUARD_MIN_GAP_S = 1.0
+
+
+class Poller:
+    def __init__(
+        self,
+        ctx: RedisContext,
+        recovery: Recovery,
+        *,
+        quiet: Callable[[], bool],
+        scan_at_boot: bool,
+        extra_tasks: list[Callable[[], object]] | None = None,
+    ) -> None:
+        self._client = ctx.client
+        self._scripts = ctx.scripts
+        self._settings = ctx.settings
+        self._outages = ctx.outages
+        self._recovery = recovery
+        self._locks = ctx.locks
+        self._unanswered: Unanswered = []  # filing.file_unsettled's, kept between polls
+        self._quiet = quiet
+        self._scan_pending = scan_at_boot
+        self._next_orphan_check = 0.0
+        self._next_key_check = 0.0
+        self._last_key_check = -KEY_GUARD_MIN_GAP_S
+        self._keys_asked = False
+        self._nudge = threading.Event()
+        self._extra_tasks = extra_tasks or []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._rng = random.Random()
+
+    def start(self) -> None:
+        key_guard.set_local_poller(self.check_keys_soon)
+        self._thread = threading.Thread(target=self._loop, name="poller", daemon=True)
+        self._thread.start()
+
+    def check_keys_soon(self) -> None:
+        """Something in this process met a wrong-type key: run the key guard now, not in minutes."""
+        self._keys_asked = True
+        self._nudge.set()
+
+    def stop(self) -> None:
+        key_guard.set_local_poller(None)
+        self._stop.set()
+        self._nudge.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while True:
+            self.poll_once()
+            interval = self._settings.poll_interval_s * (0.5 + self._rng.random())
+            if self._wait(interval):
+                return
+
+    def _wait(self, seconds: float) -> bool:
+        """Wait until the next poll, running the key guard early when asked; True once stopped."""
+        end = time.monotonic() + seconds
+        while not self._stop.is_set():
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            if self._nudge.wait(left):
+                self._nudge.clear()
+                if not self._stop.is_set():
+                    self._guarded("Key guard", self._check_keys_if_due)
+        return True
+
+    def poll_once(self) -> None:
+        self._guarded("Key guard", self._check_keys_if_due)
+        self._guarded("Orphan recovery", self._recover_if_due)
+        if not self._quiet():
+            self._guarded("Scheduler", self.enqueue_due)
+        self._guarded("Lock release", self._locks.retry_deferred)
+        self._guarded("Batch holds", self._lapse_batch_holds)
+        for task in self._extra_tasks:
+            self._guarded(getattr(task, "__qualname__", "task"), task)
+
+    def _guarded(self, component: str, step: Callable[[], object]) -> None:
+        try:
+            result = step()
+        except Exception as exc:
+            self._outages.report(component, exc)
+            if key_guard.is_wrong_type(exc):
+                # A registry or set this step reads (cogworker:inprogress-identities, :unsettled,
+                # ...) has the wrong type: every poll would fail the same way until the guard's pass.
+                self.check_keys_soon()
+            return
+        if result != "skipped":
+            self._outages.recovered(component)
+
+    def _check_keys_if_due(self) -> object:
+        now = time.monotonic()
+        if now < self._last_key_check + KEY_GUARD_MIN_GAP_S:
+            return "skipped"
+        try:
+            requested = key_guard.take_requests(self._client)
+        except redis.ResponseError as exc:
+            if not key_guard.is_wrong_type(exc):
+                raise
+            requested, self._keys_asked = [], True  # the request set itself: the full check moves it
+        if now < self._next_key_check and not (self._keys_asked or requested):
+            return None  # not "skipped": Redis answered, which ends an outage
+        self._keys_asked = False
+        self._last_key_check = now
+        key_guard.check(self._client, self._settings, self._settings.queue_spec.names, requested)
+        self._next_key_check = now + self._settings.key_guard_interval_s
+        return None
+
+    def _guard_now(self, found: list[str]) -> None:
+        """Keys of the wrong type met by this poller: moved aside at once; the entries they stopped
+        stay where they are, for the next poll."""
+        log.error("wrong_type_key_met", keys=found, note="nothing moved; the key guard moves it aside now")
+        self._last_key_check = time.monotonic()
+        key_guard.check(self._client, self._settings, self._settings.queue_spec.names, found)
+        self._next_key_check = self._last_key_check + self._settings.key_guard_interval_s
+
+    def _recover_if_due(self) -> object:
+        now = time.monotonic()
+        if now < self._next_orphan_check:
+            return "skipped"
+        # Scheduled before the work: a check that keeps failing must not run on every poll; but a
+        # failure (Redis away) brings the next try forward to the next poll, since Redis coming back
+        # is when recovery matters most.
+        self._next_orphan_check = now + self._settings.poll_interval_s
+        self._recovery.recover_orphans(scan=self._scan_pending)
+        self._scan_pending = False
+        file_unsettled(self._client, self._scripts, self._settings, self._locks, self._unanswered)
+        self._next_orphan_check = now + self._settings.orphan_check_interval_s
+        return None
+
+    def _lapse_batch_holds(self) -> object:
+        """Release the batch holds whose lease lapsed: their block's process died, or lost Redis for
+        longer than the lease (api/batch_holds.py). One ZRANGEBYSCORE when none did."""
+        from cogworker.api import batch_holds  # loaded on the first poll, not at start-up
+
+        return batch_holds.lapse_due(self._client, self._settings.batch_ttl_s)
+
+    def enqueue_due(self) -> int:
+        """Move every due entry of the schedule and retry sets to its queue; returns how many."""
+        moved = 0
+        now = time.time()
+        for set_key in (keys.SCHEDULE, keys.RETRY):
+            while True:
+                due = self._due(set_key, now)
+                if not due:
+                    break
+                graduated, wrong = self._graduate(set_key, due)
+                moved += graduated
+                if wrong:
+                    self._guard_now(wrong)
+                    break  # what is left stays due: the next poll moves it
+                if len(due) < BATCH:
+                    break
+        return moved
+
+    def _due(self, set_key: str, now: float) -> list[str]:
+        """Up to BATCH due entries; none when the set itself has the wrong type (the guard moves it
+        aside now, so the other set is still served and the next poll reads a sorted set again)."""
+        try:
+            due = self._client.zrangebyscore(set_key, "-inf", now, start=0, num=BATCH)
+        except redis.ResponseError as exc:
+            if not key_guard.is_wrong_type(exc):
+                raise
+            self._guard_now([set_key])
+            return []
+        return [str(raw) for raw in due]
+
+    def _graduate(self, set_key: str, entries: list[str]) -> tuple[int, list[str]]:
+        """Returns how many moved, and the keys of the wrong type that stopped others."""
+        pipe = self._client.pipeline(transaction=False)
+        invalid: list[str] = []
+        now = time.time()
+        for raw in entries:
+            job = codec.loads_dict(raw)
+            queue = job.get("queue") if job is not None else None
+            if job is None or not isinstance(queue, str) or not queue:
+                invalid.append(raw)
+                continue
+            job.pop("at", None)
+            job["enqueued_at"] = now
+            try:
+                text = codec.dumps(job)
+            except codec.EncodeError:
+                # JSON orjson reads but won't write (nested past 254 levels): never a job it can
+                # run, and left here it would fail every poll. Dead keeps it, as it was.
+                invalid.append(raw)
+                continue
+            self._scripts.run(
+                "graduate",
+                [set_key, keys.queue(queue), keys.QUEUES, keys.WAKE_CHANNEL],
+                [raw, text, queue],
+                client=pipe,
+            )
+        moved, wrong = 0, []
+        for reply in pipe.execute() if len(pipe) else []:
+            key = key_guard.script_wrong_type(reply)
+            if key is None:
+                moved += int(reply)
+            elif key not in wrong:
+                wrong.append(key)
+        for raw in invalid:
+            key = self._bury(set_key, raw)
+            if key is not None and key not in wrong:
+                wrong.append(key)
+        return moved, wrong
+
+    def _bury(self, set_key: str, raw: str) -> str | None:
+        """File an entry that can't be enqueued in dead; returns a key of the wrong type that
+        stopped it (nothing moved then), else None."""
+        what = "not valid UTF-8" if not codec.is_utf8(raw) else "not a job (a JSON object with a queue)"
+        filing = retry.unreadable(raw, None, f"{what} in {set_key}")
+        text = codec.dumps(filing.payload)
+        reply = self._scripts.run(
+            "bury",
+            [set_key, keys.DEAD, keys.STAT_FAILED, keys.DEATHS],
+            # Counted, no dead-set cap (as before), and its death notice (api/death.py).
+            [
+                raw,
+                filing.score,
+                text,
+                "1",
+                0,
+                0,
+                death.notice(death.UNREADABLE, text),
+                self._settings.death_notices_max,
+            ],
+            client=self._client,
+        )
+        wrong = key_guard.script_wrong_type(reply)
+        if wrong is None and reply:
+            log.error("unreadable_entry_to_dead", source=set_key, entry=codec.escape(raw[:200]))
+        return wrong

@@ -1,0 +1,350 @@
+"""Orphan recovery: jobs left on a dead process's in-progress list go back to their queues.
+
+Every live process does this every `orphan_check_interval_s` (and once at boot, with a keyspace SCAN
+for lists no registry names); the supervisor does it at once for a child it saw die. The death check
+runs inside the requeue script, atomically with the requeue (requeue.lua says why). A job orphaned
+more than `max_orphanings` times is a poison pill: it goes to dead with a ProcessDied error (and, if
+its status is tracked, its status becomes "failed"). A job `cogworker.cancel` was asked for is not
+requeued at all: it is counted cancelled (requeue.lua reads the cancel record).
+
+A death convicts only the job that was alone on its process's list. Every death is counted, but a job
+that shared one may be an innocent beside a poison pill, so a shared death buries nobody. A job
+orphaned `suspect_at` times instead goes to its queue's suspects list (`keys.suspects`), and a process
+runs a suspect alone (fetch.lua): its next death is its own, and convicts it past the limit. One
+death is an accident (the OOM killer, a lost host) and costs nothing new; the second, a pattern.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import structlog
+
+from cogworker import codec
+from cogworker.api import death, retry
+from cogworker.api.job_status import record_failed
+from cogworker.api.payload import DEFAULT_QUEUE
+from cogworker.store import job_keys, key_guard, keys, outcomes
+from cogworker.store.redis_context import RedisContext
+
+log = structlog.get_logger("cogworker.recovery")
+
+ORPHANINGS_TTL_S = 7 * 24 * 3600
+PERIODIC_RUNNING_TTL_S = 24 * 3600
+# The orphaning that makes a job a suspect, when the limit allows it (suspect_at).
+SUSPECT_AT = 2
+
+
+def suspect_at(max_orphanings: int) -> int:
+    """How many orphanings make a job a suspect: the second, or the first when the limit is lower
+    (with COGWORKER_MAX_ORPHANINGS=1 a pill must run alone by its second death to be convicted at
+    it)."""
+    return max(1, min(SUSPECT_AT, max_orphanings))
+
+
+@dataclass
+class RequeueResult:
+    moved: int = 0
+    failed: int = 0
+    alive: bool = False
+    unlisted: list[str] = field(default_factory=list)
+    buried: list[str] = field(default_factory=list)
+    wrong_type: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)  # raw jobs not requeued: cogworker.cancel asked
+    suspects: int = 0  # of `moved`: put on their queues' suspects lists, to run alone
+    seen: int = 0  # jobs the script found on the list
+
+
+class Recovery:
+    def __init__(self, ctx: RedisContext, identity: str = "") -> None:
+        self._client = ctx.client
+        self._scripts = ctx.scripts
+        self._settings = ctx.settings
+        self._outages = ctx.outages
+        self._locks = ctx.locks
+        self._identity = identity
+        self._pending_burials: list[str] = []
+        self._mutex = threading.Lock()
+
+    def requeue(self, identity: str, *, if_dead_for: float | None, count_orphans: bool) -> RequeueResult:
+        """Requeue `identity`'s in-progress list. `if_dead_for=None` skips the death check (the
+        caller knows the owner is dead, or is the owner shutting down).
+
+        The list is read first, to declare the keys its jobs need (store/job_keys.py); a job the
+        script had no keys for (it came after the read) stays on the list, and one more pass
+        declares what the script named."""
+        declared = job_keys.Declared()
+        total = RequeueResult()
+        shared = False
+        for _ in range(job_keys.MAX_PASSES):
+            raws = [str(raw) for raw in self._client.lrange(keys.in_progress(identity), 0, -1)]
+            declared.add_jobs(raws, DEFAULT_QUEUE)
+            result, left, needs = self._requeue_pass(identity, declared, if_dead_for, count_orphans, shared)
+            if result.alive:
+                # Nothing touched in this pass; what an earlier one moved (the owner beat since) stands.
+                total.alive = True
+                return total
+            # A job left for a later pass shared the death with those this one took: it is not alone.
+            shared = shared or result.seen > 1
+            total.moved += result.moved
+            total.suspects += result.suspects
+            total.failed = result.failed  # a job kept by a wrong-type key is counted again each pass
+            total.unlisted += [q for q in result.unlisted if q not in total.unlisted]
+            total.wrong_type += [k for k in result.wrong_type if k not in total.wrong_type]
+            total.cancelled += result.cancelled
+            total.buried += result.buried
+            if not left:
+                return total
+            declared.add_needs(needs)
+        log.warning("requeue_left_jobs_for_next_pass", owner=identity, note="the list kept changing")
+        return total
+
+    def _requeue_pass(
+        self,
+        identity: str,
+        declared: job_keys.Declared,
+        if_dead_for: float | None,
+        count_orphans: bool,
+        shared: bool,
+    ) -> tuple[RequeueResult, int, list[Any]]:
+        """One run of requeue.lua: its result, how many jobs it left for want of keys, and the
+        (kind, name) pairs it named for them."""
+        s = self._settings
+        job_key_list, job_key_args = declared.keys_and_args()
+        batch_key_list, batch_key_args = declared.batch_keys_and_args()
+        reply: list[Any] = self._scripts.run(
+            "requeue",
+            [
+                keys.in_progress(identity),
+                keys.process(identity),
+                keys.LAST_BEAT,
+                keys.DEAD,
+                keys.QUEUES,
+                keys.LIVE_QUEUES,
+                keys.CANCELS,
+                *job_key_list,
+                *batch_key_list,
+            ],
+            [
+                DEFAULT_QUEUE,
+                identity,
+                "" if if_dead_for is None else if_dead_for,
+                "1" if count_orphans else "",
+                ORPHANINGS_TTL_S,
+                s.max_orphanings,
+                2 * s.presence_ttl_s,
+                PERIODIC_RUNNING_TTL_S,
+                int(time.time()),
+                suspect_at(s.max_orphanings),
+                "1" if shared else "",
+                *job_key_args,
+                *batch_key_args,
+            ],
+            client=self._client,
+        )
+        moved, failed, n_unlisted, n_wrong, n_cancelled, left, n_needs, n_suspects = (
+            int(n) for n in reply[:8]
+        )
+        if moved < 0:
+            return RequeueResult(alive=True), 0, []
+        at = 8 + n_unlisted + n_wrong
+        needs_at = at + n_cancelled
+        result = RequeueResult(
+            moved=moved,
+            failed=failed,
+            unlisted=[str(q) for q in reply[8 : 8 + n_unlisted]],
+            wrong_type=[str(k) for k in reply[8 + n_unlisted : at]],
+            cancelled=[str(r) for r in reply[at:needs_at]],
+            buried=[str(r) for r in reply[needs_at + 2 * n_needs :]],
+            suspects=n_suspects,
+        )
+        result.seen = moved + failed + left + n_cancelled + len(result.buried)
+        self._end_cancelled(identity, result.cancelled)
+        if result.unlisted:
+            log.warning(
+                "requeued_onto_unread_queues",
+                owner=identity,
+                queues=sorted(result.unlisted),
+                note="no live process has read these queues lately: make sure some worker reads them",
+            )
+        if failed:
+            log.error(
+                "requeue_failed_for_some_jobs",
+                owner=identity,
+                count=failed,
+                wrong_type_keys=sorted(result.wrong_type),
+                note="kept on the in-progress list; retried next pass, once the key guard has moved "
+                "these keys aside",
+            )
+        if result.wrong_type:
+            key_guard.request(self._client, *result.wrong_type)
+        self.complete_burials(result.buried)
+        return result, left, reply[needs_at : needs_at + 2 * n_needs]
+
+    def _end_cancelled(self, identity: str, raws: list[str]) -> None:
+        """Jobs cancelled while their process was dying, taken off its list instead of requeued:
+        counted, their locks released (ops/cancel.py, worker/running/cancelled.py)."""
+        for raw in raws:
+            job = codec.loads_dict(raw) or {}
+            jid = str(job.get("jid") or "")
+            outcomes.record(self._client, "cancelled", jid)
+            self._locks.release_terminal(job)
+            log.warning("cancelled_job_not_requeued", owner=identity, jid=jid, job=job.get("class"))
+
+    def requeue_dead(self, identity: str) -> RequeueResult:
+        """For the supervisor: a child it reaped is known dead; requeue now, counting orphanings."""
+        result = self.requeue(identity, if_dead_for=None, count_orphans=True)
+        if result.moved or result.buried:
+            log.warning(
+                "requeued_jobs_of_dead_process",
+                owner=identity,
+                moved=result.moved,
+                suspects=result.suspects,
+                dead=len(result.buried),
+            )
+        self.forget_if_empty(identity)
+        return result
+
+    def recover_orphans(self, *, scan: bool = False) -> int:
+        """Requeue the lists of every process that has been silent past the orphan threshold."""
+        moved = 0
+        for identity in self.candidates(scan=scan):
+            if identity == self._identity:
+                continue
+            try:
+                result = self.requeue(
+                    identity, if_dead_for=self._settings.orphan_threshold_s, count_orphans=True
+                )
+            except redis.ResponseError as exc:
+                if not key_guard.is_wrong_type(exc):
+                    raise
+                # Its list (or the beat registry) has the wrong type: the other owners' jobs must
+                # not wait for the guard, which is asked to move the keys aside now.
+                log.error("orphan_check_stopped_by_wrong_type_key", owner=identity, error=str(exc))
+                key_guard.request(self._client, keys.in_progress(identity), keys.LAST_BEAT)
+                continue
+            if result.alive:
+                continue
+            self.forget_if_empty(identity)
+            if result.moved or result.buried:
+                log.warning(
+                    "requeued_orphans",
+                    owner=identity,
+                    moved=result.moved,
+                    suspects=result.suspects,
+                    dead=len(result.buried),
+                )
+            moved += result.moved
+        self.retry_burials()
+        return moved
+
+    def candidates(self, *, scan: bool) -> set[str]:
+        found = {str(m) for m in self._client.smembers(keys.IN_PROGRESS_IDENTITIES)}
+        if scan:
+            for key in self._client.scan_iter(match=keys.IN_PROGRESS_PREFIX + "*", count=500):
+                found.add(str(key).removeprefix(keys.IN_PROGRESS_PREFIX))
+        return found
+
+    def forget_if_empty(self, identity: str) -> None:
+        if self._client.llen(keys.in_progress(identity)) == 0:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.srem(keys.IN_PROGRESS_IDENTITIES, identity)
+            pipe.hdel(keys.LAST_BEAT, identity)
+            pipe.srem(keys.PROCESSES, identity)
+            pipe.delete(keys.work(identity))
+            pipe.execute()
+
+    # Poison pills: requeue.lua files them raw in dead; here they get a proper dead entry.
+    def complete_burials(self, raws: list[str]) -> None:
+        for raw in raws:
+            try:
+                self._complete_burial(raw)
+            except Exception as exc:
+                with self._mutex:
+                    if raw not in self._pending_burials:
+                        self._pending_burials.append(raw)
+                self._outages.report("Orphan recovery", exc)
+                if isinstance(exc, key_guard.WrongTypeKey):
+                    key_guard.request(self._client, exc.key)
+                elif key_guard.is_wrong_type(exc):
+                    key_guard.request(self._client, keys.DEAD)
+            else:
+                with self._mutex:
+                    if raw in self._pending_burials:
+                        self._pending_burials.remove(raw)
+
+    def _complete_burial(self, raw: str) -> None:
+        job: dict[str, Any] = codec.loads_dict(raw) or {
+            "class": "cogworker.UnreadablePayload",
+            **codec.raw_fields(raw),  # bytes that aren't UTF-8 kept escaped, and exactly in base64
+        }
+        now = time.time()
+        job.update(
+            {
+                "error_class": "cogworker.ProcessDied",
+                "error_message": (
+                    f"its process died while running it more than {self._settings.max_orphanings} times, "
+                    "the last time running it alone (killed for memory? SIGKILL? a crash in native "
+                    "code?): not retried again"
+                ),
+                "failed_at": job.get("failed_at", now),
+                "died_at": now,
+            }
+        )
+        # Encoded before the Redis call, sanitised if JSON can't hold it: an encoding error retried
+        # as if Redis had failed would never succeed.
+        filing, text = retry.encoded(retry.Filing(keys.DEAD, now, job), raw)
+        job = filing.payload
+        # Its death notice (api/death.py) goes with the proper entry, in the same swap.
+        args = [raw, now, text, death.notice(death.POISON_PILL, text), self._settings.death_notices_max]
+        if "bid" in job or "bcb" in job:
+            # A batch member: counted dead in its batch by the same swap (loaded only for one).
+            from cogworker.worker.settling.batch_settle import run_filed
+
+            swapped = run_filed(
+                self._client, self._settings, "swap_dead", [keys.DEAD, keys.DEATHS], args, job
+            )
+        else:
+            swapped = self._scripts.run("swap_dead", [keys.DEAD, keys.DEATHS], args, client=self._client)
+        wrong = key_guard.script_wrong_type(swapped)
+        if wrong is not None:
+            raise key_guard.WrongTypeKey(wrong, None)
+        if swapped:
+            log.error("poison_pill_to_dead", jid=job.get("jid"), job=job.get("class"))
+            self._locks.release_terminal(job)
+            jid = job.get("jid")
+            counter = (
+                keys.orphanings(jid) if isinstance(jid, str) else keys.orphanings_raw(job_keys.digest(raw))
+            )
+            pipe = self._client.pipeline(transaction=False)
+            pipe.delete(counter)
+            pipe.incr(keys.STAT_FAILED)
+            pipe.execute()
+            self._record_failed(job)
+
+    def _record_failed(self, job: dict[str, Any]) -> None:
+        """Best-effort, like every status write: a tracked pill's status says "failed", not
+        "working" (its last word, written when it started the run that killed its process)."""
+        try:
+            record_failed(self._client, self._settings.status_ttl_s, job)
+        except Exception as exc:
+            self._outages.report("Status", exc)
+
+    def retry_burials(self) -> None:
+        with self._mutex:
+            pending = list(self._pending_burials)
+        if pending:
+            self.complete_burials(pending)
+
+    @property
+    def pending_burials(self) -> int:
+        with self._mutex:
+            return len(self._pending_burials)
+
+    def reset(self) -> None:
+        with self._mutex:
+            self._pending_burials.clear()
