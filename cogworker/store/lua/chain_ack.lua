@@ -53,14 +53,14 @@ if successor then
   wanted[#wanted + 1] = {KEYS[9], "set"}
 elseif grouped then
   members = tonumber(ARGV[13])
-  local bad = first_wrong_type({{KEYS[8], "hash"}, {KEYS[9], "set"}, {KEYS[11], "set"}, {KEYS[12], "zset"}}) do
+  for _, want in ipairs({{KEYS[8], "hash"}, {KEYS[9], "set"}, {KEYS[11], "set"}, {KEYS[12], "zset"}}) do
     wanted[#wanted + 1] = want
   end
   for i = 1, members do
     wanted[#wanted + 1] = {KEYS[12 + i], "list"}
   end
 end
-for _, want in ipairs(wanted)
+local bad = first_wrong_type(wanted)
 if bad then
   return {"wrongtype", bad}
 end
