@@ -19,7 +19,7 @@ import redis
 from redis.commands.core import Script
 
 from cogworker.store import keys
-from cogworker.store.scripts import source
+from cogworker.store.scripts import body, source, with_prelude
 
 # Where the batch layout starts after each filing script's own keys and arguments (with the dead
 # set's death notice, which a dead filing always has).
@@ -41,15 +41,17 @@ os.register_at_fork(after_in_child=_renew_lock)
 
 @cache
 def text(name: str) -> str:
-    lib = source("batch_lib")
+    # The parts are joined from their files' own texts, and the prelude's helpers any of them calls
+    # go once in front of the whole (store/scripts.py).
+    lib = body("batch_lib")
     if name.startswith("filed:"):
         filing = name.removeprefix("filed:")
         kb, ab = _FILINGS[filing]
-        wrapped = f"local function filing()\n{source(filing)}\nend\nlocal KB, AB = {kb}, {ab}\n"
-        return f"{lib}\n{wrapped}{source('batch_filed')}"
+        wrapped = f"local function filing()\n{body(filing)}\nend\nlocal KB, AB = {kb}, {ab}\n"
+        return with_prelude(f"{lib}\n{wrapped}{body('batch_filed')}")
     if name == "batch_open":
         return source(name)
-    return f"{lib}\n{source(name)}"
+    return with_prelude(f"{lib}\n{body(name)}")
 
 
 def script(name: str) -> Script:

@@ -1,7 +1,14 @@
-"""The Lua scripts in `lua/`, registered with redis-py (which retries NOSCRIPT with the full text)."""
+"""The Lua scripts in `lua/`, registered with redis-py (which retries NOSCRIPT with the full text).
+
+A script is loaded with the helpers of `lua/prelude.lua` it calls in front of its own text
+(`source`), so its SHA covers them: a changed helper makes a new script, never one Redis runs under
+an old SHA. Only the helpers it calls are put there, not the whole prelude: the limiter scripts run
+on a job's own round trip, and each helper is a closure every run of the script makes again.
+"""
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -31,9 +38,48 @@ _NAMES = (
 )
 
 
+_HELPER = re.compile(r"^local function (\w+)\(", re.MULTILINE)
+
+
+@cache
+def body(name: str) -> str:
+    """The text of `lua/<name>.lua` as it is in the file."""
+    return resources.files("cogworker.store").joinpath(f"lua/{name}.lua").read_text()
+
+
+@cache
+def helpers() -> dict[str, str]:
+    """The prelude's helpers by name, each its block of text (comment and function), in file order."""
+    found: dict[str, str] = {}
+    # The first block is the file's own comment; each later one defines one helper.
+    for block in body("prelude").strip().split("\n\n")[1:]:
+        names = _HELPER.findall(block)
+        if len(names) != 1:
+            raise ValueError(f"prelude.lua: a block must define one helper, not {names}: {block[:80]!r}")
+        found[names[0]] = block
+    return found
+
+
+def _called(text: str) -> set[str]:
+    return {name for name in helpers() if re.search(rf"\b{name}\b", text)}
+
+
+def with_prelude(text: str) -> str:
+    """`text` after the prelude's helpers it calls, and those they call, in the prelude's order."""
+    needed = _called(text)
+    while True:
+        more = set().union(*(_called(helpers()[name]) for name in needed)) - needed
+        if not more:
+            break
+        needed |= more
+    blocks = [block for name, block in helpers().items() if name in needed]
+    return "\n\n".join([*blocks, text]) if blocks else text
+
+
 @cache
 def source(name: str) -> str:
-    return resources.files("cogworker.store").joinpath(f"lua/{name}.lua").read_text()
+    """The text script `name` is loaded with: its file's text after the helpers it calls."""
+    return with_prelude(body(name))
 
 
 class Scripts:

@@ -17,7 +17,7 @@ import redis
 from cogworker.store import keys
 from tests.support.proxy_rules import Rule
 from tests.support.redis_server import RedisServer, wait_until
-from tests.support.resp_proxy import LUA_DIR, RespProxy, cogworker_script_texts
+from tests.support.resp_proxy import RespProxy, cogworker_script_texts
 from tests.support.workers import Worker, WorkerPool
 
 MODES = ("lost", "dropped")
@@ -91,10 +91,9 @@ class Stack:
 def stack(*, worker_through_proxy: bool) -> Iterator[Stack]:
     """A module's Redis, proxy and worker; the worker talks through the proxy or straight to Redis."""
     server = RedisServer()
-    # Every script's text as cogworker sends it (the files' whole text, final newline included), so
-    # the proxy names an EVALSHA of a script another process (a worker straight on Redis) loaded.
-    texts = tuple(path.read_text() for path in sorted(LUA_DIR.glob("*.lua")))
-    proxy = RespProxy(server.port, known_texts=(*cogworker_script_texts(), *texts))
+    # Every script's text as cogworker loads it, so the proxy names an EVALSHA of a script another
+    # process (a worker straight on Redis) loaded.
+    proxy = RespProxy(server.port, known_texts=cogworker_script_texts())
     pool = WorkerPool(proxy.url if worker_through_proxy else server.url)
     r = server.client()
     try:

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.paths import ROOT
+
 LOSE = "lose"
 DROP = "drop"
 DELAY = "delay"
@@ -86,15 +88,19 @@ class Fault:
 
 class ScriptBook:
     """Names Lua scripts by their text: a script carries the name of every `.lua` file whose text it
-    contains (a batch script, batch_lib.lua followed by its own, carries both). Learnt from every
-    SCRIPT LOAD and EVAL the proxy forwards, and from the texts given up front, so an EVALSHA of a
-    script Redis cached before the proxy saw it is named too."""
+    contains (a batch script, batch_lib.lua followed by its own, carries both). The prelude's
+    helpers, which a script is loaded after (store/scripts.py), name nothing: they are part of the
+    scripts, not one. Learnt from every SCRIPT LOAD and EVAL the proxy forwards, and from the texts
+    given up front (the texts cogworker loads), so an EVALSHA of a script Redis cached before the
+    proxy saw it is named too."""
 
     def __init__(self, lua_dir: Path, known_texts: tuple[str, ...] = ()) -> None:
-        self._files = {p.stem: p.read_text().strip() for p in sorted(lua_dir.glob("*.lua"))}
+        self._files = {
+            p.stem: p.read_text().strip() for p in sorted(lua_dir.glob("*.lua")) if p.stem != "prelude"
+        }
         self._names: dict[str, frozenset[str]] = {}
         self._lock = threading.Lock()
-        for text in (*self._files.values(), *known_texts):
+        for text in known_texts:
             self.learn(text.encode())
 
     def learn(self, text: bytes) -> str:
@@ -124,11 +130,17 @@ class ScriptBook:
 
 
 def cogworker_script_texts() -> tuple[str, ...]:
-    """The texts of cogworker's scripts built from several files (the batch scripts), so their
-    EVALSHAs are named even when Redis cached them before the proxy saw their text."""
-    from cogworker.store import batch_scripts
+    """Every script's text as cogworker loads it (store/scripts.py: its prelude helpers, then its
+    file; the batch scripts built from several files), so its EVALSHA is named even when Redis
+    cached it before the proxy saw its text (another process, straight on Redis, loaded it)."""
+    from cogworker.store import batch_scripts, scripts
 
-    names = (
+    # Not loaded alone: the prelude and the batch scripts' parts, which the batch texts below hold.
+    parts = {"prelude", "batch_lib", "batch_filed", "batch_ack", "batch_close", "batch_open"}
+    files = sorted(
+        p.stem for p in (ROOT / "cogworker" / "store" / "lua").glob("*.lua") if p.stem not in parts
+    )
+    batch = (
         "batch_ack",
         "batch_close",
         "batch_open",
@@ -136,7 +148,7 @@ def cogworker_script_texts() -> tuple[str, ...]:
         "filed:file_unsettled",
         "filed:swap_dead",
     )
-    return tuple(batch_scripts.text(name) for name in names)
+    return (*(scripts.source(name) for name in files), *(batch_scripts.text(name) for name in batch))
 
 
 class RuleBook:

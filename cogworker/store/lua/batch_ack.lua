@@ -14,11 +14,9 @@
 -- Plain jobs are acknowledged in fetch.lua, batched; a batch member comes here instead, so the ack
 -- and the member's count can't be separated by a crash.
 local listed = ARGV[1] ~= ""
-for _, want in ipairs({{KEYS[2], "string"}, {KEYS[3], "string"}, listed and {KEYS[1], "list"} or nil}) do
-  local kind = redis.call("TYPE", want[1])["ok"]
-  if kind ~= want[2] and kind ~= "none" then
-    return {"wrongtype", want[1]}
-  end
+local bad = first_wrong_type({{KEYS[2], "string"}, {KEYS[3], "string"}, listed and {KEYS[1], "list"} or nil})
+if bad then
+  return {"wrongtype", bad}
 end
 local wrong = batch_check(5, 2)
 if wrong then
@@ -27,10 +25,7 @@ end
 if listed and redis.call("LREM", KEYS[1], -1, ARGV[1]) == 0 then
   return 0
 end
-redis.call("INCR", KEYS[2])
-if redis.call("INCR", KEYS[3]) == 1 then
-  redis.call("EXPIRE", KEYS[3], 60 * 60 * 24 * 365)
-end
+count_processed(KEYS[2], KEYS[3], 1)
 redis.call("DEL", KEYS[4])
 batch_run(5, 2)
 return 1

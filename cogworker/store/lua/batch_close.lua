@@ -13,8 +13,7 @@
 -- ARGV[3]  the owner, or now (epoch seconds), or ""
 -- Returns how many holds it released (0: none was held, as when a release is repeated after a lost
 -- reply: nothing changes), or {"wrongtype", key} (nothing changed).
-local kind = redis.call("TYPE", KEYS[1])["ok"]
-if kind ~= "zset" and kind ~= "none" then
+if is_wrong_type(KEYS[1], "zset") then
   return {"wrongtype", KEYS[1]}
 end
 local wrong = batch_check(2, 4)

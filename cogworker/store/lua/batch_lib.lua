@@ -53,11 +53,9 @@ local function batch_check(kb, ab)
   for i = 1, nq do
     wanted[#wanted + 1] = {KEYS[kb + 3 + 3 * levels + i], "list"}
   end
-  for _, want in ipairs(wanted) do
-    local kind = redis.call("TYPE", want[1])["ok"]
-    if kind ~= want[2] and kind ~= "none" then
-      return {"wrongtype", want[1]}
-    end
+  local bad = first_wrong_type(wanted)
+  if bad then
+    return {"wrongtype", bad}
   end
   return nil
 end

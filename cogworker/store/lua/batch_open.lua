@@ -23,12 +23,10 @@
 -- held while a block pushes to it, so it can't complete between two of its pushes. A run's hold taken
 -- again by a later run of the same member (its first run died before releasing it) changes owner and
 -- stays one hold: holds are idempotent per member.
-for _, want in ipairs({{KEYS[1], "hash"}, {KEYS[2], "set"}, {KEYS[3], "zset"}, {KEYS[4], "hash"}, {KEYS[5], "set"},
-                       {KEYS[6], "zset"}}) do
-  local kind = redis.call("TYPE", want[1])["ok"]
-  if kind ~= want[2] and kind ~= "none" then
-    return {"wrongtype", want[1]}
-  end
+local bad = first_wrong_type({{KEYS[1], "hash"}, {KEYS[2], "set"}, {KEYS[3], "zset"}, {KEYS[4], "hash"},
+                              {KEYS[5], "set"}, {KEYS[6], "zset"}})
+if bad then
+  return {"wrongtype", bad}
 end
 local function open(hash)
   return redis.call("EXISTS", hash) == 1 and redis.call("HEXISTS", hash, "completed_at") == 0

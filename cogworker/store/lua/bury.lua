@@ -23,11 +23,9 @@ local wanted = {{KEYS[1], "zset"}, {KEYS[2], "zset"}, {KEYS[3], "string"}}
 if KEYS[4] then
   wanted[#wanted + 1] = {KEYS[4], "list"}
 end
-for _, want in ipairs(wanted) do
-  local kind = redis.call("TYPE", want[1])["ok"]
-  if kind ~= want[2] and kind ~= "none" then
-    return {"wrongtype", want[1]}
-  end
+local bad = first_wrong_type(wanted)
+if bad then
+  return {"wrongtype", bad}
 end
 if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
   return 0
@@ -37,13 +35,8 @@ redis.call("ZREM", KEYS[1], ARGV[1])
 if ARGV[4] ~= "0" then
   redis.call("INCR", KEYS[3])
 end
-local cap = tonumber(ARGV[5])
-if cap and cap > 0 then
-  redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[6])  -- not a key: a score bound
-  redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -cap - 1)
-end
+trim_dead(KEYS[2], ARGV[5], ARGV[6])
 if KEYS[4] then
-  redis.call("LPUSH", KEYS[4], ARGV[7])
-  redis.call("LTRIM", KEYS[4], 0, tonumber(ARGV[8]) - 1)
+  push_death_notice(KEYS[4], ARGV[7], ARGV[8])
 end
 return 1

@@ -32,19 +32,11 @@
 -- ARGV[8]  remove: how many seconds the day's counter is kept
 -- Returns 1 when done, 0 (remove) when the payload wasn't there; {"uncounted", key} when removed
 -- but a counter has the wrong type (the count is the only thing missing).
-if redis.replicate_commands then redis.replicate_commands() end
-
-local now = tonumber(ARGV[5])
-local ok_time, time = pcall(redis.call, "TIME")
-if ok_time then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
-
-local function wrong(key, want)
-  local kind = redis.call("TYPE", key)["ok"]
-  return kind ~= want and kind ~= "none"
-end
+local seconds, micros = redis_clock(ARGV[5])
+local now = seconds + micros / 1000000
 
 local jid, op = ARGV[1], ARGV[2]
-if wrong(KEYS[1], "zset") then
+if is_wrong_type(KEYS[1], "zset") then
   return {"wrongtype", KEYS[1]}
 end
 
@@ -60,19 +52,13 @@ if op == "forget" then
 end
 
 local is_list = ARGV[3] == "l"
-if wrong(KEYS[2], is_list and "list" or "zset") then
-  return {"wrongtype", KEYS[2]}
-end
-if wrong(KEYS[3], "hash") then
-  return {"wrongtype", KEYS[3]}
-end
-if wrong(KEYS[4], "string") then
-  return {"wrongtype", KEYS[4]}
-end
+local wanted = {{KEYS[2], is_list and "list" or "zset"}, {KEYS[3], "hash"}, {KEYS[4], "string"}}
 for i = 7, #KEYS do
-  if wrong(KEYS[i], "string") then
-    return {"wrongtype", KEYS[i]}
-  end
+  wanted[#wanted + 1] = {KEYS[i], "string"}
+end
+local bad = first_wrong_type(wanted)
+if bad then
+  return {"wrongtype", bad}
 end
 
 local removed

@@ -60,21 +60,16 @@ elseif grouped then
     wanted[#wanted + 1] = {KEYS[12 + i], "list"}
   end
 end
-for _, want in ipairs(wanted) do
-  local kind = redis.call("TYPE", want[1])["ok"]
-  if kind ~= want[2] and kind ~= "none" then
-    return {"wrongtype", want[1]}
-  end
+local bad = first_wrong_type(wanted)
+if bad then
+  return {"wrongtype", bad}
 end
 if gated and redis.call("LREM", KEYS[1], -1, ARGV[1]) == 0 then
   return 0
 end
 if not starting then
   redis.call("DEL", KEYS[4])
-  redis.call("INCR", KEYS[2])
-  if redis.call("INCR", KEYS[3]) == 1 then
-    redis.call("EXPIRE", KEYS[3], 60 * 60 * 24 * 365)
-  end
+  count_processed(KEYS[2], KEYS[3], 1)
   if ARGV[3] ~= "" then
     -- SET replaces a key of any type: nothing to check first.
     redis.call("SET", KEYS[6], ARGV[3], "PX", ARGV[4])

@@ -89,11 +89,7 @@ if #KEYS > 4 + 2 * nqueues then
   redis.call("DEL", unpack(KEYS, 5 + 2 * nqueues, #KEYS))
 end
 if acked > 0 then
-  redis.call("INCRBY", KEYS[3], acked)
-  -- The day's counter gets its expiry once, when this batch created it.
-  if redis.call("INCRBY", KEYS[4], acked) == acked then
-    redis.call("EXPIRE", KEYS[4], 60 * 60 * 24 * 365)
-  end
+  count_processed(KEYS[3], KEYS[4], acked)
 end
 
 local reply = {acked, 0, 0, 0, ""}

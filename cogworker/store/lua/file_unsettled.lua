@@ -19,11 +19,9 @@ local wanted = {{KEYS[1], "list"}, {KEYS[2], "zset"}}
 if KEYS[4] then
   wanted[#wanted + 1] = {KEYS[4], "list"}
 end
-for _, want in ipairs(wanted) do
-  local kind = redis.call("TYPE", want[1])["ok"]
-  if kind ~= want[2] and kind ~= "none" then
-    return {"wrongtype", want[1]}
-  end
+local bad = first_wrong_type(wanted)
+if bad then
+  return {"wrongtype", bad}
 end
 if redis.call("LINDEX", KEYS[1], 0) ~= ARGV[1] then
   if redis.call("ZSCORE", KEYS[2], ARGV[3]) then
@@ -35,7 +33,6 @@ redis.call("ZADD", KEYS[2], ARGV[2], ARGV[3])
 redis.call("LPOP", KEYS[1])
 redis.call("DEL", KEYS[3])
 if KEYS[4] then
-  redis.call("LPUSH", KEYS[4], ARGV[4])
-  redis.call("LTRIM", KEYS[4], 0, tonumber(ARGV[5]) - 1)
+  push_death_notice(KEYS[4], ARGV[4], ARGV[5])
 end
 return 1

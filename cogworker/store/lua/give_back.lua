@@ -9,11 +9,9 @@
 --
 -- Types are checked before the job is taken off the list: Redis keeps what a script did before an
 -- error, so a removal followed by a failed push would lose the job.
-for _, want in ipairs({{KEYS[1], "list"}, {KEYS[2], "list"}}) do
-  local kind = redis.call("TYPE", want[1])["ok"]
-  if kind ~= want[2] and kind ~= "none" then
-    return {"wrongtype", want[1]}
-  end
+local bad = first_wrong_type({{KEYS[1], "list"}, {KEYS[2], "list"}})
+if bad then
+  return {"wrongtype", bad}
 end
 if redis.call("LREM", KEYS[1], -1, ARGV[1]) == 0 then
   return 0

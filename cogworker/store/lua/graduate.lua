@@ -16,11 +16,9 @@
 -- Types are checked before anything is written, and the job is pushed before the entry is taken
 -- out: Redis keeps what a script wrote before an error, so a removal followed by a failed push
 -- would lose the job.
-for _, want in ipairs({{KEYS[1], "zset"}, {KEYS[2], "list"}, {KEYS[3], "set"}}) do
-  local kind = redis.call("TYPE", want[1])["ok"]
-  if kind ~= want[2] and kind ~= "none" then
-    return {"wrongtype", want[1]}
-  end
+local bad = first_wrong_type({{KEYS[1], "zset"}, {KEYS[2], "list"}, {KEYS[3], "set"}})
+if bad then
+  return {"wrongtype", bad}
 end
 if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
   return 0

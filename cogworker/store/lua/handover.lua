@@ -13,11 +13,9 @@
 -- over: see below); or {"wrongtype", key} when a key has the wrong type (nothing changed: the job
 -- stays in progress and is requeued with the rest of the list).
 -- The record is written before the job is taken off the list, so an error loses nothing.
-for _, want in ipairs({{KEYS[1], "list"}, {KEYS[2], "list"}, {KEYS[3], "string"}}) do
-  local kind = redis.call("TYPE", want[1])["ok"]
-  if kind ~= want[2] and kind ~= "none" then
-    return {"wrongtype", want[1]}
-  end
+local bad = first_wrong_type({{KEYS[1], "list"}, {KEYS[2], "list"}, {KEYS[3], "string"}})
+if bad then
+  return {"wrongtype", bad}
 end
 -- The mark is written with the handover, in this step: whoever sends the same record again (the
 -- caller retrying a handover whose reply it never read) learns that it happened, where the list

@@ -26,8 +26,7 @@
 -- Each key's writes are tried on their own (pcall): one key of the wrong type must not stop the
 -- rest of the beat -- a process whose presence stops being written looks dead, and recovery would
 -- requeue the jobs it is still running. The keys that failed are named for the key guard.
-if redis.replicate_commands then redis.replicate_commands() end
-local now = tonumber(redis.call("TIME")[1])
+local now = redis_clock()
 local id = ARGV[1]
 local failed = {}
 

@@ -10,16 +10,15 @@
 --
 -- The key expires when the bucket would be full again: a missing key is a full bucket, so an idle
 -- name costs nothing and loses nothing.
-local kind = redis.call("TYPE", KEYS[1])["ok"]
-if kind ~= "hash" and kind ~= "none" then
+if is_wrong_type(KEYS[1], "hash") then
   return {"wrongtype", KEYS[1]}
 end
 local rate = tonumber(ARGV[1])
 local per = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local per_ms = rate / per
-local clock = redis.call("TIME")
-local now = tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000
+local seconds, micros = redis_clock()
+local now = seconds * 1000 + micros / 1000
 local state = redis.call("HMGET", KEYS[1], "tokens", "at")
 local tokens = burst
 if state[1] and state[2] then

@@ -34,8 +34,8 @@ local held = redis.pcall("ZCARD", KEYS[1])
 if wrongtype(held) then
   return {"wrongtype", KEYS[1]}
 end
-local clock = redis.call("TIME")
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local seconds, micros = redis_clock()
+local now = seconds * 1000 + math.floor(micros / 1000)
 for i = 5, #ARGV do
   held = held - redis.call("ZREM", KEYS[1], ARGV[i])
 end

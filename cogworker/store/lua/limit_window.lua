@@ -8,14 +8,13 @@
 -- the window is full (nothing written), or {"wrongtype", key} (nothing changed).
 --
 -- The key expires when its window ends: an idle name costs nothing, and a new window starts at 0.
-local kind = redis.call("TYPE", KEYS[1])["ok"]
-if kind ~= "hash" and kind ~= "none" then
+if is_wrong_type(KEYS[1], "hash") then
   return {"wrongtype", KEYS[1]}
 end
 local limit = tonumber(ARGV[1])
 local per = tonumber(ARGV[2])
-local clock = redis.call("TIME")
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local seconds, micros = redis_clock()
+local now = seconds * 1000 + math.floor(micros / 1000)
 local window = math.floor(now / per)
 local left = (window + 1) * per - now
 local state = redis.call("HMGET", KEYS[1], "window", "count")

@@ -5,8 +5,7 @@
 -- ARGV[1]  the owner (a jid)
 -- Returns 1 when deleted, 0 otherwise, or {"wrongtype", key} when the key holds something other
 -- than a string (not a lock of ours any more: left for the key guard, which moves it aside).
-local kind = redis.call("TYPE", KEYS[1])["ok"]
-if kind ~= "string" and kind ~= "none" then
+if is_wrong_type(KEYS[1], "string") then
   return {"wrongtype", KEYS[1]}
 end
 if redis.call("GET", KEYS[1]) == ARGV[1] then

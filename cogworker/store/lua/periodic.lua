@@ -34,12 +34,7 @@
 -- mode, the entry was already registered), "enqueued", "running" (skipped: the previous run still
 -- holds the running lock), "missed", "stopped", or "wrongtype" (a key of the wrong type; nothing
 -- written).
-local function wrong_type(key, wanted)
-  local kind = redis.call("TYPE", key)["ok"]
-  return kind ~= wanted and kind ~= "none"
-end
-
-if wrong_type(KEYS[2], "hash") then
+if is_wrong_type(KEYS[2], "hash") then
   return {"wrongtype", -1, KEYS[2]}
 end
 local mode, slot = ARGV[2], tonumber(ARGV[3])
@@ -73,10 +68,9 @@ if last and last >= slot then
 end
 -- Every key written below is checked first: Redis keeps what a script wrote before an error, so a
 -- slot claimed before a failed push would never run.
-for _, want in ipairs({{KEYS[1], "string"}, {KEYS[3], "string"}, {KEYS[4], "list"}, {KEYS[5], "set"}}) do
-  if wrong_type(want[1], want[2]) then
-    return {"wrongtype", -1, want[1]}
-  end
+local bad = first_wrong_type({{KEYS[1], "string"}, {KEYS[3], "string"}, {KEYS[4], "list"}, {KEYS[5], "set"}})
+if bad then
+  return {"wrongtype", -1, bad}
 end
 
 local claim, holder = ARGV[7], ""

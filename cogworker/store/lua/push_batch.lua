@@ -35,11 +35,9 @@ local scheduled = tonumber(ARGV[at])
 if scheduled > 0 then
   wanted[#wanted + 1] = {KEYS[3], "zset"}
 end
-for _, want in ipairs(wanted) do
-  local kind = redis.call("TYPE", want[1])["ok"]
-  if kind ~= want[2] and kind ~= "none" then
-    return {"wrongtype", want[1]}
-  end
+local bad = first_wrong_type(wanted)
+if bad then
+  return {"wrongtype", bad}
 end
 -- Each marker's value, read before anything is written: the read is also its type check (GET
 -- refuses any type but a string), one command per job instead of a TYPE and then a GET.
@@ -51,8 +49,7 @@ for m = 4 + groups, #KEYS do
   end
   held[KEYS[m]] = value
 end
-local registry = redis.call("TYPE", KEYS[1])["ok"]
-local listed = registry == "set" or registry == "none"
+local listed = not is_wrong_type(KEYS[1], "set")
 
 local fenced = "x:" .. attempt  -- not a key: the value a fenced-off marker holds
 local marker = 4 + groups

@@ -10,8 +10,7 @@
 -- pushed before), 0 not written (fenced off now); or {"wrongtype", key}.
 local attempt, ttl = ARGV[1], ARGV[2]
 for _, key in ipairs(KEYS) do
-  local kind = redis.call("TYPE", key)["ok"]
-  if kind ~= "string" and kind ~= "none" then
+  if is_wrong_type(key, "string") then
     return {"wrongtype", key}
   end
 end

@@ -7,7 +7,7 @@
 -- ARGV[1]  the type the key should have
 -- ARGV[2]  the quarantine key's TTL, seconds
 -- Returns the type found when the key was moved, or nil when it is absent or of the right type.
-local kind = redis.call("TYPE", KEYS[1])["ok"]
+local kind = key_type(KEYS[1])
 if kind == ARGV[1] or kind == "none" then
   return false
 end

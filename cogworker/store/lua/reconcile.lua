@@ -30,29 +30,10 @@
 --
 -- Payloads are matched by digest so a process holding large jobs doesn't send them back. Copies of
 -- one payload are interchangeable: the list keeps as many as are held, and the rest go back.
-if redis.replicate_commands then redis.replicate_commands() end
+local now = redis_clock(ARGV[5])
 
-local now = tonumber(ARGV[5])
-local ok_time, time = pcall(redis.call, "TIME")
-if ok_time then now = tonumber(time[1]) end
-
--- name -> its declared key, for each kind. Keys are only ever looked up here, never built. A
--- queue's suspects list is declared right after the queue's key.
-local declared = {queue = {}, suspects = {}, counter = {}, lock = {}, digest = {}}
-local names_at = 11
-do
-  local k = 4
-  for i, kind in ipairs({"queue", "counter", "lock", "digest"}) do
-    for _ = 1, tonumber(ARGV[6 + i]) do
-      declared[kind][ARGV[names_at]] = KEYS[k]
-      if kind == "queue" then
-        k = k + 1
-        declared.suspects[ARGV[names_at]] = KEYS[k]
-      end
-      k, names_at = k + 1, names_at + 1
-    end
-  end
-end
+-- name -> its declared key, for each kind (read_declared); the held digests follow the names.
+local declared, _, names_at = read_declared(4, 7)
 local needs = {queue = {}, counter = {}, lock = {}, digest = {}}
 local suspect_at = tonumber(ARGV[6])
 
@@ -68,52 +49,6 @@ end
 local wrong, buried = {}, {}
 local requeued, kept, left = 0, 0, 0
 
-local function decode(job)
-  local ok, decoded = pcall(cjson.decode, job)
-  if ok and type(decoded) == "table" then
-    return decoded
-  end
-  return {}
-end
-
--- The queue name an entry goes back to (store/job_keys.py reads payloads the same way).
-local function queue_of(job)
-  if type(job["queue"]) == "string" and job["queue"] ~= "" then
-    return job["queue"]
-  end
-  return ARGV[1]
-end
-
--- The periodic entry whose running lock the job holds, or nil.
-local function entry_of(job)
-  local pname = job["periodic_name"]
-  if job["periodic_until_executed"] == true and type(pname) == "string" and type(job["jid"]) == "string" then
-    return pname
-  end
-  return nil
-end
-
--- The declared keys an entry needs, or nil after noting each one missing. Its orphan counter is
--- keyed by jid, or for a payload without one by the digest of its bytes.
-local function keys_for(raw, job, digest)
-  local queue, pname = queue_of(job), entry_of(job)
-  local found = {queue = declared.queue[queue], suspects = declared.suspects[queue]}
-  if not found.queue then needs.queue[queue] = true end
-  local complete = found.queue ~= nil
-  if type(job["jid"]) == "string" then
-    found.counter = declared.counter[job["jid"]]
-    if not found.counter then needs.counter[job["jid"]], complete = true, false end
-  else
-    found.counter = declared.digest[digest]
-    if not found.counter then needs.digest[digest], complete = true, false end
-  end
-  if pname then
-    found.lock = declared.lock[pname]
-    if not found.lock then needs.lock[pname], complete = true, false end
-  end
-  return complete and found or nil
-end
-
 local function retake_running_lock(key, jid)
   local holder = redis.pcall("GET", key)
   if holder == false or holder == jid then
@@ -121,32 +56,11 @@ local function retake_running_lock(key, jid)
   end
 end
 
--- The count after this orphaning, or as it stands when `counting` is false (a counter of the wrong
--- type is then named for the key guard and read as none); nil when a counter of the wrong type stops
--- the count (nothing counted).
-local function count_orphaning(key, counting)
-  if not counting then
-    local count = redis.pcall("GET", key)
-    if type(count) == "table" then
-      wrong[key] = true
-      return 0
-    end
-    return tonumber(count or "") or 0
-  end
-  local count = redis.pcall("INCR", key)
-  if type(count) ~= "number" then
-    wrong[key] = true
-    return nil
-  end
-  redis.call("EXPIRE", key, ARGV[2])
-  return count
-end
-
 -- Each job is written where it goes and only then taken off the list: Redis keeps what a script
 -- wrote before an error, so an error can cost a duplicate, never a job. A job orphaned often enough
 -- to be a suspect goes back to its queue's suspects list, to be run alone (requeue.lua says why).
 -- Only a failed thread's orphaning (`counted`) can bury: a count merely read never does.
-local function put_back(raw, job, found, orphaned, counted)
+local function put_back(raw, queue, jid, found, orphaned, counted)
   if counted and orphaned > tonumber(ARGV[3]) then
     if type(redis.pcall("ZADD", KEYS[2], now, raw)) ~= "number" then
       wrong[KEYS[2]] = true
@@ -159,8 +73,8 @@ local function put_back(raw, job, found, orphaned, counted)
       wrong[target] = true
       return false
     end
-    redis.pcall("SADD", KEYS[3], queue_of(job))
-    if found.lock then retake_running_lock(found.lock, job["jid"]) end
+    redis.pcall("SADD", KEYS[3], queue)
+    if found.lock then retake_running_lock(found.lock, jid) end
     requeued = requeued + 1
   end
   redis.call("LREM", KEYS[1], 1, raw)
@@ -175,15 +89,15 @@ for _, raw in ipairs(redis.call("LRANGE", KEYS[1], 0, -1)) do
   if (held[digest] or 0) > 0 then
     held[digest] = held[digest] - 1
   else
-    local job = decode(raw)
+    local queue, jid, pname = read_job(raw, ARGV[1])
     local counting = (failed[digest] or 0) > 0
-    local found = keys_for(raw, job, digest)
+    local found = declared_keys_for(declared, needs, raw, queue, jid, pname, digest)
     if not found then
       kept, left = kept + 1, left + 1
     else
       if counting then failed[digest] = failed[digest] - 1 end
-      local orphaned = count_orphaning(found.counter, counting)
-      if orphaned == nil or not put_back(raw, job, found, orphaned, counting) then
+      local orphaned = count_orphaning(found.counter, counting, ARGV[2], wrong)
+      if orphaned == nil or not put_back(raw, queue, jid, found, orphaned, counting) then
         if counting and orphaned ~= nil then redis.call("DECR", found.counter) end
         kept = kept + 1
       end
@@ -192,16 +106,7 @@ for _, raw in ipairs(redis.call("LRANGE", KEYS[1], 0, -1)) do
 end
 
 local reply = {requeued, kept, 0, left, 0}
-for key in pairs(wrong) do
-  reply[#reply + 1] = key
-  reply[3] = reply[3] + 1
-end
-for _, kind in ipairs({"queue", "counter", "lock", "digest"}) do
-  for name in pairs(needs[kind]) do
-    reply[#reply + 1] = kind
-    reply[#reply + 1] = name
-    reply[5] = reply[5] + 1
-  end
-end
+append_names(reply, wrong, 3)
+append_needs(reply, needs, {"queue", "counter", "lock", "digest"}, 5)
 for _, raw in ipairs(buried) do reply[#reply + 1] = raw end
 return reply

@@ -44,11 +44,7 @@
 -- job `cogworker.cancel` was asked for (its jid in the cancel record) is taken off the list and
 -- returned, not requeued: it was cancelled while its process was dying, and must not run again (the
 -- caller counts it and releases its locks).
-if redis.replicate_commands then redis.replicate_commands() end
-
-local now = tonumber(ARGV[9])
-local ok_time, time = pcall(redis.call, "TIME")
-if ok_time then now = tonumber(time[1]) end
+local now = redis_clock(ARGV[9])
 
 if ARGV[3] ~= "" then
   if redis.call("EXISTS", KEYS[2]) == 1 then
@@ -61,21 +57,12 @@ if ARGV[3] ~= "" then
   end
 end
 
--- name -> its declared key, for each kind. Keys are only ever looked up here, never built. A
--- queue's suspects list is declared right after the queue's key.
-local declared = {queue = {}, suspects = {}, counter = {}, lock = {}, digest = {}, batch = {}}
+-- name -> its declared key, for each kind (read_declared), and bid -> the batch's hash.
+local declared
 do
-  local k, a = 8, 16
-  for i, kind in ipairs({"queue", "counter", "lock", "digest"}) do
-    for _ = 1, tonumber(ARGV[11 + i]) do
-      declared[kind][ARGV[a]] = KEYS[k]
-      if kind == "queue" then
-        k = k + 1
-        declared.suspects[ARGV[a]] = KEYS[k]
-      end
-      k, a = k + 1, a + 1
-    end
-  end
+  local k, a
+  declared, k, a = read_declared(8, 12)
+  declared.batch = {}
   for i = 1, tonumber(ARGV[a] or "0") do
     declared.batch[ARGV[a + i]] = KEYS[k + i - 1]
   end
@@ -107,26 +94,6 @@ local function retake_running_lock(key, jid, ttl)
   end
 end
 
--- The queue name the job goes back to, its jid (or nil), and the periodic entry whose running lock
--- it holds (or nil). store/job_keys.py reads payloads the same way to declare their keys.
-local function read_job(job)
-  local queue, jid, pname = ARGV[1], nil, nil
-  local ok, decoded = pcall(cjson.decode, job)
-  if ok and type(decoded) == "table" then
-    if type(decoded["queue"]) == "string" and decoded["queue"] ~= "" then
-      queue = decoded["queue"]
-    end
-    if type(decoded["jid"]) == "string" then
-      jid = decoded["jid"]
-    end
-    local name = decoded["periodic_name"]
-    if decoded["periodic_until_executed"] == true and type(name) == "string" and jid then
-      pname = name
-    end
-  end
-  return queue, jid, pname
-end
-
 -- The declared hash of the batch the job is a member of, false when it is none, or nil (noted in
 -- needs) when the caller did not declare it. store/job_keys.py reads `bid` the same way.
 local function member_batch(job, jid)
@@ -151,49 +118,6 @@ local function release_run_hold(hash, jid)
   if (tonumber(redis.call("HGET", hash, "holds") or "0") or 0) > 0 then
     redis.call("HINCRBY", hash, "holds", -1)
   end
-end
-
--- The declared keys a job needs, or nil after noting each one missing. Its orphan counter is keyed
--- by jid, or for a payload without one by the digest of its bytes.
-local function keys_for(job, queue, jid, pname)
-  local found = {queue = declared.queue[queue], suspects = declared.suspects[queue]}
-  if not found.queue then needs.queue[queue] = true end
-  local complete = found.queue ~= nil
-  if jid then
-    found.counter = declared.counter[jid]
-    if not found.counter then needs.counter[jid], complete = true, false end
-  else
-    local digest = redis.sha1hex(job)
-    found.counter = declared.digest[digest]
-    if not found.counter then needs.digest[digest], complete = true, false end
-  end
-  if pname then
-    found.lock = declared.lock[pname]
-    if not found.lock then needs.lock[pname], complete = true, false end
-  end
-  return complete and found or nil
-end
-
--- The job's orphan count after this orphaning (or as it stands, when not counting), or nil when its
--- counter has the wrong type.
-local function count_orphaning(key)
-  if not counting then
-    -- Only read, to send a suspect back to its suspects list. One of the wrong type is named for
-    -- the key guard and read as none: it must not keep a clean stop's jobs on the list.
-    local count = redis.pcall("GET", key)
-    if type(count) == "table" then
-      wrong[key] = true
-      return 0
-    end
-    return tonumber(count or "") or 0
-  end
-  local count = redis.pcall("INCR", key)
-  if type(count) ~= "number" then
-    wrong[key] = true
-    return nil
-  end
-  redis.call("EXPIRE", key, ARGV[5])
-  return count
 end
 
 -- Writes the job where it goes; returns "buried", "moved", "suspect", or nil when a key had the
@@ -230,8 +154,8 @@ local count = redis.call("LLEN", KEYS[1])
 for _ = 1, count do
   local job = redis.call("LINDEX", KEYS[1], 0)
   if not job then break end
-  local queue, jid, pname = read_job(job)
-  local found = keys_for(job, queue, jid, pname)
+  local queue, jid, pname = read_job(job, ARGV[1])
+  local found = declared_keys_for(declared, needs, job, queue, jid, pname)
   local hold = member_batch(job, jid)
   if hold == nil then found = nil end
   local outcome
@@ -243,7 +167,7 @@ for _ = 1, count do
     if is_cancelled(jid) then
       outcome = "cancelled"
     else
-      local orphaned = count_orphaning(found.counter)
+      local orphaned = count_orphaning(found.counter, counting, ARGV[5], wrong)
       counted = counting and orphaned ~= nil
       outcome = orphaned and place(job, found, orphaned)
     end
@@ -270,21 +194,9 @@ for _ = 1, count do
 end
 
 local reply = {moved, failed, 0, 0, #cancelled, left, 0, suspected}
-for name in pairs(unlisted) do
-  reply[#reply + 1] = name
-  reply[3] = reply[3] + 1
-end
-for key in pairs(wrong) do
-  reply[#reply + 1] = key
-  reply[4] = reply[4] + 1
-end
+append_names(reply, unlisted, 3)
+append_names(reply, wrong, 4)
 for _, job in ipairs(cancelled) do reply[#reply + 1] = job end
-for _, kind in ipairs({"queue", "counter", "lock", "digest", "batch"}) do
-  for name in pairs(needs[kind]) do
-    reply[#reply + 1] = kind
-    reply[#reply + 1] = name
-    reply[7] = reply[7] + 1
-  end
-end
+append_needs(reply, needs, {"queue", "counter", "lock", "digest", "batch"}, 7)
 for _, job in ipairs(buried) do reply[#reply + 1] = job end
 return reply

@@ -38,11 +38,9 @@ end
 if KEYS[6] then
   wanted[#wanted + 1] = {KEYS[6], "list"}
 end
-for _, want in ipairs(wanted) do
-  local kind = redis.call("TYPE", want[1])["ok"]
-  if kind ~= want[2] and kind ~= "none" then
-    return {"wrongtype", want[1]}
-  end
+local bad = first_wrong_type(wanted)
+if bad then
+  return {"wrongtype", bad}
 end
 local filed = 1
 if not listed then
@@ -74,12 +72,7 @@ if ARGV[4] == "1" then
 end
 redis.call("DEL", KEYS[5])
 if KEYS[6] then
-  redis.call("LPUSH", KEYS[6], ARGV[8])
-  redis.call("LTRIM", KEYS[6], 0, tonumber(ARGV[9]) - 1)
+  push_death_notice(KEYS[6], ARGV[8], ARGV[9])
 end
-local cap = tonumber(ARGV[5])
-if cap and cap > 0 then
-  redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[6])  -- not a key: a score bound
-  redis.call("ZREMRANGEBYRANK", KEYS[2], 0, -cap - 1)
-end
+trim_dead(KEYS[2], ARGV[5], ARGV[6])
 return filed

@@ -10,11 +10,8 @@
 --          and on_death hooks" in docs/architecture.md): the pill's notice goes with its proper entry
 -- Returns 1 when swapped, 0 when the entry was no longer there (someone else acted on it first), or
 -- {"wrongtype", key} when the notice list has the wrong type (nothing changed).
-if KEYS[2] then
-  local kind = redis.call("TYPE", KEYS[2])["ok"]
-  if kind ~= "list" and kind ~= "none" then
-    return {"wrongtype", KEYS[2]}
-  end
+if KEYS[2] and is_wrong_type(KEYS[2], "list") then
+  return {"wrongtype", KEYS[2]}
 end
 if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
   return 0
@@ -24,7 +21,6 @@ if ARGV[3] ~= "" then
   redis.call("ZADD", KEYS[1], ARGV[2], ARGV[3])
 end
 if KEYS[2] then
-  redis.call("LPUSH", KEYS[2], ARGV[4])
-  redis.call("LTRIM", KEYS[2], 0, tonumber(ARGV[5]) - 1)
+  push_death_notice(KEYS[2], ARGV[4], ARGV[5])
 end
 return 1
