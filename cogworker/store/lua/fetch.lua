@@ -24,9 +24,9 @@
 -- guard moves it aside).
 -- Any other error of a move (LMOVE renamed away, or refused to this ACL user; a full memory) stops
 -- the fetch, and its text is returned as `refused` ("" when none) with the jobs moved before it: the
--- caller tells an unsupported command from other errors by that text (worker/fetch.py `refused`).
+-- caller tells an unsupported command from other errors by that text (worker/fetching/fetch.py `refused`).
 --
--- Suspects (jobs orphaned more than once, worker/recovery.py) run alone, so that a death while one
+-- Suspects (jobs orphaned more than once, worker/recovering/recovery.py) run alone, so that a death while one
 -- runs is its own: a process takes one only with nothing else on its list, and takes nothing else
 -- until it is gone. While one waits, processes reading its queue take nothing new: one of them
 -- empties its list and takes it. Without a suspect this costs an LLEN per queue, in this script.
