@@ -8,12 +8,7 @@ setting refused with exit 78 before anything starts."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import textwrap
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,6 +19,8 @@ import cogworker
 from cogworker.api import client as cw_client
 from cogworker.settings import load_settings
 from cogworker.web import create_app
+from tests.support import metrics
+from tests.support.daemon_env import run_cogworker as run
 from tests.support.redis_cluster import PREFIX, SLOT, RedisCluster
 from tests.support.redis_server import free_port, wait_until
 from tests.support.swarm import SwarmRunner
@@ -39,24 +36,6 @@ def lines(path: Path) -> list[str]:
 
 def tags(path: Path) -> set[str]:
     return {line.split()[0] for line in lines(path)}
-
-
-def run(env: dict[str, str], *argv: str, code: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`cogworker ARGV` (or `python -c CODE`) in a fresh interpreter configured only by `env`."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(env)
-    command = ["-c", textwrap.dedent(code)] if code is not None else ["-m", "cogworker", *argv]
-    return subprocess.run([sys.executable, *command], env=clean, capture_output=True, text=True, timeout=30)
-
-
-def scrape(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {
-        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line and not line.startswith("#")
-    }
 
 
 @pytest.mark.parametrize("form", ["redis+cluster URL", "COGWORKER_REDIS_CLUSTER=true"])
@@ -104,12 +83,12 @@ def test_a_swarm_runs_every_kind_of_job_and_the_cli_and_metrics_read_the_cluster
     out, ticks = tmp_path / "ran.txt", tmp_path / "ticks.txt"
     port = free_port()
     swarm = swarms.start(
-        **{**env, "COGWORKER_REQUIRE": "cluster_jobs,cluster_periodic"},
+        **{**env, "COGWORKER_REQUIRE": "cluster_jobs,tick_periodic"},
         COGWORKER_METRICS_PORT=str(port),
         COGWORKER_POLL_INTERVAL_S="0.3",
         COGWORKER_PERIODIC_CHECK_INTERVAL_S="0.3",
         COGWORKER_QUEUES="default,other",  # two queues: an idle fetcher waits on the wake-up channel
-        CLUSTER_TICK_FILE=str(ticks),
+        TICK_FILE=str(ticks),
     )
     swarm.wait_ready(timeout=30)
     cw_client.configure(load_settings())
@@ -139,16 +118,16 @@ def test_a_swarm_runs_every_kind_of_job_and_the_cli_and_metrics_read_the_cluster
     queues = run(env, "queues", "--json")
     assert queues.returncode == 0, queues.stderr
     assert {q["name"] for q in json.loads(queues.stdout)} >= {"default"}
-    periodic = run({**env, "COGWORKER_REQUIRE": "cluster_jobs,cluster_periodic"}, "periodic", "list")
-    assert periodic.returncode == 0 and "cluster_periodic.tick" in periodic.stdout, periodic.stderr
+    periodic = run({**env, "COGWORKER_REQUIRE": "cluster_jobs,tick_periodic"}, "periodic", "list")
+    assert periodic.returncode == 0 and "tick_periodic.tick" in periodic.stdout, periodic.stderr
     doctor = run(env, "doctor", "--json")
     assert doctor.stdout, doctor.stderr
     assert {c["name"] for c in json.loads(doctor.stdout)["checks"]}
 
-    metrics = scrape(port)
-    assert metrics["cogworker_redis_up"] == 1.0
-    assert metrics['cogworker_queue_size{queue="default"}'] == 0.0
-    assert metrics['cogworker_set_size{set="retry"}'] == 0.0
+    samples = metrics.scrape(port)
+    assert metrics.value(samples, "cogworker_redis_up") == 1.0
+    assert metrics.value(samples, "cogworker_queue_size", queue="default") == 0.0
+    assert metrics.value(samples, "cogworker_set_size", set="retry") == 0.0
 
     with TestClient(create_app(load_settings())) as ui:
         page = ui.get("/")
