@@ -7,7 +7,6 @@ batch whose hold still stands, once."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from tests.support.batches import (
     stop_all,
     stuck_batch,
 )
+from tests.support.daemon_env import clean_env
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.swarm import stays
 from tests.support.workers import WorkerPool
@@ -119,7 +119,7 @@ def test_a_live_app_block_keeps_its_batch_held_past_many_leases(
 
 
 def release(redis_url: str, bid: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    env = clean_env()
     env["COGWORKER_REDIS_URL"] = redis_url
     done = subprocess.run([sys.executable, "-m", "cogworker", "batch", "release", bid],
                           env=env, capture_output=True, text=True, timeout=60)  # fmt: skip

@@ -5,7 +5,6 @@ retry_on / discard_on / retry_in decide where a failure goes."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import demo_jobs
 import redis
 
 from cogworker.store import keys
+from tests.support.daemon_env import clean_env
 from tests.support.redis_server import wait_until
 from tests.support.workers import Worker, WorkerPool
 
@@ -53,7 +53,7 @@ def stop_all(*workers: Worker) -> None:
 
 
 def run_cli(url: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    env = clean_env()
     env["COGWORKER_REDIS_URL"] = url
     return subprocess.run(
         [sys.executable, "-m", "cogworker", *argv], env=env, capture_output=True, text=True, timeout=30
