@@ -7,6 +7,7 @@ setting refused with exit 78 before anything starts."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 from pathlib import Path
@@ -38,6 +39,13 @@ def tags(path: Path) -> set[str]:
     return {line.split()[0] for line in lines(path)}
 
 
+def owner_keys(redis_cluster: RedisCluster) -> list[str]:
+    """Every key on the master that owns the deployment's slot (SLOT)."""
+    owner, _ = redis_cluster.owner(SLOT)
+    with contextlib.closing(redis_cluster.client(owner)) as node:
+        return list(node.keys("*"))
+
+
 @pytest.mark.parametrize("form", ["redis+cluster URL", "COGWORKER_REDIS_CLUSTER=true"])
 def test_a_first_push_from_env_alone_lands_in_the_deployments_slot(
     redis_cluster: RedisCluster, cluster: redis.RedisCluster, form: str
@@ -62,12 +70,7 @@ def test_a_first_push_from_env_alone_lands_in_the_deployments_slot(
     queued = [json.loads(raw) for raw in cluster.lrange(f"{PREFIX}queue:default", 0, -1)]
     assert jid in [job["jid"] for job in queued] and int(count) == 2 and len(queued) == 3
     # Every key it wrote is in the one slot, on the master that owns it.
-    owner, _ = redis_cluster.owner(SLOT)
-    node = redis_cluster.client(owner)
-    try:
-        written = node.keys("*")
-    finally:
-        node.close()
+    written = owner_keys(redis_cluster)
     assert written and all(key.startswith(PREFIX) for key in written)
     assert {cluster.keyslot(key) for key in written} == {SLOT}
 
@@ -134,12 +137,7 @@ def test_a_swarm_runs_every_kind_of_job_and_the_cli_and_metrics_read_the_cluster
         assert page.status_code == 200 and "default" in page.text
 
     # Everything cogworker wrote is in the deployment's one slot.
-    owner, _ = redis_cluster.owner(SLOT)
-    node = redis_cluster.client(owner)
-    try:
-        written = node.keys("*")
-    finally:
-        node.close()
+    written = owner_keys(redis_cluster)
     assert {cluster.keyslot(key) for key in written} == {SLOT}
     assert swarm.stop() == 0
     assert not swarm.events("redis_outage_started")
