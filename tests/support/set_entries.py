@@ -9,6 +9,18 @@ import redis
 from cogworker import codec
 
 
+def job(jid: str, **fields: Any) -> dict[str, Any]:
+    """A plain demo_jobs.record payload for `jid` (its argument), as it waits in a queue or a set."""
+    return {
+        "class": "demo_jobs.record",
+        "args": [jid],
+        "kwargs": {},
+        "jid": jid,
+        "queue": "default",
+        **fields,
+    }
+
+
 def dead_job(jid: str, **fields: Any) -> dict[str, Any]:
     job = {
         "class": "demo_jobs.boom",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any
 
 import pytest
 import redis
@@ -22,6 +21,7 @@ from cogworker.store import keys
 from cogworker.web import create_app
 from tests.support.cli_runner import Workers, workers_fixture  # noqa: F401
 from tests.support.redis_server import RedisServer, wait_until
+from tests.support.set_entries import job
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(1)>'
@@ -30,17 +30,6 @@ IMG = '"><img src=x onerror=alert(1)>'
 @pytest.fixture
 def client(settings: Settings) -> TestClient:
     return TestClient(create_app(settings), follow_redirects=False)
-
-
-def job(jid: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "class": "demo_jobs.record",
-        "args": [jid],
-        "kwargs": {},
-        "jid": jid,
-        "queue": "default",
-        **fields,
-    }
 
 
 def section(text: str, ident: str) -> str:
