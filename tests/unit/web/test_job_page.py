@@ -22,14 +22,7 @@ from cogworker.web import create_app
 from tests.support.cli_runner import Workers, workers_fixture  # noqa: F401
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.set_entries import job
-
-SCRIPT = "<script>alert(1)</script>"
-IMG = '"><img src=x onerror=alert(1)>'
-
-
-@pytest.fixture
-def client(settings: Settings) -> TestClient:
-    return TestClient(create_app(settings), follow_redirects=False)
+from tests.support.web_requests import IMG, SCRIPT
 
 
 def section(text: str, ident: str) -> str:
