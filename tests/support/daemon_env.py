@@ -43,3 +43,14 @@ def run_cogworker(
     return subprocess.run(
         [sys.executable, *command], env=clean_env(env), capture_output=True, text=True, timeout=timeout
     )
+
+
+# Short recovery thresholds through settings instead of long sleeps, for the fault tests: a worker's
+# presence lapses a second after its last beat, and its list is recovered within seconds.
+QUICK_RECOVERY = {
+    "COGWORKER_HEARTBEAT_INTERVAL_S": "0.2",
+    "COGWORKER_PRESENCE_TTL_S": "1",
+    "COGWORKER_ORPHAN_THRESHOLD_S": "2",
+    "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "0.3",
+    "COGWORKER_POLL_INTERVAL_S": "0.2",
+}

@@ -15,19 +15,12 @@ import redis
 import cogworker
 from cogworker.settings import load_settings
 from cogworker.store import keys
+from tests.support.daemon_env import QUICK_RECOVERY
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.workers import Worker, WorkerPool
 
 RENAMED = ("--rename-command", "LMOVE", "", "--rename-command", "BLMOVE", "")
 QUEUE_SETS = [pytest.param("q1", id="one-queue"), pytest.param("q1,q2,q3", id="three-queues")]
-# Short thresholds, so that recovery of a killed worker's list comes within seconds.
-QUICK = {
-    "COGWORKER_HEARTBEAT_INTERVAL_S": "0.2",
-    "COGWORKER_PRESENCE_TTL_S": "1",
-    "COGWORKER_ORPHAN_THRESHOLD_S": "2",
-    "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "0.3",
-    "COGWORKER_POLL_INTERVAL_S": "0.2",
-}
 
 
 @pytest.fixture
@@ -118,7 +111,7 @@ def start_long_jobs(server: RedisServer, workers: WorkerPool, queues: str) -> tu
     names = queues.split(",")
     for i in range(2):
         demo_jobs.held.set(queue=names[i % len(names)]).perform_async(f"long{i}")
-    worker = workers.start(url, COGWORKER_QUEUES=queues, COGWORKER_CONCURRENCY="3", **QUICK)
+    worker = workers.start(url, COGWORKER_QUEUES=queues, COGWORKER_CONCURRENCY="3", **QUICK_RECOVERY)
     listed = keys.in_progress(worker.identity())
     wait_until(lambda: r.llen("test:started") == 2, timeout=30, message="the long jobs started")
     assert r.llen(listed) == 2  # fetched reliably, onto the list
@@ -156,7 +149,7 @@ def test_jobs_finished_after_a_fallback_do_not_run_again_after_a_sigkill(
     wait_until(lambda: r.get(keys.STAT_PROCESSED) == "3", timeout=15, message="the three counted")
     worker.kill()  # SIGKILL, its whole session
     server.client().acl_setuser("w", enabled=True, commands=["+lmove", "+blmove"])
-    rescuer = workers.start(acl_user(server), COGWORKER_QUEUES=queues, **QUICK)
+    rescuer = workers.start(acl_user(server), COGWORKER_QUEUES=queues, **QUICK_RECOVERY)
     # Recovery has taken the dead process's list once its identity is no longer registered.
     wait_until(lambda: not r.sismember(keys.IN_PROGRESS_IDENTITIES, identity), timeout=30, message="recovery")
     push(queues, 1, "after")
