@@ -45,12 +45,12 @@ def run_cogworker(
     )
 
 
-# Short recovery thresholds through settings instead of long sleeps, for the fault tests: a worker's
-# presence lapses a second after its last beat, and its list is recovered within seconds.
+# Short recovery thresholds through settings instead of long sleeps, for the tests that kill a worker:
+# its presence lapses a second after its last beat, and another worker recovers its jobs as orphans
+# within about two seconds.
 QUICK_RECOVERY = {
     "COGWORKER_HEARTBEAT_INTERVAL_S": "0.2",
     "COGWORKER_PRESENCE_TTL_S": "1",
     "COGWORKER_ORPHAN_THRESHOLD_S": "2",
     "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "0.3",
-    "COGWORKER_POLL_INTERVAL_S": "0.2",
 }

@@ -17,14 +17,13 @@ import redis
 import cogworker
 from tests.support.batches import (
     ENV,
-    QUICK,
     app_holding_a_batch,
     assert_never_early,
     runs_of,
     stop_all,
     stuck_batch,
 )
-from tests.support.daemon_env import clean_env
+from tests.support.daemon_env import QUICK_RECOVERY, clean_env
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.swarm import stays
 from tests.support.workers import WorkerPool
@@ -56,12 +55,12 @@ def test_a_member_killed_inside_its_block_lets_the_batch_complete(
     r: redis.Redis, configured: object, workers: WorkerPool
 ) -> None:
     bid = a_batch_with_an_adder("killed-in-block")
-    doomed = workers.start(**ENV, **QUICK, COGWORKER_CONCURRENCY="1")
+    doomed = workers.start(**ENV, **QUICK_RECOVERY, COGWORKER_CONCURRENCY="1")
     wait_until(lambda: r.llen("test:started") == 1, timeout=30, message="the member inside its block")
     assert holds(bid) == 1
     doomed.signal(signal.SIGKILL)
     doomed.proc.wait(timeout=10)
-    rescuer = workers.start(**ENV, **QUICK)
+    rescuer = workers.start(**ENV, **QUICK_RECOVERY)
     # Requeued after the orphan threshold (which releases the dead run's hold), run again, ended.
     wait_until(lambda: r.llen("test:callbacks") >= 2, timeout=60, message="the batch's callbacks")
     stop_all(rescuer)

@@ -21,6 +21,7 @@ from cogworker.api import client as cw_client
 from cogworker.settings import load_settings
 from cogworker.web import create_app
 from tests.support import metrics
+from tests.support.daemon_env import QUICK_RECOVERY
 from tests.support.daemon_env import run_cogworker as run
 from tests.support.redis_cluster import PREFIX, SLOT, RedisCluster
 from tests.support.redis_server import free_port, wait_until
@@ -146,13 +147,7 @@ def test_a_swarm_runs_every_kind_of_job_and_the_cli_and_metrics_read_the_cluster
 def test_a_killed_workers_jobs_are_recovered_as_orphans_by_another(
     cluster: redis.RedisCluster, workers: WorkerPool, env: dict[str, str], tmp_path: Path
 ) -> None:
-    quick = {
-        **env,
-        "COGWORKER_HEARTBEAT_INTERVAL_S": "0.2",
-        "COGWORKER_PRESENCE_TTL_S": "1",
-        "COGWORKER_ORPHAN_THRESHOLD_S": "2",
-        "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "0.3",
-    }
+    quick = {**env, **QUICK_RECOVERY}
     out = tmp_path / "ran.txt"
     cw_client.configure(load_settings())
     import cluster_jobs

@@ -21,6 +21,9 @@ from tests.support.daemon_env import QUICK_RECOVERY
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.workers import WorkerPool
 
+# Recovery within seconds, and a poller that looks often.
+QUICK = {**QUICK_RECOVERY, "COGWORKER_POLL_INTERVAL_S": "0.2"}
+
 
 def lines(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
@@ -31,12 +34,12 @@ def test_sigkill_with_jobs_in_flight_loses_nothing(
 ) -> None:
     for i in range(6):
         demo_jobs.sleepy.perform_async(f"j{i}", 1.5)
-    victim = workers.start(COGWORKER_CONCURRENCY="6", **QUICK_RECOVERY)
+    victim = workers.start(COGWORKER_CONCURRENCY="6", **QUICK)
     wait_until(lambda: r.llen("test:started") == 6, timeout=15, message="6 jobs in flight")
     victim.signal(signal.SIGKILL)
     victim.proc.wait(timeout=5)
     assert r.llen("test:ran") == 0
-    survivor = workers.start(**QUICK_RECOVERY)
+    survivor = workers.start(**QUICK)
     wait_until(lambda: r.llen("test:ran") == 6, timeout=20, message="every job to run again")
     ran = sorted(item.split()[0] for item in r.lrange("test:ran", 0, -1))
     assert ran == [f"j{i}" for i in range(6)]
@@ -51,9 +54,9 @@ def test_a_job_that_keeps_killing_its_process_ends_in_dead(
 ) -> None:
     jid = demo_jobs.kill_me.perform_async("pill")
     # A recoverer that reads another queue: it only requeues the pill's dead processes' lists.
-    recoverer = workers.start(COGWORKER_QUEUES="other", COGWORKER_MAX_ORPHANINGS="1", **QUICK_RECOVERY)
+    recoverer = workers.start(COGWORKER_QUEUES="other", COGWORKER_MAX_ORPHANINGS="1", **QUICK)
     for death in range(2):
-        victim = workers.start(COGWORKER_MAX_ORPHANINGS="1", **QUICK_RECOVERY)
+        victim = workers.start(COGWORKER_MAX_ORPHANINGS="1", **QUICK)
         assert victim.proc.wait(timeout=15) == -signal.SIGKILL
         assert r.llen("test:started") == death + 1
         if death == 0:
@@ -76,7 +79,7 @@ def test_a_job_that_keeps_killing_its_process_ends_in_dead(
 def test_a_stopped_process_within_the_threshold_keeps_its_jobs(
     r: redis.Redis, configured: object, workers: WorkerPool
 ) -> None:
-    slow = dict(QUICK_RECOVERY, COGWORKER_ORPHAN_THRESHOLD_S="6")
+    slow = dict(QUICK, COGWORKER_ORPHAN_THRESHOLD_S="6")
     demo_jobs.sleepy.perform_async("only-once", 1.0)
     owner = workers.start(**slow)
     wait_until(lambda: r.llen("test:started") == 1, timeout=15, message="the job to start")
@@ -128,7 +131,7 @@ def test_redis_outage_loses_nothing_and_kills_no_thread(
         for i in range(12):
             demo_jobs.to_file.perform_async(str(out), f"j{i}", 0.4)
         demo_jobs.fail_later.perform_async(1.0)
-        worker = workers.start(server.url, COGWORKER_CONCURRENCY="3", **QUICK_RECOVERY)
+        worker = workers.start(server.url, COGWORKER_CONCURRENCY="3", **QUICK)
         wait_until(lambda: len(lines(out)) >= 2, timeout=15, message="jobs to be running")
         server.stop()
         down_since = time.monotonic()
@@ -173,7 +176,7 @@ def test_wrong_type_keys_are_quarantined_and_work_goes_on(
     r.hset("cogworker:queue:other", "not", "a list")
     r.sadd("cogworker:queues", "other")
     demo_jobs.record.perform_async("default-job")
-    worker = workers.start(COGWORKER_QUEUES="default,other", **QUICK_RECOVERY)
+    worker = workers.start(COGWORKER_QUEUES="default,other", **QUICK)
     wait_until(lambda: r.llen("test:ran") == 1, timeout=15, message="the good job")
     quarantined = wait_until(
         lambda: r.keys("cogworker:quarantine:*") if len(r.keys("cogworker:quarantine:*")) == 2 else None,

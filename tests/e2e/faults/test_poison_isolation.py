@@ -28,6 +28,7 @@ INNOCENTS = 3
 # Short thresholds through settings, so a dead worker's list is recovered within seconds.
 QUICK = {
     **QUICK_RECOVERY,
+    "COGWORKER_POLL_INTERVAL_S": "0.2",
     "COGWORKER_MAX_ORPHANINGS": str(MAX_ORPHANINGS),
 }
 

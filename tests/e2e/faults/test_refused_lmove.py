@@ -22,6 +22,9 @@ from tests.support.workers import Worker, WorkerPool
 RENAMED = ("--rename-command", "LMOVE", "", "--rename-command", "BLMOVE", "")
 QUEUE_SETS = [pytest.param("q1", id="one-queue"), pytest.param("q1,q2,q3", id="three-queues")]
 
+# Recovery within seconds, and a poller that looks often.
+QUICK = {**QUICK_RECOVERY, "COGWORKER_POLL_INTERVAL_S": "0.2"}
+
 
 @pytest.fixture
 def server() -> collections.abc.Iterator[RedisServer]:
@@ -111,7 +114,7 @@ def start_long_jobs(server: RedisServer, workers: WorkerPool, queues: str) -> tu
     names = queues.split(",")
     for i in range(2):
         demo_jobs.held.set(queue=names[i % len(names)]).perform_async(f"long{i}")
-    worker = workers.start(url, COGWORKER_QUEUES=queues, COGWORKER_CONCURRENCY="3", **QUICK_RECOVERY)
+    worker = workers.start(url, COGWORKER_QUEUES=queues, COGWORKER_CONCURRENCY="3", **QUICK)
     listed = keys.in_progress(worker.identity())
     wait_until(lambda: r.llen("test:started") == 2, timeout=30, message="the long jobs started")
     assert r.llen(listed) == 2  # fetched reliably, onto the list
@@ -149,7 +152,7 @@ def test_jobs_finished_after_a_fallback_do_not_run_again_after_a_sigkill(
     wait_until(lambda: r.get(keys.STAT_PROCESSED) == "3", timeout=15, message="the three counted")
     worker.kill()  # SIGKILL, its whole session
     server.client().acl_setuser("w", enabled=True, commands=["+lmove", "+blmove"])
-    rescuer = workers.start(acl_user(server), COGWORKER_QUEUES=queues, **QUICK_RECOVERY)
+    rescuer = workers.start(acl_user(server), COGWORKER_QUEUES=queues, **QUICK)
     # Recovery has taken the dead process's list once its identity is no longer registered.
     wait_until(lambda: not r.sismember(keys.IN_PROGRESS_IDENTITIES, identity), timeout=30, message="recovery")
     push(queues, 1, "after")

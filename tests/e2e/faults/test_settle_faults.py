@@ -20,6 +20,7 @@ from tests.support.workers import WorkerPool
 
 QUICK = {
     **QUICK_RECOVERY,
+    "COGWORKER_POLL_INTERVAL_S": "0.2",
     "COGWORKER_REDIS_TIMEOUT_S": "1",
 }
 
