@@ -13,8 +13,6 @@ from procs import RUN_ID_VAR, WorkerGroup, wait_for
 from redis_server import RedisServer
 from systems.base import WORKER_PROCESSES, System
 
-from tests.support.daemon_env import clean_env
-
 BENCH_DIR = Path(__file__).resolve().parent
 
 
@@ -78,7 +76,7 @@ class Context:
 
     def env_for(self, system: System, extra: dict[str, str] | None) -> dict[str, str]:
         # A COGWORKER_* left in the caller's shell must not change what is measured.
-        env = clean_env()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
         path = os.pathsep.join(p for p in (str(BENCH_DIR), env.get("PYTHONPATH", "")) if p)
         env.update(PYTHONPATH=path, BENCH_REDIS_URL=self.redis.url, **{RUN_ID_VAR: self.run_id})
         env.update(system.worker_env())
