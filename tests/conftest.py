@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -21,7 +22,7 @@ from cogworker.store import keys
 from tests.support.paths import APP_DIR, ROOT
 from tests.support.redis_server import RedisServer
 from tests.support.resp_proxy import RespProxy
-from tests.support.workers import WorkerPool
+from tests.support.workers import WorkerPool, worker_pool
 
 # Test apps (job modules) live in tests/apps; child processes find them through PYTHONPATH.
 sys.path.insert(0, str(APP_DIR))
@@ -32,11 +33,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    try:
+    with contextlib.closing(RedisServer()) as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
@@ -44,33 +42,24 @@ def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
     """A client of the session's Redis, flushed before each test."""
     if redis_server.proc is None or redis_server.proc.poll() is not None:
         redis_server.start()
-    client = redis_server.client()
-    client.flushall()
-    try:
+    with contextlib.closing(redis_server.client()) as client:
+        client.flushall()
         yield client
-    finally:
-        client.close()
 
 
 @pytest.fixture
 def private_redis() -> Iterator[RedisServer]:
     """A throwaway redis-server a test may stop, restart or SIGSTOP."""
-    server = RedisServer()
-    try:
+    with contextlib.closing(RedisServer()) as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
 def resp_proxy(private_redis: RedisServer) -> Iterator[RespProxy]:
     """A fault-injecting proxy (tests/support/resp_proxy.py) in front of `private_redis`: point a
     client or a worker at `resp_proxy.url`, arm faults on it, check the data on `private_redis`."""
-    proxy = RespProxy(private_redis.port)
-    try:
+    with contextlib.closing(RespProxy(private_redis.port)) as proxy:
         yield proxy
-    finally:
-        proxy.close()
 
 
 @pytest.fixture
@@ -109,11 +98,7 @@ def configured(settings: Settings) -> Settings:
 
 @pytest.fixture
 def workers(redis_server: RedisServer, r: redis.Redis) -> Iterator[WorkerPool]:
-    pool = WorkerPool(redis_server.url)
-    try:
-        yield pool
-    finally:
-        pool.close()
+    yield from worker_pool(redis_server.url)
 
 
 @pytest.fixture

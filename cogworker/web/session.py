@@ -3,7 +3,9 @@
 Mounted inside an app that has its own (Starlette's SessionMiddleware in front), an unconditional
 session here would replace the host's session with a copy for every request inside the UI: the host's
 auth middleware would read the copy, never its real session, and every response would carry a second
-cookie. The Ruby original learnt this the hard way (seed 002, `web/optional_session.rb`).
+cookie. So the UI looks at the request's scope: where no middleware in front has put a `session`
+there, it wraps the request in its own signed cookie (`cogworker_session`); where one has, the request
+passes through untouched and the UI's flash messages live in the host's session.
 """
 
 from __future__ import annotations

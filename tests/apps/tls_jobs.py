@@ -4,54 +4,42 @@ server demands a client certificate, and the ACL user may only touch cogworker's
 from __future__ import annotations
 
 import asyncio
-import os
-from pathlib import Path
 from typing import Any
+
+import file_notes
+from line_sink import append_line
 
 import cogworker
 from cogworker import Death, job, on_death
 
 
-def _note(path: str, line: str) -> None:
-    with open(path, "a") as out:
-        out.write(f"{line}\n")
-
-
 @job
 def note(path: str, tag: str) -> None:
-    _note(path, f"{tag} {os.getpid()}")
+    file_notes.note(path, tag)
 
 
 @job
 async def anote(path: str, tag: str) -> None:
     await asyncio.sleep(0.01)
-    _note(path, f"async-{tag} {os.getpid()}")
+    file_notes.note(path, f"async-{tag}")
 
 
 @job(retry=3)
 def fail_first(path: str, tag: str) -> None:
-    """Fails on its first run (a marker file says it ran once), succeeds on the retry."""
-    marker = Path(f"{path}.{tag}.tried")
-    if not marker.exists():
-        marker.write_text("tried\n")
-        raise RuntimeError(f"first try of {tag} fails")
-    _note(path, f"retried-{tag} {os.getpid()}")
+    """Fails on its first run, succeeds on the retry."""
+    file_notes.fail_first(path, tag)
 
 
 @job
 def die_first(path: str, tag: str) -> None:
     """SIGKILLs its own process on its first run; the run after recovery records it."""
-    marker = Path(f"{path}.{tag}.died")
-    if not marker.exists():
-        marker.write_text(f"{os.getpid()}\n")
-        os.kill(os.getpid(), 9)
-    _note(path, f"recovered-{tag} {os.getpid()}")
+    file_notes.die_first(path, tag)
 
 
 @job(unique="until_executed", status=True)
 def unique_note(path: str, tag: str) -> None:
     """A unique claim and a status record: both live in Redis under cogworker:*."""
-    _note(path, f"unique-{tag} {os.getpid()}")
+    file_notes.note(path, f"unique-{tag}")
 
 
 # Job execution features over TLS as the ACL user: results, cancellation, expiry and death hooks.
@@ -69,13 +57,13 @@ def doomed(path: str, tag: str) -> None:
 def _note_death(job_payload: dict[str, Any], death: Death) -> None:
     args = job_payload.get("args") or []
     if job_payload.get("class") == "tls_jobs.doomed" and args:
-        _note(f"{args[0]}.deaths", f"{args[1]} {death.cause}")
+        append_line(f"{args[0]}.deaths", f"{args[1]} {death.cause}")
 
 
 @job
 def batch_done(bid: str, path: str) -> None:
     """A batch's callback (tests/e2e/tls/test_tls_batch.py): gets the batch's id first."""
-    _note(path, f"callback {bid}")
+    append_line(path, f"callback {bid}")
 
 
 # Limited jobs (tests/e2e/tls/test_tls_batch_limits.py): the window and bucket checks and the
@@ -83,15 +71,15 @@ def batch_done(bid: str, path: str) -> None:
 # sends.
 @job(limit=cogworker.limiter.window("tls-window", 100, per=60))
 def windowed(path: str, tag: str) -> None:
-    _note(path, tag)
+    append_line(path, tag)
 
 
 @job(limit=cogworker.limiter.bucket("tls-bucket", 100))
 def bucketed(path: str, tag: str) -> None:
-    _note(path, tag)
+    append_line(path, tag)
 
 
 # One slot for two jobs: the second waits for the first's release (or its slot handed on).
 @job(limit=cogworker.limiter.concurrent("tls-concurrent", 1, lease_s=30))
 def concurrent(path: str, tag: str) -> None:
-    _note(path, tag)
+    append_line(path, tag)

@@ -21,13 +21,6 @@ ENV = {
     "COGWORKER_QUEUES": "default,callbacks",
     "COGWORKER_POLL_INTERVAL_S": "0.1",
 }
-# Orphan recovery within seconds, for the tests that SIGKILL a worker.
-QUICK = {
-    "COGWORKER_HEARTBEAT_INTERVAL_S": "0.2",
-    "COGWORKER_PRESENCE_TTL_S": "1",
-    "COGWORKER_ORPHAN_THRESHOLD_S": "2",
-    "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "0.3",
-}
 
 
 def callbacks(r: redis.Redis) -> list[dict[str, Any]]:

@@ -12,13 +12,6 @@ import cogworker
 from tests.support.redis_server import wait_until
 
 APP = {"COGWORKER_REQUIRE": "chain_jobs", "COGWORKER_POLL_INTERVAL_S": "0.1", "COGWORKER_CONCURRENCY": "4"}
-# A dead worker's jobs are recovered within about two seconds (tests/e2e/faults/test_faults.py).
-QUICK = {
-    "COGWORKER_HEARTBEAT_INTERVAL_S": "0.2",
-    "COGWORKER_PRESENCE_TTL_S": "1",
-    "COGWORKER_ORPHAN_THRESHOLD_S": "2",
-    "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "0.3",
-}
 
 
 def runs(r: redis.Redis) -> list[str]:

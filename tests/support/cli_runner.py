@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pytest
 import redis
 
 from cogworker.cli.main import main
+from tests.support.daemon_env import clean_env, use_only
 from tests.support.redis_server import RedisServer, wait_until
 
 
@@ -48,16 +48,12 @@ def cli_fixture(
     capsys: pytest.CaptureFixture[str],
 ) -> CLI:
     """`cli("status", "--json")` runs the verb against the session's (flushed) Redis."""
-    for name in list(os.environ):
-        if name.startswith("COGWORKER_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("COGWORKER_REDIS_URL", redis_server.url)
-    monkeypatch.setenv("COGWORKER_LOG_FORMAT", "json")
+    use_only(monkeypatch, {"COGWORKER_REDIS_URL": redis_server.url, "COGWORKER_LOG_FORMAT": "json"})
     return CLI(capsys)
 
 
 def worker_env(url: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    env = clean_env()
     env.update(
         COGWORKER_REDIS_URL=url,
         COGWORKER_REQUIRE="demo_jobs",

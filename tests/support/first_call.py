@@ -3,12 +3,13 @@ by COGWORKER_* environment variables, in a subprocess with a timeout (a hang is 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from tests.support.daemon_env import clean_env
 
 TIMEOUT_S = 20.0
 
@@ -16,8 +17,7 @@ TIMEOUT_S = 20.0
 def first_call(code: str, url: str, *, timeout: float = TIMEOUT_S, **env: str) -> str:
     """Run `code` (dedented) with COGWORKER_REDIS_URL=url (COGWORKER_REQUIRE=demo_jobs unless `env`
     says otherwise) and no other COGWORKER_* variable; returns its stdout, stripped."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(COGWORKER_REDIS_URL=url, COGWORKER_REQUIRE="demo_jobs")
+    clean = clean_env(COGWORKER_REDIS_URL=url, COGWORKER_REQUIRE="demo_jobs")
     clean.update(env)
     try:
         done = subprocess.run(

@@ -69,6 +69,19 @@ def live_title(proc: psutil.Process) -> str | None:
         return None
 
 
+def titles(pid: int) -> list[str]:
+    """The command line (`ps -o args`) of the process `pid` and every process under it: what anyone
+    on the host can read, so a secret must not show in it."""
+    root = psutil.Process(pid)
+    found = []
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            found.append(Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
 def is_forkserver(title: str) -> bool:
     """The supervisor's fork server (supervisor/forkserver/boot.py) sets this title; workers set their own."""
     return title.startswith(forkserver.TITLE)

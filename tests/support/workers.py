@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +112,9 @@ class WorkerPool:
             worker.kill()
             with_suppress(lambda w=worker: os.killpg(w.proc.pid, signal.SIGKILL))
             worker.log_path.unlink(missing_ok=True)
+
+
+def worker_pool(redis_url: str) -> Iterator[WorkerPool]:
+    """The body of each test folder's `workers` fixture."""
+    with contextlib.closing(WorkerPool(redis_url)) as pool:
+        yield pool

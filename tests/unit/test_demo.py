@@ -3,7 +3,6 @@ producer pushes batches of them to a real Redis until Ctrl-C, which ends it with
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
@@ -14,6 +13,7 @@ import redis
 
 from cogworker import demo
 from cogworker.store import keys
+from tests.support.daemon_env import clean_env
 from tests.support.redis_server import RedisServer, wait_until
 
 
@@ -27,7 +27,7 @@ def test_the_demo_jobs_run_and_flaky_fails_by_its_chance() -> None:
 
 
 def test_the_producer_pushes_batches_until_ctrl_c(redis_server: RedisServer, r: redis.Redis) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    env = clean_env()
     env["COGWORKER_REDIS_URL"] = redis_server.url
     producer = subprocess.Popen(
         [sys.executable, "-m", "cogworker.demo", "--rate", "100"],

@@ -4,7 +4,6 @@ redacted URL shows a password. COGWORKER_REDIS_MIN_REPLICAS is validated here to
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -13,6 +12,7 @@ import pytest
 from cogworker.redact import safe_url
 from cogworker.redis_sentinel import SentinelTarget, parse_hosts, parse_url, target
 from cogworker.settings import ConfigError, load_settings
+from tests.support.daemon_env import clean_env
 
 PASSWORD = "m/pw#1@x"
 ENCODED = "m%2Fpw%231%40x"
@@ -145,8 +145,7 @@ def test_a_sentinel_url_is_redacted() -> None:
     "argv", [["-m", "cogworker", "run"], ["-m", "supervisor.main"]], ids=["run", "swarm"]
 )
 def test_commands_exit_78_on_a_bad_sentinel_or_replica_setting(env: dict[str, str], argv: list[str]) -> None:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(env, COGWORKER_REQUIRE="demo_jobs")
+    clean = clean_env(env, COGWORKER_REQUIRE="demo_jobs")
     clean.pop("NOTIFY_SOCKET", None)
     done = subprocess.run([sys.executable, *argv], env=clean, capture_output=True, text=True, timeout=30)
     assert done.returncode == 78, done.stderr

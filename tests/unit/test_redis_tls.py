@@ -3,7 +3,6 @@ line naming the setting, exit 78 before anything starts), and turned into the cl
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ import pytest
 
 from cogworker.redis_tls import client_options
 from cogworker.settings import ConfigError, load_settings
+from tests.support.daemon_env import clean_env
 from tests.support.tls_redis import make_ca, make_cert
 
 PASSWORD = "Unit-tls-pw-83hq"
@@ -130,7 +130,7 @@ def test_tls_files_with_a_plain_url_are_refused_not_ignored(certs: Path) -> None
     "argv", [["-m", "cogworker", "run"], ["-m", "supervisor.main"]], ids=["run", "swarm"]
 )
 def test_a_bad_tls_file_exits_78_before_anything_starts(certs: Path, argv: list[str]) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    env = clean_env()
     env.update(
         COGWORKER_REDIS_URL=URL,
         COGWORKER_REQUIRE="demo_jobs",

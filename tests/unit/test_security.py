@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from cogworker.api.registry import JobNotFound, resolve
 from cogworker.redact import safe_url
 from cogworker.settings import ConfigError, Settings, load_settings
 from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
+from tests.support.daemon_env import clean_env
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
 
@@ -127,12 +127,6 @@ def test_settings_repr_hides_the_password() -> None:
     settings = load_settings(redis_url="redis://:hunter2@localhost:6379/0")
     assert "hunter2" not in repr(settings) and "hunter2" not in str(settings)
     assert "redis://:***@localhost:6379/0" in repr(settings)
-
-
-def clean_env(**env: str) -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(env)
-    return clean
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cogworker.settings import ConfigError, load_settings, parse_queues
+from tests.support.daemon_env import clean_env
 from tests.support.paths import ROOT
 from tests.support.redis_server import RedisServer
 
@@ -224,8 +225,9 @@ def test_settings_that_must_agree(values: dict[str, float], named: tuple[str, ..
     "argv", [["-m", "cogworker", "run"], ["-m", "supervisor.main"]], ids=["run", "swarm"]
 )
 def test_timeout_nan_exits_78_before_anything_starts(argv: list[str], redis_server: RedisServer) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    env.update(COGWORKER_REDIS_URL=redis_server.url, COGWORKER_REQUIRE="demo_jobs", COGWORKER_TIMEOUT_S="nan")
+    env = clean_env(
+        COGWORKER_REDIS_URL=redis_server.url, COGWORKER_REQUIRE="demo_jobs", COGWORKER_TIMEOUT_S="nan"
+    )
     env.pop("NOTIFY_SOCKET", None)
     done = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 78, done.stderr
@@ -242,7 +244,7 @@ def test_timeout_nan_exits_78_before_anything_starts(argv: list[str], redis_serv
 def test_a_graceful_stop_shorter_than_the_drain_exits_78_before_anything_starts(
     argv: list[str], redis_server: RedisServer
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    env = clean_env()
     env.update(
         COGWORKER_REDIS_URL=redis_server.url,
         COGWORKER_REQUIRE="demo_jobs",
@@ -264,8 +266,7 @@ def test_a_graceful_stop_shorter_than_the_drain_exits_78_before_anything_starts(
 
 
 def test_a_misspelt_variable_is_named_not_silently_ignored(redis_server: RedisServer) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    env.update(COGWORKER_REDIS_URL=redis_server.url, COGWORKER_TIMEOUT="60", COGWORKER_CONCURENCY="3")
+    env = clean_env(COGWORKER_REDIS_URL=redis_server.url, COGWORKER_TIMEOUT="60", COGWORKER_CONCURENCY="3")
     done = subprocess.run(
         [sys.executable, "-m", "cogworker", "queues"], env=env, capture_output=True, text=True, timeout=30
     )

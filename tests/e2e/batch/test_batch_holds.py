@@ -7,7 +7,6 @@ batch whose hold still stands, once."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -18,13 +17,13 @@ import redis
 import cogworker
 from tests.support.batches import (
     ENV,
-    QUICK,
     app_holding_a_batch,
     assert_never_early,
     runs_of,
     stop_all,
     stuck_batch,
 )
+from tests.support.daemon_env import QUICK_RECOVERY, clean_env
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.swarm import stays
 from tests.support.workers import WorkerPool
@@ -56,12 +55,12 @@ def test_a_member_killed_inside_its_block_lets_the_batch_complete(
     r: redis.Redis, configured: object, workers: WorkerPool
 ) -> None:
     bid = a_batch_with_an_adder("killed-in-block")
-    doomed = workers.start(**ENV, **QUICK, COGWORKER_CONCURRENCY="1")
+    doomed = workers.start(**ENV, **QUICK_RECOVERY, COGWORKER_CONCURRENCY="1")
     wait_until(lambda: r.llen("test:started") == 1, timeout=30, message="the member inside its block")
     assert holds(bid) == 1
     doomed.signal(signal.SIGKILL)
     doomed.proc.wait(timeout=10)
-    rescuer = workers.start(**ENV, **QUICK)
+    rescuer = workers.start(**ENV, **QUICK_RECOVERY)
     # Requeued after the orphan threshold (which releases the dead run's hold), run again, ended.
     wait_until(lambda: r.llen("test:callbacks") >= 2, timeout=60, message="the batch's callbacks")
     stop_all(rescuer)
@@ -119,7 +118,7 @@ def test_a_live_app_block_keeps_its_batch_held_past_many_leases(
 
 
 def release(redis_url: str, bid: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    env = clean_env()
     env["COGWORKER_REDIS_URL"] = redis_url
     done = subprocess.run([sys.executable, "-m", "cogworker", "batch", "release", bid],
                           env=env, capture_output=True, text=True, timeout=60)  # fmt: skip

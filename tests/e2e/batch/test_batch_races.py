@@ -12,7 +12,8 @@ import batch_jobs as bj
 import redis
 
 import cogworker
-from tests.support.batches import ENV, QUICK, assert_never_early, runs_of, stop_all
+from tests.support.batches import ENV, assert_never_early, runs_of, stop_all
+from tests.support.daemon_env import QUICK_RECOVERY
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
 
@@ -26,11 +27,11 @@ def test_a_member_killed_mid_run_stays_pending_until_its_recovered_copy_ends(
                          on_death=bj.on_death, callback_args=("killed",)) as b:  # fmt: skip
         bj.blocks.perform_async("blocked-1")
         bj.ok.perform_async("ok-1")
-    doomed = workers.start(**ENV, **QUICK, COGWORKER_CONCURRENCY="1")
+    doomed = workers.start(**ENV, **QUICK_RECOVERY, COGWORKER_CONCURRENCY="1")
     wait_until(lambda: r.llen("test:started") == 1, timeout=20, message="the member started")
     doomed.signal(signal.SIGKILL)
     doomed.proc.wait(timeout=10)
-    rescuer = workers.start(**ENV, **QUICK)
+    rescuer = workers.start(**ENV, **QUICK_RECOVERY)
     # Recovered (requeued after the orphan threshold) and running again on the rescuer.
     wait_until(lambda: r.llen("test:started") == 2, timeout=30, message="the recovered copy started")
     status = cogworker.batch_status(b.bid)

@@ -1,28 +1,29 @@
 """Fixtures for the Redis Cluster tests: one real 3-master + 3-replica cluster for this folder
 (tests/support/redis_cluster.py; ~5 s to start), flushed before each test. cogworker reaches it by its
-cluster URL with a hash-tagged key prefix, so all of a deployment's keys are in one slot."""
+cluster URL with a hash-tagged key prefix, so all of a deployment's keys are in one slot.
+
+The TLS folder's conftest has the same `env`, `workers` and `swarms` fixtures over its own server; what
+differs is the server and how a test starts clean (a flush here, a flush and an ACL check there)."""
 
 from __future__ import annotations
 
-import os
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
+from tests.support.daemon_env import use_only
 from tests.support.redis_cluster import RedisCluster
 from tests.support.swarm import SwarmRunner, swarm_runner
-from tests.support.workers import WorkerPool
+from tests.support.workers import WorkerPool, worker_pool
 
 
 @pytest.fixture(scope="package")
 def redis_cluster() -> Iterator[RedisCluster]:
-    cluster = RedisCluster()
-    try:
+    with contextlib.closing(RedisCluster()) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.fixture
@@ -30,32 +31,19 @@ def cluster(redis_cluster: RedisCluster) -> Iterator[redis.RedisCluster]:
     """redis-py's own cluster client (the tests' view of what cogworker wrote), on a flushed cluster."""
     redis_cluster.wait_ok()  # an earlier test may have moved the slot
     redis_cluster.flush()
-    client = redis_cluster.cluster_client()
-    try:
+    with contextlib.closing(redis_cluster.cluster_client()) as client:
         yield client
-    finally:
-        client.close()
 
 
 @pytest.fixture
 def env(redis_cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """This process's environment set for the cluster only (the in-process client and Web UI read it)."""
-    for name in list(os.environ):
-        if name.startswith("COGWORKER_"):
-            monkeypatch.delenv(name)
-    values = redis_cluster.env()
-    for name, value in values.items():
-        monkeypatch.setenv(name, value)
-    return values
+    return use_only(monkeypatch, redis_cluster.env())
 
 
 @pytest.fixture
 def workers(redis_cluster: RedisCluster, cluster: redis.RedisCluster) -> Iterator[WorkerPool]:
-    pool = WorkerPool(redis_cluster.url())
-    try:
-        yield pool
-    finally:
-        pool.close()
+    yield from worker_pool(redis_cluster.url())
 
 
 @pytest.fixture

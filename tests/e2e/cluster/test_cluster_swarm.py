@@ -7,13 +7,9 @@ setting refused with exit 78 before anything starts."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import signal
-import subprocess
-import sys
-import textwrap
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,6 +20,9 @@ import cogworker
 from cogworker.api import client as cw_client
 from cogworker.settings import load_settings
 from cogworker.web import create_app
+from tests.support import metrics
+from tests.support.daemon_env import QUICK_RECOVERY
+from tests.support.daemon_env import run_cogworker as run
 from tests.support.redis_cluster import PREFIX, SLOT, RedisCluster
 from tests.support.redis_server import free_port, wait_until
 from tests.support.swarm import SwarmRunner
@@ -41,22 +40,11 @@ def tags(path: Path) -> set[str]:
     return {line.split()[0] for line in lines(path)}
 
 
-def run(env: dict[str, str], *argv: str, code: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`cogworker ARGV` (or `python -c CODE`) in a fresh interpreter configured only by `env`."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(env)
-    command = ["-c", textwrap.dedent(code)] if code is not None else ["-m", "cogworker", *argv]
-    return subprocess.run([sys.executable, *command], env=clean, capture_output=True, text=True, timeout=30)
-
-
-def scrape(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {
-        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line and not line.startswith("#")
-    }
+def owner_keys(redis_cluster: RedisCluster) -> list[str]:
+    """Every key on the master that owns the deployment's slot (SLOT)."""
+    owner, _ = redis_cluster.owner(SLOT)
+    with contextlib.closing(redis_cluster.client(owner)) as node:
+        return list(node.keys("*"))
 
 
 @pytest.mark.parametrize("form", ["redis+cluster URL", "COGWORKER_REDIS_CLUSTER=true"])
@@ -83,12 +71,7 @@ def test_a_first_push_from_env_alone_lands_in_the_deployments_slot(
     queued = [json.loads(raw) for raw in cluster.lrange(f"{PREFIX}queue:default", 0, -1)]
     assert jid in [job["jid"] for job in queued] and int(count) == 2 and len(queued) == 3
     # Every key it wrote is in the one slot, on the master that owns it.
-    owner, _ = redis_cluster.owner(SLOT)
-    node = redis_cluster.client(owner)
-    try:
-        written = node.keys("*")
-    finally:
-        node.close()
+    written = owner_keys(redis_cluster)
     assert written and all(key.startswith(PREFIX) for key in written)
     assert {cluster.keyslot(key) for key in written} == {SLOT}
 
@@ -104,12 +87,12 @@ def test_a_swarm_runs_every_kind_of_job_and_the_cli_and_metrics_read_the_cluster
     out, ticks = tmp_path / "ran.txt", tmp_path / "ticks.txt"
     port = free_port()
     swarm = swarms.start(
-        **{**env, "COGWORKER_REQUIRE": "cluster_jobs,cluster_periodic"},
+        **{**env, "COGWORKER_REQUIRE": "cluster_jobs,tick_periodic"},
         COGWORKER_METRICS_PORT=str(port),
         COGWORKER_POLL_INTERVAL_S="0.3",
         COGWORKER_PERIODIC_CHECK_INTERVAL_S="0.3",
         COGWORKER_QUEUES="default,other",  # two queues: an idle fetcher waits on the wake-up channel
-        CLUSTER_TICK_FILE=str(ticks),
+        TICK_FILE=str(ticks),
     )
     swarm.wait_ready(timeout=30)
     cw_client.configure(load_settings())
@@ -139,28 +122,23 @@ def test_a_swarm_runs_every_kind_of_job_and_the_cli_and_metrics_read_the_cluster
     queues = run(env, "queues", "--json")
     assert queues.returncode == 0, queues.stderr
     assert {q["name"] for q in json.loads(queues.stdout)} >= {"default"}
-    periodic = run({**env, "COGWORKER_REQUIRE": "cluster_jobs,cluster_periodic"}, "periodic", "list")
-    assert periodic.returncode == 0 and "cluster_periodic.tick" in periodic.stdout, periodic.stderr
+    periodic = run({**env, "COGWORKER_REQUIRE": "cluster_jobs,tick_periodic"}, "periodic", "list")
+    assert periodic.returncode == 0 and "tick_periodic.tick" in periodic.stdout, periodic.stderr
     doctor = run(env, "doctor", "--json")
     assert doctor.stdout, doctor.stderr
     assert {c["name"] for c in json.loads(doctor.stdout)["checks"]}
 
-    metrics = scrape(port)
-    assert metrics["cogworker_redis_up"] == 1.0
-    assert metrics['cogworker_queue_size{queue="default"}'] == 0.0
-    assert metrics['cogworker_set_size{set="retry"}'] == 0.0
+    samples = metrics.scrape(port)
+    assert metrics.value(samples, "cogworker_redis_up") == 1.0
+    assert metrics.value(samples, "cogworker_queue_size", queue="default") == 0.0
+    assert metrics.value(samples, "cogworker_set_size", set="retry") == 0.0
 
     with TestClient(create_app(load_settings())) as ui:
         page = ui.get("/")
         assert page.status_code == 200 and "default" in page.text
 
     # Everything cogworker wrote is in the deployment's one slot.
-    owner, _ = redis_cluster.owner(SLOT)
-    node = redis_cluster.client(owner)
-    try:
-        written = node.keys("*")
-    finally:
-        node.close()
+    written = owner_keys(redis_cluster)
     assert {cluster.keyslot(key) for key in written} == {SLOT}
     assert swarm.stop() == 0
     assert not swarm.events("redis_outage_started")
@@ -169,13 +147,7 @@ def test_a_swarm_runs_every_kind_of_job_and_the_cli_and_metrics_read_the_cluster
 def test_a_killed_workers_jobs_are_recovered_as_orphans_by_another(
     cluster: redis.RedisCluster, workers: WorkerPool, env: dict[str, str], tmp_path: Path
 ) -> None:
-    quick = {
-        **env,
-        "COGWORKER_HEARTBEAT_INTERVAL_S": "0.2",
-        "COGWORKER_PRESENCE_TTL_S": "1",
-        "COGWORKER_ORPHAN_THRESHOLD_S": "2",
-        "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "0.3",
-    }
+    quick = {**env, **QUICK_RECOVERY}
     out = tmp_path / "ran.txt"
     cw_client.configure(load_settings())
     import cluster_jobs

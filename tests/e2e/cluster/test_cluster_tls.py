@@ -6,16 +6,14 @@ master, and the CLI reads the cluster the same way."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.daemon_env import run_cogworker as run
 from tests.support.redis_cluster import SLOT, RedisCluster
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
@@ -25,18 +23,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tls_cluster() -> Iterator[RedisCluster]:
-    cluster = RedisCluster(tls=True)
-    try:
+    with contextlib.closing(RedisCluster(tls=True)) as cluster:
         yield cluster
-    finally:
-        cluster.close()
-
-
-def run(env: dict[str, str], *argv: str, code: str | None = None) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(env)
-    command = ["-c", textwrap.dedent(code)] if code is not None else ["-m", "cogworker", *argv]
-    return subprocess.run([sys.executable, *command], env=clean, capture_output=True, text=True, timeout=30)
 
 
 def push(env: dict[str, str], out: Path, tag: str) -> None:

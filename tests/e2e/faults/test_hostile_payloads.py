@@ -9,13 +9,11 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
-from prometheus_client.parser import text_string_to_metric_families
 
 from cogworker import codec
 from cogworker.ops import sets as set_ops
@@ -23,7 +21,9 @@ from cogworker.settings import load_settings
 from cogworker.store import keys
 from supervisor.integrations.metrics import SwarmMetrics
 from tests.support import components
+from tests.support import metrics as scraped
 from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
+from tests.support.daemon_env import clean_env
 from tests.support.redis_server import RedisServer, free_port, wait_until
 from tests.support.workers import WorkerPool
 
@@ -177,8 +177,7 @@ def test_status_queues_and_doctor_exit_0_with_non_utf8_data(cli: CLI, rb: redis.
 
 def test_cogworker_status_as_a_command_with_non_utf8_data(redis_server: RedisServer, rb: redis.Redis) -> None:
     seed_everywhere(rb)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    env.update(COGWORKER_REDIS_URL=redis_server.url, LC_ALL="C.UTF-8", PYTHONIOENCODING="utf-8")
+    env = clean_env(COGWORKER_REDIS_URL=redis_server.url, LC_ALL="C.UTF-8", PYTHONIOENCODING="utf-8")
     done = subprocess.run(
         [sys.executable, "-m", "cogworker", "status"], env=env, capture_output=True, text=True, timeout=30
     )
@@ -192,16 +191,9 @@ def test_the_metrics_scrape_reports_with_non_utf8_data(redis_server: RedisServer
     metrics.start()
     try:
         assert metrics.port is not None
-        url = f"http://127.0.0.1:{metrics.port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            text = response.read().decode()
+        samples = scraped.parse(scraped.scrape_text(metrics.port))
     finally:
         metrics.stop()
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
     assert samples[("cogworker_redis_up", ())] == 1
     assert samples[("cogworker_queue_size", (("queue", "default"),))] == 2
     assert samples[("cogworker_queue_size", (("queue", "q\\xff"),))] == 1

@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from cogworker.store import keys
+from tests.support.daemon_env import QUICK_RECOVERY
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.swarm import SwarmRunner, swarm_runner
 from tests.support.workers import WorkerPool
@@ -27,10 +28,7 @@ MAX_ORPHANINGS = 3
 INNOCENTS = 3
 # Short thresholds through settings, so a dead worker's list is recovered within seconds.
 QUICK = {
-    "COGWORKER_HEARTBEAT_INTERVAL_S": "0.2",
-    "COGWORKER_PRESENCE_TTL_S": "1",
-    "COGWORKER_ORPHAN_THRESHOLD_S": "2",
-    "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "0.3",
+    **QUICK_RECOVERY,
     "COGWORKER_POLL_INTERVAL_S": "0.2",
     "COGWORKER_MAX_ORPHANINGS": str(MAX_ORPHANINGS),
 }

@@ -15,19 +15,15 @@ import redis
 import cogworker
 from cogworker.settings import load_settings
 from cogworker.store import keys
+from tests.support.daemon_env import QUICK_RECOVERY
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.workers import Worker, WorkerPool
 
 RENAMED = ("--rename-command", "LMOVE", "", "--rename-command", "BLMOVE", "")
 QUEUE_SETS = [pytest.param("q1", id="one-queue"), pytest.param("q1,q2,q3", id="three-queues")]
-# Short thresholds, so that recovery of a killed worker's list comes within seconds.
-QUICK = {
-    "COGWORKER_HEARTBEAT_INTERVAL_S": "0.2",
-    "COGWORKER_PRESENCE_TTL_S": "1",
-    "COGWORKER_ORPHAN_THRESHOLD_S": "2",
-    "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "0.3",
-    "COGWORKER_POLL_INTERVAL_S": "0.2",
-}
+
+# Recovery within seconds, and a poller that looks often.
+QUICK = {**QUICK_RECOVERY, "COGWORKER_POLL_INTERVAL_S": "0.2"}
 
 
 @pytest.fixture

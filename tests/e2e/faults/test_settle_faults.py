@@ -14,14 +14,12 @@ import redis
 import cogworker
 from cogworker.settings import load_settings
 from cogworker.store import keys
+from tests.support.daemon_env import QUICK_RECOVERY
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.workers import WorkerPool
 
 QUICK = {
-    "COGWORKER_HEARTBEAT_INTERVAL_S": "0.2",
-    "COGWORKER_PRESENCE_TTL_S": "1",
-    "COGWORKER_ORPHAN_THRESHOLD_S": "2",
-    "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "0.3",
+    **QUICK_RECOVERY,
     "COGWORKER_POLL_INTERVAL_S": "0.2",
     "COGWORKER_REDIS_TIMEOUT_S": "1",
 }

@@ -23,6 +23,7 @@ from structlog.testing import capture_logs
 from cogworker import exitcodes
 from cogworker.api import client
 from cogworker.settings import Settings
+from tests.support.daemon_env import clean_env
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
 
@@ -194,8 +195,7 @@ def test_settings_come_from_django_and_the_environment_wins(
         "from django_shop import jobs\n"
         "print(perform_on_commit(jobs.ship, 7))\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    env.update(django_env, COGTEST_REDIS_URL=redis_server.url, COGTEST_KEY_PREFIX="fromdjango:")
+    env = clean_env(django_env, COGTEST_REDIS_URL=redis_server.url, COGTEST_KEY_PREFIX="fromdjango:")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert _loads(r.lindex("fromdjango:queue:django", 0) or "{}")["jid"] == done.stdout.strip()

@@ -15,32 +15,14 @@ cause", says what each fault may leave:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import matrix_jobs
 import pytest
 
-from cogworker.api import client as cw_client
-from cogworker.settings import load_settings
 from cogworker.store import keys
 from tests.support import matrix
 from tests.support.matrix import MODES, Stack
 from tests.support.redis_server import wait_until
 from tests.support.workers import Worker
-
-
-@pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
-    with matrix.stack(worker_through_proxy=True) as made:
-        yield made
-
-
-@pytest.fixture
-def m(stack: Stack) -> Iterator[Stack]:
-    cw_client.configure(load_settings(redis_url=stack.server.url))
-    stack.proxy.clear()
-    yield stack
-    stack.end_case()
 
 
 @pytest.mark.parametrize("mode", MODES)

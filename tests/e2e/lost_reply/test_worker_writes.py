@@ -46,35 +46,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import matrix_jobs
 import pytest
 
 import cogworker
 from cogworker.api import client as cw_client
-from cogworker.settings import load_settings
 from cogworker.store import keys
 from cogworker.store.locks import unique_digest
-from tests.support import matrix
 from tests.support.matrix import MODES, Stack
 from tests.support.redis_server import wait_until
-
-
-@pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
-    with matrix.stack(worker_through_proxy=True) as made:
-        yield made
-
-
-@pytest.fixture
-def m(stack: Stack) -> Iterator[Stack]:
-    """One case: the job API pointed straight at Redis; afterwards the worker is alive and idle,
-    and nothing is left anywhere a job waits."""
-    cw_client.configure(load_settings(redis_url=stack.server.url))
-    stack.proxy.clear()
-    yield stack
-    stack.end_case()
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -23,6 +23,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from tests.support.daemon_env import clean_env
 from tests.support.first_call import first_call
 from tests.support.monitor import Command, Monitor
 from tests.support.redis_server import RedisServer, wait_until
@@ -56,8 +57,7 @@ def swarms(private_redis: RedisServer, tmp_path: Path) -> Iterator[SwarmRunner]:
 
 
 def cli(url: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    env.update(COGWORKER_REDIS_URL=url, COGWORKER_KEY_PREFIX=PREFIX, COGWORKER_REQUIRE="slot_app")
+    env = clean_env(COGWORKER_REDIS_URL=url, COGWORKER_KEY_PREFIX=PREFIX, COGWORKER_REQUIRE="slot_app")
     return subprocess.run(
         [sys.executable, "-m", "cogworker", *argv], env=env, capture_output=True, text=True, timeout=60
     )

@@ -6,7 +6,6 @@ never touch keys under another prefix (a third, `appc:`, has no swarm: whatever 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import urllib.request
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 
+from tests.support.daemon_env import clean_env
 from tests.support.first_call import first_call
 from tests.support.redis_server import RedisServer, free_port, wait_until
 from tests.support.swarm import Swarm, SwarmRunner, swarm_runner
@@ -44,8 +44,7 @@ def seed(r: redis.Redis, prefix: str, app: str) -> None:
 
 
 def cli(url: str, prefix: str, *argv: str) -> Any:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    env.update(COGWORKER_REDIS_URL=url, COGWORKER_KEY_PREFIX=prefix)
+    env = clean_env(COGWORKER_REDIS_URL=url, COGWORKER_KEY_PREFIX=prefix)
     done = subprocess.run(
         [sys.executable, "-m", "cogworker", *argv, "--json"],
         env=env,

@@ -17,13 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-import psutil
 import pytest
 
+from tests.support import metrics
+from tests.support.daemon_env import run_cogworker
 from tests.support.first_call import first_call
 from tests.support.redis_server import free_port, wait_until
 from tests.support.sentinel_redis import MASTER_NAME, MASTER_PASSWORD, SENTINEL_PASSWORD, SentinelRedis
-from tests.support.swarm import SwarmRunner
+from tests.support.swarm import SwarmRunner, titles
 from tests.support.web_server import cogworker_web
 
 pytestmark = pytest.mark.slow
@@ -37,34 +38,11 @@ FORMS = (
 
 
 def cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "cogworker", *argv], env=clean, capture_output=True, text=True, timeout=60
-    )
-
-
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        return str(response.read().decode())
+    return run_cogworker(env, *argv, timeout=60)
 
 
 def redis_up(port: int) -> float | None:
-    for line in scrape(port).splitlines():
-        if line.startswith("cogworker_redis_up "):
-            return float(line.split()[-1])
-    return None
-
-
-def titles(pid: int) -> list[str]:
-    root = psutil.Process(pid)
-    found = []
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            found.append(Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except (OSError, psutil.Error):
-            continue
-    return found
+    return metrics.value(metrics.scrape(port, timeout=10), "cogworker_redis_up")
 
 
 @pytest.fixture
@@ -151,7 +129,7 @@ def test_a_swarm_the_cli_the_metrics_and_the_web_ui_follow_a_failover_without_sh
     assert down.returncode != 0 and "No master found" in down.stdout + down.stderr
     outputs["status without sentinels"] = down.stdout + down.stderr
     old = deployment.kill_master()
-    outputs["metrics while down"] = scrape(port)
+    outputs["metrics while down"] = metrics.scrape_text(port, timeout=10)
     during = cli(env, "status")
     outputs["status while failing over"] = during.stdout + during.stderr
     deployment.wait_promoted(old)
@@ -166,7 +144,7 @@ def test_a_swarm_the_cli_the_metrics_and_the_web_ui_follow_a_failover_without_sh
     outputs["web after"] = page(web.url + "/") + page(web.url + "/busy")
     after = cli(env, "status", "--json")
     assert after.returncode == 0, after.stderr
-    outputs["metrics"] = scrape(port)
+    outputs["metrics"] = metrics.scrape_text(port, timeout=10)
     outputs.update({f"title {i}": title for i, title in enumerate(titles(swarm.pid))})
     assert swarm.stop(timeout=60) == 0
     outputs["swarm log"] = swarm.log_path.read_text(errors="replace")

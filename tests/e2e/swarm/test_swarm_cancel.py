@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import os
 import signal
-import urllib.error
-import urllib.request
 
 import cancel_jobs
 import redis
-from prometheus_client.parser import text_string_to_metric_families
 
 import cogworker
 from cogworker.store import keys
+from tests.support import metrics
 from tests.support.redis_server import free_port, wait_until
 from tests.support.swarm import SwarmRunner, stays
 
@@ -22,17 +20,7 @@ APP = {"COGWORKER_REQUIRE": "cancel_jobs", "COGWORKER_COUNT": "1"}
 
 
 def cancelled_metric(port: int, job: str) -> float | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            text = response.read().decode()
-    except (urllib.error.URLError, ConnectionError):
-        return None
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "cogworker_jobs_cancelled_total" and sample.labels.get("job") == job:
-                assert sample.labels.get("queue") == "default"
-                return sample.value
-    return None
+    return metrics.value(metrics.scrape(port), "cogworker_jobs_cancelled_total", queue="default", job=job)
 
 
 def shown_running(r: redis.Redis, jid: str) -> bool:

@@ -4,15 +4,12 @@ in Redis and in the swarm's Prometheus metrics (`cogworker_jobs_limited_total`).
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
-
 import limiter_jobs
 import pytest
 import redis
-from prometheus_client.parser import text_string_to_metric_families
 
 from cogworker.store import keys
+from tests.support import metrics
 from tests.support.redis_server import RedisServer, free_port, wait_until
 from tests.support.swarm import SwarmRunner
 
@@ -31,16 +28,7 @@ def _jobs_see_the_test_redis(redis_server: RedisServer, monkeypatch: pytest.Monk
 
 
 def limited_metric(port: int) -> float | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            text = response.read().decode()
-    except (urllib.error.URLError, ConnectionError):
-        return None
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "cogworker_jobs_limited_total" and sample.labels.get("job") == JOB:
-                return sample.value
-    return None
+    return metrics.value(metrics.scrape(port), "cogworker_jobs_limited_total", queue="default", job=JOB)
 
 
 JOB = "limiter_jobs.three_at_once"

@@ -7,43 +7,20 @@ import os
 import signal
 import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 import redis
-from prometheus_client.parser import text_string_to_metric_families
 
 from cogworker import codec, exitcodes
 from cogworker.api import payload
+from tests.support.metrics import Samples, scrape, value
 from tests.support.redis_server import free_port, wait_until
 from tests.support.swarm import Swarm, SwarmRunner
 
 pytestmark = pytest.mark.slow
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def scrape(port: int) -> Samples:
-    """Every sample on /metrics, keyed by (name, sorted labels); {} while nothing listens yet."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            assert response.status == 200
-            text = response.read().decode()
-    except (urllib.error.URLError, ConnectionError):
-        return {}
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, tuple(sorted(labels.items()))))
 
 
 class Scraper:

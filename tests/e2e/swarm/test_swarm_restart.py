@@ -34,6 +34,10 @@ def write_app(directory: Path, version: str, *, broken: bool = False) -> None:
     )
 
 
+# Each child forks from a fork server that imported the app (preload), or imports it itself (fork).
+BOTH_START_MODES = pytest.mark.parametrize("preload", [False, True], ids=["fork", "preload"])
+
+
 def start_versioned_app(swarms: SwarmRunner, tmp_path: Path, **env: str) -> tuple[Path, Swarm]:
     """A swarm running v1 of the app from a directory of its own, which a test rewrites to deploy."""
     app_dir = tmp_path / "app"
@@ -89,15 +93,12 @@ def capacity_after_first_ready(swarm: Swarm, count: int) -> list[int]:
     return [e["ready"] for e in lines[first:] if e["state"] != "stopping"]
 
 
-@pytest.mark.parametrize("preload", [False, True], ids=["fork", "preload"])
+@BOTH_START_MODES
 def test_phased_restart_loads_new_code_and_keeps_ready_capacity(
     swarms: SwarmRunner, r: redis.Redis, tmp_path: Path, preload: bool
 ) -> None:
     app_dir, swarm = start_versioned_app(
-        swarms,
-        tmp_path,
-        COGWORKER_PRELOAD=str(preload).lower(),
-        COGWORKER_COUNT="3",
+        swarms, tmp_path, COGWORKER_PRELOAD=str(preload).lower(), COGWORKER_COUNT="3"
     )
     swarm.wait_ready()
     old = {c.pid for c in swarm.children()}
@@ -126,15 +127,11 @@ def test_phased_restart_loads_new_code_and_keeps_ready_capacity(
     assert swarm.stop() == exitcodes.OK
 
 
-@pytest.mark.parametrize("preload", [False, True], ids=["fork", "preload"])
+@BOTH_START_MODES
 def test_a_replacement_that_fails_to_boot_leaves_the_old_children_running(
     swarms: SwarmRunner, r: redis.Redis, tmp_path: Path, preload: bool
 ) -> None:
-    app_dir, swarm = start_versioned_app(
-        swarms,
-        tmp_path,
-        COGWORKER_PRELOAD=str(preload).lower(),
-    )
+    app_dir, swarm = start_versioned_app(swarms, tmp_path, COGWORKER_PRELOAD=str(preload).lower())
     swarm.wait_ready()
     old = {c.pid for c in swarm.children()}
     old_forkservers = {p.pid for p in swarm.forkservers()}

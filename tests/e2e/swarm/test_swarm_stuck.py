@@ -6,7 +6,6 @@ STATUS count it, and the job is never run again by recovery."""
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,8 @@ import demo_jobs
 import pytest
 import redis
 import timeout_jobs
-from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support import metrics
 from tests.support.notify_listener import NotifyListener
 from tests.support.redis_server import free_port, wait_until
 from tests.support.swarm import SwarmRunner
@@ -31,16 +30,6 @@ def listener(short_dir: Path) -> Iterator[NotifyListener]:
         yield made
     finally:
         made.close()
-
-
-def samples(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def test_a_stuck_job_gets_its_child_replaced_gracefully_and_is_counted(
@@ -79,12 +68,12 @@ def test_a_stuck_job_gets_its_child_replaced_gracefully_and_is_counted(
     assert r.keys("cogworker:inprogress:*") == []
 
     s = wait_until(
-        lambda: (got := samples(port)).get(("cogworker_jobs_stuck_total", ())) == 1 and got,
+        lambda: metrics.value(got := metrics.scrape(port), "cogworker_jobs_stuck_total") == 1 and got,
         timeout=10,
         message="the stuck job in the metrics",
     )
-    assert s[("cogworker_child_restarts_total", (("reason", "stuck"),))] == 1
-    assert s[("cogworker_jobs_dead_total", (("job", "timeout_jobs.blocked"), ("queue", "default")))] == 1
+    assert metrics.value(s, "cogworker_child_restarts_total", reason="stuck") == 1
+    assert metrics.value(s, "cogworker_jobs_dead_total", job="timeout_jobs.blocked", queue="default") == 1
     listener.wait(
         lambda m: m.status is not None and m.status.endswith("1 replaced for stuck jobs"),
         what="STATUS counting the stuck replacement",

@@ -17,7 +17,6 @@ import shutil
 import signal
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import pytest
 import redis
 
 from cogworker import codec
+from tests.support import metrics
 from tests.support.paths import APP_DIR, ROOT
 from tests.support.redis_server import RedisServer, free_port, wait_until
 from tests.support.swarm import FAST_ENV, is_forkserver, live_title
@@ -437,10 +437,9 @@ def test_the_swarm_runs_under_the_units_sandbox_within_its_tasks_max(
     demo_jobs.record.perform_async("filtered")
     wait_until(lambda: ran(r, "filtered"), message="a job run under the system call filter")
     assert ran(r, "filtered")[0] in children(pid)
-    url = f"http://127.0.0.1:{APP_METRICS_PORT}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    assert "cogworker_redis_up 1.0" in text and 'cogworker_children{state="ready"} 2.0' in text
+    samples = metrics.parse(metrics.scrape_text(APP_METRICS_PORT))
+    assert metrics.value(samples, "cogworker_redis_up") == 1
+    assert metrics.value(samples, "cogworker_children", state="ready") == 2
     # The unit comment's TasksMax sizing, without the restart factor of 2, covers a running swarm.
     count, concurrency = int(FAST_ENV["COGWORKER_COUNT"]), int(FAST_ENV["COGWORKER_CONCURRENCY"])
     tasks = sum(p.num_threads() for p in processes)

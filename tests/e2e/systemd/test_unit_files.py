@@ -17,6 +17,7 @@ import pytest
 
 from cogworker import exitcodes
 from cogworker.settings import Settings, load_settings
+from tests.support.daemon_env import use_only
 from tests.support.paths import ROOT
 from tests.support.redis_server import RedisServer
 from tests.support.systemd_manager import exec_arg, user_manager
@@ -217,11 +218,7 @@ def test_env_example_documents_every_variable_and_each_is_a_setting() -> None:
 
 def test_env_example_values_are_valid_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     # Uncommenting any line as written must give a swarm that starts, not exit 78.
-    for name in list(os.environ):
-        if name.startswith("COGWORKER_"):
-            monkeypatch.delenv(name)
-    for name, value in _example_assignments().items():
-        monkeypatch.setenv(name, value)
+    use_only(monkeypatch, _example_assignments())
     settings = load_settings()
     assert settings.graceful_stop_timeout_s > settings.timeout_s
     assert settings.liveness_timeout_s == 30

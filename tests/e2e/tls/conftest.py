@@ -3,29 +3,30 @@ flushed before each test through its admin user; cogworker's processes connect a
 
 Every test ends by asking the server what its ACL refused the `app` user (ACL LOG): a command missing
 from the README's list shows up there even where cogworker tolerates the refusal.
+
+The cluster folder's conftest has the same environment, `workers` and `swarms` fixtures over its own
+server; what differs is the server and the check that ends each test.
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
+from tests.support.daemon_env import use_only
 from tests.support.swarm import SwarmRunner, swarm_runner
 from tests.support.tls_redis import TlsRedis
-from tests.support.workers import WorkerPool
+from tests.support.workers import WorkerPool, worker_pool
 
 
 @pytest.fixture(scope="module")
 def tls_redis() -> Iterator[TlsRedis]:
-    server = TlsRedis()
-    try:
+    with contextlib.closing(TlsRedis()) as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
@@ -34,32 +35,20 @@ def admin(tls_redis: TlsRedis) -> Iterator[redis.Redis]:
     client = tls_redis.admin()
     client.flushall()
     client.acl_log_reset()
-    try:
+    with contextlib.closing(client):
         yield client
         assert tls_redis.refused() == [], "the ACL refused cogworker a command the README's list lacks"
-    finally:
-        client.close()
 
 
 @pytest.fixture
 def tls_env(tls_redis: TlsRedis, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """This process's environment set for the TLS server only (the in-process CLI and Web UI read it)."""
-    for name in list(os.environ):
-        if name.startswith("COGWORKER_"):
-            monkeypatch.delenv(name)
-    env = tls_redis.env(COGWORKER_REQUIRE="tls_jobs", COGWORKER_LOG_FORMAT="json")
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    return env
+    return use_only(monkeypatch, tls_redis.env(COGWORKER_REQUIRE="tls_jobs", COGWORKER_LOG_FORMAT="json"))
 
 
 @pytest.fixture
 def workers(tls_redis: TlsRedis, admin: redis.Redis) -> Iterator[WorkerPool]:
-    pool = WorkerPool(tls_redis.url())
-    try:
-        yield pool
-    finally:
-        pool.close()
+    yield from worker_pool(tls_redis.url())
 
 
 @pytest.fixture

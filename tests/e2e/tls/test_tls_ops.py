@@ -54,13 +54,13 @@ def test_every_ops_path_works_as_the_acl_user(
 ) -> None:
     ticks = tmp_path / "ticks.txt"
     out = tmp_path / "ran.txt"
-    monkeypatch.setenv("COGWORKER_REQUIRE", "tls_jobs,tls_periodic")
+    monkeypatch.setenv("COGWORKER_REQUIRE", "tls_jobs,tick_periodic")
     worker = workers.start(
-        **{**tls_env, "COGWORKER_REQUIRE": "tls_jobs,tls_periodic"},
+        **{**tls_env, "COGWORKER_REQUIRE": "tls_jobs,tick_periodic"},
         COGWORKER_HEARTBEAT_INTERVAL_S="0.3",
         COGWORKER_POLL_INTERVAL_S="0.5",
         COGWORKER_PERIODIC_CHECK_INTERVAL_S="0.5",
-        TLS_TICK_FILE=str(ticks),
+        TICK_FILE=str(ticks),
     )
     identity = worker.identity()
     settings = load_settings()
@@ -69,7 +69,7 @@ def test_every_ops_path_works_as_the_acl_user(
 
     # A periodic entry fires (its slot claims and the enqueue are scripts under cogworker:*).
     wait_until(lambda: lines(ticks), timeout=15, message="a periodic tick")
-    assert "tls_periodic.tick" in cli("periodic", "list", "--json").stdout
+    assert "tick_periodic.tick" in cli("periodic", "list", "--json").stdout
 
     # A unique job: the second push is refused while the first holds the claim; its status is kept.
     jid = tls_jobs.unique_note.perform_async(str(out), "u")

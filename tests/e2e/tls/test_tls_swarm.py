@@ -7,21 +7,18 @@ or an attacker with `ps` could look: the log, every process title, `cogworker st
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
-import psutil
 import pytest
 import redis
 
 from cogworker.api import client as cw_client
 from cogworker.settings import load_settings
+from tests.support import metrics
+from tests.support.daemon_env import run_cogworker as cli
 from tests.support.redis_server import free_port, wait_until
-from tests.support.swarm import SwarmRunner
+from tests.support.swarm import SwarmRunner, titles
 from tests.support.tls_redis import APP_PASSWORD, TlsRedis
 
 pytestmark = pytest.mark.slow
@@ -32,38 +29,6 @@ FORMS = (APP_PASSWORD, quote(APP_PASSWORD, safe=""))
 
 def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
-
-
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        return str(response.read().decode())
-
-
-def metric(text: str, sample: str) -> float | None:
-    for line in text.splitlines():
-        if line.startswith(sample + " "):
-            return float(line.split()[-1])
-    return None
-
-
-def cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "cogworker", *argv], env=clean, capture_output=True, text=True, timeout=30
-    )
-
-
-def titles(swarm_pid: int) -> list[str]:
-    """The command line (`ps -o args`) of the supervisor and every process under it."""
-    root = psutil.Process(swarm_pid)
-    found = []
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            found.append(Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except (OSError, psutil.Error):
-            continue
-    return found
 
 
 def test_a_swarm_runs_recovers_and_is_scraped_over_tls_without_showing_the_password(
@@ -96,10 +61,11 @@ def test_a_swarm_runs_recovers_and_is_scraped_over_tls_without_showing_the_passw
     assert requeued[0]["moved"] >= 1
     swarm.wait_ready(timeout=30)  # the replacement child
 
-    text = scrape(port)
-    assert metric(text, "cogworker_redis_up") == 1.0
-    assert metric(text, 'cogworker_queue_size{queue="default"}') == 0.0
-    assert metric(text, 'cogworker_set_size{set="retry"}') == 0.0
+    text = metrics.scrape_text(port)
+    samples = metrics.parse(text)
+    assert metrics.value(samples, "cogworker_redis_up") == 1.0
+    assert metrics.value(samples, "cogworker_queue_size", queue="default") == 0.0
+    assert metrics.value(samples, "cogworker_set_size", set="retry") == 0.0
 
     status = cli(env, "status", "--json")
     assert status.returncode == 0, status.stderr

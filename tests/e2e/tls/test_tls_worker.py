@@ -10,8 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from urllib.parse import quote
 
@@ -21,6 +19,7 @@ from starlette.testclient import TestClient
 
 from cogworker.settings import load_settings
 from cogworker.web import create_app
+from tests.support.daemon_env import run_cogworker as run_cli
 from tests.support.paths import ROOT
 from tests.support.redis_server import wait_until
 from tests.support.tls_redis import APP_COMMANDS, APP_PASSWORD, TlsRedis
@@ -29,21 +28,8 @@ from tests.support.workers import WorkerPool
 pytestmark = pytest.mark.slow
 
 
-def run_cli(env: dict[str, str], *argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    """`cogworker ...` in a fresh interpreter configured only by `env`; a hang is a failure."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "cogworker", *argv], env=clean, capture_output=True, text=True, timeout=timeout
-    )
-
-
 def python(env: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(env)
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], env=clean, capture_output=True, text=True, timeout=30
-    )
+    return run_cli(env, code=code)
 
 
 def lines(path: Path) -> list[str]:

@@ -8,6 +8,7 @@ UI server's and the swarm's logs are printed with it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,21 +37,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture(scope="module")
 def web_redis() -> Iterator[RedisServer]:
-    server = RedisServer()
-    try:
+    with contextlib.closing(RedisServer()) as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
 def rc(web_redis: RedisServer) -> Iterator[redis.Redis]:
     """A client of the module's Redis (not flushed: the module's swarm lives there)."""
-    client = web_redis.client()
-    try:
+    with contextlib.closing(web_redis.client()) as client:
         yield client
-    finally:
-        client.close()
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ import redis
 import cogworker
 from cogworker.settings import Settings
 from cogworker.store import keys
-from tests.support.chains import APP, QUICK, finished, runs
+from tests.support.chains import APP, finished, runs
+from tests.support.daemon_env import QUICK_RECOVERY
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
 
@@ -107,7 +108,7 @@ def test_a_member_sigkilled_mid_run_and_recovered_continues_the_chain_once(
     group = cogworker.group(chain_jobs.step.s("m1"), chain_jobs.stall_once.s("m2"))
     pushed = cogworker.chain(chain_jobs.step.s("a"), group, chain_jobs.step.s("c"))
     assert pushed is not None
-    victim = workers.start(**APP, **QUICK)
+    victim = workers.start(**APP, **QUICK_RECOVERY)
     wait_until(lambda: "stall_once m2" in runs(r), timeout=30, message="the stalling member's first run")
 
     def pending() -> int | None:
@@ -123,7 +124,7 @@ def test_a_member_sigkilled_mid_run_and_recovered_continues_the_chain_once(
     # Killed mid-run: still pending (not failed), and the chain waits for it.
     batch = cogworker.batch_status(pushed.jids[1])
     assert batch is not None and (batch.pending, batch.failed, batch.complete) == (1, 0, False)
-    workers.start(**APP, **QUICK)
+    workers.start(**APP, **QUICK_RECOVERY)
     assert finished(pushed.id, timeout=90)["state"] == "complete"
     seen = runs(r)
     assert sorted(seen) == ["stall_once m2", "stall_once m2", "step a", "step c", "step m1"]

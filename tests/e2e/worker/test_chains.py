@@ -15,7 +15,8 @@ import redis
 import cogworker
 from cogworker.settings import Settings
 from cogworker.store import keys
-from tests.support.chains import APP, QUICK, finished, runs
+from tests.support.chains import APP, finished, runs
+from tests.support.daemon_env import QUICK_RECOVERY
 from tests.support.monitor import Monitor
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.workers import WorkerPool
@@ -54,13 +55,13 @@ def test_a_step_sigkilled_mid_run_and_recovered_continues_the_chain_once(
 ) -> None:
     pushed = cogworker.chain(chain_jobs.step.s("a"), chain_jobs.stall_once.s("b"), chain_jobs.step.s("c"))
     assert pushed is not None
-    victim = workers.start(**APP, **QUICK)
+    victim = workers.start(**APP, **QUICK_RECOVERY)
     wait_until(lambda: "stall_once b" in runs(r), timeout=20, message="the stalling step's first run")
     status = cogworker.chain_status(pushed.id)
     assert status is not None and [s["state"] for s in status["steps"]] == ["done", "running", "pending"]
     victim.signal(signal.SIGKILL)
     assert victim.proc.wait(timeout=5) == -signal.SIGKILL
-    workers.start(**APP, **QUICK)
+    workers.start(**APP, **QUICK_RECOVERY)
     assert finished(pushed.id)["state"] == "complete"
     assert runs(r) == ["step a", "stall_once b", "stall_once b", "step c"]
     # Nothing left to run a step again: the successor was pushed by one ack only.
@@ -118,7 +119,7 @@ def test_workers_sigkilled_at_random_moments_push_each_successor_exactly_once(
     monitor = Monitor(redis_server.url)
     try:
         chains = [cogworker.chain(*(chain_jobs.nap.s(f"{n}.{i}", 0.15) for i in range(4))) for n in range(8)]
-        env = {**APP, **QUICK, "COGWORKER_CONCURRENCY": "2"}
+        env = {**APP, **QUICK_RECOVERY, "COGWORKER_CONCURRENCY": "2"}
         live = [workers.start(**env), workers.start(**env)]
         rng = random.Random(19)
         for kill in range(1, 7):

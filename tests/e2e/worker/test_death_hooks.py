@@ -5,7 +5,6 @@ retry_on / discard_on / retry_in decide where a failure goes."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,16 +15,11 @@ import demo_jobs
 import redis
 
 from cogworker.store import keys
+from tests.support.daemon_env import QUICK_RECOVERY, clean_env
 from tests.support.redis_server import wait_until
 from tests.support.workers import Worker, WorkerPool
 
 HOOKS = {"COGWORKER_REQUIRE": "death_jobs", "COGWORKER_POLL_INTERVAL_S": "0.1"}
-QUICK = {
-    "COGWORKER_HEARTBEAT_INTERVAL_S": "0.2",
-    "COGWORKER_PRESENCE_TTL_S": "1",
-    "COGWORKER_ORPHAN_THRESHOLD_S": "2",
-    "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "0.3",
-}
 
 
 def deaths(r: redis.Redis) -> list[dict[str, Any]]:
@@ -53,7 +47,7 @@ def stop_all(*workers: Worker) -> None:
 
 
 def run_cli(url: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    env = clean_env()
     env["COGWORKER_REDIS_URL"] = url
     return subprocess.run(
         [sys.executable, "-m", "cogworker", *argv], env=env, capture_output=True, text=True, timeout=30
@@ -127,11 +121,11 @@ def test_a_poison_pill_calls_the_hooks_once(r: redis.Redis, configured: object, 
     jid = death_jobs.pill.perform_async("pill")
     # Two recoverers with hooks, reading another queue: they bury the pill and pop its notice.
     recoverers = [
-        workers.start(COGWORKER_QUEUES="other", COGWORKER_MAX_ORPHANINGS="1", **HOOKS, **QUICK)
+        workers.start(COGWORKER_QUEUES="other", COGWORKER_MAX_ORPHANINGS="1", **HOOKS, **QUICK_RECOVERY)
         for _ in range(2)
     ]
     for death in range(2):
-        victim = workers.start(COGWORKER_MAX_ORPHANINGS="1", **HOOKS, **QUICK)
+        victim = workers.start(COGWORKER_MAX_ORPHANINGS="1", **HOOKS, **QUICK_RECOVERY)
         assert victim.proc.wait(timeout=15) == -signal.SIGKILL
         assert r.llen("test:started") == death + 1
         if death == 0:

@@ -18,17 +18,11 @@ import result_jobs
 import cogworker
 from cogworker.api import client
 from cogworker.settings import Settings
+from tests.support.daemon_env import QUICK_RECOVERY
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
 
 APP = {"COGWORKER_REQUIRE": "result_jobs", "COGWORKER_POLL_INTERVAL_S": "0.1"}
-# A dead worker's jobs are recovered within about two seconds (tests/e2e/faults/test_faults.py).
-QUICK = {
-    "COGWORKER_HEARTBEAT_INTERVAL_S": "0.2",
-    "COGWORKER_PRESENCE_TTL_S": "1",
-    "COGWORKER_ORPHAN_THRESHOLD_S": "2",
-    "COGWORKER_ORPHAN_CHECK_INTERVAL_S": "0.3",
-}
 
 
 def make_retry_due(r: redis.Redis, jid: str) -> dict[str, Any]:
@@ -188,11 +182,11 @@ def test_a_job_that_ran_twice_has_its_last_runs_result(
 
     waiter = threading.Thread(target=wait)
     waiter.start()  # waiting from before the first run
-    victim = workers.start(**APP, **QUICK)
+    victim = workers.start(**APP, **QUICK_RECOVERY)
     wait_until(lambda: r.llen("test:per_run_started") == 1, timeout=15, message="the first run")
     victim.signal(signal.SIGKILL)
     assert victim.proc.wait(timeout=5) == -signal.SIGKILL
-    survivor = workers.start(**APP, **QUICK)
+    survivor = workers.start(**APP, **QUICK_RECOVERY)
     waiter.join(timeout=40)
     assert got == {"value": "run 2"}
     assert r.lrange("test:per_run_started", 0, -1)[1] == f"2 {survivor.pid}"

@@ -10,13 +10,13 @@ what reached Redis, not only the exit code.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 import redis
 
+from tests.support.daemon_env import clean_env
 from tests.support.first_call import TIMEOUT_S, first_call
 from tests.support.redis_server import RedisServer
 
@@ -148,7 +148,7 @@ def test_cli_status_as_the_first_command(r: redis.Redis, redis_server: RedisServ
         "cogworker:queue:default", json.dumps({"class": "demo_jobs.record", "jid": "j", "queue": "default"})
     )
     r.sadd("cogworker:queues", "default")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    clean = clean_env()
     clean["COGWORKER_REDIS_URL"] = redis_server.url
     done = subprocess.run(
         [sys.executable, "-m", "cogworker", "status", "--json"],

@@ -4,7 +4,6 @@ by env). Both limiters run in the same minute, so the test takes one minute, not
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ import pytest
 import redis
 
 from cogworker.store import keys
+from tests.support.daemon_env import clean_env
 from tests.support.redis_server import RedisServer, wait_until
 
 LOAD_S = 60.0
@@ -63,7 +63,7 @@ def test_window_and_bucket_hold_their_rate_within_5_percent_over_a_minute(
             window_limit=WINDOW_LIMIT, window_per=WINDOW_PER_S, rate=BUCKET_RATE, burst=BUCKET_BURST
         )
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    env = clean_env()
     env["COGWORKER_REDIS_URL"] = redis_server.url
     clients = [
         subprocess.Popen([sys.executable, "-c", code, kind], env=env)

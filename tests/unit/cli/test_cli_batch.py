@@ -5,7 +5,6 @@ and the verb as the first command of a fresh interpreter configured only by envi
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -19,6 +18,7 @@ from cogworker.worker.settling.settle import Settler
 from tests.support import components
 from tests.support.batches import stuck_batch
 from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
+from tests.support.daemon_env import clean_env
 from tests.support.redis_server import RedisServer
 
 
@@ -71,7 +71,7 @@ def test_batch_show_as_the_first_command(
 ) -> None:
     with cogworker.batch("first", on_complete=bj.on_complete, callback_args=("x",)) as b:
         bj.ok.perform_async("a")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
+    env = clean_env()
     env["COGWORKER_REDIS_URL"] = redis_server.url
     done = subprocess.run(
         [sys.executable, "-m", "cogworker", "batch", "show", b.bid, "--json"],

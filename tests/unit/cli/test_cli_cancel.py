@@ -5,7 +5,6 @@ command of a fresh interpreter configured only by environment variables."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from cogworker import codec
 from cogworker.settings import Settings
 from cogworker.store import keys
 from tests.support.cli_runner import CLI, Workers, cli_fixture, workers_fixture  # noqa: F401
+from tests.support.daemon_env import clean_env
 from tests.support.redis_server import RedisServer, wait_until
 
 
@@ -88,8 +88,7 @@ def test_a_running_job_names_its_process(
 def test_first_command_of_a_fresh_interpreter(r: redis.Redis, redis_server: RedisServer) -> None:
     r.lpush(keys.queue("default"), codec.dumps({"class": "demo_jobs.record", "args": [], "jid": "fresh1"}))
     r.sadd(keys.QUEUES, "default")  # as a push registers it
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(COGWORKER_REDIS_URL=redis_server.url)
+    clean = clean_env(COGWORKER_REDIS_URL=redis_server.url)
     done = subprocess.run(
         [sys.executable, "-m", "cogworker", "cancel", "fresh1", "--json"],
         env=clean,

@@ -6,7 +6,6 @@ by environment variables."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -16,6 +15,7 @@ import redis
 import cogworker
 from cogworker.settings import Settings, load_settings
 from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
+from tests.support.daemon_env import clean_env
 from tests.support.inproc import Runner
 from tests.support.redis_server import RedisServer
 
@@ -76,8 +76,7 @@ def test_chain_show_as_the_first_command_of_a_fresh_interpreter(
     assert pushed is not None
     runner = Runner(load_settings(redis_url=redis_server.url, require="chain_jobs"))
     assert runner.run_next()
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(COGWORKER_REDIS_URL=redis_server.url)
+    clean = clean_env(COGWORKER_REDIS_URL=redis_server.url)
     done = subprocess.run(
         [sys.executable, "-m", "cogworker", "chain", "show", pushed.id, "--json"],
         env=clean,

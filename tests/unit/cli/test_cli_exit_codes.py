@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
+from tests.support.daemon_env import clean_env
 from tests.support.redis_server import RedisServer, free_port
 
 
 def run(*argv: str, url: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(COGWORKER_REDIS_URL=url, **env)
+    clean = clean_env(COGWORKER_REDIS_URL=url, **env)
     return subprocess.run(
         [sys.executable, "-m", "cogworker", *argv], env=clean, capture_output=True, text=True, timeout=30
     )
@@ -53,8 +52,7 @@ def test_doctor_fail_exits_1_and_json_is_clean(private_redis: RedisServer) -> No
 
 def test_names_that_arent_utf8_are_one_line_and_exit_2(redis_server: RedisServer, r: object) -> None:
     # Real argv bytes: Python hands a byte that isn't UTF-8 on as a lone surrogate.
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    clean.update(COGWORKER_REDIS_URL=redis_server.url)
+    clean = clean_env(COGWORKER_REDIS_URL=redis_server.url)
     for argv in ([b"enqueue", b"bad\xffname"], [b"queue", b"pause", b"q\xff"]):
         done = subprocess.run(
             [sys.executable.encode(), b"-m", b"cogworker", *argv], env=clean, capture_output=True, timeout=30

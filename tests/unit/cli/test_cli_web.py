@@ -3,7 +3,6 @@ only by COGWORKER_* variables, in a subprocess with a deadline."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,14 +15,14 @@ import redis
 
 from cogworker.cli.web import is_loopback, listen_error
 from cogworker.settings import load_settings
+from tests.support.daemon_env import clean_env
 from tests.support.redis_server import RedisServer, free_port, wait_until
 
 TIMEOUT_S = 20
 
 
 def env_only(url: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_")}
-    env.update(COGWORKER_REDIS_URL=url, **extra)
+    env = clean_env(COGWORKER_REDIS_URL=url, **extra)
     return env
 
 

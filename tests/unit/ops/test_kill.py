@@ -4,19 +4,18 @@ only if still there), exactly once when two operators race, with their locks rel
 from __future__ import annotations
 
 import json
-import threading
 
 import redis
 
 from cogworker import codec
-from cogworker.ops import NotFound, set_actions
+from cogworker.ops import set_actions
 from cogworker.ops import sets as set_ops
 from cogworker.settings import Settings
 from cogworker.store import keys
 from cogworker.store.locks import held_locks
 from cogworker.store.scripts import Scripts
 from tests.support.cli_runner import CLI, cli_fixture  # noqa: F401
-from tests.support.set_entries import add, dead_job
+from tests.support.set_entries import add, dead_job, two_operators
 
 
 def retry_job(jid: str, **fields: object) -> dict[str, object]:
@@ -52,32 +51,17 @@ def test_a_killed_scheduled_job_says_it_was_killed(r: redis.Redis, settings: Set
     assert "killed by an operator" in dead["error_message"]
 
 
-def _operator(
-    r: redis.Redis, settings: Settings, jid: str, barrier: threading.Barrier, outcomes: list[str]
-) -> None:
-    client = redis.Redis(connection_pool=r.connection_pool)
-    barrier.wait()
-    try:
-        set_actions.kill(client, Scripts(client), settings, "retry", jid)
-        outcomes.append("killed")
-    except NotFound:
-        outcomes.append("not found")
-
-
 def test_two_operators_killing_one_entry_file_it_once(r: redis.Redis, settings: Settings) -> None:
     for round_ in range(20):
         jid = f"race{round_}"
         add(r, keys.RETRY, retry_job(jid))
-        barrier = threading.Barrier(2)
-        outcomes: list[str] = []
-        threads = [
-            threading.Thread(target=_operator, args=(r, settings, jid, barrier, outcomes)) for _ in range(2)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=10)
-        assert sorted(outcomes) == ["killed", "not found"], outcomes
+
+        def kill(client: redis.Redis, jid: str = jid) -> str:
+            set_actions.kill(client, Scripts(client), settings, "retry", jid)
+            return "killed"
+
+        outcomes = two_operators(r, kill)
+        assert outcomes == ["killed", "not found"], outcomes
     assert r.zcard(keys.DEAD) == 20 and r.zcard(keys.RETRY) == 0
 
 

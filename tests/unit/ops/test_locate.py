@@ -18,17 +18,7 @@ from cogworker.ops import locate
 from cogworker.ops import sets as set_ops
 from cogworker.store import keys
 from cogworker.store.scripts import Scripts
-
-
-def job(jid: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "class": "demo_jobs.record",
-        "args": [jid],
-        "kwargs": {},
-        "jid": jid,
-        "queue": "default",
-        **fields,
-    }
+from tests.support.set_entries import job
 
 
 def push(r: redis.Redis, queue: str, *payloads: dict[str, Any] | str) -> None:

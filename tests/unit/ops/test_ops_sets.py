@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import pytest
@@ -13,7 +12,7 @@ from cogworker import codec
 from cogworker.ops import NotFound, set_actions
 from cogworker.ops import sets as set_ops
 from cogworker.store.scripts import Scripts
-from tests.support.set_entries import add, dead_job
+from tests.support.set_entries import add, dead_job, two_operators
 
 
 def test_retry_now_moves_a_dead_job_to_its_queue_like_sidekiq(r: redis.Redis) -> None:
@@ -30,18 +29,6 @@ def test_retry_now_moves_a_dead_job_to_its_queue_like_sidekiq(r: redis.Redis) ->
     assert pushed["enqueued_at"] >= before
 
 
-def _operator(
-    r: redis.Redis, scripts: Scripts, jid: str, barrier: threading.Barrier, outcomes: list[str]
-) -> None:
-    client = redis.Redis(connection_pool=r.connection_pool)
-    barrier.wait()
-    try:
-        set_actions.retry_now(client, scripts, "dead", jid)
-        outcomes.append("retried")
-    except NotFound:
-        outcomes.append("not found")
-
-
 def test_two_operators_retrying_one_dead_entry_enqueue_it_once(r: redis.Redis) -> None:
     """Both look the entry up, both run the move; the ZREM inside the script lets one win. (Run
     30 times: in most rounds both threads reach the script with the entry still there.)"""
@@ -49,16 +36,13 @@ def test_two_operators_retrying_one_dead_entry_enqueue_it_once(r: redis.Redis) -
     for round_ in range(30):
         jid = f"race{round_}"
         add(r, "cogworker:dead", dead_job(jid))
-        barrier = threading.Barrier(2)
-        outcomes: list[str] = []
-        threads = [
-            threading.Thread(target=_operator, args=(r, scripts, jid, barrier, outcomes)) for _ in range(2)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=10)
-        assert sorted(outcomes) == ["not found", "retried"], outcomes
+
+        def retry(client: redis.Redis, jid: str = jid) -> str:
+            set_actions.retry_now(client, scripts, "dead", jid)
+            return "retried"
+
+        outcomes = two_operators(r, retry)
+        assert outcomes == ["not found", "retried"], outcomes
     assert r.llen("cogworker:queue:default") == 30
     assert r.zcard("cogworker:dead") == 0
 

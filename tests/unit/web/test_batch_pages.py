@@ -11,7 +11,6 @@ import json
 import re
 
 import batch_jobs as bj
-import pytest
 import redis
 from starlette.testclient import TestClient
 
@@ -24,13 +23,7 @@ from cogworker.worker.settling.settle import Settler
 from tests.support import components
 from tests.support.batches import stuck_batch
 from tests.support.redis_server import RedisServer
-
-SCRIPT = "<script>alert(1)</script>"
-
-
-@pytest.fixture
-def client(settings: Settings) -> TestClient:
-    return TestClient(create_app(settings), follow_redirects=False)
+from tests.support.web_requests import SAME_ORIGIN, SCRIPT
 
 
 def test_the_pages_show_a_batch_and_escape_what_it_holds(
@@ -64,9 +57,6 @@ def test_the_pages_show_a_batch_and_escape_what_it_holds(
 def test_a_bid_that_is_not_one_or_is_gone_is_404(client: TestClient, r: redis.Redis) -> None:
     assert client.get("/batches/not-hex").status_code == 404
     assert client.get("/batches/" + "0" * 24).status_code == 404
-
-
-SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
 
 
 def flashes(text: str) -> list[tuple[str, str]]:

@@ -8,22 +8,15 @@ from __future__ import annotations
 import html
 import re
 
-import pytest
 import redis
 from starlette.testclient import TestClient
 
 from cogworker import codec
-from cogworker.settings import Settings, load_settings
+from cogworker.settings import load_settings
 from cogworker.store import keys
 from cogworker.web import create_app
 from tests.support.redis_server import RedisServer
-
-SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
-
-
-@pytest.fixture
-def client(settings: Settings) -> TestClient:
-    return TestClient(create_app(settings), follow_redirects=False)
+from tests.support.web_requests import SAME_ORIGIN
 
 
 def push(r: redis.Redis, jid: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any
 
 import pytest
 import redis
@@ -22,25 +21,8 @@ from cogworker.store import keys
 from cogworker.web import create_app
 from tests.support.cli_runner import Workers, workers_fixture  # noqa: F401
 from tests.support.redis_server import RedisServer, wait_until
-
-SCRIPT = "<script>alert(1)</script>"
-IMG = '"><img src=x onerror=alert(1)>'
-
-
-@pytest.fixture
-def client(settings: Settings) -> TestClient:
-    return TestClient(create_app(settings), follow_redirects=False)
-
-
-def job(jid: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "class": "demo_jobs.record",
-        "args": [jid],
-        "kwargs": {},
-        "jid": jid,
-        "queue": "default",
-        **fields,
-    }
+from tests.support.set_entries import job
+from tests.support.web_requests import IMG, SCRIPT
 
 
 def section(text: str, ident: str) -> str:

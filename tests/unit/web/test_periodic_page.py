@@ -12,7 +12,6 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import periodic_targets
-import pytest
 import redis
 from starlette.testclient import TestClient
 
@@ -22,15 +21,7 @@ from cogworker.web import create_app
 from cogworker.worker.loops.ticker import Ticker
 from tests.support.components import build
 from tests.support.redis_server import RedisServer
-
-SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
-SCRIPT = "<script>alert(1)</script>"
-IMG = '"><img src=x onerror=alert(1)>'
-
-
-@pytest.fixture
-def client(settings: Settings) -> TestClient:
-    return TestClient(create_app(settings), follow_redirects=False)
+from tests.support.web_requests import IMG, SAME_ORIGIN, SCRIPT
 
 
 def register(settings: Settings, *entries: Entry) -> None:

@@ -9,7 +9,6 @@ import html
 import json
 import re
 
-import pytest
 import redis
 from starlette.testclient import TestClient
 
@@ -18,15 +17,7 @@ from cogworker.store import keys
 from cogworker.web import create_app
 from tests.support.cli_runner import Workers, workers_fixture  # noqa: F401
 from tests.support.redis_server import RedisServer, wait_until
-
-SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
-SCRIPT = "<script>alert(1)</script>"
-IMG = '"><img src=x onerror=alert(1)>'
-
-
-@pytest.fixture
-def client(settings: Settings) -> TestClient:
-    return TestClient(create_app(settings), follow_redirects=False)
+from tests.support.web_requests import IMG, SAME_ORIGIN, SCRIPT
 
 
 def push(r: redis.Redis, queue: str, count: int, start: int = 0, **extra: object) -> None:

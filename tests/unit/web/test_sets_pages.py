@@ -24,10 +24,8 @@ from cogworker.settings import Settings, load_settings
 from cogworker.web import create_app
 from cogworker.web.sets import SEARCH_BUDGET
 from tests.support.set_entries import add, dead_job
+from tests.support.web_requests import IMG, SAME_ORIGIN, SCRIPT
 
-SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
-SCRIPT = "<script>alert(1)</script>"
-IMG = '"><img src=x onerror=alert(1)>'
 DEAD, RETRY, SCHEDULED = "cogworker:dead", "cogworker:retry", "cogworker:schedule"
 T0 = 1_764_500_000.0
 

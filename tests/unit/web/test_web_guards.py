@@ -25,13 +25,7 @@ from cogworker.web.actions import action
 from cogworker.web.security import CONTENT_SECURITY_POLICY, credentials_match
 from cogworker.web.session import COOKIE
 from tests.support.redis_server import RedisServer, free_port
-
-SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
-
-
-@pytest.fixture
-def client(settings: Settings) -> TestClient:
-    return TestClient(create_app(settings), follow_redirects=False)
+from tests.support.web_requests import SAME_ORIGIN
 
 
 def test_every_response_carries_the_security_headers(client: TestClient) -> None:
