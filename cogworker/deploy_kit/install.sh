@@ -2,9 +2,9 @@
 # Installs cogworker as systemd services on this host. Safe to run again: it upgrades the package and
 # the unit files, and never touches an instance's env file once it exists.
 #
-# It ships in the package, beside the unit files and the example env file it installs (cogworker/deploy_kit/);
-# `cogworker deploy print-install > install.sh` writes it anywhere, and a copy with nothing beside it
-# takes those files from the cogworker it has just installed into the virtualenv.
+# It ships in the package (cogworker/deploy_kit/), beside the unit files and the example env file it
+# installs; `cogworker deploy print-install > install.sh` writes it anywhere, and a copy with nothing
+# beside it takes those files from the cogworker it has just installed into the virtualenv.
 set -euo pipefail
 
 usage() {
