@@ -51,3 +51,21 @@ def test_deploy_names_a_file(capsys: pytest.CaptureFixture[str]) -> None:
 def test_the_help_points_at_the_env_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == exitcodes.OK
     assert "`cogworker deploy print-env` prints them all" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_reader_that_goes_away_gets_no_traceback() -> None:
+    # `cogworker deploy print-env | head -1`: the pipe's read end closed before the file is written.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "cogworker", "deploy", "print-env"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == exitcodes.FAILURE
+    assert done.stderr == ""
