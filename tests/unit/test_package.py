@@ -4,6 +4,7 @@ version is the distribution's (cogworker-redis), and both commands print it."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -57,3 +58,19 @@ def test_both_commands_print_the_version(command: str, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{command} {cogworker.__version__}\n"
+
+
+def test_the_extras_need_no_more_than_they_install() -> None:
+    # `otel` installs opentelemetry-api only (the app's SDK exports), `django` no database driver:
+    # the package itself must not import the SDK or a driver, which only the dev group brings.
+    root = Path(cogworker.__file__).parent
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            else:
+                continue
+            bad = [n for n in names if n.startswith(("opentelemetry.sdk", "psycopg"))]
+            assert not bad, f"{path.relative_to(root.parent)} imports {bad}"
