@@ -6,14 +6,18 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test coverage coverage-report lint format bench redis-server chromium sidekiq clean
+.PHONY: install run test coverage coverage-report lint format dist bench redis-server chromium sidekiq clean
 
 install: $(STAMP) redis-server
+
+# The project editable with every extra, and the development and docs tools (pyproject.toml's
+# [dependency-groups]; pip reads them since 25.1, hence pip first).
+EXTRAS := web,django,fastapi,otel,sentry
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[$(EXTRAS)]' --group dev --group docs
 	touch $(STAMP)
 
 # Tests and `make run` start private redis-server processes, so the binary must exist.
@@ -71,8 +75,14 @@ format: install
 	$(BIN)/ruff format cogworker supervisor tests
 	$(BIN)/ruff check --fix cogworker supervisor tests
 
+# The sdist and the wheel, as they would be published, then their metadata as PyPI would check it.
+dist: install
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
+
 bench: install
 	tests/bench/run.sh
 
 clean:
-	rm -rf $(VENV) .bench-venv .run build *.egg-info .coverage-data
+	rm -rf $(VENV) .bench-venv .run build dist *.egg-info .coverage-data

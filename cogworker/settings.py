@@ -1,5 +1,5 @@
 """One typed, frozen settings object built from `COGWORKER_*` variables and checked (the fields, with
-their defaults, are in settings_fields.py; each is listed in deploy/cogworker.env.example). Built once
+their defaults, are in settings_fields.py; each is listed in deploy_kit/cogworker.env.example). Built once
 per command and passed down explicitly; nothing deeper reads the environment. A bad value is reported
 as one line naming the variable and what it accepts; the command exits 78 (CONFIG_ERROR).
 """

@@ -1,5 +1,5 @@
 """Every setting's name, type and default (each is a `COGWORKER_*` variable, listed with its default in
-deploy/cogworker.env.example), without pydantic.
+deploy_kit/cogworker.env.example), without pydantic.
 
 Two classes have them. cogworker.settings.Settings, the pydantic model built from the environment,
 derives from SettingsFields and adds the checks: every command but the swarm's workers validates its

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from cogworker import exitcodes
+from cogworker import __version__, exitcodes
 from supervisor import signals
 from supervisor.forkserver_client.handle import ForkServerHandle
 
@@ -42,7 +42,7 @@ signals:
                stops, one slot at a time) unless COGWORKER_PHASED_RESTART=false
   TTIN         every child logs every thread's stack
 
-variables (all COGWORKER_*; deploy/cogworker.env.example in the source lists every one):
+variables (all COGWORKER_*; cogworker.env.example, which `cogworker deploy print-env` prints, lists all):
   COUNT                      children (default: the CPUs it may run on, at most the cgroup's
                              CPU quota rounded up)
   REQUIRE                    modules to import so their jobs are known
@@ -75,12 +75,14 @@ exit codes:
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
-    return argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         prog="cogworker-swarm",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser
 
 
 PR_SET_CHILD_SUBREAPER = 36

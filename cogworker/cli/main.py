@@ -14,11 +14,12 @@ import sys
 
 import redis
 
-from cogworker import exitcodes, logs
+from cogworker import __version__, exitcodes, logs
 from cogworker.cli import (
     batch,
     cancel,
     chains,
+    deploy,
     doctor,
     enqueue,
     limiter,
@@ -50,16 +51,19 @@ VERB_GROUPS = (
     limiter,
     doctor,
     web,
+    deploy,
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cogworker",
-        description="Redis-backed background jobs. Settings come from COGWORKER_* variables.",
+        description="Redis-backed background jobs. Settings come from COGWORKER_* variables: "
+        "`cogworker deploy print-env` prints them all, each with its default.",
         epilog="Every verb but run takes --json. Exit codes: 0 ok, 1 failure (a doctor FAIL, a job not "
         "found, Redis unreachable), 2 usage, 78 bad settings.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "--env-file",
         metavar="PATH",
@@ -89,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb is None:
         parser.print_help()
         return exitcodes.USAGE
+    if args.verb == "deploy":
+        return deploy.print_file(args)  # files shipped in the package: before any settings or Redis exist
     if args.env_file is not None:
         try:
             load_env_file(args.env_file)
@@ -101,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     keys.use_prefix(settings.key_prefix)  # every verb, `run` too, reads and writes this deployment's keys
     if args.verb == "run":
         from cogworker.worker.main import main as run_main
+
+        # As `python -m` and cogworker-swarm's children have it: the working directory on sys.path, so an
+        # app beside it is importable by COGWORKER_REQUIRE (a console script's sys.path[0] is its bin/).
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
 
         return run_main(settings)
     # Logs go to stderr: stdout carries the verb's output (--json must stay parseable).

@@ -65,7 +65,8 @@ def serve(ctx: Context) -> int:
         from cogworker.web import create_app
     except ImportError as exc:
         raise Failure(
-            f"the Web UI needs the web extra: pip install 'cogworker[web]' ({exc})", exitcodes.CONFIG_ERROR
+            f"the Web UI needs the web extra: pip install 'cogworker-redis[web]' ({exc})",
+            exitcodes.CONFIG_ERROR,
         ) from None
     # uvicorn's own access log is off: every action is logged by the app (web_action, web_post_refused).
     config = uvicorn.Config(create_app(settings), host=host, port=port, access_log=False, log_level="warning")

@@ -1,1 +1,1 @@
-"""Integrations with other libraries, each behind its own optional extra (cogworker[django], ...)."""
+"""Integrations with other libraries, each behind its own optional extra (cogworker-redis[django], ...)."""

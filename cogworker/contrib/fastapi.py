@@ -3,7 +3,7 @@ its connections when it stops (docs/integrations/fastapi.md). It uses only the A
 serves any Starlette app as well as FastAPI (neither is imported here).
 
     app = FastAPI(lifespan=cogworker.contrib.fastapi.lifespan)
-    app.mount("/jobs", cogworker.web.create_app())        # the Web UI, with cogworker[web]
+    app.mount("/jobs", cogworker.web.create_app())        # the Web UI, with cogworker-redis[web]
 
 With settings of its own: `lifespan=functools.partial(lifespan, settings=my_settings)`; inside a
 lifespan of the app's own: `async with cogworker.contrib.fastapi.lifespan(app): yield`.

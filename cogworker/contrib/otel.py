@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing for jobs (`pip install 'cogworker[otel]'`; docs/integrations/otel.md).
+"""OpenTelemetry tracing for jobs (`pip install 'cogworker-redis[otel]'`; docs/integrations/otel.md).
 
 `instrument()`, called in the app module the workers import and in the process that pushes, adds
 one client and one server middleware:

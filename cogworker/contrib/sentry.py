@@ -1,4 +1,4 @@
-"""Job failures to Sentry (`pip install 'cogworker[sentry]'`; docs/integrations/sentry.md).
+"""Job failures to Sentry (`pip install 'cogworker-redis[sentry]'`; docs/integrations/sentry.md).
 
     sentry_sdk.init(dsn=..., integrations=[CogworkerIntegration()])
 

@@ -4,7 +4,7 @@ Mount it in your own Starlette/FastAPI app under any prefix, or serve it alone w
 
     app.mount("/jobs", cogworker.web.create_app(settings))
 
-Needs the `web` extra (`pip install 'cogworker[web]'`).
+Needs the `web` extra (`pip install 'cogworker-redis[web]'`).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ import sys
 
 from tests.support.paths import ROOT
 
-SERVICE = ROOT / "systemd" / "cogworker@.service"
-TARGET = ROOT / "systemd" / "cogworker.target"
+SERVICE = ROOT / "cogworker" / "deploy_kit" / "cogworker@.service"
+TARGET = ROOT / "cogworker" / "deploy_kit" / "cogworker.target"
 
 
 def expose_interpreter() -> str:

@@ -119,7 +119,7 @@ def test_every_setting_is_in_the_example_env_file() -> None:
 
     from cogworker.settings import Settings
 
-    text = (ROOT / "deploy" / "cogworker.env.example").read_text()
+    text = (ROOT / "cogworker" / "deploy_kit" / "cogworker.env.example").read_text()
     missing = [name for name in Settings.model_fields if f"COGWORKER_{name.upper()}" not in text]
     assert missing == []
 

@@ -1,4 +1,4 @@
-"""Django integration (`pip install 'cogworker[django]'`, docs/integrations/django.md).
+"""Django integration (`pip install 'cogworker-redis[django]'`, docs/integrations/django.md).
 
 - `"cogworker.contrib.django"` in INSTALLED_APPS: the job API is configured from `settings.COGWORKER`
   (conf.py) when Django starts, and with `"TRANSACTION_AWARE": True` every push made inside an atomic

@@ -2,7 +2,7 @@
 COGWORKER_ prefix (`{"REDIS_URL": "redis://cache:6379/2", "KEY_PREFIX": "shop"}`), case-insensitive.
 
 The environment wins: a key whose COGWORKER_* variable is set is ignored, so one settings.py serves
-every deployment and an instance's env file (deploy/cogworker.env.example) can still override it, as
+every deployment and an instance's env file (deploy_kit/cogworker.env.example) can still override it, as
 it does for a worker, which reads only the environment. A worker set up with Django
 (worker.py) refuses to boot when the two disagree on a setting, rather than serve another Redis
 than the web processes push to.

@@ -74,7 +74,7 @@ class Cogworker(System):
         }
 
     def version(self) -> str:
-        return metadata.version("cogworker")
+        return metadata.version("cogworker-redis")
 
     def push_noop(self) -> None:
         self._jobs.noop.perform_async()

@@ -1,4 +1,4 @@
-"""The shipped systemd/cogworker@.service and cogworker.target running the real swarm under a real
+"""The shipped cogworker@.service and cogworker.target running the real swarm under a real
 systemd 252 user manager, driven with the systemctl commands deploy/RUNBOOK.md gives the person on call.
 
 One manager serves the whole module (start-up is the slow part); each test starts the instances it

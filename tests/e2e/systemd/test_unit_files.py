@@ -1,4 +1,4 @@
-"""The shipped systemd units, the example env file and deploy/install.sh."""
+"""The shipped systemd units, the example env file and install.sh (cogworker/deploy_kit/)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ from tests.support.redis_server import RedisServer
 from tests.support.systemd_manager import exec_arg, user_manager
 from tests.support.units import SERVICE, TARGET, expose_interpreter
 
-ENV_EXAMPLE = ROOT / "deploy" / "cogworker.env.example"
-INSTALL = ROOT / "deploy" / "install.sh"
+ENV_EXAMPLE = ROOT / "cogworker" / "deploy_kit" / "cogworker.env.example"
+INSTALL = ROOT / "cogworker" / "deploy_kit" / "install.sh"
 RUNBOOK = ROOT / "deploy" / "RUNBOOK.md"
 
-# The settings every deployment may need (deploy/cogworker.env.example documents them all), and the
+# The settings every deployment may need (cogworker.env.example documents them all), and the
 # ones the swarm added that operators need to know about.
 DOCUMENTED_VARIABLES = {
     "COGWORKER_REDIS_URL",
@@ -177,7 +177,13 @@ def test_systemd_analyze_security_scores_the_unit_as_the_runbook_says(tmp_path: 
         pytest.skip("no systemd-analyze")
     # The RUNBOOK's command, run on the shipped file from the checkout.
     result = subprocess.run(
-        ["systemd-analyze", "security", "--offline=yes", "--no-pager", "systemd/cogworker@.service"],
+        [
+            "systemd-analyze",
+            "security",
+            "--offline=yes",
+            "--no-pager",
+            "cogworker/deploy_kit/cogworker@.service",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -224,9 +230,9 @@ def test_env_example_values_are_valid_settings(monkeypatch: pytest.MonkeyPatch) 
     assert settings.liveness_timeout_s == 30
 
 
-def _run_install(*args: str) -> subprocess.CompletedProcess[str]:
+def _run_install(*args: str, script: Path = INSTALL) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", str(INSTALL), "--no-user", "--no-reload", *args],
+        ["bash", str(script), "--no-user", "--no-reload", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -259,6 +265,31 @@ def test_install_without_venv_is_idempotent_and_keeps_env_files(tmp_path: Path) 
         assert (unit_dir / unit.name).read_bytes() == unit.read_bytes()
 
 
+def test_install_saved_alone_takes_the_kit_from_the_cogworker_it_installed(tmp_path: Path) -> None:
+    # `cogworker deploy print-install > install.sh`: nothing beside it, so the unit files and the
+    # example come from the virtualenv's `cogworker deploy print-*`, the version it runs.
+    script = tmp_path / "install.sh"
+    script.write_text(INSTALL.read_text())
+    prefix = tmp_path / "root"
+    args = ["--no-venv", "--prefix", str(prefix), "--unit-dir", str(tmp_path / "units")]
+
+    refused = _run_install(*args, script=script)
+    assert refused.returncode == 1
+    assert "cogworker.env.example is neither beside this script" in refused.stderr
+    assert not (prefix / "etc").exists()
+
+    # Stands in for the virtualenv's console script: this interpreter's cogworker, run the same way.
+    venv_bin = prefix / "opt/cogworker/venv/bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "cogworker").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m cogworker "$@"\n')
+    (venv_bin / "cogworker").chmod(0o755)
+    done = _run_install(*args, script=script)
+    assert done.returncode == 0, done.stderr
+    assert (prefix / "etc/cogworker/app.env").read_text() == ENV_EXAMPLE.read_text()
+    for unit in (SERVICE, TARGET):
+        assert (tmp_path / "units" / unit.name).read_bytes() == unit.read_bytes()
+
+
 def test_install_rejects_bad_command_lines(tmp_path: Path) -> None:
     assert _run_install("--prefix", str(tmp_path)).returncode == 2  # no SOURCE
     assert _run_install("--no-venv", "--prefix", str(tmp_path), "--bogus").returncode == 2
@@ -266,7 +297,7 @@ def test_install_rejects_bad_command_lines(tmp_path: Path) -> None:
     assert not (tmp_path / "etc").exists()
     usage = subprocess.run(["bash", str(INSTALL), "--help"], capture_output=True, text=True, timeout=30)
     assert usage.returncode == 0
-    assert usage.stdout.startswith("usage: deploy/install.sh")
+    assert usage.stdout.startswith("usage: install.sh")
 
 
 def _probe_wheel(directory: Path) -> Path:

@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Installs cogworker as systemd services on this host. Safe to run again: it upgrades the package and
 # the unit files, and never touches an instance's env file once it exists.
+#
+# It ships in the package (cogworker/deploy_kit/), beside the unit files and the example env file it
+# installs; `cogworker deploy print-install > install.sh` writes it anywhere, and a copy with nothing
+# beside it takes those files from the cogworker it has just installed into the virtualenv.
 set -euo pipefail
 
 usage() {
     cat <<'EOF'
-usage: deploy/install.sh [options] SOURCE
+usage: install.sh [options] SOURCE
 
 Install cogworker for systemd (run as root):
   - system user and group `cogworker`
   - virtualenv /opt/cogworker/venv with SOURCE installed in it (pip install --upgrade SOURCE)
-  - /etc/cogworker/<instance>.env from deploy/cogworker.env.example, only where it does not exist yet
+  - /etc/cogworker/<instance>.env from cogworker.env.example, only where it does not exist yet
   - cogworker@.service and cogworker.target in /etc/systemd/system, then `systemctl daemon-reload`
 
 SOURCE is anything pip installs: a checkout (/srv/cogworker), a wheel or sdist, or a requirement
-such as cogworker==0.1.0. It is not needed with --no-venv.
+such as cogworker-redis==0.1.0. It is not needed with --no-venv.
 
 options:
   -i, --instance NAME  create /etc/cogworker/NAME.env for cogworker@NAME (repeatable; default: app)
@@ -41,7 +45,7 @@ die() {
 # A wrong command line exits 2, like other Unix tools; everything else that goes wrong exits 1.
 usage_error() {
     echo "install.sh: $*" >&2
-    echo "usage: deploy/install.sh [options] SOURCE (see --help)" >&2
+    echo "usage: install.sh [options] SOURCE (see --help)" >&2
     exit 2
 }
 
@@ -50,7 +54,6 @@ say() {
 }
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(dirname "$HERE")
 
 prefix=""
 unit_dir=""
@@ -107,7 +110,6 @@ prefix=${prefix%/}
 venv=$prefix/opt/cogworker/venv
 conf_dir=$prefix/etc/cogworker
 unit_dir=${unit_dir:-$prefix/etc/systemd/system}
-example=$HERE/cogworker.env.example
 
 if [ "$make_user" = 1 ]; then
     if ! getent group cogworker >/dev/null; then
@@ -137,6 +139,21 @@ if [ "$make_venv" = 1 ]; then
     say "installed $source into $venv"
 fi
 
+# The deploy kit's files: those beside this script (the package's own copy, or a checkout's), else
+# the ones the virtualenv's cogworker prints, so that a copy of this script saved alone still works.
+kit=$(mktemp -d)
+trap 'rm -rf "$kit"' EXIT
+for pair in cogworker.env.example:env cogworker@.service:unit cogworker.target:target; do
+    name=${pair%%:*}
+    if [ -e "$HERE/$name" ]; then
+        cp "$HERE/$name" "$kit/$name"
+    elif [ -x "$venv/bin/cogworker" ]; then
+        "$venv/bin/cogworker" deploy "print-${pair#*:}" >"$kit/$name"
+    else
+        die "$name is neither beside this script nor printed by $venv/bin/cogworker (install SOURCE first)"
+    fi
+done
+
 # The env files may hold a Redis password: readable by root and the service's group only.
 install -d -m 0750 "$conf_dir"
 [ "$make_user" = 0 ] || chown root:cogworker "$conf_dir"
@@ -147,9 +164,9 @@ for name in "${instances[@]}"; do
         continue
     fi
     if [ "$make_user" = 1 ]; then
-        install -m 0640 -o root -g cogworker "$example" "$env_file"
+        install -m 0640 -o root -g cogworker "$kit/cogworker.env.example" "$env_file"
     else
-        install -m 0640 "$example" "$env_file"
+        install -m 0640 "$kit/cogworker.env.example" "$env_file"
     fi
     say "created $env_file from the example: edit it before starting cogworker@$name"
 done
@@ -157,10 +174,10 @@ done
 # Unit files are ours, not the operator's (local changes belong in drop-ins): always refresh them.
 install -d -m 0755 "$unit_dir"
 for unit in cogworker@.service cogworker.target; do
-    if cmp -s "$REPO/systemd/$unit" "$unit_dir/$unit"; then
+    if cmp -s "$kit/$unit" "$unit_dir/$unit"; then
         say "unchanged $unit_dir/$unit"
     else
-        install -m 0644 "$REPO/systemd/$unit" "$unit_dir/$unit"
+        install -m 0644 "$kit/$unit" "$unit_dir/$unit"
         say "installed $unit_dir/$unit"
     fi
 done
