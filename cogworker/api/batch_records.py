@@ -9,7 +9,7 @@ written.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import redis
 import structlog
@@ -19,8 +19,15 @@ from cogworker.api import batch_holds, client
 from cogworker.api.decorator import JobFunction, JobSetter
 from cogworker.store import batch_scripts, key_guard, keys
 
-if TYPE_CHECKING:
-    from cogworker.api.batch import Batch
+
+class BatchIds(Protocol):
+    """What these records need of a batch (api/batch.py's Batch), named here so this module needn't
+    import that one, which imports this one."""
+
+    bid: str
+    up: list[str]
+    queues: list[str]
+
 
 _log = structlog.get_logger("cogworker.batch")
 
@@ -32,7 +39,7 @@ def add_callbacks(
     callbacks: dict[str, Callback | None],
     bid: str,
     callback_args: Sequence[Any] | dict[str, Any],
-    parent: Batch | None,
+    parent: BatchIds | None,
 ) -> list[str]:
     """Add each callback given (kind -> job) to a new batch's `fields`, as the script that decides
     will push it; returns their queues."""
@@ -52,7 +59,7 @@ def add_callbacks(
 
 
 def _callback(
-    fn: Callback, kind: str, bid: str, callback_args: Sequence[Any] | dict[str, Any], parent: Batch | None
+    fn: Callback, kind: str, bid: str, callback_args: Sequence[Any] | dict[str, Any], parent: BatchIds | None
 ) -> tuple[str, str, str]:
     """The callback's payload as stored (a JSON object without its closing brace: the script adds the
     push time), its queue and its jid."""
@@ -110,7 +117,7 @@ def leave(bid: str, jids: list[str]) -> None:
         _log.error("batch_members_not_removed", bid=bid, jids=jids[:10], error=f"{type(exc).__name__}: {exc}")
 
 
-def held(target: Batch, name: str, value: str) -> batch_holds.Hold:
+def held(target: BatchIds, name: str, value: str) -> batch_holds.Hold:
     """The hold `name` on `target` that batch_open.lua took; a lease is renewed until released."""
     hold = batch_holds.Hold(target.bid, list(target.up), list(target.queues), name, value)
     if hold.is_lease:

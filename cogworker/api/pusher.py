@@ -9,13 +9,27 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cogworker.api import client, features
+from cogworker.api.typed_args import PlanLater, TypedArgs
 
 if TYPE_CHECKING:
     from cogworker.api.chain import Signature
-    from cogworker.api.decorator import JobFunction
+
+
+class PushedJob(Protocol):
+    """What a push needs of its job (a JobFunction), named here so this module needn't import the
+    decorator's, which imports this one."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def typed(self) -> TypedArgs | PlanLater | None: ...
 
 
 def _seconds_from_now(when: dt.datetime | float | int) -> float:
@@ -31,7 +45,7 @@ def _seconds_from_now(when: dt.datetime | float | int) -> float:
 class Pusher:
     """The perform_* methods, shared by a job and by `job.set(...)`."""
 
-    job: JobFunction
+    job: PushedJob
     options: dict[str, Any]
 
     def _push(self, args: Sequence[Any], kwargs: dict[str, Any], at: float | None) -> str | None:
@@ -229,6 +243,6 @@ class Pusher:
 class JobSetter(Pusher):
     """A job with options changed for its pushes: what `job.set(...)` returns."""
 
-    def __init__(self, job: JobFunction, options: dict[str, Any]) -> None:
+    def __init__(self, job: PushedJob, options: dict[str, Any]) -> None:
         self.job = job
         self.options = options
