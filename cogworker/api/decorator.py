@@ -104,7 +104,7 @@ def job(
     Args:
         func: The function, when used as `@job` without parentheses.
         name: The name workers find the job by. Default: the function's module and qualified name.
-        **options: The job's options (below). Each is checked here; None leaves an option unset.
+        **options: The job's options (below), each checked here.
 
     Keyword Args:
         queue (str): The queue the job is pushed to. Default: "default".

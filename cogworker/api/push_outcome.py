@@ -46,10 +46,11 @@ class PushOutcomeUnknown(redis.ConnectionError):
 
     Raised by a push (`perform_async`, `push_bulk`, ...) when Redis stopped answering mid-write and
     stayed unreachable. The jobs may be queued: what the push took for them (unique claims, statuses,
-    batch membership) is kept. To push again safely, send the same payload (`job.build(...)` then
-    `job.send(payload)`: its jid is known, and a second send makes no second copy). A new push of a
-    unique job is refused as a duplicate while its claim holds; a new push of any other job may run
-    it twice. A subclass of redis.ConnectionError, so code catching that still does.
+    batch membership) is kept. To push again safely, send the same payload within two minutes
+    (`job.build(...)` then `job.send(payload)`: a write finds the earlier one by its jid and makes
+    no second copy). A new push of a unique job is refused as a duplicate while its claim holds; a
+    new push of any other job may run it twice. A subclass of redis.ConnectionError, so code
+    catching that still does.
 
     Attributes:
         jids: The jids of the jobs whose outcome is unknown.

@@ -79,8 +79,8 @@ class Pusher:
         """Push a payload `build` made, through the client middleware.
 
         Overridden by pushers that send later (after a database transaction commits:
-        cogworker/contrib/django/transaction.py). Sending the same payload again makes no second
-        copy of the job.
+        cogworker/contrib/django/transaction.py). Sending the same payload again within two minutes
+        (after a PushOutcomeUnknown) writes no second copy of the job.
 
         Args:
             payload: A payload returned by `build`.
@@ -177,7 +177,7 @@ class Pusher:
         `@job` declaration, as they can't travel in the job's payload.
 
         Args:
-            **options: The options to change (below); None leaves an option as the job declares it.
+            **options: The options to change (below), each checked here.
 
         Keyword Args:
             queue (str): The queue the job is pushed to. Default: "default".
