@@ -93,7 +93,7 @@ class Pusher:
             NotReplicated: The job was written, but fewer replicas than COGWORKER_REDIS_MIN_REPLICAS
                 confirmed it.
             WrongTypeKey: A key the push writes holds another type of value; nothing was written.
-            redis.ConnectionError: Redis could not be reached and the job is known not to be written.
+            redis.RedisError: Redis failed and the job is known not to be written: push it again.
         """
         return client.send(payload)
 
@@ -117,7 +117,7 @@ class Pusher:
             NotReplicated: The job was written, but fewer replicas than COGWORKER_REDIS_MIN_REPLICAS
                 confirmed it.
             WrongTypeKey: A key the push writes holds another type of value; nothing was written.
-            redis.ConnectionError: Redis could not be reached and the job is known not to be written.
+            redis.RedisError: Redis failed and the job is known not to be written: push it again.
 
         Example:
             >>> jid = send_welcome.perform_async(42, locale="fr")  # doctest: +SKIP
