@@ -1,7 +1,23 @@
 """cogworker: Redis-backed background jobs, run as a supervised swarm with reliable fetch.
 
-The public names below load on first use (PEP 562). `import cogworker.exitcodes` must stay cheap:
-the swarm's supervisor imports a few small modules of this package and must not pay for the Redis
+Declare a job with `@cogworker.job`, push it with `perform_async` (or `perform_in`, `perform_at`),
+and run `cogworker-swarm` to work the queues. Around that: `chain`/`group` and `batch` to compose
+jobs, `result` and `status` to follow one, `cancel` to stop one, `periodic` for cron schedules,
+`limiter` for rate limits, `on_death` for jobs that fail for good, and the middleware chains
+(`client_chain`, `server_chain`). `cogworker.testing` runs jobs in memory in your tests.
+
+Example:
+    ```python
+    import cogworker
+
+    @cogworker.job(queue="mailers", retry=5)
+    def send_welcome(user_id: int) -> None: ...
+
+    send_welcome.perform_async(42)
+    ```
+
+The public names load on first use (PEP 562). `import cogworker.exitcodes` must stay cheap: the
+swarm's supervisor imports a few small modules of this package and must not pay for the Redis
 client, pydantic and the job machinery that only its fork server and workers use.
 """
 

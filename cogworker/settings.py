@@ -27,7 +27,12 @@ _ENCODE_HINT = " (a password holding / ? # @ or : must be %-encoded, e.g. / as %
 
 
 class Settings(BaseSettings, SettingsFields):
-    """The settings from the environment, checked (their fields are in SettingsFields)."""
+    """The settings from the COGWORKER_* environment, checked and frozen.
+
+    Each field is one variable: `redis_url` is COGWORKER_REDIS_URL. The fields and their defaults
+    are in SettingsFields (cogworker/settings_fields.py) and deploy/cogworker.env.example. Build one
+    with `cogworker.load_settings()`, which reports a bad value as one readable line.
+    """
 
     model_config = SettingsConfigDict(
         env_prefix="COGWORKER_",
@@ -217,7 +222,11 @@ MUST_BE_ABOVE = (
 
 
 class ConfigError(Exception):
-    """A setting that cannot be used; the message is the one line shown to the operator."""
+    """A setting that cannot be used: raised by `cogworker.load_settings()`.
+
+    The message is one line naming each bad variable, its value (a Redis URL's password hidden) and
+    what it accepts. Fix the variable (or override); a command exits 78 (CONFIG_ERROR) with it.
+    """
 
 
 def _describe(error: ValidationError) -> str:
@@ -237,7 +246,21 @@ def _describe(error: ValidationError) -> str:
 
 
 def load_settings(**overrides: object) -> Settings:
-    """Settings from the environment (plus overrides); raises ConfigError with a readable line."""
+    """Read the settings from the COGWORKER_* environment, plus overrides, and check them.
+
+    Args:
+        **overrides: Settings by field name (`redis_url="redis://..."`), winning over the
+            environment's.
+
+    Returns:
+        The checked, frozen Settings.
+
+    Raises:
+        ConfigError: A setting is invalid, or two disagree; the message names each.
+
+    Example:
+        >>> settings = cogworker.load_settings(queues="critical,default")  # doctest: +SKIP
+    """
     try:
         return Settings(**overrides)
     except ValidationError as exc:

@@ -196,10 +196,12 @@ class SettingsFields:
 
     @property
     def queue_spec(self) -> QueueSpec:
+        """COGWORKER_QUEUES parsed: the queues a worker fetches from, weighted or in strict order."""
         return parse_queues(self.queues)
 
     @property
     def require_modules(self) -> tuple[str, ...]:
+        """COGWORKER_REQUIRE as a list: the modules a worker imports (its jobs' modules)."""
         return tuple(m.strip() for m in self.require.split(",") if m.strip())
 
 

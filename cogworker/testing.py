@@ -41,10 +41,22 @@ _recorded: dict[str, list[dict[str, Any]]] = {}
 
 
 class EmptyQueueError(Exception):
-    """perform_one was asked to run a job, but none is recorded for it."""
+    """`perform_one` was asked to run a job, but no push of it is recorded (fake mode).
+
+    In a test this usually means the code under test didn't push the job: check `job.jobs` first.
+    """
 
 
 def set_mode(new: Mode | None) -> None:
+    """Turn a testing mode on for this process, or off. Prefer `fake()` and `inline()`, which
+    restore the previous mode and forget what was recorded.
+
+    Args:
+        new: "fake", "inline", or None to push to Redis again.
+
+    Raises:
+        ValueError: `new` is not a mode.
+    """
     global mode
     if new not in (None, "fake", "inline"):
         raise ValueError(f"testing mode must be 'fake', 'inline' or None, not {new!r}")
@@ -55,6 +67,23 @@ def set_mode(new: Mode | None) -> None:
 
 @contextlib.contextmanager
 def fake() -> Iterator[None]:
+    """Record pushes instead of sending them, for the block.
+
+    `job.jobs` shows a job's recorded pushes; `job.perform_one()`, `job.drain()` and `drain_all()`
+    run them here. On leaving, the recorded pushes and results are forgotten and the previous mode
+    is back.
+
+    Yields:
+        Nothing.
+
+    Example:
+        ```python
+        with cogworker.testing.fake():
+            send_email.perform_async(1, "hi")
+            assert len(send_email.jobs) == 1
+            send_email.drain()
+        ```
+    """
     previous = mode
     set_mode("fake")
     try:
@@ -67,6 +96,20 @@ def fake() -> Iterator[None]:
 
 @contextlib.contextmanager
 def inline() -> Iterator[None]:
+    """Run each job as it is pushed, in the calling thread, for the block.
+
+    The job runs through the server middleware chain; its exception propagates to the push's
+    caller. On leaving, kept results are forgotten and the previous mode is back.
+
+    Yields:
+        Nothing.
+
+    Example:
+        ```python
+        with cogworker.testing.inline():
+            send_email.perform_async(1, "hi")  # has run when this returns
+        ```
+    """
     previous = mode
     set_mode("inline")
     try:
@@ -77,7 +120,14 @@ def inline() -> Iterator[None]:
 
 
 def record(job: dict[str, Any]) -> str:
-    """The push step of the client chain in a testing mode."""
+    """Record (fake mode) or run (inline mode) one push: the testing modes' last step of a push.
+
+    Args:
+        job: The payload, after the client middleware.
+
+    Returns:
+        The job's jid.
+    """
     # A round trip through JSON, as Redis would give it to a worker.
     job = codec.loads(codec.dumps(job))
     if mode == "inline":
@@ -88,19 +138,40 @@ def record(job: dict[str, Any]) -> str:
 
 
 def jobs_for(name: str) -> list[dict[str, Any]]:
+    """Return the recorded pushes of one job, oldest first: what `job.jobs` shows.
+
+    Args:
+        name: The job's registered name.
+
+    Returns:
+        The list itself (changing it changes what is recorded).
+    """
     return _recorded.setdefault(name, [])
 
 
 def all_jobs() -> dict[str, list[dict[str, Any]]]:
+    """Return every recorded push, by job name.
+
+    Returns:
+        Job name -> its recorded pushes (copies of the lists), oldest first; no empty ones.
+    """
     return {name: list(jobs) for name, jobs in _recorded.items() if jobs}
 
 
 def clear_all() -> None:
+    """Forget every recorded push, without running it."""
     _recorded.clear()
 
 
 def take_recorded(jid: str) -> dict[str, Any] | None:
-    """Remove the recorded job with this jid (`cogworker.cancel` in fake mode); None if none is."""
+    """Remove the recorded push with this jid: what `cogworker.cancel` does in fake mode.
+
+    Args:
+        jid: The job's id.
+
+    Returns:
+        The removed payload, or None if none has this jid.
+    """
     for jobs in _recorded.values():
         for index, job in enumerate(jobs):
             if job.get("jid") == jid:
@@ -109,6 +180,18 @@ def take_recorded(jid: str) -> dict[str, Any] | None:
 
 
 def perform(job: dict[str, Any]) -> None:
+    """Run one payload here, through the server middleware chain, as a worker would.
+
+    A job that keeps its result has it kept in memory for `cogworker.result`.
+
+    Args:
+        job: The payload, as recorded.
+
+    Raises:
+        JobNotFound: The payload names a job this process hasn't registered.
+        InvalidArguments: An argument no longer fits its typed parameter.
+        Exception: Whatever the job raised.
+    """
     # Only jobs this process registered: it pushed them, so their modules are imported already.
     fn = resolve(job["class"], allowed=())
     args, kwargs = copy.deepcopy(job.get("args", [])), copy.deepcopy(job.get("kwargs", {}))
@@ -141,6 +224,15 @@ def _call(fn: RegisteredJob, args: list[Any], kwargs: dict[str, Any], kept: list
 
 
 def perform_one(name: str) -> None:
+    """Run the oldest recorded push of one job: what `job.perform_one()` does.
+
+    Args:
+        name: The job's registered name.
+
+    Raises:
+        EmptyQueueError: No push of this job is recorded.
+        Exception: Whatever the job raised.
+    """
     jobs = jobs_for(name)
     if not jobs:
         raise EmptyQueueError(f"no {name} jobs recorded")
@@ -148,11 +240,24 @@ def perform_one(name: str) -> None:
 
 
 def drain(name: str) -> None:
+    """Run every recorded push of one job, including those its runs push: what `job.drain()` does.
+
+    Args:
+        name: The job's registered name.
+
+    Raises:
+        Exception: Whatever a job raised; the pushes after it stay recorded.
+    """
     while jobs_for(name):
         perform_one(name)
 
 
 def drain_all() -> None:
+    """Run every recorded push of every job, including those the runs push, until none is left.
+
+    Raises:
+        Exception: Whatever a job raised; the pushes after it stay recorded.
+    """
     while True:
         pending = next((name for name, jobs in _recorded.items() if jobs), None)
         if pending is None:

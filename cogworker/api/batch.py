@@ -34,10 +34,9 @@ import redis
 import structlog
 
 from cogworker import codec
-from cogworker.api import batch_holds, client, middleware
+from cogworker.api import batch_holds, batch_records, client, middleware
 from cogworker.api.decorator import JobFunction, JobSetter
 from cogworker.api.payload import new_jid
-from cogworker.store import batch_scripts, key_guard, keys
 
 _log = structlog.get_logger("cogworker.batch")
 
@@ -46,7 +45,15 @@ Callback = JobFunction | JobSetter
 
 
 class BatchClosed(Exception):
-    """The batch is complete (or expired): no member can be added to it any more."""
+    """The batch is complete (or expired): no member can be added to it any more.
+
+    Raised when a job is pushed in a block of a batch that has completed (or whose records expired),
+    or when a batch is opened inside one. Nothing was pushed to it: push the job outside the batch, or
+    open a new batch for it.
+
+    Attributes:
+        bid: The batch's id.
+    """
 
     def __init__(self, bid: str) -> None:
         super().__init__(f"batch {bid} is complete or gone: no job can join it")
@@ -54,8 +61,16 @@ class BatchClosed(Exception):
 
 
 class Batch:
-    """A batch: `bid`, its parents (`up`, nearest first) and its callbacks' queues (`queues`, its own
-    and its parents'), which every member carries so a worker can reach each level in one script."""
+    """A batch of jobs run as one unit: what `cogworker.batch(...)` yields and `current_batch()` returns.
+
+    Every member carries the batch's id, its parents and its callbacks' queues, so a worker can reach
+    each level in one script.
+
+    Attributes:
+        bid: The batch's id (for `cogworker.batch_status`).
+        up: The ids of the batches it is a member of, nearest first.
+        queues: The queues of its callbacks and its parents'.
+    """
 
     __slots__ = ("_hold", "bid", "queues", "up")
 
@@ -70,15 +85,28 @@ class Batch:
 
     @contextmanager
     def jobs(self) -> Iterator[Batch]:
-        """Add members: every push in the block joins this batch (from a member job, or any code while
-        the batch is not complete). The block holds the batch open until it ends."""
+        """Add members: every push in the block joins this batch.
+
+        Usable from a member job (`cogworker.current_batch().jobs()`) or from any code while the batch
+        is not complete. The block holds the batch open until it ends: nothing is decided meanwhile.
+        Under a testing mode the block only runs.
+
+        Yields:
+            This batch.
+
+        Raises:
+            BatchClosed: The batch is complete or its records expired.
+            WrongTypeKey: A batch key holds another type of value.
+        """
         if not client.redis_in_use():  # a testing mode: nothing to track
             yield self
             return
         member = batch_holds.run_hold(self.bid)
         try:
             if member is None:  # not a run of a member of this batch: a lease
-                hold: batch_holds.Hold | None = _take(self, "hold", *batch_holds.new_lease(_lease_s()))
+                hold: batch_holds.Hold | None = _take(
+                    self, "hold", *batch_holds.new_lease(batch_records.lease_s())
+                )
             elif member[1]:  # the run's outermost block on its own batch
                 hold = _take(self, "hold", f"run:{member[0].jid}", member[0].owner)
             else:
@@ -95,14 +123,33 @@ class Batch:
             if member is not None:
                 batch_holds.leave_run(member[0])
             if hold is not None:
-                _release(hold)
+                batch_records.release(hold)
 
     def add(self, fn: Callback, *args: Any, **kwargs: Any) -> str | None:
-        """Push one job as a member of this batch; returns its jid."""
+        """Push one job as a member of this batch.
+
+        Args:
+            fn: The job, or `job.set(...)`.
+            *args: The job's positional arguments.
+            **kwargs: The job's keyword arguments.
+
+        Returns:
+            The job's jid, or None when a client middleware stopped the push.
+
+        Raises:
+            BatchClosed: The batch is complete or its records expired.
+            TypeError: An argument is not JSON-native.
+            PushOutcomeUnknown: As for `JobFunction.perform_async`.
+        """
         with self.jobs():
             return fn.perform_async(*args, **kwargs)
 
     def status(self) -> Any:
+        """Read the batch's state, as `cogworker.batch_status(self.bid)` does.
+
+        Returns:
+            A BatchStatus, or None when the batch's records expired.
+        """
         from cogworker.api.batch_status import batch_status
 
         return batch_status(self.bid)
@@ -115,7 +162,11 @@ _running: contextvars.ContextVar[Batch | None] = contextvars.ContextVar("cogwork
 
 
 def current_batch() -> Batch | None:
-    """The batch of the member job running now (None outside one): `current_batch().add(...)`."""
+    """Return the batch of the member job running now: `current_batch().add(...)` adds to it.
+
+    Returns:
+        The running job's batch, or None outside a member job.
+    """
     return _running.get()
 
 
@@ -124,7 +175,8 @@ def as_member(job: dict[str, Any], owner: str = "") -> Iterator[None]:
     """Around a member job's body (worker/running/processor.py): `current_batch()` is its batch, and a block
     on it holds it for this run (`owner`: the in-progress list the run is on)."""
     bid = str(job["bid"])
-    token = _running.set(Batch(bid, _strings(job.get("bup")), _strings(job.get("bq"))))
+    up, queues = batch_records.strings(job.get("bup")), batch_records.strings(job.get("bq"))
+    token = _running.set(Batch(bid, up, queues))
     run_token = batch_holds.set_run(batch_holds.Run(str(job.get("jid") or ""), bid, owner))
     try:
         yield
@@ -142,9 +194,36 @@ def batch(
     on_death: Callback | None = None,
     callback_args: Sequence[Any] | dict[str, Any] = (),
 ) -> Iterator[Batch]:
-    """Open a batch: jobs pushed in the block are its members. Inside another batch's open block (its
-    `with`, or `b.jobs()`), the new batch is a member of that one. Under a testing mode (no Redis)
-    the block only runs: nothing is tracked and no callback is pushed."""
+    """Open a batch: jobs pushed in the block are its members.
+
+    Inside another batch's open block (its `with`, or `b.jobs()`), the new batch and its callbacks
+    are members of that one. It is decided once the block has ended (even by an exception: its
+    members were pushed) and every member has ended; each callback is then pushed once, given
+    `(bid, *callback_args)`. Under a testing mode (no Redis) the block only runs.
+
+    Args:
+        description: Shown by `cogworker batch show`, the Web UI and `batch_status`.
+        on_success: A job (or `job.set(...)`) pushed when every member succeeded.
+        on_complete: A job pushed when every member has ended: succeeded, went to dead, or ended
+            unrun (expired, cancelled).
+        on_death: A job pushed at the first member that goes to dead.
+        callback_args: Arguments given to each callback after the bid (a dict: keyword arguments).
+
+    Yields:
+        The new Batch.
+
+    Raises:
+        TypeError: `description` is not a str, or a callback is not a job.
+        BatchClosed: Opened inside a batch that has completed.
+        WrongTypeKey: A batch key holds another type of value.
+
+    Example:
+        ```python
+        with cogworker.batch(description="import 42", on_success=publish) as b:
+            for row in rows:
+                import_row.perform_async(row)
+        ```
+    """
     if not client.redis_in_use():
         yield Batch(new_jid())
         return
@@ -180,18 +259,8 @@ def create(
         "parent": up[0] if up else "",
         "up": codec.dumps(up),
     }
-    own_queues: list[str] = []
-    for kind, fn in (("success", on_success), ("complete", on_complete), ("death", on_death)):
-        if fn is None:
-            continue
-        text, queue, jid = _callback(fn, kind, bid, callback_args, parent)
-        fields |= {
-            f"cb:{kind}": text,
-            f"cbq:{kind}": queue,
-            f"cbjid:{kind}": jid,
-            f"cbstate:{kind}": "waiting",
-        }
-        own_queues.append(queue)
+    callbacks = {"success": on_success, "complete": on_complete, "death": on_death}
+    own_queues = batch_records.add_callbacks(fields, callbacks, bid, callback_args, parent)
     queues = sorted({*own_queues, *(parent.queues if parent is not None else [])})
     fields["queues"] = codec.dumps(queues)
     new = Batch(bid, up, queues)
@@ -203,7 +272,7 @@ def create(
         args += [name, value]
     if not _run_open(new, "new", args_override=args):
         raise BatchClosed(up[0])
-    new._hold = _held(new, hold_name, expiry)
+    new._hold = batch_records.held(new, hold_name, expiry)
     return new
 
 
@@ -211,7 +280,7 @@ def close(target: Batch) -> None:
     """Release the hold `create` took: completes the batch if nothing else holds it and nothing is
     pending. Closing it again changes nothing."""
     if target._hold is not None:
-        _release(target._hold)
+        batch_records.release(target._hold)
 
 
 def create_batch(
@@ -219,83 +288,43 @@ def create_batch(
     description: str = "",
     **callbacks: Any,
 ) -> str:
-    """Create a batch of `members` ((job, args) pairs) with `batch()`'s callbacks; returns its bid.
-    Usable anywhere, a job's body included."""
+    """Create a batch of the given members, with `batch()`'s callbacks. Usable anywhere, a job's body
+    included.
+
+    Args:
+        members: (job, positional arguments) pairs, one per member.
+        description: As for `batch()`.
+        **callbacks: `on_success`, `on_complete`, `on_death` and `callback_args`, as for `batch()`.
+
+    Returns:
+        The batch's id.
+
+    Raises:
+        TypeError: A callback is not a job, or an argument is not JSON-native.
+        BatchClosed: Created inside a batch that has completed.
+    """
     with batch(description, **callbacks) as made:
         for fn, args in members:
             fn.perform_async(*args)
     return made.bid
 
 
-def _callback(
-    fn: Callback, kind: str, bid: str, callback_args: Sequence[Any] | dict[str, Any], parent: Batch | None
-) -> tuple[str, str, str]:
-    """The callback's payload as stored (a JSON object without its closing brace: the script adds the
-    push time), its queue and its jid."""
-    if not isinstance(fn, JobFunction | JobSetter):
-        raise TypeError(f"on_{kind} takes a job (or job.set(...)), not {type(fn).__name__}")
-    if isinstance(callback_args, dict):
-        args, kwargs = [bid], dict(callback_args)
-    else:
-        args, kwargs = [bid, *callback_args], {}
-    options = dict(fn.options)
-    queue = str(options.get("queue") or fn.job.queue)
-    job = client.build_job(fn.job.name, args, kwargs, queue=queue, options=options, at=None)
-    job["bcb"] = [bid, kind]
-    if parent is not None:
-        job["bid"] = parent.bid
-        if parent.up:
-            job["bup"] = parent.up
-        if parent.queues:
-            job["bq"] = parent.queues
-    job.pop("enqueued_at", None)
-    text = codec.dumps(job)
-    return text[: text.rindex("}")], queue, str(job["jid"])
-
-
 def _run_open(
     target: Batch, mode: str, jids: Sequence[str] = (), args_override: list[Any] | None = None
 ) -> bool:
-    parent = target.up[0] if target.up else None
-    script_keys = [
-        keys.batch(target.bid),
-        keys.batch_pending(target.bid),
-        keys.BATCHES,
-        keys.batch(parent) if parent else keys.batch(target.bid),
-        keys.batch_pending(parent) if parent else keys.batch_pending(target.bid),
-        keys.BATCH_LEASES,
-    ]
+    """Run batch_open.lua on `target` (BatchClosed when it refuses anything but a new batch)."""
     args = args_override or [mode, repr(time.time()), target.bid, "", 0, "", "", *jids]
-    conn = client.connection()
-    reply = batch_scripts.run(conn, "batch_open", script_keys, args)
-    wrong = key_guard.script_wrong_type(reply)
-    if wrong is not None:
-        raise key_guard.wrong_type_error(conn, wrong)
-    if not reply and mode != "new":
+    created = batch_records.run_open(target.bid, target.up, args)
+    if not created and mode != "new":
         raise BatchClosed(target.bid)
-    return bool(reply)
+    return created
 
 
 def _take(target: Batch, mode: str, name: str, value: str) -> batch_holds.Hold:
     """Hold `target` (raises BatchClosed when it is complete or gone)."""
     args: list[Any] = [mode, repr(time.time()), target.bid, "", 0, name, value]
     _run_open(target, mode, args_override=args)
-    return _held(target, name, value)
-
-
-def _held(target: Batch, name: str, value: str) -> batch_holds.Hold:
-    hold = batch_holds.Hold(target.bid, list(target.up), list(target.queues), name, value)
-    if hold.is_lease:
-        batch_holds.keep_renewed(hold, client.connection(), _lease_s())
-    return hold
-
-
-def _release(hold: batch_holds.Hold) -> None:
-    batch_holds.release(client.connection(), hold, client.settings().batch_ttl_s)
-
-
-def _lease_s() -> float:
-    return client.settings().batch_hold_lease_s
+    return batch_records.held(target, name, value)
 
 
 def _register(jobs: list[dict[str, Any]]) -> Any:
@@ -314,34 +343,15 @@ def _register(jobs: list[dict[str, Any]]) -> Any:
         _run_open(target, "add", jids)
     except (redis.ConnectionError, redis.TimeoutError):
         # The reply was lost, maybe after they were registered; none of them will be written.
-        _leave(target, jids)
+        batch_records.leave(target.bid, jids)
         raise
 
     def undo(unwritten: list[dict[str, Any]]) -> None:
         # These jobs are known not to be written: they leave the batch. Those whose write may have
         # happened (a lost reply) stay.
-        _leave(target, [str(job["jid"]) for job in unwritten])
+        batch_records.leave(target.bid, [str(job["jid"]) for job in unwritten])
 
     return undo
-
-
-def _leave(target: Batch, jids: list[str]) -> None:
-    """Members that will never be written leave the batch, counted by what was registered (the
-    block still holds the batch, so nothing is decided meanwhile). Best-effort: a failure is logged,
-    and the batch then waits for members that never run."""
-    try:
-        conn = client.connection()
-        removed = int(conn.srem(keys.batch_pending(target.bid), *jids))
-        if removed:
-            conn.hincrby(keys.batch(target.bid), "total", -removed)
-    except redis.RedisError as exc:
-        _log.error(
-            "batch_members_not_removed", bid=target.bid, jids=jids[:10], error=f"{type(exc).__name__}: {exc}"
-        )
-
-
-def _strings(value: Any) -> list[str]:
-    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
 middleware.add_before_write_hook(_register)

@@ -20,6 +20,8 @@ KINDS = ("success", "complete", "death")
 
 @dataclass(frozen=True, slots=True)
 class CallbackState:
+    """One callback of a batch (`BatchStatus.callbacks`): which job, under which jid, and how far."""
+
     kind: str
     job: str  # the callback job's name
     jid: str
@@ -30,6 +32,12 @@ class CallbackState:
 
 @dataclass(frozen=True, slots=True)
 class BatchStatus:
+    """What a batch's records say, read at one instant: `cogworker.batch_status(bid)` returns one.
+
+    A member is a job pushed in the batch's block, or a batch opened inside it (which counts one).
+    The batch is decided once no block holds it (`holds` is 0) and nothing is pending.
+    """
+
     bid: str
     description: str
     total: int  # members ever added (a child batch counts one)
@@ -50,15 +58,23 @@ class BatchStatus:
 
     @property
     def complete(self) -> bool:
+        """True once the batch is decided (every member ended, no block holding it)."""
         return self.completed_at is not None
 
     @property
     def state(self) -> str:
+        """The batch's state: "open" (a block holds it), "running" (members pending), "complete", or
+        "complete with failures" (a member did not succeed)."""
         if self.completed_at is not None:
             return "complete" if self.failed == 0 else "complete with failures"
         return "open" if self.holds > 0 else "running"
 
     def as_dict(self) -> dict[str, Any]:
+        """Return every field as plain data (for JSON), with `state` and `complete` added.
+
+        Returns:
+            The fields by name; `callbacks` as a list of dicts.
+        """
         data = asdict(self)
         data["state"] = self.state
         data["complete"] = self.complete
@@ -66,7 +82,23 @@ class BatchStatus:
 
 
 def batch_status(bid: str, conn: redis.Redis | None = None) -> BatchStatus | None:
-    """The batch's state, or None when its records are gone (expired) or never were."""
+    """Read a batch's state, in one round trip, so the counts agree with each other.
+
+    Args:
+        bid: The batch's id (`Batch.bid`, or what `create_batch` returned).
+        conn: The Redis client to read with. Default: the job API's (`cogworker.configure`).
+
+    Returns:
+        The batch's BatchStatus, or None when its records expired (COGWORKER_BATCH_TTL_S after it
+        completed) or never existed.
+
+    Raises:
+        TypeError: `bid` is not a str.
+
+    Example:
+        >>> cogworker.batch_status(bid).state  # doctest: +SKIP
+        'complete'
+    """
     if not isinstance(bid, str):
         raise TypeError(f"bid must be a str, not {type(bid).__name__}")
     conn = conn if conn is not None else client.connection()

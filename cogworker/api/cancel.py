@@ -42,10 +42,27 @@ def _bound_scripts(conn: redis.Redis) -> Scripts:
 
 
 def cancel(jid: str) -> CancelOutcome:
-    """Cancel the job `jid`: a waiting job (queued, scheduled, retrying) is taken off its queue or set
-    and never runs; a running one is cancelled by its worker (an `async def` job at once, a sync job
-    at its next `cogworker.current_job().raise_if_cancelled()`). The outcome's `case` says which
-    applied, or that the job had finished or isn't known."""
+    """Cancel a job, wherever it is.
+
+    A waiting job (queued, scheduled, retrying) is taken off its queue or set and never runs; a
+    running one is cancelled by its worker (an `async def` job at once, a sync job at its next
+    `cogworker.current_job().raise_if_cancelled()`). In the fake testing mode the recorded push is
+    dropped.
+
+    Args:
+        jid: The job's id, as its push returned it.
+
+    Returns:
+        A CancelOutcome whose `case` says which applied, or that the job had finished or isn't known.
+
+    Raises:
+        TypeError: `jid` is not a str.
+        ValueError: `jid` is not a job id (letters, digits and `_.:-` only, at most 100).
+
+    Example:
+        >>> cogworker.cancel(jid).case  # doctest: +SKIP
+        'queued'
+    """
     jid = check_jid(jid)
     if not client.redis_in_use():
         taken = testing.take_recorded(jid)

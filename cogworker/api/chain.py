@@ -50,7 +50,15 @@ FIRST_STEP_ONLY = ("unique", "unique_for", "expires_in")
 
 @dataclass(frozen=True, slots=True)
 class Signature:
-    """A job with its arguments and options, not pushed: one step of a chain."""
+    """A job with its arguments and options, not pushed: one step of a chain (`job.s(...)` makes one).
+
+    Attributes:
+        name: The job's registered name.
+        queue: The queue it is pushed to.
+        args: Its positional arguments, checked (and converted for typed parameters) already.
+        kwargs: Its keyword arguments.
+        options: Its options (`job.set(...)`'s, then `Signature.set`'s).
+    """
 
     name: str
     queue: str
@@ -61,6 +69,18 @@ class Signature:
     typed: bool = False
 
     def set(self, **options: Any) -> Signature:
+        """Return this step with some options changed, as `JobFunction.set` does for a push.
+
+        Args:
+            **options: The options `JobFunction.set` accepts. In a chain, `unique`, `unique_for` and
+                `expires_in` apply to the first step only.
+
+        Returns:
+            A new Signature; this one is unchanged.
+
+        Raises:
+            TypeError: An option is unknown, only `@job` takes it, or its value is not valid.
+        """
         features.check_set_options(options)
         queue = str(options.get("queue") or self.queue)
         return Signature(self.name, queue, self.args, self.kwargs, {**self.options, **options}, self.typed)
@@ -83,14 +103,34 @@ def signature(
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """Steps run in parallel as one step of a chain (`cogworker.group(...)`): a batch."""
+    """Steps run in parallel as one step of a chain (`cogworker.group(...)` makes one), as a batch.
+
+    Attributes:
+        members: The steps run in parallel.
+    """
 
     members: tuple[Signature, ...]
 
 
 def group(*members: Signature) -> Group:
-    """A chain step whose members run in parallel; the next step runs once every member succeeded
-    (with `pass_results`, given the list of their results, in this order)."""
+    """Make a chain step whose members run in parallel, as one batch.
+
+    The next step runs once every member succeeded (with `pass_results`, given the list of their
+    results, in this order). A member that goes to dead stops the chain.
+
+    Args:
+        *members: The steps (`job.s(...)`), at most 1,000.
+
+    Returns:
+        A Group, for `cogworker.chain(...)`.
+
+    Raises:
+        TypeError: No member, too many, one that is not a Signature, or one with `unique`,
+            `unique_for` or `expires_in` (a worker's script pushes members, not the client).
+
+    Example:
+        >>> cogworker.chain(fetch.s(url), cogworker.group(thumb.s(), ocr.s()), publish.s())  # doctest: +SKIP
+    """
     if not members:
         raise TypeError("group() needs at least one member")
     if len(members) > MAX_STEPS:
@@ -111,14 +151,20 @@ def group(*members: Signature) -> Group:
 
 @dataclass(frozen=True, slots=True)
 class Chain:
-    """A chain that was pushed: its id and the jid each step runs under, in order (a group's: the
-    id of the batch its members run as)."""
+    """A chain that was pushed: what `cogworker.chain(...)` returns.
+
+    Attributes:
+        id: The chain's id, for `cogworker.chain_status`.
+        jids: The jid each step runs under, in order (a group's: the id of the batch its members
+            run as), so `cogworker.result(chain.jids[-1])` waits for the last step.
+    """
 
     id: str
     jids: tuple[str, ...]
 
     @property
     def first_jid(self) -> str:
+        """The jid the first step runs under (for a group first: its batch's id)."""
         return self.jids[0]
 
 
@@ -162,9 +208,34 @@ def chain(
     result_ttl: float = DEFAULT_RESULT_TTL_S,
     ttl_s: float = DEFAULT_TTL_S,
 ) -> Chain | None:
-    """Push a chain: the first step now, each next one when the previous one succeeded. Returns the
-    chain (id, jids), or None when a client middleware stopped the first step's push (nothing of the
-    chain is left in Redis then)."""
+    """Push a chain: the first step now, each next one when the previous one succeeded.
+
+    A step is pushed once, by the worker that acknowledges the previous one. A step that goes to
+    dead stops the chain; `chain_status` reports it.
+
+    Args:
+        *steps: The steps, each a Signature (`job.s(...)`) or a Group, at most 1,000.
+        pass_results: Give each step after the first the previous step's return value as its first
+            positional argument (a group's: the list of its members' results).
+        result_ttl: With `pass_results`, how long each step keeps its result, in seconds, unless the
+            step says otherwise. Default: a day.
+        ttl_s: How long the chain's record is kept after its last change, in seconds. Default: a week.
+
+    Returns:
+        The Chain (its id, every step's jid), or None when a client middleware stopped the first
+        step's push (nothing of the chain is left in Redis then).
+
+    Raises:
+        TypeError: No step or too many, a step that is not a Signature or Group, `unique`,
+            `unique_for` or `expires_in` on a later step, a bad `ttl_s`/`result_ttl`, or a call
+            inside a batch's block (a chain can't be a batch member).
+        RuntimeError: A testing mode (fake, inline) is on: chains need Redis.
+        PushOutcomeUnknown: As for `JobFunction.perform_async`; the chain's record is kept.
+
+    Example:
+        >>> chain = cogworker.chain(fetch.s(url), parse.s(), store.s(), pass_results=True)  # doctest: +SKIP
+        >>> cogworker.result(chain.jids[-1], timeout=60)  # doctest: +SKIP
+    """
     if not steps:
         raise TypeError("chain() needs at least one step")
     if len(steps) > MAX_STEPS:
@@ -239,7 +310,16 @@ def chain(
 
 
 def chain_status(cid: str) -> dict[str, Any] | None:
-    """The chain's state and each step's (see ops/chains.py), or None for an unknown or expired id."""
+    """Read a chain's state and each step's.
+
+    Args:
+        cid: The chain's id (`Chain.id`).
+
+    Returns:
+        A dict: `id`, `state` ("running", "complete", "dead" or "stopped"), `created_at`,
+        `completed_at`, `done`, `total`, `pass_results`, `error`, and `steps` (each with `index`,
+        `class`, `queue`, `jid`, `state`, `done_at`); None for an unknown or expired id.
+    """
     from cogworker.ops.chains import chain_status as read
 
     return read(client.connection(), cid)

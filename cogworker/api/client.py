@@ -38,7 +38,22 @@ _push_step: PushStep | None = None
 
 
 def configure(settings: SettingsFields | None = None, client: redis.Redis | None = None) -> None:
-    """Point the job API at a Redis. Without a call, the first push reads COGWORKER_* settings."""
+    """Point the job API (pushes, results, statuses) at a Redis.
+
+    Without a call, the first use reads the COGWORKER_* environment (`cogworker.load_settings()`).
+    The settings' key prefix becomes this process's. Building a client doesn't connect: a wrong
+    address shows at the first push.
+
+    Args:
+        settings: The settings to use. Default: `cogworker.load_settings()`.
+        client: The Redis client to push with. Default: one built from the settings.
+
+    Raises:
+        ConfigError: No `settings` were given and the environment's are invalid.
+
+    Example:
+        >>> cogworker.configure(cogworker.load_settings(redis_url="redis://cache:6379/2"))  # doctest: +SKIP
+    """
     global _settings, _redis
     new_settings = settings or _from_environment()
     # The prefix is the process's, not the client's: a worker's own keys and its jobs' pushes must agree.

@@ -30,9 +30,15 @@ log = structlog.get_logger("cogworker.cancel")
 
 
 class JobCancelled(Exception):
-    """The job was cancelled (`cogworker.cancel(jid)`): raised by `CurrentJob.raise_if_cancelled()`
-    in a running job, and where an `async def` job's task was cancelled. A job ending with it is
-    counted `cancelled`: not failed, not retried, not sent to dead."""
+    """The job was cancelled (`cogworker.cancel(jid)`).
+
+    Raised by `CurrentJob.raise_if_cancelled()` in a running job, and where an `async def` job's task
+    was cancelled. Let it propagate: a job ending with it is counted `cancelled`, not failed, not
+    retried, not sent to dead. Catch it only to clean up, then raise it again.
+
+    Attributes:
+        jid: The cancelled job's id.
+    """
 
     def __init__(self, jid: str) -> None:
         super().__init__(f"job {jid} was cancelled")
@@ -40,8 +46,13 @@ class JobCancelled(Exception):
 
 
 class CurrentJob:
-    """What a running job knows of itself. `cancelled` turns true when `cogworker.cancel(jid)` reaches
-    the worker running it (within about a second)."""
+    """What a running job knows of itself: what `cogworker.current_job()` returns.
+
+    Attributes:
+        jid: The job's id.
+        queue: The queue it was fetched from.
+        name: The job's registered name.
+    """
 
     __slots__ = ("_callbacks", "_cancelled", "jid", "name", "queue")
 
@@ -54,17 +65,35 @@ class CurrentJob:
 
     @property
     def cancelled(self) -> bool:
+        """True once `cogworker.cancel(jid)` has reached the worker running the job (within about a
+        second)."""
         return self._cancelled
 
     def raise_if_cancelled(self) -> None:
-        """Raise `JobCancelled` if the job was cancelled: call it where stopping is safe (between
-        the items of a batch, the pages of an export)."""
+        """Raise `JobCancelled` if the job was cancelled: call it where stopping is safe.
+
+        Raises:
+            JobCancelled: The job was cancelled. Let it propagate: the job then ends as cancelled.
+
+        Example:
+            ```python
+            for page in pages:
+                cogworker.current_job().raise_if_cancelled()
+                export(page)
+            ```
+        """
         if self._cancelled:
             raise JobCancelled(self.jid)
 
     def on_cancel(self, callback: Callable[[], Any]) -> None:
-        """Call `callback` once the job is cancelled (at once if it already is). The worker's event
-        loop uses it to cancel an async job's task. Runs on the thread that learns of the cancel."""
+        """Call `callback` once the job is cancelled (at once if it already is).
+
+        The worker's event loop uses it to cancel an async job's task. The callback runs on the
+        thread that learns of the cancel, not the job's; an exception from it is logged.
+
+        Args:
+            callback: A function of no arguments.
+        """
         with _callbacks_mutex:
             if not self._cancelled:
                 self._callbacks.append(callback)
@@ -72,7 +101,11 @@ class CurrentJob:
         callback()
 
     def cancel(self) -> None:
-        """Mark the job cancelled and run its callbacks (outside the lock: a callback may be slow)."""
+        """Mark the job cancelled and run its `on_cancel` callbacks.
+
+        The worker calls it when it learns of a cancel; use `cogworker.cancel(jid)` to cancel a job.
+        """
+        # The callbacks run outside the lock: one may be slow.
         with _callbacks_mutex:
             if self._cancelled:
                 return
@@ -111,8 +144,18 @@ _known: dict[str, float] = {}
 
 
 def current_job() -> CurrentJob:
-    """The job running in this thread (or in this task, for an `async def` job). Raises RuntimeError
-    outside a job."""
+    """Return the job running in this thread (or in this task, for an `async def` job).
+
+    Returns:
+        The running job's CurrentJob.
+
+    Raises:
+        RuntimeError: No job runs here (only a worker, or a testing mode's drain or inline run, runs
+            one).
+
+    Example:
+        >>> cogworker.current_job().jid  # doctest: +SKIP
+    """
     found = _current.get()
     if found is None:
         raise RuntimeError(

@@ -41,8 +41,15 @@ UNREADABLE_CLASS = "cogworker.UnreadablePayload"
 
 @dataclass(frozen=True, slots=True)
 class Death:
-    """Why a job went to dead: `cause` (one of CAUSES) and the error its dead entry records, with the
-    backtrace's lines (the entry holds them encoded, as Sidekiq does: api/backtrace.py)."""
+    """Why a job went to dead: what an `on_death` hook gets with the job.
+
+    Attributes:
+        cause: "failed" (it raised and won't be retried), "poison_pill" (its process died running it
+            too often), "unreadable" (its payload isn't a job) or "killed" (an operator moved it).
+        error_class: The class of the error its dead entry records.
+        error_message: The error's message.
+        backtrace: The error's last traceback lines.
+    """
 
     cause: str
     error_class: str
@@ -68,8 +75,28 @@ os.register_at_fork(after_in_child=_renew_lock)
 
 
 def on_death(fn: HookT) -> HookT:
-    """Call `fn(job, death)` in a worker, once, whenever a job goes to dead by any path. Returns `fn`,
-    so it works as a decorator. Registering the same function again changes nothing."""
+    """Register a hook a worker calls, once, whenever a job goes to dead by any path.
+
+    Workers run the hooks of the modules they import (COGWORKER_REQUIRE). A hook that raises is
+    logged; the job stays in dead and the other hooks still run. Registering the same function
+    again changes nothing.
+
+    Args:
+        fn: `fn(job, death)`: the job as the dead set holds it (a dict, its own copy) and a Death.
+
+    Returns:
+        `fn`, so it works as a decorator.
+
+    Raises:
+        TypeError: `fn` is not callable.
+
+    Example:
+        ```python
+        @cogworker.on_death
+        def alert(job: dict, death: cogworker.Death) -> None:
+            pager.send(f"{job['class']} died: {death.error_message}")
+        ```
+    """
     if not callable(fn):
         raise TypeError(f"on_death takes a function fn(job, death), not {type(fn).__name__}")
     with _lock:

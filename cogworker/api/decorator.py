@@ -2,93 +2,36 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import sys
-import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from cogworker import testing
 from cogworker.api import client, features, typed_args
 from cogworker.api.async_jobs import is_async
 from cogworker.api.payload import DEFAULT_QUEUE
+from cogworker.api.pusher import JobSetter, Pusher
 from cogworker.api.registry import RegisteredJob, register
 
-if TYPE_CHECKING:
-    from cogworker.api.chain import Signature
+__all__ = ["JobFunction", "JobSetter", "job", "push_bulk"]
 
 
-def _seconds_from_now(when: dt.datetime | float | int) -> float:
-    if isinstance(when, dt.datetime):
-        if when.tzinfo is None:
-            raise TypeError("perform_at needs an aware datetime (with tzinfo) or an epoch number")
-        return when.timestamp()
-    if isinstance(when, bool) or not isinstance(when, int | float):
-        raise TypeError(f"perform_at takes a datetime or epoch seconds, not {type(when).__name__}")
-    return float(when)
+class JobFunction(Pusher, RegisteredJob):
+    """A function declared a job by `@job`: callable as before, and pushable to workers.
 
+    Calling it runs the function here, as a plain call. `perform_async`, `perform_in` and
+    `perform_at` push it for a worker to run; `set` changes options for some pushes; `s` makes a
+    chain step. In the fake testing mode (`cogworker.testing.fake`), `jobs`, `clear`, `perform_one`
+    and `drain` show and run what was pushed.
 
-class _Pusher:
-    """The perform_* methods, shared by a job and by `job.set(...)`."""
+    Attributes:
+        name: The name workers find the job by (its module and qualified name, or `@job(name=...)`).
+        func: The decorated function.
+        options: The options `@job` was given.
+        is_async: True for an `async def` function, which a worker awaits on its event loop.
+    """
 
-    job: JobFunction
-    options: dict[str, Any]
-
-    def _push(self, args: Sequence[Any], kwargs: dict[str, Any], at: float | None) -> str | None:
-        return self.send(self.build(args, kwargs, at))
-
-    def build(self, args: Sequence[Any], kwargs: dict[str, Any], at: float | None = None) -> dict[str, Any]:
-        """The payload a push would write (arguments checked and converted, jid assigned), unsent."""
-        features.ensure_installed()
-        queue = str(self.options.get("queue") or self.job.queue)
-        typed = self.job.typed
-        if typed is not None:
-            args, kwargs = typed.dump(args, kwargs)
-        return client.build_job(self.job.name, args, kwargs, queue=queue, options=self.options, at=at)
-
-    def send(self, payload: dict[str, Any]) -> str | None:
-        """Push a payload `build` made. Overridden by pushers that send later (after a database
-        transaction commits: cogworker/contrib/django/transaction.py)."""
-        return client.send(payload)
-
-    def perform_async(self, *args: Any, **kwargs: Any) -> str | None:
-        return self._push(args, kwargs, None)
-
-    def perform_in(self, seconds: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
-        if isinstance(seconds, dt.timedelta):
-            seconds = seconds.total_seconds()
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-            raise TypeError(f"perform_in takes seconds or a timedelta, not {type(seconds).__name__}")
-        return self._push(args, kwargs, time.time() + float(seconds))
-
-    def perform_at(self, when: dt.datetime | float, *args: Any, **kwargs: Any) -> str | None:
-        return self._push(args, kwargs, _seconds_from_now(when))
-
-    def s(self, *args: Any, **kwargs: Any) -> Signature:
-        """This job with these arguments, not pushed: a step of `cogworker.chain(...)`."""
-        from cogworker.api.chain import signature
-
-        typed = self.job.typed
-        if typed is not None:  # converted now, as a push would (api/typed_args.py)
-            converted, kwargs = typed.dump(args, kwargs)
-            args = tuple(converted)
-        return signature(
-            self.job.name, self.job.queue, self.options, tuple(args), kwargs, typed=typed is not None
-        )
-
-
-class JobSetter(_Pusher):
-    def __init__(self, job: JobFunction, options: dict[str, Any]) -> None:
-        self.job = job
-        self.options = options
-
-    def set(self, **options: Any) -> JobSetter:
-        features.check_set_options(options)
-        return JobSetter(self.job, {**self.options, **options})
-
-
-class JobFunction(_Pusher, RegisteredJob):
     def __init__(self, func: Callable[..., Any], name: str, options: dict[str, Any]) -> None:
         self.func = func
         self.name = name
@@ -106,24 +49,30 @@ class JobFunction(_Pusher, RegisteredJob):
 
     @property
     def queue(self) -> str:
+        """The queue the job is pushed to unless `.set(queue=...)` says otherwise."""
         return str(self.options.get("queue") or DEFAULT_QUEUE)
-
-    def set(self, **options: Any) -> JobSetter:
-        features.check_set_options(options)
-        return JobSetter(self, {**self.options, **options})
 
     # Fake testing mode (cogworker.testing): what was pushed, and running it.
     @property
     def jobs(self) -> list[dict[str, Any]]:
+        """The payloads of this job pushed in the fake testing mode and not yet run, oldest first."""
         return testing.jobs_for(self.name)
 
     def clear(self) -> None:
+        """Forget this job's pushes recorded in the fake testing mode, without running them."""
         testing.jobs_for(self.name).clear()
 
     def perform_one(self) -> None:
+        """Run the oldest push of this job recorded in the fake testing mode, here.
+
+        Raises:
+            EmptyQueueError: No push of this job is recorded (cogworker.testing.EmptyQueueError).
+        """
         testing.perform_one(self.name)
 
     def drain(self) -> None:
+        """Run every push of this job recorded in the fake testing mode, here, including the ones
+        those runs push, until none is left."""
         testing.drain(self.name)
 
 
@@ -143,8 +92,66 @@ def job(
     name: str | None = None,
     **options: Any,
 ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
-    """Decorate a function as a job: `@job` or `@job(queue="mailers", retry=5)`. An `async def`
-    function is a job too: a worker awaits it on its event loop (`COGWORKER_ASYNC_CONCURRENCY`)."""
+    """Declare a function a job that workers run: `@job` or `@job(queue="mailers", retry=5)`.
+
+    The function stays callable as before; the JobFunction it becomes can also be pushed
+    (`perform_async`, `perform_in`, `perform_at`). Workers find it by name, so it must be importable:
+    defined at module level, in a module the workers import (COGWORKER_REQUIRE). An `async def`
+    function is a job too: a worker awaits it on its event loop (COGWORKER_ASYNC_CONCURRENCY).
+    Parameters annotated with pydantic models, datetimes, UUIDs or decimals are converted to JSON at
+    push and rebuilt before the call.
+
+    Args:
+        func: The function, when used as `@job` without parentheses.
+        name: The name workers find the job by. Default: the function's module and qualified name.
+        **options: The job's options (below), each checked here.
+
+    Keyword Args:
+        queue (str): The queue the job is pushed to. Default: "default".
+        retry (bool | int): How many times a failing job is retried before it goes to the dead
+            set: True for 25, False for none, or a number. Default: True.
+        retry_on (type[BaseException] | tuple[type[BaseException], ...]): Only these errors are
+            retried; any other sends the job to dead at once. `@job` only. Default: unset (all are).
+        discard_on (type[BaseException] | tuple[type[BaseException], ...]): These errors send the
+            job to dead at once; wins over `retry_on`. `@job` only. Default: unset.
+        retry_in (Callable[[int, BaseException], float | None]): `fn(count, exc)` returns the delay
+            in seconds before retry `count + 1` (None: the default backoff). `@job` only.
+            Default: unset (Sidekiq's backoff, count**4 + 15 s plus jitter).
+        backtrace (bool | int): Sidekiq's option (true, or how many lines to keep), kept in the
+            payload for Sidekiq; cogworker stores a failure's last 20 lines either way.
+            Default: unset.
+        unique (str | None): "until_executed": a push of the same job, arguments and queue returns
+            None while an earlier copy is pending. Default: None (not unique).
+        unique_for (float): How long a unique claim lasts at most, in seconds from when the job is
+            due. Default: COGWORKER_UNIQUE_TTL_S (an hour).
+        status (bool): True records the job's status (`cogworker.status(jid)`), False opts it out
+            of COGWORKER_STATUS_ALL. Default: unset (COGWORKER_STATUS_ALL decides).
+        expires_in (float | timedelta): A job not started within this many seconds of its push (or
+            of its scheduled time) is not run. Default: unset (never expires).
+        result_ttl (float): How long the return value is kept for `cogworker.result(jid)`, in
+            seconds; 0 keeps none. Default: COGWORKER_RESULT_TTL_S (none kept).
+        timeout_s (float): The time limit of one run, in seconds; past it the run fails with
+            JobTimeout. Default: COGWORKER_JOB_TIMEOUT_S (no limit).
+        limit (Limiter | Callable[..., Limiter]): A limiter the run must pass (`cogworker.limiter`),
+            or a function of the job's arguments returning one; a full limiter puts the job back in
+            the schedule set. `@job` only. Default: unset.
+
+    Returns:
+        The JobFunction, or (called with options only) a decorator that makes one.
+
+    Raises:
+        TypeError: An option is unknown or its value is not valid, or the function can't be
+            imported by name (defined inside a function, or in a script run as `__main__`) and no
+            `name=` is given.
+
+    Example:
+        ```python
+        @cogworker.job(queue="mailers", retry=5, unique="until_executed")
+        def send_welcome(user_id: int) -> None: ...
+
+        send_welcome.perform_async(42)
+        ```
+    """
     features.check_options(options)
 
     def wrap(f: Callable[..., Any]) -> JobFunction:
@@ -184,9 +191,27 @@ def push_bulk(
 ) -> list[str | None]:
     """Push one job per argument tuple; one round trip per batch of up to 1,000 jobs.
 
-    Every argument is checked before anything is written, so a bad one pushes nothing. Returns
-    the jids in order (None where a client middleware stopped that job). `fn` may be a job or
-    `job.set(...)`, whose options then apply to every job of the batch.
+    Every argument is checked before anything is written, so a bad one pushes nothing.
+
+    Args:
+        fn: A job, or `job.set(...)`, whose options then apply to every job pushed.
+        arg_lists: One sequence of positional arguments per job.
+        at: When the jobs are due, in epoch seconds. Default: now.
+        queue: The queue for every job. Default: the job's (or `set`'s) queue.
+
+    Returns:
+        The jids in order, None where a client middleware stopped that job.
+
+    Raises:
+        TypeError: `fn` is not a job, or an argument is not JSON-native; nothing was pushed.
+        PushOutcomeUnknown: A batch got no answer and whether it was written can't be known; earlier
+            batches are written, later ones are not.
+        NotReplicated: Too few replicas confirmed a batch (COGWORKER_REDIS_MIN_REPLICAS); it and
+            every earlier batch are written, later ones are not.
+        WrongTypeKey: A key the push writes holds another type of value.
+
+    Example:
+        >>> cogworker.push_bulk(send_welcome, [(1,), (2,), (3,)])  # doctest: +SKIP
     """
     if not isinstance(fn, JobFunction | JobSetter):
         raise TypeError(f"push_bulk takes a job (or job.set(...)), not {type(fn).__name__}")

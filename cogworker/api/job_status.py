@@ -56,7 +56,22 @@ OPTIONS: dict[str, Callable[[Any], None] | None] = {"status": None}
 
 
 def status(jid: str) -> str | None:
-    """The job's status, or None for an unknown or expired jid (and in the testing modes)."""
+    """Return a job's status, when it tracks one (`@job(status=True)` or COGWORKER_STATUS_ALL).
+
+    Args:
+        jid: The job's id, as its push returned it.
+
+    Returns:
+        "queued", "working", "retrying", "complete", "failed", "cancelled", "expired" or "limited";
+        None for a job that tracks none, an unknown or expired jid, and in the testing modes.
+
+    Raises:
+        redis.RedisError: Redis could not be read.
+
+    Example:
+        >>> cogworker.status(jid)  # doctest: +SKIP
+        'working'
+    """
     if not client.redis_in_use():
         return None
     value = client.connection().hget(keys.status(jid), "status")

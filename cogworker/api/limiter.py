@@ -31,24 +31,29 @@ import os
 import socket
 import time
 import uuid
-from types import TracebackType
-from typing import Any, ClassVar
+from typing import Any
 
 import structlog
 
-from cogworker.api import client, current_job
+from cogworker.api import current_job
+from cogworker.api.limit_base import DEFAULT_WAIT_TIMEOUT_S, Limiter, OverLimit, number
 from cogworker.api.limit_release import Releases
 from cogworker.api.limit_scripts import LimitScripts
 from cogworker.store import keys
 
+__all__ = [
+    "BucketLimiter",
+    "ConcurrentLimiter",
+    "Limiter",
+    "OverLimit",
+    "WindowLimiter",
+    "bucket",
+    "concurrent",
+    "window",
+]
+
 log = structlog.get_logger("cogworker.limiter")
 
-MAX_NAME_CHARS = 200
-DEFAULT_WAIT_TIMEOUT_S = 5.0
-# Outside a job, a concurrent limiter that is full is asked again this often (doubling), since a
-# holder may give its slot back long before its lease ends.
-FIRST_PAUSE_S = 0.01
-LONGEST_PAUSE_S = 0.25
 _HOST = socket.gethostname()
 # A holder's token is host:pid:jid:<_RUN>-<serial>: unique without a random draw per acquire.
 _RUN = uuid.uuid4().hex[:8]
@@ -58,117 +63,20 @@ _serial = itertools.count()
 REUSE_MS = 250
 
 
-class OverLimit(Exception):
-    """A limiter had no room (within `wait_timeout`, outside a job). `retry_after_s`: when it may
-    have room again (a window's or bucket's exact time; for a concurrent limiter, when its earliest
-    lease ends, a bound: a holder may give its slot back sooner)."""
-
-    # Read (by getattr, so those modules need not import this one) by the worker, which puts the
-    # job back in the schedule set instead of filing a failure, and by the status and unique
-    # middleware, which then see a job still pending rather than failed.
-    cogworker_reschedule = True
-
-    def __init__(self, limiter: Limiter, retry_after_s: float) -> None:
-        self.limiter_name = limiter.name
-        self.kind = limiter.kind
-        self.retry_after_s = retry_after_s
-        self.max_wait_s = limiter.max_wait_s
-        super().__init__(
-            f"{limiter.kind} limiter {limiter.name!r} is over its limit ({limiter.describe()}); "
-            f"may have room in {retry_after_s:.3f} s"
-        )
-
-
-OverLimit.__module__ = "cogworker"
-
-
-def _number(what: str, value: Any, *, whole: bool = False, zero: bool = False) -> float:
-    ok_type = isinstance(value, int) if whole else isinstance(value, int | float)
-    if (
-        isinstance(value, bool)
-        or not ok_type
-        or not math.isfinite(value)
-        or value < 0
-        or (value == 0 and not zero)
-    ):
-        kind = "a whole number" if whole else "a number"
-        bound = ">= 0" if zero else "above 0"
-        raise TypeError(f"{what} must be {kind} {bound}, not {value!r}")
-    return float(value)
-
-
-def _check_name(name: Any) -> str:
-    if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS or not name.isprintable():
-        raise TypeError(
-            f"a limiter's name must be printable text of 1 to {MAX_NAME_CHARS} characters, not {name!r}"
-        )
-    return name
-
-
 _scripts = LimitScripts()
 
 
-class Limiter:
-    """What every kind shares: the name, how long to wait outside a job, and `with`."""
-
-    kind: ClassVar[str]
-
-    def __init__(self, name: str, *, wait_timeout: float, max_wait_s: float | None) -> None:
-        self.name = _check_name(name)
-        self.wait_timeout = _number("wait_timeout", wait_timeout, zero=True)
-        self.max_wait_s = None if max_wait_s is None else _number("max_wait_s", max_wait_s)
-
-    def __repr__(self) -> str:
-        return f"<{self.kind} limiter {self.name!r}: {self.describe()}>"
-
-    def describe(self) -> str:
-        raise NotImplementedError
-
-    def _attempt(self) -> tuple[bool, float]:
-        """One round trip: (passed, seconds until there may be room)."""
-        raise NotImplementedError
-
-    def _pause(self, retry_after_s: float, pause: float) -> float:
-        return retry_after_s
-
-    def acquire(self) -> None:
-        """Pass the limiter, or raise OverLimit (at once inside a job; else after `wait_timeout`)."""
-        client.settings()  # a first call configured by env: the keys below must carry its prefix
-        waiting = 0.0 if current_job.running_job() is not None else self.wait_timeout
-        deadline = time.monotonic() + waiting
-        pause = FIRST_PAUSE_S
-        while True:
-            passed, retry_after_s = self._attempt()
-            if passed:
-                return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise OverLimit(self, retry_after_s)
-            time.sleep(min(left, max(0.001, self._pause(retry_after_s, pause))))
-            pause = min(LONGEST_PAUSE_S, pause * 2)
-
-    def release(self) -> None:
-        """Give back what `acquire` took (only a concurrent limiter holds anything)."""
-
-    def __enter__(self) -> Limiter:
-        self.acquire()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.release()
-
-
 class ConcurrentLimiter(Limiter):
+    """At most `limit` holders at once, each slot leased: `cogworker.limiter.concurrent(...)`."""
+
     kind = "concurrent"
 
     def __init__(
         self, name: str, limit: int, *, lease_s: float, wait_timeout: float, max_wait_s: float | None
     ) -> None:
         super().__init__(name, wait_timeout=wait_timeout, max_wait_s=max_wait_s)
-        self.limit = int(_number("limit", limit, whole=True))
-        self.lease_ms = max(1, round(_number("lease_s", lease_s) * 1000))
+        self.limit = int(number("limit", limit, whole=True))
+        self.lease_ms = max(1, round(number("lease_s", lease_s) * 1000))
         # Each lease is registered this much longer than asked, so that a slot given back within
         # it can pass to this process's next holder with no round trip (api/limit_release.py) and
         # every holder still has its whole lease; a dead holder's slot comes back that much later.
@@ -182,6 +90,11 @@ class ConcurrentLimiter(Limiter):
         )
 
     def describe(self) -> str:
+        """Return the limit and the lease in words.
+
+        Returns:
+            For instance "10 at once, leases of 60 s".
+        """
         return f"{self.limit} at once, leases of {self.lease_ms / 1000:g} s"
 
     def _attempt(self) -> tuple[bool, float]:
@@ -214,6 +127,11 @@ class ConcurrentLimiter(Limiter):
         return min(retry_after_s, pause)
 
     def release(self) -> None:
+        """Give back the slot this thread (or task) took last; nothing if it holds none.
+
+        Never raises: a slot that can't be given back now ends with its lease. In a job it is
+        given back off the job's thread.
+        """
         held = self._held.get()
         if not held:
             return
@@ -240,16 +158,23 @@ _releases = Releases(_release)
 
 
 class WindowLimiter(Limiter):
+    """At most `limit` passes per fixed window: `cogworker.limiter.window(...)`."""
+
     kind = "window"
 
     def __init__(
         self, name: str, limit: int, *, per: float, wait_timeout: float, max_wait_s: float | None
     ) -> None:
         super().__init__(name, wait_timeout=wait_timeout, max_wait_s=max_wait_s)
-        self.limit = int(_number("limit", limit, whole=True))
-        self.per_ms = max(1, round(_number("per", per) * 1000))
+        self.limit = int(number("limit", limit, whole=True))
+        self.per_ms = max(1, round(number("per", per) * 1000))
 
     def describe(self) -> str:
+        """Return the limit and the window in words.
+
+        Returns:
+            For instance "5000 per 3600 s window".
+        """
         return f"{self.limit} per {self.per_ms / 1000:g} s window"
 
     def _attempt(self) -> tuple[bool, float]:
@@ -260,6 +185,8 @@ class WindowLimiter(Limiter):
 
 
 class BucketLimiter(Limiter):
+    """A token bucket: `rate` passes per `per` seconds, in bursts: `cogworker.limiter.bucket(...)`."""
+
     kind = "bucket"
 
     def __init__(
@@ -273,11 +200,16 @@ class BucketLimiter(Limiter):
         max_wait_s: float | None,
     ) -> None:
         super().__init__(name, wait_timeout=wait_timeout, max_wait_s=max_wait_s)
-        self.rate = int(_number("rate", rate, whole=True))
-        self.per_ms = max(1, round(_number("per", per) * 1000))
-        self.burst = self.rate if burst is None else int(_number("burst", burst, whole=True))
+        self.rate = int(number("rate", rate, whole=True))
+        self.per_ms = max(1, round(number("per", per) * 1000))
+        self.burst = self.rate if burst is None else int(number("burst", burst, whole=True))
 
     def describe(self) -> str:
+        """Return the rate and the burst in words.
+
+        Returns:
+            For instance "20 per 1 s, bursts of 40".
+        """
         return f"{self.rate} per {self.per_ms / 1000:g} s, bursts of {self.burst}"
 
     def _attempt(self) -> tuple[bool, float]:
@@ -295,9 +227,28 @@ def concurrent(
     wait_timeout: float = DEFAULT_WAIT_TIMEOUT_S,
     max_wait_s: float | None = None,
 ) -> ConcurrentLimiter:
-    """At most `limit` holders at once across every process and host. A holder's slot is leased for
-    `lease_s`: given back when its `with` block ends, or when the lease runs out (a holder that died).
-    `max_wait_s`: how long a job may be put back for it in all (default COGWORKER_LIMITER_MAX_WAIT_S)."""
+    """Make a limiter of at most `limit` holders at once across every process and host.
+
+    A holder's slot is leased: given back when its `with` block ends, or when the lease runs out (a
+    holder that died). A body that outlives its lease loses the slot: give the lease room.
+
+    Args:
+        name: The limiter's name (printable, 1 to 200 characters).
+        limit: How many may hold it at once (a whole number above 0).
+        lease_s: How long a slot is held at most, in seconds.
+        wait_timeout: How long `with` waits for a slot outside a job, in seconds (0: not at all).
+        max_wait_s: How long a job may be put back for it in all, in seconds.
+            Default: COGWORKER_LIMITER_MAX_WAIT_S.
+
+    Returns:
+        The limiter; building it touches no Redis.
+
+    Raises:
+        TypeError: An argument is out of range or of the wrong type.
+
+    Example:
+        >>> STRIPE = cogworker.limiter.concurrent("stripe", 10, lease_s=60)  # doctest: +SKIP
+    """
     return ConcurrentLimiter(name, limit, lease_s=lease_s, wait_timeout=wait_timeout, max_wait_s=max_wait_s)
 
 
@@ -309,9 +260,28 @@ def window(
     wait_timeout: float = DEFAULT_WAIT_TIMEOUT_S,
     max_wait_s: float | None = None,
 ) -> WindowLimiter:
-    """At most `limit` passes per fixed window of `per` seconds (windows aligned to Redis's clock:
-    `per=3600` is each clock hour). Fixed, not sliding: up to twice `limit` may pass around a
-    window's edge; use a bucket for a smooth rate."""
+    """Make a limiter of at most `limit` passes per fixed window of `per` seconds.
+
+    Windows are aligned to Redis's clock: `per=3600` is each clock hour. Fixed, not sliding: up to
+    twice `limit` may pass around a window's edge; use a bucket for a smooth rate.
+
+    Args:
+        name: The limiter's name (printable, 1 to 200 characters).
+        limit: How many may pass per window (a whole number above 0).
+        per: The window's length, in seconds.
+        wait_timeout: How long `with` waits for room outside a job, in seconds (0: not at all).
+        max_wait_s: How long a job may be put back for it in all, in seconds.
+            Default: COGWORKER_LIMITER_MAX_WAIT_S.
+
+    Returns:
+        The limiter; building it touches no Redis.
+
+    Raises:
+        TypeError: An argument is out of range or of the wrong type.
+
+    Example:
+        >>> GITHUB = cogworker.limiter.window("github", 5000, per=3600)  # doctest: +SKIP
+    """
     return WindowLimiter(name, limit, per=per, wait_timeout=wait_timeout, max_wait_s=max_wait_s)
 
 
@@ -324,6 +294,24 @@ def bucket(
     wait_timeout: float = DEFAULT_WAIT_TIMEOUT_S,
     max_wait_s: float | None = None,
 ) -> BucketLimiter:
-    """A token bucket: `rate` passes per `per` seconds on average, up to `burst` (default `rate`)
-    at once after a quiet spell."""
+    """Make a token bucket: `rate` passes per `per` seconds on average, in bursts of up to `burst`.
+
+    Args:
+        name: The limiter's name (printable, 1 to 200 characters).
+        rate: How many may pass per `per` seconds on average (a whole number above 0).
+        per: The period of the rate, in seconds.
+        burst: How many may pass at once after a quiet spell. Default: `rate`.
+        wait_timeout: How long `with` waits for room outside a job, in seconds (0: not at all).
+        max_wait_s: How long a job may be put back for it in all, in seconds.
+            Default: COGWORKER_LIMITER_MAX_WAIT_S.
+
+    Returns:
+        The limiter; building it touches no Redis.
+
+    Raises:
+        TypeError: An argument is out of range or of the wrong type.
+
+    Example:
+        >>> SMS = cogworker.limiter.bucket("sms", 20, per=1, burst=40)  # doctest: +SKIP
+    """
     return BucketLimiter(name, rate, per=per, burst=burst, wait_timeout=wait_timeout, max_wait_s=max_wait_s)

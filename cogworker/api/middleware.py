@@ -25,21 +25,51 @@ ServerMiddleware = Callable[[dict[str, Any], ServerNext], None]
 
 
 class Chain(Generic[M]):
-    """An ordered list of middleware; the first added runs outermost."""
+    """An ordered list of middleware; the first added runs outermost.
+
+    `cogworker.client_chain` runs around every push: a middleware is `mw(job, call_next)` that may
+    change the payload, call `call_next(job)` to go on (returning its jid), or return None to stop
+    the push. `cogworker.server_chain` runs around every job a worker (or a testing mode) runs:
+    `mw(job, call_next)` calls `call_next()` to run the job; the job's exception passes through it.
+    The built-in middleware (unique jobs, statuses, expiry) runs outside yours.
+
+    Example:
+        ```python
+        def tag(job: dict, call_next):
+            job["tenant"] = current_tenant()
+            return call_next(job)
+
+        cogworker.client_chain.add(tag)
+        ```
+    """
 
     def __init__(self) -> None:
         self.entries: list[M] = []
 
     def add(self, middleware: M) -> None:
+        """Add a middleware innermost (after everything added before); adding it again changes nothing.
+
+        Args:
+            middleware: The middleware function.
+        """
         if middleware not in self.entries:
             self.entries.append(middleware)
 
     def add_outermost(self, *middleware: M) -> None:
-        """Put `middleware` first, in the order given, ahead of anything added before."""
+        """Put middleware first, in the order given, ahead of anything added before.
+
+        Args:
+            *middleware: The middleware functions; one already in the chain moves.
+        """
         rest = [m for m in self.entries if m not in middleware]
         self.entries[:] = [*middleware, *rest]
 
     def remove(self, middleware: M) -> None:
+        """Take a middleware out of the chain; one not in it is ignored.
+
+        Args:
+            middleware: The middleware function.
+        """
         if middleware in self.entries:
             self.entries.remove(middleware)
 

@@ -143,7 +143,38 @@ def periodic(
     kwargs: dict[str, Any] | None = None,
     queue: str | None = None,
 ) -> Callable[[F], F]:
-    """Run a job on a cron schedule: `@periodic("0 * * * *", tz="UTC")` above `@job(...)`."""
+    """Run a job on a cron schedule, enqueued exactly once per slot across every process.
+
+    Goes above `@job`. Every worker's poller checks the entries of the modules it imports
+    (COGWORKER_REQUIRE); whichever process claims a due slot first pushes the job. After downtime
+    only the most recent missed slot runs, and only if it is at most COGWORKER_PERIODIC_GRACE_S late.
+
+    Args:
+        cron: A cron expression: five fields, or six with seconds as the last field.
+        tz: The time zone the slots are computed in (zoneinfo name), so "0 9 * * *" stays at 9 a.m.
+            local time across daylight-saving changes.
+        until_executed: Skip a slot while the entry's previous run is still queued or running.
+        name: The entry's name. Default: the job's name; give two entries of one job different names.
+        args: The job's positional arguments.
+        kwargs: The job's keyword arguments.
+        queue: The queue to push to. Default: the job's.
+
+    Returns:
+        A decorator that registers the entry and returns the job unchanged.
+
+    Raises:
+        ValueError: `cron` is not a cron expression or `tz` not a time zone, or another entry with
+            this name has another job or schedule.
+        TypeError: An argument is not JSON-native, `queue` is not a queue name, or the decorated
+            object is not a job (put `@periodic` above `@job`).
+
+    Example:
+        ```python
+        @cogworker.periodic("0 * * * *", tz="Europe/Paris")
+        @cogworker.job(queue="maintenance")
+        def hourly_rollup() -> None: ...
+        ```
+    """
     if not isinstance(cron, str) or not _croniter().is_valid(cron):
         raise ValueError(f"{cron!r} is not a cron expression (5 fields, or 6 with seconds last)")
     try:

@@ -42,11 +42,19 @@ _log = structlog.get_logger("cogworker.client")
 
 
 class PushOutcomeUnknown(redis.ConnectionError):
-    """A push failed without an answer, and whether its jobs were written could not be found out
-    (Redis stayed unreachable). They may be queued: what the push took for them (unique claims,
-    statuses, batch membership) is kept. Pushing the same payload again (`send` of the payload,
-    its jid) makes no second copy; a new push of a unique job is refused as a duplicate while its
-    claim holds; a new push of any other job may run it twice."""
+    """A push failed without an answer, and whether its jobs were written could not be found out.
+
+    Raised by a push (`perform_async`, `push_bulk`, ...) when Redis stopped answering mid-write and
+    stayed unreachable. The jobs may be queued: what the push took for them (unique claims, statuses,
+    batch membership) is kept. To push again safely, send the same payload within two minutes
+    (`job.build(...)` then `job.send(payload)`: a write finds the earlier one by its jid and makes
+    no second copy). A new push of a unique job is refused as a duplicate while its claim holds; a
+    new push of any other job may run it twice. A subclass of redis.ConnectionError, so code
+    catching that still does.
+
+    Attributes:
+        jids: The jids of the jobs whose outcome is unknown.
+    """
 
     def __init__(self, jids: Sequence[str], cause: BaseException) -> None:
         self.jids = tuple(jids)

@@ -11,7 +11,13 @@ if TYPE_CHECKING:
 
 
 class JobNotFound(Exception):
-    """A payload names a job this process doesn't have, or may not import."""
+    """A payload names a job this process doesn't have, or may not import.
+
+    A worker raises it, before anything is imported, for a job whose module is not under
+    COGWORKER_REQUIRE, can't be imported, or has no `@job` of that name; the job fails with it and
+    follows its retry policy. Add the job's module to COGWORKER_REQUIRE (or fix its import error),
+    then retry the job from the retry or dead set.
+    """
 
 
 # Its public name: the error class a dead job records, whatever module defines it.

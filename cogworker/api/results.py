@@ -51,7 +51,16 @@ WAIT_SLICE_S = 30.0
 
 
 class JobFailed(Exception):
-    """The job failed for good (it went to dead); `error_class` and `error_message` are its error's."""
+    """The job failed for good (it went to dead): raised by `cogworker.result(jid)`.
+
+    Its error is the job's final one. The job will not run again by itself; retry it from the dead
+    set (`cogworker` CLI, Web UI) once the cause is fixed, or push it anew.
+
+    Attributes:
+        jid: The job's id.
+        error_class: The class of the job's error, as its dead entry records it.
+        error_message: The error's message.
+    """
 
     def __init__(self, jid: str, error_class: str, error_message: str) -> None:
         super().__init__(f"job {jid} failed: {error_class}: {error_message}")
@@ -61,8 +70,16 @@ class JobFailed(Exception):
 
 
 class ResultTimeout(TimeoutError):
-    """No result within the timeout: the job hasn't finished, keeps no result (no `result_ttl`),
-    its result expired, or the jid is unknown. Redis can't tell these apart."""
+    """No result within the timeout: raised by `cogworker.result(jid, timeout=...)`.
+
+    The job hasn't finished, keeps no result (no `result_ttl`), its result expired, or the jid is
+    unknown: Redis can't tell these apart. Call again to wait longer; `cogworker.status(jid)` tells
+    a job still running from one that is gone (when it tracks its status).
+
+    Attributes:
+        jid: The job's id.
+        timeout: The seconds waited.
+    """
 
     def __init__(self, jid: str, timeout: float) -> None:
         super().__init__(
@@ -153,13 +170,31 @@ def forget_all() -> None:
 
 
 def result(jid: str, timeout: float | None = None) -> Any:
-    """The job's return value, waiting up to `timeout` seconds for it (None: wait as long as it takes,
-    as Celery's `get()` and arq's `result()`; 0: only look, never wait).
+    """Return a job's return value, waiting for it if it hasn't finished.
 
-    Raises JobFailed for a job that failed for good, ResultTimeout when no result came in time (it
-    can't tell "not finished" from "keeps no result", "expired" or "unknown jid": give a timeout when
-    a result might never come), and Redis's own error if Redis fails while waiting (call again to
-    wait on). The result is not consumed: every caller until it expires gets it."""
+    Only a job that keeps its result (`@job(result_ttl=...)`, or COGWORKER_RESULT_TTL_S) has one.
+    The result is not consumed: every caller until it expires gets it. No Redis is polled while
+    waiting: the wait is on a subscription.
+
+    Args:
+        jid: The job's id, as its push returned it.
+        timeout: How long to wait, in seconds; None waits as long as it takes (as Celery's `get()`
+            and arq's `result()`), 0 only looks. Give one when a result might never come.
+
+    Returns:
+        The job's return value, as JSON gave it back (lists for tuples, for instance).
+
+    Raises:
+        JobFailed: The job failed for good (it went to dead).
+        ResultTimeout: No result came in time: not finished, keeps no result, expired, or unknown.
+        TypeError: `jid` is not a str, or `timeout` is not a number or None.
+        ValueError: `jid` is empty, or `timeout` is negative or NaN.
+        redis.RedisError: Redis failed while waiting; call again to wait on.
+
+    Example:
+        >>> jid = resize.set(result_ttl=3600).perform_async(path)  # doctest: +SKIP
+        >>> cogworker.result(jid, timeout=30)  # doctest: +SKIP
+    """
     if not isinstance(jid, str):
         raise TypeError(f"jid must be a str, not {type(jid).__name__}")
     if not jid:

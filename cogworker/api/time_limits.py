@@ -24,6 +24,10 @@ MAX_TIMEOUT_S = 10 * 365 * 24 * 3600.0
 class JobTimeout(Exception):
     """A job ran past its time limit (`timeout_s`, or `COGWORKER_JOB_TIMEOUT_S`) and was stopped.
 
+    Raised in the job (its thread, or its task for an `async def` job); the run fails with it and
+    follows the job's retry policy. Let it propagate; give the job a larger `timeout_s`, or split its
+    work, if it is hit on runs that should succeed.
+
     An Exception, so `retry_on`-style lists and middleware see it like any failure; a job that
     catches it and carries on is only stopped for good when it goes on past the grace period
     (`COGWORKER_JOB_TIMEOUT_GRACE_S`), by replacing its process. A sync job whose call returns past

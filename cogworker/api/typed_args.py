@@ -34,7 +34,13 @@ _RICH_LEAVES: tuple[type, ...] = (dt.datetime, dt.date, dt.time, dt.timedelta, u
 
 class InvalidArguments(TypeError):
     """A job's payload doesn't match its parameters' annotations (a model changed between the push
-    and the run): raised before the job's body runs, naming the argument and the field."""
+    and the run).
+
+    Raised in the worker before the job's body runs, naming the argument and the field; the job
+    fails with it and follows its retry policy. Make the job accept both shapes (a default for a
+    new field) until the old pushes have run, or fix and retry them from the dead set. A push whose
+    arguments don't fit raises TypeError instead, before anything is written.
+    """
 
 
 # Its public name: the error class a dead job records, whatever module defines it.

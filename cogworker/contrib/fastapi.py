@@ -25,8 +25,21 @@ from cogworker.settings import Settings, load_settings
 
 @contextlib.asynccontextmanager
 async def lifespan(app: object = None, *, settings: Settings | None = None) -> AsyncIterator[None]:
-    """Configure the job API (`settings`, else COGWORKER_* from the environment) for the app's life;
-    close the client's pool when the app shuts down."""
+    """Configure the job API for the app's life; close the client's pool when the app shuts down.
+
+    Args:
+        app: The ASGI app (given by Starlette; unused).
+        settings: The settings to use. Default: COGWORKER_* from the environment, read at startup.
+
+    Yields:
+        Nothing: the app runs meanwhile.
+
+    Raises:
+        ConfigError: A COGWORKER_* value is invalid: the app doesn't start.
+
+    Example:
+        >>> app = FastAPI(lifespan=cogworker.contrib.fastapi.lifespan)  # doctest: +SKIP
+    """
     client.configure(settings or load_settings())
     try:
         yield

@@ -42,8 +42,14 @@ _tracer: trace.Tracer | None = None
 
 
 def instrument(tracer_provider: trace.TracerProvider | None = None) -> None:
-    """Trace every push and job of this process. `tracer_provider`: the global one unless given.
-    Calling it again only changes the provider."""
+    """Trace every push and job of this process: adds `trace_push` and `trace_perform` to the chains.
+
+    Call it in the process that pushes and in the app module the workers import. Calling it again
+    only changes the provider.
+
+    Args:
+        tracer_provider: The provider to trace with. Default: OpenTelemetry's global one.
+    """
     global _tracer
     _tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
     client_chain.add(trace_push)
@@ -51,6 +57,7 @@ def instrument(tracer_provider: trace.TracerProvider | None = None) -> None:
 
 
 def uninstrument() -> None:
+    """Stop tracing: take `trace_push` and `trace_perform` out of the chains."""
     global _tracer
     client_chain.remove(trace_push)
     server_chain.remove(trace_perform)
@@ -79,7 +86,15 @@ def _record_failure(span: trace.Span, exc: BaseException) -> None:
 
 
 def trace_push(job: dict[str, Any], call_next: ClientNext) -> Any:
-    """Client middleware: the push's PRODUCER span, whose context travels in the payload."""
+    """Client middleware: the push's PRODUCER span, whose context travels in the payload.
+
+    Args:
+        job: The payload being pushed.
+        call_next: The rest of the client chain.
+
+    Returns:
+        What the rest of the chain returned: the jid, or None when the push was stopped.
+    """
     tracer = _tracer or trace.get_tracer(__name__)
     queue = str(job.get("queue"))
     with tracer.start_as_current_span(
@@ -122,7 +137,12 @@ def _links(job: dict[str, Any]) -> list[Link]:
 
 
 def trace_perform(job: dict[str, Any], call_next: ServerNext) -> None:
-    """Server middleware: the job's CONSUMER span, a child of the push's span."""
+    """Server middleware: the job's CONSUMER span, a child of the push's span.
+
+    Args:
+        job: The payload being run.
+        call_next: The rest of the server chain, ending in the job.
+    """
     tracer = _tracer or trace.get_tracer(__name__)
     # The push's context (with its baggage) is current for the whole job, then detached.
     token = context.attach(propagate.extract(_carrier(job.get(CONTEXT_FIELD))))

@@ -41,6 +41,21 @@ __all__ = ["DEFAULT_DENYLIST", "CogworkerIntegration"]
 
 
 class CogworkerIntegration(Integration):
+    """Sentry's integration for cogworker: `sentry_sdk.init(..., integrations=[CogworkerIntegration()])`.
+
+    Put it in the app module the workers import. Each job runs in its own isolation scope, and a
+    failure that will not be retried (or, with `report_every_attempt`, every failed attempt) is
+    reported with the job's class, jid, queue, arguments and retry count.
+
+    Args:
+        denylist: Argument names whose values are never sent (case-insensitive, at any depth).
+            Default: Sentry's DEFAULT_DENYLIST; extend it with `[*DEFAULT_DENYLIST, "card_number"]`.
+        report_every_attempt: Report each failed attempt, not only a failure that goes to dead.
+
+    Raises:
+        TypeError: `denylist` is a string rather than a list of names.
+    """
+
     identifier = "cogworker"
 
     def __init__(self, *, denylist: Iterable[str] | None = None, report_every_attempt: bool = False) -> None:
@@ -55,6 +70,7 @@ class CogworkerIntegration(Integration):
 
     @staticmethod
     def setup_once() -> None:
+        """Add the reporting server middleware (called by sentry_sdk.init, once per process)."""
         server_chain.add(report_failures)
 
 

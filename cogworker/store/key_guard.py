@@ -44,7 +44,16 @@ _local_poller: Callable[[], None] | None = None
 
 
 class WrongTypeKey(redis.ResponseError):
-    """A cogworker key holds another type of value than it should; nothing was written to it."""
+    """A cogworker key holds another type of value than it should; nothing was written to it.
+
+    Raised by a push or a batch operation that met such a key (something other than cogworker wrote
+    it). A running worker's key guard moves the key aside within seconds; with none running, run
+    `cogworker doctor --fix`. Then try again: nothing of the failed call was written.
+
+    Attributes:
+        key: The key.
+        found: The type it holds ("string", "hash"...), or None when unknown.
+    """
 
     def __init__(self, key: str, found: str | None) -> None:
         self.key = key

@@ -34,7 +34,17 @@ PROBE_TIMEOUT_MS = 10
 
 
 class NotReplicated(redis.RedisError):
-    """A push reached the master, but fewer replicas than COGWORKER_REDIS_MIN_REPLICAS confirmed it."""
+    """A push reached the master, but fewer replicas than COGWORKER_REDIS_MIN_REPLICAS confirmed it.
+
+    The jobs ARE queued and will run unless the master fails before a replica has them. Pushing them
+    again may run them twice: do so only for jobs safe to run twice, or log the jids and check them
+    after a failover.
+
+    Attributes:
+        jids: The jids of the jobs pushed.
+        confirmed: How many replicas confirmed them.
+        wanted: COGWORKER_REDIS_MIN_REPLICAS.
+    """
 
     def __init__(self, jids: Sequence[str], confirmed: int, wanted: int, timeout_s: float) -> None:
         self.jids = tuple(jids)

@@ -51,7 +51,14 @@ def overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 
 
 def load_settings() -> cw_settings.Settings:
-    """cogworker's Settings: the environment, then settings.COGWORKER for what it leaves unset."""
+    """Read cogworker's Settings: the environment, then settings.COGWORKER for what it leaves unset.
+
+    Returns:
+        The checked Settings.
+
+    Raises:
+        ImproperlyConfigured: A key of settings.COGWORKER is not a setting, or a value is invalid.
+    """
     given = overrides()
     try:
         return cw_settings.load_settings(**given)

@@ -55,6 +55,17 @@ def run_task(module_path: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
 
 
 class CogworkerBackend(BaseTaskBackend):  # type: ignore[misc,unused-ignore]
+    """A Django tasks backend that pushes each task as a cogworker job (`run_task`).
+
+    Configured in settings.TASKS: `"BACKEND": "cogworker.contrib.django.tasks.CogworkerBackend"`,
+    with OPTIONS `RETRY` (the job's `retry`, default 25 retries) and `ON_COMMIT` (push after the
+    transaction commits). Priorities, `takes_context` and fetching results are not supported.
+
+    Args:
+        alias: The backend's alias in settings.TASKS.
+        params: Its settings (QUEUES, OPTIONS...).
+    """
+
     supports_defer = True
     supports_async_task = True
     supports_get_result = False
@@ -66,11 +77,33 @@ class CogworkerBackend(BaseTaskBackend):  # type: ignore[misc,unused-ignore]
         self.on_commit: bool = bool(self.options.get("ON_COMMIT", False))
 
     def validate_task(self, task: Any) -> None:
+        """Check the task can run on this backend.
+
+        Args:
+            task: The Django task.
+
+        Raises:
+            InvalidTask: The task takes a context, or Django's own checks refuse it.
+        """
         super().validate_task(task)
         if task.takes_context:
             raise InvalidTask("the cogworker backend doesn't support takes_context")
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        """Push the task as a cogworker job on the task's queue (scheduled for its `run_after`).
+
+        Args:
+            task: The Django task.
+            args: Its positional arguments.
+            kwargs: Its keyword arguments.
+
+        Returns:
+            A TaskResult whose id is the job's jid.
+
+        Raises:
+            InvalidTask: As for `validate_task`.
+            TypeError: An argument is not JSON-native.
+        """
         self.validate_task(task)
         payload.check_arguments(args, kwargs)
         pusher = run_task.set(queue=task.queue_name, retry=self.retry)

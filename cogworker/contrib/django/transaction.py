@@ -54,22 +54,69 @@ class OnCommit(JobSetter):
         self.using = using
 
     def set(self, **options: Any) -> OnCommit:
+        """Return this pusher with some options changed, still pushing at the commit.
+
+        Args:
+            **options: The options `JobFunction.set` accepts.
+
+        Returns:
+            A new OnCommit on the same database.
+
+        Raises:
+            TypeError: An option is unknown, only `@job` takes it, or its value is not valid.
+        """
         return OnCommit(super().set(**options), self.using)
 
     def send(self, payload: dict[str, Any]) -> str:
+        """Send a payload when the transaction commits (now when none is open).
+
+        Args:
+            payload: A payload `build` made.
+
+        Returns:
+            The job's jid, at once. A unique job found a duplicate at the commit is never run.
+        """
         return defer(payload, self.using)
 
 
 def on_commit(fn: JobFunction | JobSetter, using: str | None = None) -> OnCommit:
-    """`on_commit(send_email).perform_async(42)`: pushed when the transaction on the database `using`
-    (default: the default database) commits; never when it rolls back. The jid is returned at once."""
+    """Return a pusher whose pushes wait for the database transaction to commit.
+
+    Pushed when the transaction on the database `using` commits; never when it rolls back. Outside
+    an atomic block the push happens at once. The jid is returned at once.
+
+    Args:
+        fn: A job, or `job.set(...)`.
+        using: The database alias. Default: the default database.
+
+    Returns:
+        An OnCommit with `perform_async`, `perform_in`, `perform_at` and `set`.
+
+    Raises:
+        TypeError: `fn` is not a job.
+
+    Example:
+        >>> on_commit(send_email).perform_async(42)  # doctest: +SKIP
+    """
     if not isinstance(fn, JobFunction | JobSetter):
         raise TypeError(f"on_commit takes a job (or job.set(...)), not {type(fn).__name__}")
     return OnCommit(fn, using)
 
 
 def perform_on_commit(fn: JobFunction | JobSetter, *args: Any, **kwargs: Any) -> str:
-    """`on_commit(fn).perform_async(*args, **kwargs)`."""
+    """Push a job when the default database's transaction commits: `on_commit(fn).perform_async(...)`.
+
+    Args:
+        fn: A job, or `job.set(...)`.
+        *args: The job's positional arguments.
+        **kwargs: The job's keyword arguments.
+
+    Returns:
+        The job's jid, at once.
+
+    Raises:
+        TypeError: `fn` is not a job, or an argument is not JSON-native.
+    """
     pusher = on_commit(fn)
     return pusher.send(pusher.build(args, kwargs))
 

@@ -1,0 +1,248 @@
+"""Pushing a job: the `perform_*`, `set` and `s` methods a job and `job.set(...)` share.
+
+`@job` (api/decorator.py) declares a job; this module is what a push of one does before the client
+(api/client.py) takes over: options applied, arguments checked and converted, the due time worked out.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from cogworker.api import client, features
+from cogworker.api.typed_args import PlanLater, TypedArgs
+
+if TYPE_CHECKING:
+    from cogworker.api.chain import Signature
+
+
+class PushedJob(Protocol):
+    """What a push needs of its job (a JobFunction), named here so this module needn't import the
+    decorator's, which imports this one."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def typed(self) -> TypedArgs | PlanLater | None: ...
+
+
+def _seconds_from_now(when: dt.datetime | float | int) -> float:
+    if isinstance(when, dt.datetime):
+        if when.tzinfo is None:
+            raise TypeError("perform_at needs an aware datetime (with tzinfo) or an epoch number")
+        return when.timestamp()
+    if isinstance(when, bool) or not isinstance(when, int | float):
+        raise TypeError(f"perform_at takes a datetime or epoch seconds, not {type(when).__name__}")
+    return float(when)
+
+
+class Pusher:
+    """The perform_* methods, shared by a job and by `job.set(...)`."""
+
+    job: PushedJob
+    options: dict[str, Any]
+
+    def _push(self, args: Sequence[Any], kwargs: dict[str, Any], at: float | None) -> str | None:
+        return self.send(self.build(args, kwargs, at))
+
+    def build(self, args: Sequence[Any], kwargs: dict[str, Any], at: float | None = None) -> dict[str, Any]:
+        """Build the payload a push would write, without sending it.
+
+        The arguments are checked and converted as a push does and a jid is assigned, so the payload
+        can be sent later with `send` (after a database transaction commits, for instance).
+
+        Args:
+            args: The job's positional arguments.
+            kwargs: The job's keyword arguments.
+            at: When the job is due, in epoch seconds; None (or a time already past): now.
+
+        Returns:
+            The payload as a dict; its `"jid"` is the job's id.
+
+        Raises:
+            TypeError: An argument is not JSON-native (or does not fit its typed parameter).
+        """
+        features.ensure_installed()
+        queue = str(self.options.get("queue") or self.job.queue)
+        typed = self.job.typed
+        if typed is not None:
+            args, kwargs = typed.dump(args, kwargs)
+        return client.build_job(self.job.name, args, kwargs, queue=queue, options=self.options, at=at)
+
+    def send(self, payload: dict[str, Any]) -> str | None:
+        """Push a payload `build` made, through the client middleware.
+
+        Overridden by pushers that send later (after a database transaction commits:
+        cogworker/contrib/django/transaction.py). Sending the same payload again within two minutes
+        (after a PushOutcomeUnknown) writes no second copy of the job.
+
+        Args:
+            payload: A payload returned by `build`.
+
+        Returns:
+            The job's jid, or None when a client middleware stopped the push (a unique job's duplicate).
+
+        Raises:
+            PushOutcomeUnknown: Redis gave no answer and whether the job was written can't be known.
+            NotReplicated: The job was written, but fewer replicas than COGWORKER_REDIS_MIN_REPLICAS
+                confirmed it.
+            WrongTypeKey: A key the push writes holds another type of value; nothing was written.
+            redis.RedisError: Redis failed and the job is known not to be written: push it again.
+        """
+        return client.send(payload)
+
+    def perform_async(self, *args: Any, **kwargs: Any) -> str | None:
+        """Push the job to run as soon as a worker takes it.
+
+        The arguments are checked now (JSON-native, or converted through the job's typed
+        parameters), so a bad one raises here rather than in a worker.
+
+        Args:
+            *args: The job's positional arguments.
+            **kwargs: The job's keyword arguments.
+
+        Returns:
+            The job's jid, or None when a client middleware stopped the push (a unique job's duplicate).
+
+        Raises:
+            TypeError: An argument is not JSON-native (or does not fit its typed parameter).
+            PushOutcomeUnknown: Redis gave no answer and whether the job was written can't be known;
+                it may be queued, so pushing it again may run it twice.
+            NotReplicated: The job was written, but fewer replicas than COGWORKER_REDIS_MIN_REPLICAS
+                confirmed it.
+            WrongTypeKey: A key the push writes holds another type of value; nothing was written.
+            redis.RedisError: Redis failed and the job is known not to be written: push it again.
+
+        Example:
+            >>> jid = send_welcome.perform_async(42, locale="fr")  # doctest: +SKIP
+        """
+        return self._push(args, kwargs, None)
+
+    def perform_in(self, seconds: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
+        """Push the job to run after a delay (it waits in the schedule set until then).
+
+        Args:
+            seconds: The delay, in seconds or as a timedelta; 0 or less pushes it at once.
+            *args: The job's positional arguments.
+            **kwargs: The job's keyword arguments.
+
+        Returns:
+            The job's jid, or None when a client middleware stopped the push.
+
+        Raises:
+            TypeError: `seconds` is neither a number nor a timedelta, or an argument is not JSON-native.
+            PushOutcomeUnknown: As for `perform_async`.
+            NotReplicated: As for `perform_async`.
+            WrongTypeKey: As for `perform_async`.
+
+        Example:
+            >>> send_reminder.perform_in(dt.timedelta(hours=1), 42)  # doctest: +SKIP
+        """
+        if isinstance(seconds, dt.timedelta):
+            seconds = seconds.total_seconds()
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise TypeError(f"perform_in takes seconds or a timedelta, not {type(seconds).__name__}")
+        return self._push(args, kwargs, time.time() + float(seconds))
+
+    def perform_at(self, when: dt.datetime | float, *args: Any, **kwargs: Any) -> str | None:
+        """Push the job to run at a given time (it waits in the schedule set until then).
+
+        Args:
+            when: An aware datetime (with tzinfo) or epoch seconds; a time already past pushes it at once.
+            *args: The job's positional arguments.
+            **kwargs: The job's keyword arguments.
+
+        Returns:
+            The job's jid, or None when a client middleware stopped the push.
+
+        Raises:
+            TypeError: `when` is a naive datetime or not a time, or an argument is not JSON-native.
+            PushOutcomeUnknown: As for `perform_async`.
+            NotReplicated: As for `perform_async`.
+            WrongTypeKey: As for `perform_async`.
+        """
+        return self._push(args, kwargs, _seconds_from_now(when))
+
+    def set(self, **options: Any) -> JobSetter:
+        """Return this job with some options changed for the pushes made through the result.
+
+        The job itself is left as declared. Every option of `@job` is accepted except the ones that
+        are code (`retry_on`, `discard_on`, `retry_in`, `limit`): a worker reads those from the
+        `@job` declaration, as they can't travel in the job's payload.
+
+        Args:
+            **options: The options to change (below), each checked here.
+
+        Keyword Args:
+            queue (str): The queue the job is pushed to. Default: "default".
+            retry (bool | int): How many times a failing job is retried before it goes to the dead
+                set: True for 25, False for none, or a number. Default: True.
+            backtrace (bool | int): Sidekiq's option (true, or how many lines to keep), kept in the
+                payload for Sidekiq; cogworker stores a failure's last 20 lines either way.
+                Default: unset.
+            unique (str | None): "until_executed": a push of the same job, arguments and queue returns
+                None while an earlier copy is pending. Default: None (not unique).
+            unique_for (float): How long a unique claim lasts at most, in seconds from when the job is
+                due. Default: COGWORKER_UNIQUE_TTL_S (an hour).
+            status (bool): True records the job's status (`cogworker.status(jid)`), False opts it out
+                of COGWORKER_STATUS_ALL. Default: unset (COGWORKER_STATUS_ALL decides).
+            expires_in (float | timedelta): A job not started within this many seconds of its push (or
+                of its scheduled time) is not run. Default: unset (never expires).
+            result_ttl (float): How long the return value is kept for `cogworker.result(jid)`, in
+                seconds; 0 keeps none. Default: COGWORKER_RESULT_TTL_S (none kept).
+            timeout_s (float): The time limit of one run, in seconds; past it the run fails with
+                JobTimeout. Default: COGWORKER_JOB_TIMEOUT_S (no limit).
+
+        Returns:
+            A pusher with `perform_async`, `perform_in`, `perform_at`, `s` and `set`, as the job has.
+
+        Raises:
+            TypeError: An option is unknown, only `@job` takes it, or its value is not valid.
+
+        Example:
+            >>> send_welcome.set(queue="urgent", retry=3).perform_async(42)  # doctest: +SKIP
+        """
+        features.check_set_options(options)
+        return JobSetter(self.job, {**self.options, **options})
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """Return this job with these arguments, not pushed: a step of `cogworker.chain(...)`.
+
+        The arguments are checked and converted now, as a push would.
+
+        Args:
+            *args: The job's positional arguments.
+            **kwargs: The job's keyword arguments.
+
+        Returns:
+            A Signature for `cogworker.chain` or `cogworker.group`.
+
+        Raises:
+            TypeError: An argument is not JSON-native (or does not fit its typed parameter).
+
+        Example:
+            >>> cogworker.chain(fetch.s(url), parse.s(), store.s())  # doctest: +SKIP
+        """
+        from cogworker.api.chain import signature
+
+        typed = self.job.typed
+        if typed is not None:  # converted now, as a push would (api/typed_args.py)
+            converted, kwargs = typed.dump(args, kwargs)
+            args = tuple(converted)
+        return signature(
+            self.job.name, self.job.queue, self.options, tuple(args), kwargs, typed=typed is not None
+        )
+
+
+class JobSetter(Pusher):
+    """A job with options changed for its pushes: what `job.set(...)` returns."""
+
+    def __init__(self, job: PushedJob, options: dict[str, Any]) -> None:
+        self.job = job
+        self.options = options
