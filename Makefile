@@ -1,4 +1,4 @@
-# The project's vocabulary: install, run, test, lint, format, bench.
+# The project's vocabulary: install, run, test, lint, format, docs, bench.
 # Every target builds what it needs from scratch, so a fresh clone works.
 
 PYTHON ?= python3
@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test coverage coverage-report lint format bench redis-server chromium sidekiq clean
+.PHONY: install run test coverage coverage-report lint format docs docs-serve bench redis-server chromium sidekiq clean
 
 install: $(STAMP) redis-server
 
@@ -71,8 +71,18 @@ format: install
 	$(BIN)/ruff format cogworker supervisor tests
 	$(BIN)/ruff check --fix cogworker supervisor tests
 
+# The documentation site (mkdocs.yml) into site/. --strict: a broken link, a page left out of the nav
+# or a reference mkdocstrings can't resolve fails the build. The reference pages are generated from
+# the code as it builds (docs/hooks/reference.py).
+docs: install
+	$(BIN)/mkdocs build --strict
+
+# The site on http://127.0.0.1:8000/, rebuilt as pages change.
+docs-serve: install
+	$(BIN)/mkdocs serve
+
 bench: install
 	tests/bench/run.sh
 
 clean:
-	rm -rf $(VENV) .bench-venv .run build *.egg-info .coverage-data
+	rm -rf $(VENV) .bench-venv .run build *.egg-info .coverage-data site
