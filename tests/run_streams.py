@@ -32,7 +32,7 @@ LOGS = ROOT / ".test-artifacts" / "streams"
 # Folders under tests/, by stream, balanced by how long each took in a streamed run on a 2-core
 # machine (the last stream, unit tests and all, is the longest); the first two mostly wait on servers.
 STREAMS: list[list[str]] = [
-    ["e2e/cluster", "e2e/sentinel", "e2e/hosts", "e2e/tls", "e2e/worker"],
+    ["e2e/cluster", "e2e/sentinel", "e2e/hosts", "e2e/tls", "e2e/worker", "e2e/docs"],
     ["e2e/swarm", "e2e/web", "e2e/systemd", "e2e/prefix", "e2e/faults", "e2e/lost_reply"],
 ]
 
