@@ -47,9 +47,9 @@ def swarms(private_redis: RedisServer, tmp_path: Path) -> Iterator[SwarmRunner]:
 
 def reader_env(redis_url: str) -> dict[str, str]:
     """The reader's shell: the settings the page names, no PYTHONPATH (the tests' own apps are not
-    there to be found)."""
+    there to be found), and output line-buffered as on the reader's terminal."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COGWORKER_") and k != "PYTHONPATH"}
-    return env | {"COGWORKER_REDIS_URL": redis_url, "COGWORKER_REQUIRE": "jobs"}
+    return env | {"COGWORKER_REDIS_URL": redis_url, "COGWORKER_REQUIRE": "jobs", "PYTHONUNBUFFERED": "1"}
 
 
 def sign_up(server: WebServer) -> str:
