@@ -45,6 +45,25 @@ def fetch_parse_store() -> cogworker.Chain | None:
     return cogworker.chain(fetch.s("https://example.com"), parse.s(True), store.s(), pass_results=True)
 
 
+@job
+def resize(path: str, width: int) -> str:
+    return f"{path}@{width}"
+
+
+@job
+def publish(paths: list[str]) -> None:
+    print(f"published {', '.join(paths)}")
+
+
+def fetch_resize_publish() -> cogworker.Chain | None:
+    return cogworker.chain(
+        fetch.s("https://example.com/a.png"),
+        cogworker.group(resize.s(320), resize.s(640), resize.s(1280)),  # each gets fetch's result first
+        publish.s(),  # gets [r320, r640, r1280]
+        pass_results=True,
+    )
+
+
 STRIPE = limiter.concurrent("stripe", 10, lease_s=60)  # at most 10 holders at once, cluster-wide
 GITHUB = limiter.window("github", 5000, per=3600)  # 5,000 per clock hour
 SMS = limiter.bucket("sms", 20, per=1, burst=40)  # 20 a second on average, bursts of 40

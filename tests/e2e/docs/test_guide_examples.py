@@ -124,6 +124,10 @@ def test_batches_chains_limiters_page(configured: Settings, workers: WorkerPool)
     pushed = imports.fetch_parse_store()
     prints(worker, "stored https://example.com")
     wait_until(lambda: (cogworker.chain_status(pushed.id) or {}).get("state") == "complete", timeout=30)
+    grouped = imports.fetch_resize_publish()
+    image = "<html>https://example.com/a.png</html>"
+    prints(worker, f"published {image}@320, {image}@640, {image}@1280")
+    assert cogworker.batch_status(grouped.jids[1]).complete  # a group's jid is its batch's id
     imports.charge.perform_async(1)
     imports.sync_repo.perform_async("cogworker-dev/cogworker")
     prints(worker, "charged order 1", "synced cogworker-dev/cogworker")
