@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
+import itertools
 import re
 import types
 import typing
@@ -34,7 +35,7 @@ def setting_descriptions() -> dict[str, str]:
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SettingsFields")
     found: dict[str, str] = {}
     body = cls.body
-    for field, after in zip(body, body[1:], strict=False):
+    for field, after in itertools.pairwise(body):
         if (
             isinstance(field, ast.AnnAssign)
             and isinstance(field.target, ast.Name)
@@ -51,15 +52,18 @@ def _type_text(annotation: Any) -> str:
         return " \\| ".join(f"`{value}`" for value in typing.get_args(annotation))
     if isinstance(annotation, types.UnionType):
         return " or ".join("unset" if arg is type(None) else _type_text(arg) for arg in annotation.__args__)
-    return {"str": "text", "float": "seconds" , "int": "integer", "bool": "true/false"}.get(
-        annotation.__name__, annotation.__name__
-    )
+    return {
+        "str": "text",
+        "float": "seconds",
+        "int": "integer",
+        "bool": "true/false",
+        "Secret": "text, secret (shown as ***)",
+    }.get(annotation.__name__, annotation.__name__)
 
 
 def setting_rules(name: str) -> list[str]:
     """What cogworker.settings.Settings checks about one field, beyond its type."""
     from cogworker import settings
-    from cogworker.usable_cpus import usable_cpus
 
     rules: list[str] = []
     annotation = typing.get_type_hints(settings.SettingsFields)[name]
@@ -74,8 +78,8 @@ def setting_rules(name: str) -> list[str]:
     for check, text in VALIDATOR_RULES.items():
         if name in checks[check].info.fields:
             rules.append(text)
-    if name == "count":
-        rules.append(f"the default is the CPUs this process may use ({usable_cpus()} where the site was built)")
+    if name == "respawn_max_delay_s":
+        rules.append("at least `COGWORKER_RESPAWN_BASE_DELAY_S` (the delays grow from one to the other)")
     return rules
 
 
@@ -105,7 +109,8 @@ def settings_markdown() -> str:
     sections = []
     for name in FIELD_NAMES:
         variable = f"COGWORKER_{name.upper()}"
-        default = "(CPUs usable)" if name == "count" else _default_text(getattr(SettingsFields, name))
+        # The count's default is the building machine's CPUs: say what it is, not what it was there.
+        default = "one per usable CPU" if name == "count" else _default_text(getattr(SettingsFields, name))
         rules = "; ".join(rule for rule in setting_rules(name) if rule)
         out.append(f"| [`{variable}`](#{name}) | {_type_text(hints[name])} | {default} | {rules} |")
         sections.append(f"### `{variable}` {{#{name}}}\n\n{descriptions.get(name, '')}\n")
@@ -143,6 +148,18 @@ def subcommands(parser: argparse.ArgumentParser, prefix: str) -> dict[str, argpa
     return found
 
 
+def _summaries(parser: argparse.ArgumentParser) -> dict[int, str]:
+    """Each subparser's one-line help (what `cogworker --help` lists), by the subparser's id."""
+    found: dict[int, str] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                sub = action.choices[choice.dest]
+                found[id(sub)] = choice.help or ""
+                found |= _summaries(sub)
+    return found
+
+
 def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
     rows = []
     for action in parser._actions:
@@ -162,18 +179,28 @@ def _cell(text: str) -> str:
 def cli_markdown() -> str:
     out = []
     for prog, parser in parsers().items():
-        for command, sub in subcommands(parser, prog).items():
+        commands = subcommands(parser, prog)
+        summaries = _summaries(parser)
+        # An alias (`cogworker scheduled enqueue` for `... retry`) is the same parser: one section.
+        names: dict[int, list[str]] = {}
+        for command, sub in commands.items():
+            names.setdefault(id(sub), []).append(command)
+        for command, sub in commands.items():
+            if names[id(sub)][0] != command:
+                continue
             level = "##" if command == prog else "###"
             out.append(f"{level} `{command}`\n")
             out.append(f"```text\n{sub.format_usage().removeprefix('usage: ').strip()}\n```\n")
+            for alias in names[id(sub)][1:]:
+                out.append(f"Also spelt `{alias}`.\n")
+            if not sub.description and summaries.get(id(sub)):
+                out.append(summaries[id(sub)][0].upper() + summaries[id(sub)][1:] + ".\n")
             if sub.description:
-                text = sub.description
-                if isinstance(sub.formatter_class, type) and issubclass(
+                raw = isinstance(sub.formatter_class, type) and issubclass(
                     sub.formatter_class, argparse.RawDescriptionHelpFormatter
-                ):
-                    out.append(f"```text\n{text.strip()}\n```\n")
-                else:
-                    out.append(text.strip() + "\n")
+                )
+                text = sub.description.strip()
+                out.append(f"```text\n{text}\n```\n" if raw else text + "\n")
             if sub.epilog:
                 out.append(f"```text\n{sub.epilog.strip()}\n```\n")
             rows = _option_rows(sub)

@@ -1,8 +1,9 @@
 """The testing page's example (docs/guide/testing-and-logging.md): a user's own tests of code that
 pushes jobs, in the testing modes. tests/e2e/docs/test_guide_examples.py runs them."""
 
-from cogworker import testing
 from mailer import SENT, send_email
+
+from cogworker import testing
 
 
 def test_the_welcome_email_is_queued() -> None:
