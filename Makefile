@@ -1,4 +1,4 @@
-# The project's vocabulary: install, run, test, lint, format, bench.
+# The project's vocabulary: install, run, test, lint, format, docs, bench.
 # Every target builds what it needs from scratch, so a fresh clone works.
 
 PYTHON ?= python3
@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test coverage coverage-report lint format dist bench redis-server chromium sidekiq clean
+.PHONY: install run test coverage coverage-report lint format dist docs docs-serve bench redis-server chromium sidekiq clean
 
 install: $(STAMP) redis-server
 
@@ -81,8 +81,18 @@ dist: install
 	$(BIN)/python -m build --outdir dist .
 	$(BIN)/twine check --strict dist/*
 
+# The documentation site (mkdocs.yml) into site/. --strict: a broken link, a page left out of the nav
+# or a reference mkdocstrings can't resolve fails the build. The reference pages are generated from
+# the code as it builds (docs/hooks/reference.py).
+docs: install
+	$(BIN)/mkdocs build --strict
+
+# The site on http://127.0.0.1:8000/, rebuilt as pages change.
+docs-serve: install
+	$(BIN)/mkdocs serve
+
 bench: install
 	tests/bench/run.sh
 
 clean:
-	rm -rf $(VENV) .bench-venv .run build dist *.egg-info .coverage-data
+	rm -rf $(VENV) .bench-venv .run build dist *.egg-info .coverage-data site

@@ -30,7 +30,7 @@ class Settings(BaseSettings, SettingsFields):
     """The settings from the COGWORKER_* environment, checked and frozen.
 
     Each field is one variable: `redis_url` is COGWORKER_REDIS_URL. The fields and their defaults
-    are in SettingsFields (cogworker/settings_fields.py) and deploy/cogworker.env.example. Build one
+    are in SettingsFields (cogworker/settings_fields.py) and `cogworker deploy print-env`. Build one
     with `cogworker.load_settings()`, which reports a bad value as one readable line.
     """
 

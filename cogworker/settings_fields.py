@@ -65,134 +65,185 @@ def parse_queues(text: str) -> QueueSpec:
 class SettingsFields:
     """The settings' names, types and defaults; read-only for every process (both subclasses are frozen)."""
 
+    # Each field's docstring (the string below it) is its description on the docs site's settings page
+    # (docs/hooks/reference.py reads them); a test fails when a field has none.
+
     redis_url: str = "redis://localhost:6379/0"
-    # Seconds a Redis command may take before the client gives up and counts Redis as down (a
-    # blocking wait gets its block time on top).
+    """Where the queues live: `redis://[user:password@]host:port/db`, `rediss://` for TLS,
+    `unix:///path/to/redis.sock?db=0`, `redis+cluster://` seed nodes or a `redis+sentinel://` URL. Redis
+    6.2 or newer gives reliable fetch. %-encode a password holding `/ ? # @ :`; logs show it as `***`."""
     redis_timeout_s: float = 5.0
+    """Seconds a Redis command may take before the client gives up and counts Redis as down (a blocking
+    wait gets its block time on top)."""
     require: str = ""
+    """Comma-separated modules every worker imports at start so their `@job` functions are known (like
+    `sidekiq -r`); their submodules are imported on demand. A swarm without it can run none of your jobs."""
     queues: str = "default"
+    """The queues to read: weighted (`critical:3,default:1`, picked in proportion to the weights) or in
+    strict order (`critical,default`, the first non-empty queue wins)."""
     concurrency: int = 10
-    # `async def` jobs (worker/running/async_loop.py): how many run at once on each worker's event
-    # loop, beside the `concurrency` job threads, and how long the loop may go without running a
-    # callback before the job blocking it is logged with its stack (a sync call inside `async def`
-    # stalls them all).
+    """Job threads in each worker process."""
     async_concurrency: int = 100
+    """`async def` jobs running at once on each worker's one event loop (worker/running/async_loop.py), beside
+    the `concurrency` job threads."""
     async_lag_threshold_s: float = 0.5
-    # Job time limits (api/time_limits.py, worker/running/time_limits.py): the default limit of a
-    # job that sets no `timeout_s` (None: none, as in Sidekiq: a limit interrupts a job wherever it
-    # is), and how long past its limit a job no exception reaches may stay stuck before its process
-    # is replaced.
+    """How long the event loop may go without running a callback before the job blocking it is logged
+    with its stack (`async_loop_blocked`): a sync call inside `async def` stalls every async job."""
     job_timeout_s: float | None = None
+    """The time limit of a job that sets no `timeout_s` (api/time_limits.py). Unset: none, as in
+    Sidekiq, since a limit interrupts a job wherever it is; set one only for jobs safe to cut short."""
     job_timeout_grace_s: float = 10.0
-    # Worker processes in a swarm: by default one per CPU this process may use (its affinity mask,
-    # lowered to its cgroup's CPU quota; usable_cpus.py), not one per CPU of the host.
+    """How long past its limit a job no exception reaches (stuck in a C call or a lock) may stay before
+    it is filed as failed with `JobTimeout` and its process replaced (`job_stuck` in the log)."""
     count: int = usable_cpus()
+    """Worker processes in a swarm: by default one per CPU this process may use (its affinity mask,
+    lowered to its cgroup's CPU quota, at least 1; usable_cpus.py), not one per CPU of the host."""
     timeout_s: float = 25.0
+    """How long a worker told to stop waits for its running jobs; what still runs then is requeued."""
     graceful_stop_timeout_s: float = 35.0
+    """How long a stopping swarm waits for its children before it kills stragglers and requeues their
+    jobs. Keep it below the systemd unit's `TimeoutStopSec=`."""
     maxmem_mb: int | None = None
+    """Restart a swarm child gracefully when its memory (RSS) goes above this many MB. Unset: off."""
     preload: bool = False
+    """Import the app (`COGWORKER_REQUIRE`) in the fork server before forking, so children share its
+    memory copy-on-write. A restart still runs the code on disk at the time of the restart."""
     phased_restart: bool = True
-    # Swarm (supervisor/): respawn backoff for a slot whose child keeps dying young (1 s doubling to
-    # a minute, reset after 30 s of health), how long a replacement may take to report ready in a restart, how
-    # long a child may take to say its first line (it imports the app first, without preload; the
-    # liveness timeout starts after that), and how often children's memory is checked.
+    """A reload (SIGHUP) replaces the swarm's children one at a time, each replacement ready before the
+    old child is told to stop; false: all at once."""
     respawn_base_delay_s: float = 1.0
+    """The first wait before a slot whose children keep dying young gets a new one; it doubles up to
+    `respawn_max_delay_s`, so an app that crashes at boot doesn't spin the CPU."""
     respawn_max_delay_s: float = 60.0
+    """The longest wait before a crashing slot gets a new child."""
     healthy_uptime_s: float = 30.0
+    """A child that ran at least this long before it died is replaced at once (the backoff resets)."""
     restart_ready_timeout_s: float = 60.0
+    """How long a replacement child may take to report ready in a rolling restart; past it the restart
+    fails and the old child keeps running."""
     boot_timeout_s: float = 120.0
+    """How long a new child may take to say its first line (it imports the app first, without preload),
+    and a new fork server to be ready, before it is killed as hung at boot."""
     memory_check_interval_s: float = 5.0
+    """Seconds between checks of the children's memory against `maxmem_mb`."""
     orphan_threshold_s: float = 300.0
+    """Seconds without a heartbeat after which a process (on any host) is presumed dead and its
+    in-progress jobs are recovered by the others."""
     max_orphanings: int = 3
+    """A job recovered from dead processes more often than this is a poison pill and goes to dead."""
     log_format: Literal["json", "console", "auto"] = "auto"
+    """`json` (one object a line) or `console` (for people); `auto`: console on a terminal, else json."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """The lowest level logged."""
     # Intervals most job systems hard-code, settings here so tests and operators can shorten them.
     heartbeat_interval_s: float = 5.0
+    """Seconds between a process's heartbeats to Redis (what `orphan_threshold_s` measures)."""
     presence_ttl_s: float = 60.0
+    """Seconds a process's presence key lives without a new heartbeat."""
     poll_interval_s: float = 5.0
+    """Seconds between polls for due scheduled and retry jobs (randomised by ±50 % so processes don't
+    poll in lockstep)."""
     orphan_check_interval_s: float = 60.0
+    """Seconds between checks for jobs left in progress by dead processes."""
     key_guard_interval_s: float = 300.0
+    """Seconds between checks that cogworker's keys have the right Redis types."""
     fetch_idle_max_s: float = 1.0
+    """Seconds an idle fetcher reading several queues waits before looking again when no wake-up came."""
     dead_max_jobs: int = 10_000
+    """The dead set keeps at most this many jobs (the oldest go first)."""
     dead_timeout_s: float = 180 * 24 * 3600
-    # Death notices (cogworker:deaths, for on_death hooks) kept at most: bounded even with no hooks.
+    """The dead set keeps a job at most this long (180 days)."""
     death_notices_max: int = 1000
+    """Death notices (`cogworker:deaths`, for `on_death` hooks) kept at most: bounded even with no hooks."""
     status_ttl_s: float = 30 * 60
+    """How long a job's status (`cogworker.status(jid)`) is kept."""
     unique_ttl_s: float = 3600.0
+    """Default lifetime of a unique job's claim, counted from when the job is due (`unique_for=`)."""
     liveness_timeout_s: float = 30.0
+    """Seconds a swarm child may stay silent on its pipe before the supervisor treats it as hung
+    (SIGKILL, its jobs requeued, a new child), counted from the child's first line."""
     metrics_port: int | None = None
+    """Serve Prometheus metrics on this TCP port. Unset: off."""
     metrics_host: str = "127.0.0.1"
+    """The address the metrics port listens on; loopback unless you mean to expose it."""
     quarantine_ttl_s: float = 30 * 24 * 3600
-    # Job status (api/job_status.py): record it for every job, not only those with @job(status=True).
+    """Seconds quarantined records (wrong-type keys, unusable hand-overs) are kept for a human."""
     status_all: bool = False
-    # Job results (api/results.py): keep every job's result this long unless its options say (unset:
-    # only jobs with @job(result_ttl=...) keep one).
+    """Record a status for every job, not only those with `@job(status=True)` (api/job_status.py)."""
     result_ttl_s: float | None = None
-    # Periodic jobs (api/periodic.py, worker/loops/ticker.py): how often the poller looks for due slots
-    # (it can't look more often than it polls: lower poll_interval_s for sub-minute crons), and how
-    # late a slot missed during downtime may still be enqueued.
+    """Keep every job's result this long unless its options say otherwise (api/results.py). Unset: only
+    jobs with `@job(result_ttl=...)` keep one. Read where jobs are pushed: the pushing side decides."""
     periodic_check_interval_s: float = 1.0
+    """How often the poller looks for due periodic slots (api/periodic.py, worker/loops/ticker.py); it can't
+    look more often than it polls: lower `poll_interval_s` for sub-minute crons."""
     periodic_grace_s: float = 3600.0
-    # The Web UI (cogworker/web/): where `cogworker web` listens; HTTP Basic credentials (required to
-    # listen anywhere but loopback); read-only mode (every action hidden and refused); the key that
-    # signs its session cookie (random per process when unset: flash messages then don't survive a
-    # restart); and whether the same-origin check believes a reverse proxy's X-Forwarded-Proto and
-    # X-Forwarded-Host (only behind a proxy that sets them, or a client could claim any origin).
+    """How late a periodic slot missed during downtime may still be enqueued (only the latest, once)."""
     web_host: str = "127.0.0.1"
+    """Where `cogworker web` listens. Anything but loopback needs `web_username` and `web_password`."""
     web_port: int = 7433
+    """The port `cogworker web` listens on."""
     web_username: str = ""
+    """The Web UI's HTTP Basic user name (set both it and `web_password`, or neither)."""
     web_password: Secret = Secret("")
+    """The Web UI's HTTP Basic password (set both it and `web_username`, or neither)."""
     web_read_only: bool = False
+    """The Web UI shows everything and changes nothing: every action hidden and refused."""
     web_session_secret: Secret = Secret("")
+    """The key that signs the Web UI's session cookie. Unset: random per process, so flash messages
+    don't survive a restart."""
     web_trust_forwarded: bool = False
-    # TLS to Redis, for a `rediss://` URL (README "TLS and ACL users"): the CA that signed the server's
-    # certificate (unset: the system's trust store), a client certificate and its key for a server that
-    # demands one (`tls-auth-clients yes`), and whether the server's certificate must name the URL's
-    # host. Every connection cogworker makes uses them; they are checked (readable, a certificate that
-    # matches its key) at start, so a bad one stops the command with exit 78, not each connection later.
+    """Whether the Web UI's same-origin check believes a reverse proxy's `X-Forwarded-Proto` and
+    `X-Forwarded-Host`: only behind a proxy that sets them, or a client could claim any origin."""
+    # TLS to Redis, for a `rediss://` URL. Every connection cogworker makes uses these; they are checked
+    # (readable, a certificate that matches its key) at start, so a bad one stops the command with exit
+    # 78, not each connection later.
     redis_ssl_ca_file: str = ""
+    """The CA that signed the Redis server's certificate (unset: the system's trust store)."""
     redis_ssl_cert_file: str = ""
+    """A client certificate, for a Redis that demands one (`tls-auth-clients yes`); with its key."""
     redis_ssl_key_file: str = ""
+    """The client certificate's unencrypted private key."""
     redis_ssl_check_hostname: bool = True
-    # Redis Cluster (README "Redis Cluster"): the URL names seed nodes. Set by a redis+cluster:// or
-    # rediss+cluster:// URL, or by this with a redis:// / rediss:// URL naming one node. Needs a
-    # hash-tagged COGWORKER_KEY_PREFIX (cluster_url.check_prefix says why).
+    """Whether the Redis server's certificate must name the URL's host."""
     redis_cluster: bool = False
-    # Every key and channel name starts with this (store/keys.py), so apps with different prefixes share
-    # one Redis unseen by each other. A hash tag in it (`{myapp}:`) puts all of them in one Redis
-    # Cluster slot, which cluster mode needs: a script's keys must share a slot.
+    """Treat a `redis://` or `rediss://` URL as one seed node of a Redis Cluster (a `redis+cluster://` URL
+    says so itself). Needs a hash-tagged `key_prefix` (cluster_url.check_prefix says why)."""
     key_prefix: str = "cogworker:"
-    # COGWORKER_CPU_AFFINITY: whether the swarm pins each worker to one CPU (supervisor/forkserver/
-    # cpu_affinity.py). A CPython process runs Python on one CPU at a time; spread across CPUs, its
-    # threads hand the GIL over from core to core at every socket call, and a core idles while the
-    # thread it woke waits to run elsewhere. Pinned, short Redis-bound jobs ran 40-70 % faster (RUNBOOK
-    # "Pinning workers to CPUs"). `spread`: slot N's worker (and every thread it starts) runs on the Nth
-    # CPU the swarm may use, wrapping round. `auto`: the same when there is one worker per CPU (COUNT
-    # equals those CPUs), and a pinned worker checks every cpu_affinity_probe_interval_s, unpinned for
-    # a second, whether it uses more than one CPU (threads computing outside the GIL: numpy, torch,
-    # compression); it stays unpinned while it does. `none`: the kernel places every thread.
+    """The start of every key and channel name (store/keys.py), so apps with different prefixes share one
+    Redis unseen by each other. A hash tag in it (`{myapp}:`) puts every key in one Redis Cluster slot,
+    which cluster mode needs: a script's keys must share a slot. Changing it strands the old keys' jobs."""
     cpu_affinity: Literal["auto", "none", "spread"] = "auto"
+    """Whether the swarm pins each worker to one CPU (supervisor/forkserver/cpu_affinity.py). `spread`:
+    slot N's worker runs on the Nth CPU the swarm may use; `auto`: the same when there is one worker per
+    CPU, and a worker found using more than one CPU (threads computing outside the GIL: numpy, torch,
+    compression) is unpinned while it does; `none`: the kernel places every thread. Pinned, short
+    Redis-bound jobs ran 40-70 % faster (RUNBOOK "Pinning workers to CPUs")."""
     cpu_affinity_probe_interval_s: float = 60.0
-    # Redis Sentinel (README "Redis Sentinel"; redis_sentinel.py): the sentinels and the master's name,
-    # as an alternative to a redis+sentinel:// URL, and the sentinels' own password (both forms).
+    """With `cpu_affinity=auto`, how often a pinned worker is unpinned for a second to see whether it uses
+    more than one CPU."""
     redis_sentinels: str = ""
+    """Redis Sentinel without a `redis+sentinel://` URL: the sentinels, `host:port` (26379 if left out),
+    comma-separated; the URL then gives the master's password and database (redis_sentinel.py)."""
     redis_sentinel_master: str = ""
+    """The master's name the sentinels know, with `redis_sentinels`."""
     redis_sentinel_password: Secret = Secret("")
-    # A push (and a fetch's acknowledgements) returns only once WAIT saw it reach this many replicas
-    # within redis_min_replicas_timeout_s (store/replicas.py says what fewer means). 0: no WAIT.
+    """The sentinels' own password (their `requirepass`), in either form; never put it in the URL."""
     redis_min_replicas: int = 0
+    """A push (and a fetch's acknowledgements) returns only once WAIT saw it reach this many replicas
+    within `redis_min_replicas_timeout_s`; fewer: the push raises `NotReplicated` (store/replicas.py).
+    0: no WAIT."""
     redis_min_replicas_timeout_s: float = 1.0
-    # Rate limiters (api/limiter.py, api/limit_jobs.py): how long in all a job may be put back in the
-    # schedule set by a full limiter before OverLimit is its failure (a limiter's max_wait_s= overrides it).
+    """How long a push waits for `redis_min_replicas`; below `redis_timeout_s` when that is on."""
     limiter_max_wait_s: float = 3600.0
-    # Batches (api/batch.py): how long a batch's records (its hash, pending set and failures) are kept
-    # once it completed: `batch_status` and the Web UI read them until then. An open batch's keys have
-    # no expiry (it may wait on a retried member for weeks); its completion starts the clock.
+    """How long in all a job may be put back in the schedule set by a full rate limiter before `OverLimit`
+    is its failure (a limiter's `max_wait_s=` overrides it; api/limiter.py, api/limit_jobs.py)."""
     batch_ttl_s: float = 30 * 24 * 3600.0
-    # A block that holds a batch outside a member run of that batch (`with cogworker.batch()` in an
-    # app, say) renews a lease this long, every third of it; if its process dies, the hold lapses
-    # this long after the last renewal and the poller releases it (api/batch_holds.py).
+    """How long a completed batch's records (its hash, pending set and failures) are kept: `batch_status`
+    and the Web UI read them until then (api/batch.py). An open batch's keys have no expiry."""
     batch_hold_lease_s: float = 60.0
+    """A block that holds a batch outside a member run of it (`with cogworker.batch()` in an app) renews a
+    lease this long, every third of it; if its process dies, the poller releases the hold this long after
+    the last renewal (api/batch_holds.py)."""
 
     @property
     def queue_spec(self) -> QueueSpec:

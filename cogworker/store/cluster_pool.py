@@ -19,7 +19,7 @@ never as a refusal, and nothing is filed or dropped because of it. The connectio
 that got MOVED has unread replies; the next command reconnects to the new owner).
 
 One slot means one master does all the work: a cluster gives a deployment failover, not more capacity
-(docs/scaling.md).
+(docs/deployment/scaling.md).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ W1's drain (no-op jobs that each do one INCR) with COGWORKER_COUNT = 1, 2, 4 and
 (COGWORKER_CONCURRENCY 8 each) against the one private Redis: throughput, Redis's own CPU per job
 (INFO cpu, user + system, from the workers' start to the last job) and Redis commands per job. With
 Redis's CPU per job known, one Redis's ceiling is 1 / (CPU seconds per job) jobs/s once it has a core
-to itself (docs/scaling.md works it through). On a machine with fewer cores than processes the
-workers and Redis share the cores, so past that point the table shows the machine's limit, not
+to itself (docs/deployment/scaling.md works it through). On a machine with fewer cores than processes
+the workers and Redis share the cores, so past that point the table shows the machine's limit, not
 Redis's: the CPU-per-job column is what carries over to a bigger machine.
 """
 
