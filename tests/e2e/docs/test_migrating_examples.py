@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from collections.abc import Iterator
 from types import ModuleType
 
@@ -32,6 +33,7 @@ GUIDES = {
     "sidekiq": EXAMPLES / "from_sidekiq.py",
 }
 QUEUES = "critical,default,mail,emails,maintenance"
+SOURCED_BLOCK = re.compile(r"<!-- from (\S+) -->\n```python\n(.*?)```", re.S)
 
 
 @pytest.fixture
@@ -58,6 +60,16 @@ def scheduled(r: redis.Redis, jid: str | None) -> dict[str, object]:
     found = [entry for entry in entries if entry["jid"] == jid]
     assert found, f"{jid} is not in the schedule set: {entries}"
     return dict(found[0])
+
+
+def test_each_guide_quotes_its_own_example() -> None:
+    for guide, path in GUIDES.items():
+        page = (ROOT / "docs" / "migrating" / f"{guide}.md").read_text()
+        quoted = SOURCED_BLOCK.findall(page)
+        assert quoted, f"docs/migrating/{guide}.md quotes no example"
+        for source, block in quoted:
+            assert ROOT / source == path, f"{guide}.md quotes {source}, not its example {path.name}"
+            assert block in path.read_text(), f"{guide}.md shows a block that is not in {path.name}"
 
 
 def test_the_celery_port(examples: None, r: redis.Redis, configured: Settings, workers: WorkerPool) -> None:
