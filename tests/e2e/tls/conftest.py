@@ -2,7 +2,7 @@
 flushed before each test through its admin user; cogworker's processes connect as the `app` ACL user.
 
 Every test ends by asking the server what its ACL refused the `app` user (ACL LOG): a command missing
-from the list docs/deployment/redis.md gives shows up there even where cogworker tolerates the refusal.
+from the README's list shows up there even where cogworker tolerates the refusal.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def admin(tls_redis: TlsRedis) -> Iterator[redis.Redis]:
     client.acl_log_reset()
     try:
         yield client
-        assert tls_redis.refused() == [], "the ACL refused cogworker a command the docs' list lacks"
+        assert tls_redis.refused() == [], "the ACL refused cogworker a command the README's list lacks"
     finally:
         client.close()
 
