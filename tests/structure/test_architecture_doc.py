@@ -125,7 +125,8 @@ def source_modules() -> list[str]:
 
 
 def citing_files() -> list[Path]:
-    files = [ROOT / "README.md", ROOT / "deploy" / "RUNBOOK.md"]
+    # The README and the docs site's pages cite it as the code does (the user guide moved there).
+    files = [ROOT / "README.md", ROOT / "deploy" / "RUNBOOK.md", *(ROOT / "docs").rglob("*.md")]
     for top in (*SOURCE_PACKAGES, "tests"):
         files += [p for p in (ROOT / top).rglob("*") if p.suffix in (".py", ".lua", ".md")]
     this = Path(__file__).resolve()

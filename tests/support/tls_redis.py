@@ -1,10 +1,12 @@
 """A private redis-server that only speaks TLS, demands a client certificate, and has an ACL user
-limited to cogworker's keys and channels: what a managed Redis looks like (README "TLS and ACL users").
+limited to cogworker's keys and channels: what a managed Redis looks like (docs/deployment/redis.md,
+"TLS and ACL users").
 
 The certificates are made here with the `openssl` CLI: a CA, a server certificate for 127.0.0.1 and
 localhost, a client certificate, and a second CA that signed none of them (for the wrong-CA tests).
 The `default` user keeps every right behind an admin password, so a test can flush and inspect;
-cogworker itself connects as `app`, whose command list is APP_COMMANDS, the list the README gives.
+cogworker itself connects as `app`, whose command list is APP_COMMANDS, the list
+docs/deployment/redis.md gives.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ APP_USER = "app"
 
 # Every command cogworker sends (its Lua scripts' calls included: Redis checks a script's calls against
 # the user too), from the code and from INFO commandstats after the worker, CLI, Web UI and metrics
-# suites; the TLS tests fail on any refusal the server's ACL LOG records. The README's list is this
+# suites; the TLS tests fail on any refusal the server's ACL LOG records. The docs' list is this
 # one (tests/e2e/tls/test_tls_worker.py checks they agree).
 APP_COMMANDS = (
     "evalsha eval script|load script|exists"

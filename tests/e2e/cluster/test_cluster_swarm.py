@@ -170,10 +170,10 @@ def test_a_killed_workers_jobs_are_recovered_as_orphans_by_another(
     )
 
 
-def test_an_acl_user_with_the_readmes_commands_and_cluster_slots_is_refused_nothing(
+def test_an_acl_user_with_the_documented_commands_and_cluster_slots_is_refused_nothing(
     redis_cluster: RedisCluster, cluster: redis.RedisCluster, workers: WorkerPool, tmp_path: Path
 ) -> None:
-    # The README's list for one Redis, plus the one command cluster mode adds.
+    # The docs' list for one Redis (docs/deployment/redis.md), plus the one command cluster mode adds.
     redis_cluster.add_user("app", "Cluster-app-pw-7", APP_COMMANDS + " cluster|slots")
     url = redis_cluster.url().replace("://", "://app:Cluster-app-pw-7@", 1)
     env = redis_cluster.env(

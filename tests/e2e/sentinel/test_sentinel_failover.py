@@ -2,7 +2,7 @@
 producer lose, run twice, and how soon the swarm is back to speed (tests/support/failover_run.py runs
 the scenario). With COGWORKER_REDIS_MIN_REPLICAS=1 no push that returned is lost; without it the loss
 is reported, not asserted (it is whatever the replica hadn't received when the master died). The
-README's failover figures are these tests' lines (`pytest tests/e2e/sentinel -s` prints them)."""
+failover figures the docs give are these tests' lines (`pytest tests/e2e/sentinel -s` prints them)."""
 
 from __future__ import annotations
 

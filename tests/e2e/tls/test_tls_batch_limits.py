@@ -1,7 +1,7 @@
 """A batch and rate-limited jobs over TLS as the `app` ACL user: pushed from a fresh interpreter
 configured only by environment variables, run by a real `cogworker run`. Their scripts send commands a
 plain job never does (the batch's hash and pending set, the limiters' records); the fixtures fail the
-test if the ACL with the README's command list refused any of them (it once lacked HINCRBY, HSETNX,
+test if the ACL with the docs' command list refused any of them (it once lacked HINCRBY, HSETNX,
 HMGET, HLEN, HEXISTS and SCARD, so batches and window and bucket limiters failed for that user). Two
 jobs share a concurrent limiter's one slot, so its acquire, release and hand-on all run too."""
 

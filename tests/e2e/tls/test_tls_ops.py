@@ -1,7 +1,7 @@
 """The rest of cogworker's command mix, as the ACL user over TLS: unique claims, job status, a periodic
 entry, the scheduled/retry/dead set actions, pausing a queue, remote quiet and resume, orphan
 recovery, `doctor --fix`, and every Web UI page. Each step checks its effect; the `admin` fixture then
-fails the test on anything the server's ACL refused, so a command missing from the README's list
+fails the test on anything the server's ACL refused, so a command missing from the docs' list
 shows up here even in a path that tolerates a refusal."""
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """A real `cogworker run`, the ops CLI, the Web UI and a first push over TLS with a client certificate,
 as an ACL user limited to `cogworker:*`; and the failures an operator meets first (a wrong CA, no
 client certificate, a wrong password, a name the certificate doesn't carry) as one clear line, no hang.
-The ACL's command list here is the README's (checked below); the fixtures fail a test whose flows the
-server's ACL refused anything."""
+The ACL's command list here is the one docs/deployment/redis.md gives (checked below); the fixtures
+fail a test whose flows the server's ACL refused anything."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -45,10 +46,11 @@ def tls_env(tls_redis: TlsRedis, **extra: str) -> dict[str, str]:
     return tls_redis.env(COGWORKER_REQUIRE="tls_jobs", COGWORKER_LOG_FORMAT="json", **extra)
 
 
-def test_the_readme_lists_every_command_the_acl_user_needs() -> None:
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("```\nACL SETUSER app ", readme.index("### TLS and ACL users"))
-    block = readme[start : readme.index("```\n", start + 4)]
+def test_the_docs_list_every_command_the_acl_user_needs() -> None:
+    page = (ROOT / "docs" / "deployment" / "redis.md").read_text()
+    found = re.search(r"^```\w*\n(ACL SETUSER app .*?)^```", page, re.S | re.M)
+    assert found is not None, "docs/deployment/redis.md has no ACL SETUSER block"
+    block = found.group(1)
     listed = sorted(word[1:] for word in block.split() if word.startswith("+"))
     assert listed == sorted(APP_COMMANDS.split())
 
