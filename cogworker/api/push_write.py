@@ -63,7 +63,7 @@ def write(conn: redis.Redis, settings: SettingsFields, batch: Sequence[dict[str,
         *(keys.queue(n) for n in by_queue),
         *markers,
     ]
-    script = _push_batch_script(conn)
+    script = _push_batch.on(conn)
     wait = replicas.wait_command(settings)
     waited: object = None
     if wait is None:
@@ -100,14 +100,5 @@ def _script_then_wait(
     return reply, waited
 
 
-_push_batch: tuple[redis.Redis, Script] | None = None
-
-
-def _push_batch_script(conn: redis.Redis) -> Script:
-    """push_batch.lua registered with the job API's client (redis-py reloads it after NOSCRIPT)."""
-    global _push_batch
-    cached = _push_batch
-    if cached is None or cached[0] is not conn:
-        cached = (conn, conn.register_script(scripts.source("push_batch")))
-        _push_batch = cached
-    return cached[1]
+# push_batch.lua registered with the job API's client.
+_push_batch = scripts.ClientScript("push_batch")

@@ -14,7 +14,7 @@ import redis
 
 from cogworker import codec, exitcodes
 from cogworker.settings import Settings
-from cogworker.store.connection import connect
+from cogworker.store.lazy_client import LazyClient
 from cogworker.store.scripts import Scripts
 
 
@@ -35,24 +35,18 @@ class Context:
         self.json: bool = bool(getattr(args, "json", False))
         self.out = out
         self.err = err
-        self._client: redis.Redis | None = None
-        self._scripts: Scripts | None = None
+        self._redis = LazyClient(settings)
 
     @property
     def client(self) -> redis.Redis:
-        if self._client is None:
-            self._client = connect(self.settings)
-        return self._client
+        return self._redis.client
 
     @property
     def scripts(self) -> Scripts:
-        if self._scripts is None:
-            self._scripts = Scripts(self.client)
-        return self._scripts
+        return self._redis.scripts
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        self._redis.close()
 
     def print(self, line: str = "") -> None:
         # Text read from Redis may hold bytes that weren't UTF-8 (cogworker/codec.py): shown escaped, since

@@ -82,6 +82,24 @@ def source(name: str) -> str:
     return with_prelude(body(name))
 
 
+class ClientScript:
+    """One script registered with whichever client last asked for it (redis-py reloads it after
+    NOSCRIPT). For code that runs a script on a client it is handed rather than one it owns: the job
+    API's pushes and the chain's ack; registering again only when the client changes keeps the hot
+    path to one identity check."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._cached: tuple[redis.Redis, Script] | None = None
+
+    def on(self, conn: redis.Redis) -> Script:
+        cached = self._cached
+        if cached is None or cached[0] is not conn:
+            cached = (conn, conn.register_script(source(self.name)))
+            self._cached = cached
+        return cached[1]
+
+
 class Scripts:
     """Every script bound to one client; pass `client=` a pipeline to batch calls."""
 

@@ -6,7 +6,6 @@ state even when mounted inside a host app whose `request.app` is the host.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -14,7 +13,7 @@ import redis
 from starlette.requests import Request
 
 from cogworker.settings import Settings
-from cogworker.store.connection import connect
+from cogworker.store.lazy_client import LazyClient
 from cogworker.store.scripts import Scripts
 
 SCOPE_KEY = "cogworker.web"
@@ -27,27 +26,19 @@ class WebState:
     settings: Settings
     # The host's per-request rule (e.g. "only admins act"); COGWORKER_WEB_READ_ONLY=true wins over it.
     read_only_rule: ReadOnlyRule | None = None
-    _client: redis.Redis | None = None
-    _scripts: Scripts | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Built on first use, not in create_app: mounting the UI must not need Redis to be up.
+    lazy: LazyClient = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lazy = LazyClient(self.settings)
 
     @property
     def client(self) -> redis.Redis:
-        # Built on first use, not in create_app: mounting the UI must not need Redis to be up.
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = connect(self.settings)
-        return self._client
+        return self.lazy.client
 
     @property
     def scripts(self) -> Scripts:
-        if self._scripts is None:
-            client = self.client
-            with self._lock:
-                if self._scripts is None:
-                    self._scripts = Scripts(client)
-        return self._scripts
+        return self.lazy.scripts
 
     def read_only(self, request: Request) -> bool:
         if self.settings.web_read_only:
@@ -55,8 +46,7 @@ class WebState:
         return bool(self.read_only_rule(request)) if self.read_only_rule is not None else False
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        self.lazy.close()
 
 
 def state_of(request: Request) -> WebState:

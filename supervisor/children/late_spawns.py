@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from supervisor.children.processes import MAX_READ_PER_TURN, READ_BYTES
+from supervisor.children.processes import pipe_chunks
 from supervisor.children.spawner import SpawnRequest
 from supervisor.wire.child_lines import LineBuffer, Message
 
@@ -47,18 +47,10 @@ class LateSpawns:
         # Read until the end of file (the worker, if there is one, has exited): a pipe left full
         # would block the worker's next line, and it must get as far as its stop. At most
         # MAX_READ_PER_TURN per loop turn, as for any child.
-        left = MAX_READ_PER_TURN
-        while left > 0:
-            try:
-                data = os.read(pipe.fd, READ_BYTES)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
+        for data in pipe_chunks(pipe.fd):
             if not data:
                 self._close(pipe)
                 return
-            left -= len(data)
             for item in pipe.lines.feed(data):
                 if isinstance(item, Message) and (pid := pid_from(item.fields.get("pid"))) is not None:
                     self.stop(pid, pipe.nonce, "its first line")

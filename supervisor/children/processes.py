@@ -11,7 +11,7 @@ import contextlib
 import os
 import selectors
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import structlog
 
@@ -29,6 +29,23 @@ READ_BYTES = 65536
 # A child writing without end (a job printing to the inherited pipe fd, a runaway loop) must not hold
 # the loop in one read: past this, the rest waits for the next turn (the selector reports it again).
 MAX_READ_PER_TURN = 1 << 20
+
+
+def pipe_chunks(fd: int) -> Iterator[bytes]:
+    """What a child's pipe holds now, chunk by chunk, up to MAX_READ_PER_TURN bytes; a last b"" at
+    end of file, or on a read error, which ends the pipe as well."""
+    left = MAX_READ_PER_TURN
+    while left > 0:
+        try:
+            data = os.read(fd, READ_BYTES)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        yield data
+        if not data:
+            return
+        left -= len(data)
 
 
 class ChildProcesses:
@@ -79,19 +96,13 @@ class ChildProcesses:
         reaped child's last lines are all there, unless something it left behind keeps writing);
         closes the pipe at end of file."""
         out: list[Message | Garbage] = []
-        left = MAX_READ_PER_TURN
-        while child.fd >= 0 and left > 0:
-            try:
-                data = os.read(child.fd, READ_BYTES)
-            except BlockingIOError:
-                break
-            except OSError:
-                data = b""
+        if child.fd < 0:
+            return out
+        for data in pipe_chunks(child.fd):
             if not data:
                 self.close_pipe(child)
                 break
             out += child.lines.feed(data)
-            left -= len(data)
         return out
 
     def close_pipe(self, child: Child) -> None:

@@ -26,7 +26,6 @@ from typing import Any
 
 import redis
 import structlog
-from redis.commands.core import Script
 
 from cogworker import codec
 from cogworker.api import chain_group, payload
@@ -43,16 +42,7 @@ _RETRY_FIRST_S = 0.05
 _RETRY_MAX_S = 2.0
 COMPONENT = "ChainAck"
 outages = Outages()
-_script: tuple[redis.Redis, Script] | None = None
-
-
-def _ack_script(conn: redis.Redis) -> Script:
-    global _script
-    cached = _script
-    if cached is None or cached[0] is not conn:
-        cached = (conn, conn.register_script(scripts.source("chain_ack")))
-        _script = cached
-    return cached[1]
+_ack = scripts.ClientScript("chain_ack")
 
 
 def successor(job: dict[str, Any], record: str | None) -> dict[str, Any] | Grouped | None:
@@ -148,7 +138,7 @@ def succeeded(
     wait = _RETRY_FIRST_S
     while True:
         try:
-            reply = _ack_script(conn)(keys=script_keys, args=args, client=conn)
+            reply = _ack.on(conn)(keys=script_keys, args=args, client=conn)
             wrong = key_guard.script_wrong_type(reply)
             if wrong is not None:
                 raise key_guard.wrong_type_error(conn, wrong)
