@@ -140,7 +140,7 @@ def test_a_swarm_runs_every_kind_of_job_and_the_cli_and_metrics_read_the_cluster
     # Everything cogworker wrote is in the deployment's one slot.
     written = owner_keys(redis_cluster)
     assert {cluster.keyslot(key) for key in written} == {SLOT}
-    assert swarm.stop() == 0
+    assert swarm.stop() == 0, swarm.tail(120)
     assert not swarm.events("redis_outage_started")
 
 
