@@ -127,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"cogworker-swarm: can't start the fork server: {exc}", file=sys.stderr)
         return exitcodes.FAILURE
+    # structlog imports rich wherever it is installed (twine and many other tools bring it) for pretty
+    # tracebacks this process never prints (its renderers are JSON or plain): about 3 MB of the
+    # supervisor's 30 MB. It runs no user code, so rich is kept out of it; the fork server, forked
+    # above, and the workers it forks are left alone.
+    sys.modules.setdefault("rich", None)
     from cogworker import logs
     from supervisor.config import SwarmConfig
     from supervisor.forkserver_client.keeper import keeper_for
