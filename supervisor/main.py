@@ -131,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     # tracebacks this process never prints (its renderers are JSON or plain): about 3 MB of the
     # supervisor's 30 MB. It runs no user code, so rich is kept out of it; the fork server, forked
     # above, and the workers it forks are left alone.
-    sys.modules.setdefault("rich", None)
+    if "rich" not in sys.modules:
+        # None is the import system's "not importable" mark, which typeshed's type of sys.modules
+        # can't express.
+        sys.modules["rich"] = None  # type: ignore[assignment]
     from cogworker import logs
     from supervisor.config import SwarmConfig
     from supervisor.forkserver_client.keeper import keeper_for

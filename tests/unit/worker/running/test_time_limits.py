@@ -122,12 +122,15 @@ def test_a_limit_falling_after_the_body_returned_lands_in_the_call_and_the_run_t
             assert TimeLimits._settle(armed, State.FIRED)  # as the watchdog would, at this instant
         return None
 
+    # Put back whatever traced this thread before (coverage's tracer under `make test`): leaving
+    # None would stop coverage for every test after this one in the process.
+    previous = sys.gettrace()
     sys.settrace(tracer)
     try:
         with pytest.raises(JobTimeout, match="time limit of 60s") as caught:
             limits.call(60.0, WORK, JOB, lambda: "returned", inject=True)
     finally:
-        sys.settrace(None)
+        sys.settrace(previous)
     assert fired and fired[0].state is State.FIRED
     # Raised in cogworker's own disarm (after the body returned: no frame of it), and caught there.
     names = [f.name for f in traceback.extract_tb(caught.value.__traceback__)]
@@ -225,11 +228,14 @@ def test_a_run_that_swallowed_its_job_timeout_ends_as_job_timeout_and_leaves_not
         calls.append(event)
         return None
 
+    # Put back whatever traced this thread before (coverage's tracer under `make test`): leaving
+    # None would stop coverage for every test after this one in the process.
+    previous = sys.gettrace()
     sys.settrace(tracer)
     try:
         assert spin(0.01) == "done"
     finally:
-        sys.settrace(None)
+        sys.settrace(previous)
     assert "call" in calls
 
 
