@@ -12,7 +12,7 @@ install: $(STAMP) redis-server
 
 # The project editable with every extra, and the development and docs tools (pyproject.toml's
 # [dependency-groups]; pip reads them since 25.1, hence pip first).
-EXTRAS := web,django,fastapi,otel,sentry
+EXTRAS := web,django,fastapi,otel,sentry,flask
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
