@@ -38,6 +38,7 @@ print("jid", demo_jobs.record.perform_async("traced"), flush=True)
 
 def otel_env(redis_url: str, service: str, **more: str) -> dict[str, str]:
     return clean_env(
+        more,
         COGWORKER_REDIS_URL=redis_url,
         COGWORKER_REQUIRE="demo_jobs",
         OTEL_SERVICE_NAME=service,
@@ -46,7 +47,6 @@ def otel_env(redis_url: str, service: str, **more: str) -> dict[str, str]:
         OTEL_LOGS_EXPORTER="none",
         # The batching processor's delay: the worker's span is written soon after its job.
         OTEL_BSP_SCHEDULE_DELAY="50",
-        **more,
     )
 
 
