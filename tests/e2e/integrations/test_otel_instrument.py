@@ -28,6 +28,7 @@ from cogworker.contrib import otel
 from cogworker.contrib.otel_instrumentor import CogworkerInstrumentor
 from tests.support.daemon_env import clean_env
 from tests.support.redis_server import RedisServer, wait_until
+from tests.support.swarm import SwarmRunner, swarm_runner
 
 BIN = Path(sys.executable).parent
 PRODUCER = """
@@ -122,6 +123,32 @@ def test_opentelemetry_instrument_links_the_worker_s_span_to_the_producer_s(
     assert perform["attributes"]["messaging.message.id"] == jid
     assert perform["attributes"]["cogworker.outcome"] == "done"
     assert perform["resource"]["attributes"]["service.name"] == "worker"
+
+
+@pytest.fixture
+def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
+    yield from swarm_runner(redis_server.url, tmp_path)
+
+
+def test_opentelemetry_instrument_on_the_swarm_traces_in_its_forked_workers(
+    r: redis.Redis, redis_server: RedisServer, tmp_path: Path, swarms: SwarmRunner
+) -> None:
+    """`opentelemetry-instrument cogworker-swarm`: the fork server is set up by the agent like any
+    Python process it starts, and the workers it forks export their spans."""
+    jid, produced = produce(tmp_path, redis_server.url)
+    [push] = [span for span in produced if span["kind"] == "SpanKind.PRODUCER"]
+    env: dict[str, Any] = otel_env(redis_server.url, "swarm", COGWORKER_CONCURRENCY="1")
+    swarm = swarms.start(command=[str(BIN / "opentelemetry-instrument"), str(BIN / "cogworker-swarm")], **env)
+    swarm.wait_ready(timeout=60)
+
+    def performed() -> list[dict[str, Any]]:
+        spans = console_spans(swarm.log_path.read_text(errors="replace"))
+        return [span for span in spans if span["kind"] == "SpanKind.CONSUMER"]
+
+    [perform] = wait_until(performed, timeout=30, message="a CONSUMER span in the swarm's output")
+    assert perform["parent_id"] == push["context"]["span_id"]
+    assert perform["attributes"]["messaging.message.id"] == jid
+    assert swarm.stop() == 0
 
 
 def test_the_instrumentation_can_be_disabled_by_name(
