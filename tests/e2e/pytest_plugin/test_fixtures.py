@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import ROOT
+
 pytest_plugins = ["pytester"]
 
 JOBS = """
@@ -118,6 +120,17 @@ def test_the_fixtures_in_a_user_s_suite(pytester: pytest.Pytester, monkeypatch: 
     port = int(url_file.read_text().rsplit(":", 1)[1].split("/")[0])
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
         pass
+
+
+def test_the_testing_page_s_fixtures_example(pytester: pytest.Pytester) -> None:
+    """docs/guide/testing-and-logging.md's example, with the jobs page's mailer, as a user's suite."""
+    examples = ROOT / "docs" / "examples"
+    for source in (
+        examples / "jobs" / "mailer.py",
+        examples / "testing-and-logging" / "test_signup_fixtures.py",
+    ):
+        (pytester.path / source.name).write_text(source.read_text())
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=3)
 
 
 def test_the_plugin_loads_cheaply(pytester: pytest.Pytester) -> None:
