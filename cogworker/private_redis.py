@@ -85,8 +85,9 @@ class PrivateRedis:
                 if self.proc.poll() is not None:  # exited: most likely the port was taken meanwhile
                     self.proc = None
                     return False
+                # Ours answering, not another server that had the port first (ours then exits).
                 with contextlib.suppress(redis.ConnectionError):
-                    if conn.ping():
+                    if conn.info("server").get("process_id") == self.proc.pid:
                         return True
                 time.sleep(0.02)
         self.stop()
