@@ -27,6 +27,7 @@ from cogworker.api.middleware import client_chain, server_chain
 from cogworker.contrib import otel
 from cogworker.contrib.otel_instrumentor import CogworkerInstrumentor
 from tests.support.daemon_env import clean_env
+from tests.support.otel_console import console_spans, of_kind
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.swarm import SwarmRunner, swarm_runner
 
@@ -49,18 +50,6 @@ def otel_env(redis_url: str, service: str, **more: str) -> dict[str, str]:
         # The batching processor's delay: the worker's span is written soon after its job.
         OTEL_BSP_SCHEDULE_DELAY="50",
     )
-
-
-def console_spans(text: str) -> list[dict[str, Any]]:
-    """The spans ConsoleSpanExporter wrote: each an indented JSON object from a "{" line to a "}" line."""
-    spans, current = [], list[str]()
-    for line in text.splitlines():
-        if line == "{" or current:
-            current.append(line)
-        if line == "}" and current:
-            spans.append(json.loads("\n".join(current)))
-            current = []
-    return spans
 
 
 def produce(tmp_path: Path, redis_url: str, **env: str) -> tuple[str, list[dict[str, Any]]]:
@@ -106,15 +95,14 @@ def test_opentelemetry_instrument_links_the_worker_s_span_to_the_producer_s(
     r: redis.Redis, redis_server: RedisServer, tmp_path: Path, instrumented_worker: Path
 ) -> None:
     jid, produced = produce(tmp_path, redis_server.url)
-    [push] = [span for span in produced if span["kind"] == "SpanKind.PRODUCER"]
+    [push] = of_kind(produced, "PRODUCER")
     assert push["name"] == "push default" and push["parent_id"] is None
     assert push["attributes"]["messaging.message.id"] == jid
     assert push["resource"]["attributes"]["service.name"] == "producer"
     wait_until(lambda: r.lrange("test:ran", 0, -1), timeout=30, message="the job run")
 
     def performed() -> list[dict[str, Any]]:
-        spans = console_spans(instrumented_worker.read_text())
-        return [span for span in spans if span["kind"] == "SpanKind.CONSUMER"]
+        return of_kind(console_spans(instrumented_worker.read_text()), "CONSUMER")
 
     [perform] = wait_until(performed, timeout=30, message="the worker's CONSUMER span")
     assert perform["name"] == "perform default"
@@ -136,14 +124,13 @@ def test_opentelemetry_instrument_on_the_swarm_traces_in_its_forked_workers(
     """`opentelemetry-instrument cogworker-swarm`: the fork server is set up by the agent like any
     Python process it starts, and the workers it forks export their spans."""
     jid, produced = produce(tmp_path, redis_server.url)
-    [push] = [span for span in produced if span["kind"] == "SpanKind.PRODUCER"]
+    [push] = of_kind(produced, "PRODUCER")
     env: dict[str, Any] = otel_env(redis_server.url, "swarm", COGWORKER_CONCURRENCY="1")
     swarm = swarms.start(command=[str(BIN / "opentelemetry-instrument"), str(BIN / "cogworker-swarm")], **env)
     swarm.wait_ready(timeout=60)
 
     def performed() -> list[dict[str, Any]]:
-        spans = console_spans(swarm.log_path.read_text(errors="replace"))
-        return [span for span in spans if span["kind"] == "SpanKind.CONSUMER"]
+        return of_kind(console_spans(swarm.log_path.read_text(errors="replace")), "CONSUMER")
 
     [perform] = wait_until(performed, timeout=30, message="a CONSUMER span in the swarm's output")
     assert perform["parent_id"] == push["context"]["span_id"]
