@@ -82,8 +82,8 @@ class PinnedPool(ConnectionPool):
         self.slot_owner = slot_owner
         super().__init__(slot_owner=slot_owner, **kwargs)
 
-    async def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
-        conn = await super().get_connection(command_name, *keys, **options)  # type: ignore[no-untyped-call]
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        conn = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
         if (
             isinstance(conn, PinnedConnection)
             and conn.is_connected
