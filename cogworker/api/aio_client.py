@@ -26,6 +26,7 @@ are sync-only, so no awaitable push is ever inside one, and the deferral would s
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -98,8 +99,11 @@ def _needs_sync_client() -> bool:
     hooks = middleware.before_write_hooks
     if not hooks:
         return False
-    from cogworker.api import batch
-
+    # Looked up, not imported: api/batch.py imports the decorator, which imports this module. Its
+    # hook is registered when it is imported, so without it no batch can be open.
+    batch = sys.modules.get("cogworker.api.batch")
+    if batch is None:
+        return True
     return batch._open.get() is not None or any(hook is not batch._register for hook in hooks)
 
 

@@ -13,16 +13,30 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from cogworker.api import aio_client
-from cogworker.api.pusher import _seconds_from_now
-
-if TYPE_CHECKING:
-    from cogworker.api.pusher import Pusher
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class SyncPusher(Protocol):
+    """What an AsyncPusher needs of the job or `job.set(...)` it pushes (api/pusher.py's Pusher,
+    which imports this module for its `aio` property)."""
+
+    def build(self, args: Any, kwargs: dict[str, Any], at: float | None = None) -> dict[str, Any]: ...
+
+
+def _epoch_s(when: dt.datetime | float) -> float:
+    """perform_at's time as epoch seconds, checked as the sync perform_at checks it."""
+    if isinstance(when, dt.datetime):
+        if when.tzinfo is None:
+            raise TypeError("perform_at needs an aware datetime (with tzinfo) or an epoch number")
+        return when.timestamp()
+    if isinstance(when, bool) or not isinstance(when, int | float):
+        raise TypeError(f"perform_at takes a datetime or epoch seconds, not {type(when).__name__}")
+    return float(when)
 
 
 def _delay_s(seconds: float | dt.timedelta) -> float:
@@ -40,7 +54,7 @@ class AsyncPusher(Generic[P, R]):
     Redis is done by the event loop instead of the calling thread.
     """
 
-    def __init__(self, pusher: Pusher) -> None:
+    def __init__(self, pusher: SyncPusher) -> None:
         self._pusher = pusher
 
     async def send(self, payload: dict[str, Any]) -> str | None:
@@ -126,7 +140,7 @@ class AsyncPusher(Generic[P, R]):
             NotReplicated: As for `perform_async`.
             WrongTypeKey: As for `perform_async`.
         """
-        return await self.send(self._pusher.build(args, kwargs, _seconds_from_now(when)))
+        return await self.send(self._pusher.build(args, kwargs, _epoch_s(when)))
 
     def set(self, **options: Any) -> AsyncPusher[P, R]:
         """`job.set(...)`, awaitable: `job.aio.set(queue="urgent")` is `job.set(queue="urgent").aio`.
@@ -140,7 +154,9 @@ class AsyncPusher(Generic[P, R]):
         Raises:
             TypeError: An option is unknown, only `@job` takes it, or its value is not valid.
         """
-        return AsyncPusher(self._pusher.set(**options))
+        # `set` is the sync pusher's own, whatever its signature (its options are declared there).
+        pusher: Any = self._pusher
+        return AsyncPusher(pusher.set(**options))
 
     def build(self, args: Any, kwargs: dict[str, Any], at: float | None = None) -> dict[str, Any]:
         """The payload a push would write, not sent (see `job.build`); send it with `await send(...)`.
