@@ -240,3 +240,36 @@ def test_each_event_loop_gets_its_own_client(r: redis.Redis, configured: Setting
         assert conn.connection_pool._in_use_connections == set()  # type: ignore[attr-defined]
         assert all(not c.is_connected for c in conn.connection_pool._available_connections)  # type: ignore[attr-defined]
     assert len(queued(r)) == 2
+
+
+def test_client_close_closes_the_running_loops_client(r: redis.Redis, settings: Settings) -> None:
+    from cogworker.api import client
+    from cogworker.store import async_connection
+
+    name = "aio-close-test"
+    cogworker.configure(settings.model_copy(update={"redis_url": f"{settings.redis_url}?client_name={name}"}))
+
+    def ours() -> int:
+        return sum(1 for c in r.client_list() if c.get("name") == name)
+
+    async def settled_count(wanted: int) -> int:
+        """The count of our connections once it is `wanted`, or after 5 s (Redis sees a close late)."""
+        deadline = time.monotonic() + 5
+        while (found := ours()) != wanted and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return found
+
+    async def scenario() -> list[int]:
+        await plain.aio.perform_async(1)
+        counts = [ours()]
+        client.close()  # sync, from the loop's own thread: the close is handed to the loop
+        counts.append(await settled_count(0))
+        await plain.aio.perform_async(2)  # the next push connects again
+        counts.append(ours())
+        await cogworker.aio.close()
+        counts.append(await settled_count(0))
+        return counts
+
+    assert run(scenario()) == [1, 0, 1, 0]
+    assert async_connection._clients == {} or all(loop.is_closed() for loop in async_connection._clients)
+    assert len(queued(r)) == 2
