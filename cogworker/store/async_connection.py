@@ -74,15 +74,16 @@ async def for_loop(settings: SettingsFields) -> aredis.Redis:
     current = _clients.get(loop)
     if current is not None and current.settings is settings and not current.closed:
         return current.conn
-    if current is not None:
-        await current.aclose()
     built = build(settings)
     closer = _close_at_shutdown(built)
     # Started here, so the loop's async-generator hook registers it with the loop; kept by the entry,
-    # so it isn't finalized (and the client closed) while the loop still runs.
+    # so it isn't finalized (and the client closed) while the loop still runs. It runs to its
+    # `yield` without suspending: no other task can build a second client meanwhile.
     await anext(closer)
     built._closer = closer
     _clients[loop] = built
+    if current is not None:
+        await current.aclose()  # after the new one is in place: a task arriving meanwhile uses it
     return built.conn
 
 

@@ -66,6 +66,17 @@ def test_a_push_whose_reply_was_lost_returns_its_jid_and_undoes_nothing(
     assert len(queued(direct)) == 1
 
 
+def test_a_push_held_past_the_timeout_stands_and_keeps_its_claim(
+    resp_proxy: RespProxy, direct: redis.Redis, through_proxy: Settings
+) -> None:
+    """The reply comes after COGWORKER_REDIS_TIMEOUT_S (1 s here): the client gives up waiting, asks
+    on a new connection, finds its job written, and returns its jid."""
+    resp_proxy.delay_reply(30, script="push_batch")
+    jid = run(unique_jobs.rebuild.aio.perform_async(8))
+    assert jid is not None and [job["jid"] for job in queued(direct)] == [jid]
+    assert run(unique_jobs.rebuild.aio.perform_async(8)) is None
+
+
 def test_a_tracked_push_whose_reply_was_lost_stays_queued(
     resp_proxy: RespProxy, direct: redis.Redis, through_proxy: Settings
 ) -> None:
