@@ -1,7 +1,7 @@
 """Awaitable pushes to every shape of deployment the sync client reaches (store/async_connection.py,
 store/async_cluster.py), each real and configured only by COGWORKER_* variables: TLS with a client
-certificate as an ACL user, Sentinel (a majority names the master), and a Redis Cluster, where the
-push follows the slot's owner through a failover. A worker-side reader checks what was written."""
+certificate as an ACL user, Sentinel (a majority names the master), and a Redis Cluster, plain (where
+the push follows the slot's owner through a failover) and TLS. A plain reader checks what was written."""
 
 from __future__ import annotations
 
@@ -95,3 +95,19 @@ def test_an_awaitable_push_follows_the_slot_owner_through_a_failover(
         assert before[1] is None and len(after) == 2
     finally:
         reader.close()
+
+
+def test_an_awaitable_push_to_a_tls_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rediss+cluster:// URL with a client certificate: the slot's owner is asked over TLS (on a
+    thread) and the push goes to it over TLS. The plain ports read back what was written."""
+    with contextlib.closing(RedisCluster(tls=True)) as cluster:
+        env = cluster.env()
+        assert env["COGWORKER_REDIS_URL"].startswith("rediss+cluster://")
+        use_only(monkeypatch, env)
+        first, duplicate, later = asyncio.run(push_three())
+        reader = cluster.cluster_client()
+        try:
+            assert jids(reader, PREFIX) == [first] and duplicate is None
+            assert reader.zcard(f"{PREFIX}schedule") == 1 and later
+        finally:
+            reader.close()
