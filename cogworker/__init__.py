@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from cogworker.api.middleware import client_chain, server_chain
 
 if TYPE_CHECKING:
+    from cogworker import aio
     from cogworker.api import limiter
     from cogworker.api.batch import Batch, BatchClosed, batch, create_batch, current_batch
     from cogworker.api.batch_status import BatchStatus, batch_status
@@ -99,6 +100,7 @@ _LAZY = {
 # Public names that are modules: `cogworker.limiter.concurrent(...)`.
 _LAZY_MODULES = {
     "limiter": "cogworker.api.limiter",
+    "aio": "cogworker.aio",
 }
 
 
@@ -144,6 +146,7 @@ __all__ = [
     "Signature",
     "WrongTypeKey",
     "__version__",
+    "aio",
     "batch",
     "batch_status",
     "cancel",

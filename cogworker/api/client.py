@@ -6,6 +6,7 @@ with its own through `install_push_step`, as Sidekiq's testing client is prepend
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -65,8 +66,11 @@ def configure(settings: SettingsFields | None = None, client: redis.Redis | None
 
 def close() -> None:
     """Disconnect the job API's client and its pool (an app shutting down: the FastAPI lifespan helper,
-    cogworker/contrib/fastapi.py). The settings stay; the next push connects again."""
+    cogworker/contrib/fastapi.py), and the event loops' clients of awaitable pushes (their closes are
+    handed to their loops; `await cogworker.aio.close()` waits for the running loop's). The settings
+    stay; the next push connects again."""
     global _redis
+    _async_clients(close=True)
     with _lock:
         conn, _redis = _redis, None
     if conn is not None:
@@ -84,6 +88,18 @@ def reset_after_fork() -> None:
     global _lock, _redis
     _lock = threading.Lock()
     _redis = None
+    _async_clients(close=False)
+
+
+def _async_clients(*, close: bool) -> None:
+    """Close (or, in a forked child, forget) the awaitable pushes' clients, if any was built: the
+    module is imported only by a first awaitable push (store/async_connection.py)."""
+    module = sys.modules.get("cogworker.store.async_connection")
+    if module is not None:
+        if close:
+            module.close_all()
+        else:
+            module.forget_all()
 
 
 def settings() -> SettingsFields:

@@ -15,6 +15,7 @@ from cogworker.api import client, features
 from cogworker.api.typed_args import PlanLater, TypedArgs
 
 if TYPE_CHECKING:
+    from cogworker.api.aio_push import AsyncPusher
     from cogworker.api.chain import Signature
 
 
@@ -238,6 +239,24 @@ class Pusher:
         return signature(
             self.job.name, self.job.queue, self.options, tuple(args), kwargs, typed=typed is not None
         )
+
+    @property
+    def aio(self) -> AsyncPusher[Any, Any]:
+        """The awaitable pushes: `await job.aio.perform_async(...)`, `perform_in`, `perform_at`.
+
+        They push as the sync methods do (middleware, unique jobs, statuses, batches, replicas),
+        on the running event loop's `redis.asyncio` client, so an `async def` endpoint doesn't
+        block its loop on Redis.
+
+        Returns:
+            An AsyncPusher for this job, or for this `job.set(...)`.
+
+        Example:
+            >>> jid = await send_welcome.aio.perform_async(42)  # doctest: +SKIP
+        """
+        from cogworker.api.aio_push import AsyncPusher
+
+        return AsyncPusher(self)
 
 
 class JobSetter(Pusher):

@@ -10,8 +10,9 @@ lifespan of the app's own: `async with cogworker.contrib.fastapi.lifespan(app): 
 
 Settings are loaded, and checked, at startup: a bad COGWORKER_* value stops the app from starting
 with the same one-line error a worker gives, rather than failing the first request that pushes.
-A push (`perform_async`) is a blocking Redis round trip: call it from a `def` endpoint (FastAPI runs
-those in its threadpool), or from `async def` through `await run_in_threadpool(job.perform_async, ...)`.
+From an `async def` endpoint push with `await job.aio.perform_async(...)`: it runs on the event loop's
+own `redis.asyncio` client and never blocks the loop (api/aio_client.py). The sync `perform_async` is a
+blocking Redis round trip, for `def` endpoints (FastAPI runs those in its threadpool).
 """
 
 from __future__ import annotations
@@ -21,11 +22,15 @@ from collections.abc import AsyncIterator
 
 from cogworker.api import client
 from cogworker.settings import Settings, load_settings
+from cogworker.store import async_connection
 
 
 @contextlib.asynccontextmanager
 async def lifespan(app: object = None, *, settings: Settings | None = None) -> AsyncIterator[None]:
-    """Configure the job API for the app's life; close the client's pool when the app shuts down.
+    """Configure the job API for the app's life; close its clients when the app shuts down.
+
+    The sync client's pool is closed, and the event loop's client of awaitable pushes
+    (`job.aio.perform_async`) is closed and waited for.
 
     Args:
         app: The ASGI app (given by Starlette; unused).
@@ -44,4 +49,5 @@ async def lifespan(app: object = None, *, settings: Settings | None = None) -> A
     try:
         yield
     finally:
+        await async_connection.close_current()
         client.close()

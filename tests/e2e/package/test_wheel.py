@@ -205,7 +205,10 @@ def test_the_installed_wheel_runs_jobs_and_serves_the_web_ui(
     assert ran(r, "by-run", worker, log) == worker.pid
     stop(worker, log)
 
-    assert venv.run("python", "-c", push, "by-swarm").returncode == 0
+    # An awaitable push from the installed package (cogworker.aio, redis.asyncio) pushes the next job.
+    apush = "import asyncio, sys, wheel_app; asyncio.run(wheel_app.where.aio.perform_async(sys.argv[1]))"
+    pushed = venv.run("python", "-c", apush, "by-swarm")
+    assert pushed.returncode == 0, pushed.stderr
     log = tmp_path / "swarm.log"
     venv.env["COGWORKER_COUNT"] = "1"
     swarm = venv.start("cogworker-swarm", log=log)

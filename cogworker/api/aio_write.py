@@ -1,0 +1,149 @@
+"""The write at the end of an awaitable push, and the outcome check after it failed, on `redis.asyncio`.
+
+The same protocol as the sync push, step for step: one `push_batch.lua` call writes the jobs with
+their `pushed:<jid>` markers (api/push_write.py), the WAIT of COGWORKER_REDIS_MIN_REPLICAS rides in
+the same round trip, and a write that got no answer is sorted out by `push_check.lua` before
+anything is undone (api/push_outcome.py, whose rules are reused here: which failures may have run,
+what an interruption means, PushOutcomeUnknown). A cancelled task (asyncio.CancelledError, a
+BaseException) is an interruption: the write may have run, so nothing is undone and it goes on.
+
+The script text is the one the sync client loads (store/scripts.py: the prelude's helpers in front,
+the SHA over both), sent as EVALSHA and, after NOSCRIPT, as EVAL. The rare replies that name a
+wrong-type key are turned into WrongTypeKey by the sync key guard on a thread, off the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+import redis
+import redis.asyncio as aredis
+import structlog
+
+from cogworker import codec
+from cogworker.api import client, payload, push_outcome
+from cogworker.api.push_outcome import PushOutcomeUnknown
+from cogworker.api.push_write import MARK_TTL_S
+from cogworker.settings_fields import SettingsFields
+from cogworker.store import key_guard, keys, replicas, scripts
+from cogworker.store.connection import ENCODING, ENCODING_ERRORS
+
+_log = structlog.get_logger("cogworker.client")
+
+
+@cache
+def _script(name: str) -> tuple[str, str]:
+    """A script's text (with its prelude) and the SHA Redis knows it by."""
+    text = scripts.source(name)
+    return text, hashlib.sha1(text.encode(ENCODING, ENCODING_ERRORS)).hexdigest()
+
+
+async def run_script(
+    conn: aredis.Redis,
+    name: str,
+    script_keys: Sequence[str],
+    args: Sequence[Any],
+    then: tuple[Any, ...] | None,
+) -> tuple[Any, Any]:
+    """Run script `name`, with the command `then` (a WAIT) in the same round trip; both replies.
+    The script's error is raised; `then`'s comes back as its reply."""
+    text, sha = _script(name)
+    for command, body in (("EVALSHA", sha), ("EVAL", text)):
+        pipe = conn.pipeline(transaction=False)
+        pipe.execute_command(command, body, len(script_keys), *script_keys, *args)
+        if then is not None:
+            pipe.execute_command(*then)
+        replies = await pipe.execute(raise_on_error=False)
+        reply = replies[0]
+        if not isinstance(reply, redis.exceptions.NoScriptError):
+            break
+    if isinstance(reply, Exception):
+        raise reply
+    return reply, (replies[1] if then is not None else None)
+
+
+def _plan(batch: Sequence[dict[str, Any]], attempt: str) -> tuple[list[str], list[Any]]:
+    """push_batch.lua's KEYS and ARGV for `batch`, as push_write.write lays them out."""
+    now = time.time()
+    by_queue: dict[str, list[dict[str, Any]]] = {}
+    scheduled: list[dict[str, Any]] = []
+    for job in batch:
+        at = job.get("at")
+        if at is not None and at > now:
+            scheduled.append(job)
+        else:
+            job.pop("at", None)
+            job["enqueued_at"] = now
+            by_queue.setdefault(job["queue"], []).append(job)
+    args: list[Any] = [attempt, MARK_TTL_S * 1000, len(by_queue)]
+    markers: list[str] = []
+    for name, jobs in by_queue.items():
+        args += [name, len(jobs), *(codec.dumps(job) for job in jobs)]
+        markers += [keys.pushed(str(job["jid"])) for job in jobs]
+    args.append(len(scheduled))
+    for job in scheduled:
+        args += [job["at"], payload.scheduled_text(job)]
+        markers.append(keys.pushed(str(job["jid"])))
+    queues = [keys.queue(n) for n in by_queue]
+    script_keys = [keys.QUEUES, keys.WAKE_CHANNEL, keys.SCHEDULE, *queues, *markers]
+    return script_keys, args
+
+
+async def write(
+    conn: aredis.Redis, settings: SettingsFields, batch: Sequence[dict[str, Any]], attempt: str
+) -> None:
+    """push_write.write on `conn`: every job of `batch` or none; a jid written before isn't again."""
+    if not batch:
+        return
+    script_keys, args = _plan(batch, attempt)
+    wait = replicas.wait_command(settings)
+    reply, waited = await run_script(conn, "push_batch", script_keys, args, wait)
+    if isinstance(reply, list) and len(reply) == 2 and reply[0] == "unlisted":
+        # Written, so the push stands; only the queues' listing waits for the key guard.
+        await asyncio.to_thread(key_guard.request, client.connection(), keys.QUEUES)
+        _log.error("push_bookkeeping_failed", key=keys.QUEUES, jids=[str(j["jid"]) for j in batch][:10])
+    else:
+        wrong = key_guard.script_wrong_type(reply)
+        if wrong is not None:
+            raise await asyncio.to_thread(key_guard.wrong_type_error, client.connection(), wrong)
+    if wait is not None:
+        replicas.check_push(settings, waited, [str(job["jid"]) for job in batch])
+
+
+async def unwritten(
+    conn: aredis.Redis, jobs: Sequence[dict[str, Any]], attempt: str, failure: BaseException
+) -> list[dict[str, Any]]:
+    """push_outcome.unwritten on `conn`: the jobs known not to be written; PushOutcomeUnknown when
+    that can't be known, the interruption itself (marked) when the write was interrupted."""
+    if not push_outcome._may_have_run(failure):
+        return list(jobs)
+    jids = [str(job["jid"]) for job in jobs]
+    if push_outcome._interrupted(failure):
+        _log.error("push_outcome_unknown", jids=jids[:10], count=len(jids), error=type(failure).__name__)
+        setattr(failure, push_outcome._UNKNOWN_MARK, True)
+        raise failure
+    try:
+        codes = await _check(conn, jids, attempt)
+    except Exception as exc:
+        _log.error(
+            "push_outcome_unknown", jids=jids[:10], count=len(jids), error=f"{type(exc).__name__}: {exc}"
+        )
+        raise PushOutcomeUnknown(jids, failure) from failure
+    written = [jid for jid, code in zip(jids, codes, strict=True) if code]
+    if written:
+        _log.warning("push_reply_lost_but_written", jids=written[:10], count=len(written), error=str(failure))
+    return [job for job, code in zip(jobs, codes, strict=True) if not code]
+
+
+async def _check(conn: aredis.Redis, jids: list[str], attempt: str) -> list[int]:
+    markers = [keys.pushed(jid) for jid in jids]
+    reply, _ = await run_script(conn, "push_check", markers, [attempt, push_outcome.FENCE_TTL_MS], None)
+    wrong = key_guard.script_wrong_type(reply)
+    if wrong is not None:
+        raise await asyncio.to_thread(key_guard.wrong_type_error, client.connection(), wrong)
+    return [int(code) for code in reply]
