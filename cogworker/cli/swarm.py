@@ -28,7 +28,12 @@ def register(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         description="Run a swarm: one supervisor keeping COGWORKER_COUNT worker processes alive. The same "
         "command as cogworker-swarm, which `cogworker swarm --help` describes in full.",
     )
-    parser.add_argument("swarm_args", metavar="ARG", nargs=argparse.REMAINDER, help="passed to the swarm")
+    parser.add_argument(
+        "swarm_args",
+        metavar="ARG",
+        nargs=argparse.REMAINDER,
+        help="passed on to cogworker-swarm (--help, --version)",
+    )
 
 
 def start(env_file: str | None, swarm_args: Sequence[str]) -> int:
