@@ -119,4 +119,6 @@ def registered(name: str) -> RegisteredJob | None:
 def app_job_names() -> list[str]:
     """The names of the jobs registered so far, sorted, cogworker's own (BUILT_IN) left out: what a
     worker logs at boot, and warns about when there are none."""
-    return sorted(name for name, job in _registry.items() if job.func.__module__ not in BUILT_IN)
+    return sorted(
+        name for name, job in _registry.items() if getattr(job.func, "__module__", None) not in BUILT_IN
+    )
