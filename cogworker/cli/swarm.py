@@ -9,17 +9,23 @@ the same processes at the same cost.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cogworker import exitcodes
+
+# argparse (~8 ms) only for the full parser: `cogworker swarm` without arguments never loads it, as
+# `cogworker-swarm` doesn't (supervisor/main.py).
+if TYPE_CHECKING:
+    import argparse
 
 PROG = "cogworker swarm"
 
 
 def register(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    import argparse
+
     del parents  # the swarm takes no --json
     parser = sub.add_parser(
         "swarm",

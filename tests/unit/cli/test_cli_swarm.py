@@ -70,6 +70,17 @@ def test_the_swarms_own_help_and_usage_errors() -> None:
 def test_the_swarm_starts_without_the_other_verbs_imports(tmp_path: Path) -> None:
     """The first fork server, and every worker, is a fork of this process: what it imported they hold
     (pydantic is kept out of workers, settings_fields.py). An env file is read without it too."""
+    bare = subprocess.run(
+        [sys.executable, "-c", "import sys, cogworker.cli.entry; print(sorted(sys.modules))"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bare.returncode == 0, bare.stderr
+    loaded = set(bare.stdout.strip().strip("[]").replace("'", "").split(", "))
+    assert "cogworker.cli.entry" in loaded
+    assert loaded.isdisjoint({"argparse", "structlog", "pydantic", "redis", "orjson", "cogworker.cli.main"})
     env_file = tmp_path / "app.env"
     env_file.write_text("COGWORKER_QUEUES=from_the_file\n")
     code = f"""
