@@ -2,6 +2,6 @@
 
 import sys
 
-from cogworker.cli.main import main
+from cogworker.cli.entry import main
 
 sys.exit(main())

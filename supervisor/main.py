@@ -72,11 +72,14 @@ exit codes:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+PROG = "cogworker-swarm"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="cogworker-swarm",
+        prog=prog,
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -108,10 +111,15 @@ def build_hooks(settings: SwarmConfig) -> SwarmHooks:
     return AllHooks(hooks)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    """The swarm until it stops; its exit code. `prog` names the command in --help, --version and
+    usage errors (`cogworker swarm` runs this too, cogworker/cli/swarm.py)."""
     args = sys.argv[1:] if argv is None else argv
     if args:  # the command takes no arguments, so only --help or a mistake loads argparse (~8 ms)
-        build_parser().parse_args(args)
+        try:
+            build_parser(prog).parse_args(args)
+        except SystemExit as exc:  # 0 after --help or --version, 2 after a usage error
+            return exc.code if isinstance(exc.code, int) else exitcodes.USAGE
     # Workers are forked by the fork server's short-lived intermediate process; as a subreaper we
     # become their parent, so we reap them, see how they died, and PDEATHSIG ties them to us.
     if not become_subreaper():

@@ -114,3 +114,11 @@ def registered(name: str) -> RegisteredJob | None:
     """The job registered under `name`, imported already (never imports: for code that only reads
     a resolved job's options, such as filing its failure)."""
     return _registry.get(name)
+
+
+def app_job_names() -> list[str]:
+    """The names of the jobs registered so far, sorted, cogworker's own (BUILT_IN) left out: what a
+    worker logs at boot, and warns about when there are none."""
+    return sorted(
+        name for name, job in _registry.items() if getattr(job.func, "__module__", None) not in BUILT_IN
+    )

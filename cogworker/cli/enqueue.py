@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from cogworker import exitcodes
-from cogworker.cli.common import Context, Failure, timestamp
+from cogworker.cli.common import Context, Failure, cwd_first_on_path, timestamp
 from cogworker.ops import enqueue as enqueue_ops
 
 
@@ -34,6 +34,8 @@ def register(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 def enqueue(ctx: Context) -> int:
     a = ctx.args
+    # The job is looked up as a worker would, importing its module: from the current directory too.
+    cwd_first_on_path()
     try:
         args = enqueue_ops.parse_json_args(a.json_args)
         kwargs = enqueue_ops.parse_json_kwargs(a.kwargs)

@@ -1,4 +1,5 @@
-"""The `cogworker` command line: `cogworker run` and the operations verbs.
+"""The `cogworker` command line: `cogworker run`, `cogworker swarm`, `cogworker settings` and the
+operations verbs (`cogworker swarm` is recognised earlier, by cli/entry.py).
 
 The argparse glue lives here; each verb group formats text or JSON in its own module
 (cogworker/cli/<group>.py) from the plain data the operations (cogworker/ops/) return.
@@ -26,8 +27,11 @@ from cogworker.cli import (
     periodic,
     processes,
     queues,
+    run,
     sets,
+    settings_cmd,
     status,
+    swarm,
     web,
 )
 from cogworker.cli.common import Context, Failure, json_flag
@@ -39,6 +43,8 @@ from cogworker.store import key_guard, keys
 from cogworker.store.connection import is_unavailable
 
 VERB_GROUPS = (
+    run,
+    swarm,
     status,
     queues,
     sets,
@@ -52,6 +58,7 @@ VERB_GROUPS = (
     doctor,
     web,
     deploy,
+    settings_cmd,
 )
 
 
@@ -71,13 +78,6 @@ def build_parser() -> argparse.ArgumentParser:
         "its values win over the environment's. Keeps a Redis password off the command line.",
     )
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
-    sub.add_parser(
-        "run",
-        help="run one worker process (what each cogworker-swarm child runs)",
-        description="Run one worker process. TERM/INT: stop (drain for COGWORKER_TIMEOUT_S, then requeue "
-        "what is left). USR1/TSTP: quiet. TTIN: log every thread's stack. Exit codes: 0 stopped, "
-        "3 the app (COGWORKER_REQUIRE) failed to import, 78 bad settings.",
-    )
     parents = [json_flag()]
     for group in VERB_GROUPS:
         group.register(sub, parents)
@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    found = swarm.recognise(sys.argv[1:] if argv is None else argv)
+    if found is not None:
+        return swarm.start(*found)  # its fork server reads and checks the settings
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -101,19 +104,16 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as exc:
             return _fail(f"configuration error: {exc}", exitcodes.CONFIG_ERROR)
     try:
-        settings = load_or_exit()
+        overrides = run.overrides(args) if args.verb == "run" else {}
+    except ValueError as exc:
+        return _fail(str(exc), exitcodes.USAGE)
+    try:
+        settings = load_or_exit(**overrides)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else exitcodes.CONFIG_ERROR
     keys.use_prefix(settings.key_prefix)  # every verb, `run` too, reads and writes this deployment's keys
     if args.verb == "run":
-        from cogworker.worker.main import main as run_main
-
-        # As `python -m` and cogworker-swarm's children have it: the working directory on sys.path, so an
-        # app beside it is importable by COGWORKER_REQUIRE (a console script's sys.path[0] is its bin/).
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-
-        return run_main(settings)
+        return run.start(settings)
     # Logs go to stderr: stdout carries the verb's output (--json must stay parseable).
     logs.configure(settings.log_level, settings.log_format)
     ctx = Context(settings, args, sys.stdout, sys.stderr)

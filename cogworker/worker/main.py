@@ -12,7 +12,7 @@ from types import FrameType
 import structlog
 
 from cogworker import exitcodes, logs
-from cogworker.api import client
+from cogworker.api import client, registry
 from cogworker.settings_fields import SettingsFields
 from cogworker.worker.command_pipe import CommandPipe
 from cogworker.worker.identity import make_identity
@@ -83,9 +83,36 @@ def run_worker(
             return exitcodes.BOOT_ERROR
     identity = identity or make_identity()
     logs.bind_process(identity=identity, **({"slot": slot} if slot is not None else {}))
+    log_registered_jobs(settings.require_modules)
     client.configure(settings)
     launcher = Launcher(settings, identity, Reporter(report_fd), slot=slot, quiet=quiet, commands=commands)
     return launcher.run()
+
+
+def log_registered_jobs(required: tuple[str, ...]) -> None:
+    """Say what this worker can run, once the app is imported (here, or in a swarm's fork server with
+    preload). A worker that knows no job still fetches, and files every job it takes as JobNotFound:
+    the warning names the setting a user most often forgets."""
+    names = registry.app_job_names()
+    if names:
+        log.info("jobs_registered", count=len(names))
+        log.debug("jobs_registered_names", jobs=names)
+    elif not required:
+        log.warning(
+            "no_jobs_registered",
+            note="COGWORKER_REQUIRE is unset, so every job this worker fetches fails with JobNotFound: "
+            "name the modules holding your @job functions in COGWORKER_REQUIRE, or run "
+            "`cogworker run MODULE`",
+        )
+    else:
+        # A package whose jobs live in submodules it doesn't import itself is fine (they are imported
+        # when a job of theirs is fetched), but more often this is the wrong module.
+        log.warning(
+            "no_jobs_registered",
+            require=",".join(required),
+            note="COGWORKER_REQUIRE's modules define no @job; a job in a submodule of theirs is imported "
+            "when first fetched, any other fails with JobNotFound",
+        )
 
 
 def main(settings: SettingsFields) -> int:

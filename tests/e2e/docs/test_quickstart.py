@@ -1,8 +1,8 @@
 """The docs site's quickstart (docs/index.md, docs/getting-started.md), as a reader runs it: the two
 files of docs/examples/quickstart/ copied into an empty folder, the FastAPI app under uvicorn pushing
-a job on POST /signup/42, and the job run by `COGWORKER_REQUIRE=jobs cogworker run`, then by
-`cogworker-swarm`, each started in that folder with no PYTHONPATH: the commands import the app from
-the current directory, as the page says."""
+a job on POST /signup/42, and the job run by `cogworker run jobs`, then by
+`COGWORKER_REQUIRE=jobs cogworker swarm`, each started in that folder with no PYTHONPATH: the commands
+import the app from the current directory, as the page says."""
 
 from __future__ import annotations
 
@@ -82,9 +82,9 @@ def test_a_signup_pushes_a_job_cogworker_run_runs(
     log = folder.parent / "worker.log"
     with log.open("wb") as out:
         worker = subprocess.Popen(
-            [str(BIN / "cogworker"), "run"],
+            [str(BIN / "cogworker"), "run", "jobs"],
             cwd=folder,
-            env=reader_env(private_redis.url),
+            env={k: v for k, v in reader_env(private_redis.url).items() if k != "COGWORKER_REQUIRE"},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -107,7 +107,7 @@ def test_a_signup_pushes_a_job_the_swarm_runs(
 ) -> None:
     sign_up(web)
     env = reader_env(private_redis.url) | {"PYTHONPATH": "", "COGWORKER_COUNT": "2"}
-    swarm = swarms.start(command=[str(BIN / "cogworker-swarm")], cwd=folder, **env)
+    swarm = swarms.start(command=[str(BIN / "cogworker"), "swarm"], cwd=folder, **env)
     wait_until(
         lambda: WELCOME in swarm.log_path.read_text(), timeout=60, message=f"{WELCOME!r}:\n{swarm.tail()}"
     )

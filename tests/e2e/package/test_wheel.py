@@ -1,8 +1,9 @@
 """The wheel as a user gets it: built once from the sdist (as `make dist` builds them), installed
 (not editable) into a fresh virtualenv for each Python version the classifiers name, and run from a
 directory outside the repository with no PYTHONPATH, so only what the wheel ships is there. In each:
-a job pushed and run by `cogworker run`, one run by `cogworker-swarm`, a Web UI page served by
-`cogworker web`, all against the session's private redis-server.
+a job pushed by `cogworker enqueue` and run by `cogworker run MODULE -Q ... -c ...`, one run by
+`cogworker-swarm`, a Web UI page served by `cogworker web`, all against the session's private
+redis-server.
 
 The virtualenvs install their dependencies through pip as a user's would (its wheel cache keeps a
 re-run short); only the `web` extra, the one these commands need.
@@ -11,6 +12,7 @@ re-run short); only the `web` extra, the one these commands need.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -188,22 +190,30 @@ def test_the_installed_wheel_runs_jobs_and_serves_the_web_ui(
     module_file, path = where.stdout.splitlines()
     assert Path(module_file).is_relative_to(venv.bin.parent), module_file
     assert str(ROOT) not in path
-    for command in ("cogworker", "cogworker-swarm"):
-        version = venv.run(command, "--version")
-        assert (version.returncode, version.stdout) == (0, f"{command} {cogworker.__version__}\n"), (
-            version.stderr
-        )
+    for command in (["cogworker"], ["cogworker-swarm"], ["cogworker", "swarm"]):
+        version = venv.run(*command, "--version")
+        assert (version.returncode, version.stdout) == (
+            0,
+            f"{' '.join(command)} {cogworker.__version__}\n",
+        ), version.stderr
+    shown = venv.run("cogworker", "settings", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["settings"]["require"]["source"] == "environment"
     # The installed help points at these (the archive test checks that all four ship).
     for verb, name in (("print-unit", "cogworker@.service"), ("print-env", "cogworker.env.example")):
         printed = venv.run("cogworker", "deploy", verb)
         assert printed.stdout == (ROOT / "cogworker" / "deploy_kit" / name).read_text(), printed.stderr
 
-    push = "import sys, wheel_app; wheel_app.where.perform_async(sys.argv[1])"
-    assert venv.run("python", "-c", push, "by-run").returncode == 0
+    # Pushed by `cogworker enqueue`, which imports the app from the current directory, to a queue
+    # only the worker's options name; the worker is given its module as an argument, not a setting.
+    pushed = venv.run("cogworker", "enqueue", "wheel_app.where", '["by-run"]', "--queue", "wheel")
+    assert pushed.returncode == 0 and "warning" not in pushed.stderr, pushed.stderr
     log = tmp_path / "run.log"
-    worker = venv.start("cogworker", "run", log=log)
+    require = venv.env.pop("COGWORKER_REQUIRE")
+    worker = venv.start("cogworker", "run", "wheel_app", "-Q", "wheel,default", "-c", "2", log=log)
     assert ran(r, "by-run", worker, log) == worker.pid
     stop(worker, log)
+    venv.env["COGWORKER_REQUIRE"] = require
 
     # An awaitable push from the installed package (cogworker.aio, redis.asyncio) pushes the next job.
     apush = "import asyncio, sys, wheel_app; asyncio.run(wheel_app.where.aio.perform_async(sys.argv[1]))"
