@@ -23,7 +23,7 @@ from cogworker import exitcodes
 from cogworker.api import client
 from cogworker.settings import Settings
 from tests.e2e.integrations import django_db
-from tests.support.daemon_env import clean_env
+from tests.support.daemon_env import clean_env, use_only
 from tests.support.paths import APP_DIR
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.workers import log_events
@@ -197,3 +197,38 @@ def test_autodiscovery_imports_each_apps_jobs_and_reports_a_broken_one(
     worker = workers.start(COGWORKER_REQUIRE="cogworker.contrib.django.worker", **broken)
     assert worker.proc.wait(timeout=60) == exitcodes.BOOT_ERROR
     assert "django_shop.broken.jobs" in worker.log_text()
+
+
+def test_call_command_runs_a_verb_and_fails_with_its_exit_code(
+    django_env: dict[str, str],
+    r: redis.Redis,
+    redis_server: RedisServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from django.core.management import CommandError, call_command
+    from django.test import override_settings
+
+    use_only(monkeypatch, {})
+    saved = dict(os.environ)  # the command exports COGWORKER_* into this process's environment
+    try:
+        with override_settings(COGWORKER={"REDIS_URL": redis_server.url, "KEY_PREFIX": "called:"}):
+            r.lpush("called:queue:mail", "{}")
+            r.sadd("called:queues", "mail")  # as a push records its queue
+            call_command("cogworker", "status", "--json")
+            assert {q["name"]: q["size"] for q in json.loads(capsys.readouterr().out)["queues"]} == {
+                "mail": 1
+            }
+            assert os.environ["COGWORKER_KEY_PREFIX"] == "called:"
+            assert os.environ["COGWORKER_REQUIRE"] == "cogworker.contrib.django.worker"
+        os.environ.clear()
+        os.environ.update(saved)
+        with (
+            override_settings(COGWORKER={"REDIS_URL": "redis://127.0.0.1:1/0"}),
+            pytest.raises(CommandError, match="exited 1") as failed,
+        ):
+            call_command("cogworker", "status")
+        assert failed.value.returncode == exitcodes.FAILURE
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
