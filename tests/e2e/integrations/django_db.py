@@ -47,11 +47,20 @@ def rows(name: str, sql: str, *params: object) -> list[tuple[object, ...]]:
         return list(conn.execute(sql, params).fetchall())
 
 
+# The environment of the session's database once made: each test module that uses `django_env` holds
+# its own copy of the fixture, and Django reads its settings once per process, so the first one makes
+# the database and the others reuse it.
+_made: dict[str, str] = {}
+
+
 @pytest.fixture(scope="session")
 def django_env() -> Iterator[dict[str, str]]:
     """The test project's database, created and migrated, and this process set up with Django on it;
     the variables a worker (or manage.py) needs to share it. Session-wide: Django reads its settings
     once per process."""
+    if _made:
+        yield dict(_made)
+        return
     import django
 
     env = {
@@ -67,8 +76,10 @@ def django_env() -> Iterator[dict[str, str]]:
         from django.core.management import call_command
 
         call_command("migrate", run_syncdb=True, verbosity=0)
+        _made.update(env)
         yield env
     finally:
+        _made.clear()
         from django.db import connections
 
         connections.close_all()
