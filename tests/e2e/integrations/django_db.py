@@ -8,9 +8,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+import psycopg  # the dev group's: imported, not skipped, so a venv without it fails the Django tests
 import pytest
-
-psycopg = pytest.importorskip("psycopg")  # the dev group installs it: missing only outside `make install`
 
 ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 

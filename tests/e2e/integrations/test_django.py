@@ -25,8 +25,6 @@ from tests.support.daemon_env import clean_env
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
 
-django = pytest.importorskip("django")
-
 QUEUE = "cogworker:queue:django"
 django_env = django_db.django_env  # the session's database, shared with the other Django test modules
 

@@ -28,8 +28,6 @@ from tests.support.paths import APP_DIR
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.workers import log_events
 
-django = pytest.importorskip("django")
-
 MANAGE = APP_DIR / "django_shop" / "manage.py"
 django_env = django_db.django_env  # the session's database, shared with the other Django test modules
 # A whole worker's settings, in settings.COGWORKER: numbers as numbers, as a settings.py has them.
@@ -146,7 +144,14 @@ def test_status_json_reads_settings_cogworker_and_the_environment_wins(
     from django_shop.billing import jobs
 
     jobs.invoice.perform_async(1, "queued")
-    done = manage(project_env(django_env, REDIS_URL=redis_server.url), "status", "--json")
+    # Django's own options are manage.py's, wherever they stand: the verb never sees them.
+    done = manage(
+        project_env(django_env, REDIS_URL=redis_server.url),
+        "--settings",
+        "django_shop.settings",
+        "status",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     queues = {q["name"]: q for q in json.loads(done.stdout)["queues"]}
     assert queues["django"]["size"] == 1
