@@ -91,7 +91,8 @@ def autodiscover() -> bool:
 
 
 def _env_text(value: Any) -> str:
-    """A setting's value as its COGWORKER_* variable spells it (pydantic reads it back)."""
+    """A checked setting's value as its COGWORKER_* variable spells it: every setting is a string, a
+    number, a bool or a secret, which pydantic reads back from these."""
     if isinstance(value, Secret):
         return value.get_secret_value()
     if isinstance(value, bool):
@@ -111,13 +112,11 @@ def export_environment() -> dict[str, str]:
         The variables written, by name.
 
     Raises:
-        ImproperlyConfigured: settings.COGWORKER is invalid, or a value doesn't read back the same
-            from its variable.
+        ImproperlyConfigured: settings.COGWORKER is invalid.
     """
     wanted = load_settings()
     written: dict[str, str] = {}
-    fields = list(overrides())
-    for field in fields:
+    for field in overrides():
         value = getattr(wanted, field)
         if value is not None:  # None is the default of every setting that takes it: left unset
             written[ENV_PREFIX + field.upper()] = _env_text(value)
@@ -125,18 +124,6 @@ def export_environment() -> dict[str, str]:
     written[ENV_PREFIX + "REQUIRE"] = ",".join([WORKER_MODULE, *required])
     os.environ.update(written)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", str(django_settings.SETTINGS_MODULE))
-    # What a worker will read from these variables must be what this process reads: checked here,
-    # where the message can name the key of settings.COGWORKER.
-    try:
-        reread = cw_settings.load_settings()
-    except cw_settings.ConfigError as exc:
-        raise ImproperlyConfigured(f"settings.COGWORKER, passed on as COGWORKER_*: {exc}") from None
-    lost = [field.upper() for field in fields if getattr(reread, field) != getattr(wanted, field)]
-    if lost:
-        raise ImproperlyConfigured(
-            f"settings.COGWORKER: {', '.join(lost)} can't be passed to a worker as a variable; "
-            "set it in the environment instead"
-        )
     return written
 
 

@@ -237,3 +237,41 @@ def test_call_command_runs_a_verb_and_fails_with_its_exit_code(
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def test_every_kind_of_value_reaches_a_worker_as_settings_cogworker_gives_it(
+    django_env: dict[str, str],
+) -> None:
+    export = (
+        "import json, django; django.setup()\n"
+        "from cogworker.contrib.django import conf\n"
+        "from cogworker.settings import load_settings\n"
+        "from cogworker.settings_fields import values_of\n"
+        "written = conf.export_environment()\n"
+        "print(json.dumps({'written': written, 'read': values_of(load_settings(), reveal=True)}))\n"
+    )
+    given = {
+        "REDIS_URL": "redis://cache.internal:6380/2",
+        "WEB_USERNAME": "ops",
+        "web_password": "s3cret",  # keys are case-insensitive
+        "PHASED_RESTART": False,
+        "TIMEOUT_S": 7,
+        "CONCURRENCY": 3,
+        "MAXMEM_MB": None,
+        "REQUIRE": "django_shop.jobs",
+    }
+    env = dict(project_env(django_env, **given), COGWORKER_CONCURRENCY="5")  # the environment wins
+    done = subprocess.run([sys.executable, "-c", export], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["written"] == {
+        "COGWORKER_REDIS_URL": "redis://cache.internal:6380/2",
+        "COGWORKER_WEB_USERNAME": "ops",
+        "COGWORKER_WEB_PASSWORD": "s3cret",
+        "COGWORKER_PHASED_RESTART": "false",
+        "COGWORKER_TIMEOUT_S": "7.0",
+        "COGWORKER_REQUIRE": "cogworker.contrib.django.worker,django_shop.jobs",
+    }
+    read = out["read"]
+    assert (read["web_password"], read["phased_restart"], read["timeout_s"]) == ("s3cret", False, 7.0)
+    assert (read["concurrency"], read["maxmem_mb"], read["redis_url"]) == (5, None, given["REDIS_URL"])
