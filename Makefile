@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test coverage coverage-report lint format dist docs docs-serve bench redis-server chromium sidekiq clean
+.PHONY: install run test coverage coverage-report lint format dist docs docs-serve bench redis-server chromium sidekiq postgres clean
 
 install: $(STAMP) redis-server
 
@@ -32,6 +32,10 @@ chromium:
 sidekiq:
 	@deploy/ensure-sidekiq.sh
 
+# The Django tests make their databases on a PostgreSQL server on 127.0.0.1:5432 (user postgres).
+postgres:
+	@deploy/ensure-postgres.sh
+
 run: install
 	deploy/run-local.sh
 
@@ -50,7 +54,7 @@ else
 RUN_TESTS := $(COVERAGE) run -m pytest -q $(PYTEST_ARGS)
 endif
 
-test: install chromium sidekiq
+test: install chromium sidekiq postgres
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
 	$(RUN_TESTS); tests=$$?; \
 	$(COVERAGE) combine -q && $(COVERAGE) report; report=$$?; \

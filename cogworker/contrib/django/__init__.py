@@ -1,11 +1,15 @@
 """Django integration (`pip install 'cogworker-redis[django]'`, docs/integrations/django.md).
 
 - `"cogworker.contrib.django"` in INSTALLED_APPS: the job API is configured from `settings.COGWORKER`
-  (conf.py) when Django starts, and with `"TRANSACTION_AWARE": True` every push made inside an atomic
-  block waits for its commit (transaction.py).
+  (conf.py) when Django starts, each installed app's `jobs` module is imported (discovery.py), and
+  with `"TRANSACTION_AWARE": True` every push made inside an atomic block waits for its commit
+  (transaction.py).
+- `python manage.py cogworker run|swarm|status|...`: the `cogworker` command with the project's
+  settings (management/commands/cogworker.py).
 - `on_commit(job).perform_async(...)` / `perform_on_commit(job, ...)`: one push after the commit.
-- `cogworker.contrib.django.worker` first in COGWORKER_REQUIRE: a worker sets Django up before it
-  imports the jobs and closes stale database connections around each job (worker.py).
+- `cogworker.contrib.django.worker` first in COGWORKER_REQUIRE (the management command puts it there):
+  a worker sets Django up before it imports the jobs and closes stale database connections around
+  each job (worker.py).
 - `cogworker.contrib.django.tasks.CogworkerBackend`: Django's `@task` functions run on cogworker workers.
 
 Nothing here imports Django until it is used: `import cogworker.contrib.django` is cheap.

@@ -11,8 +11,9 @@ Django 6 ships the framework as `django.tasks`; Django 6 needs Python 3.12, so o
 arguments (checked JSON-native at once, with their path in the TypeError); the jid is the result's id.
 The task's queue is the cogworker queue; `run_after` is a scheduled push; `RETRY` is the job's `retry`
 (default: cogworker's, 25); `ON_COMMIT` pushes after the transaction commits (transaction.py).
-A worker imports a task's module only when it is under COGWORKER_REQUIRE, as for any job (a payload
-naming anything else fails with JobNotFound). Not supported (validate_task refuses them at enqueue):
+A worker imports a task's module only when it is in an installed app or under COGWORKER_REQUIRE (a
+payload naming anything else fails with JobNotFound): a payload is data, and importing whatever module
+it names would run that module's top-level code. Not supported (validate_task refuses them at enqueue):
 priorities, `takes_context`; results can't be fetched back (`supports_get_result` is False).
 """
 
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import importlib
 from typing import Any
+
+from django.apps import apps
 
 from cogworker import job
 from cogworker.api import client, payload
@@ -39,10 +42,12 @@ except ImportError:  # Django before 6: the django-tasks package
 
 @job(name="cogworker.contrib.django.tasks.run_task")
 def run_task(module_path: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-    """Run the `@task` named `module_path` (a worker: its module must be under COGWORKER_REQUIRE)."""
+    """Run the `@task` named `module_path` (its module: in an installed app or under COGWORKER_REQUIRE)."""
     module_name, _, attr = module_path.rpartition(".")
-    if not under_modules(module_name, client.settings().require_modules):
-        raise JobNotFound(f"task {module_path!r}: its module is not under COGWORKER_REQUIRE")
+    if not _may_import(module_name):
+        raise JobNotFound(
+            f"task {module_path!r}: its module is in no installed app and not under COGWORKER_REQUIRE"
+        )
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
@@ -52,6 +57,14 @@ def run_task(module_path: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     if not isinstance(task, Task):
         raise JobNotFound(f"{module_path!r} is not a @task function (found {type(task).__name__})")
     return task.call(*args, **kwargs)
+
+
+def _may_import(module_name: str) -> bool:
+    if not under_modules(module_name, [module_name]):  # not a dotted name
+        return False
+    if under_modules(module_name, client.settings().require_modules):
+        return True
+    return apps.ready and apps.get_containing_app_config(module_name) is not None
 
 
 class CogworkerBackend(BaseTaskBackend):  # type: ignore[misc,unused-ignore]

@@ -1,9 +1,11 @@
-"""A worker set up with Django: list this module first in COGWORKER_REQUIRE, before the app's job
-modules (`COGWORKER_REQUIRE=cogworker.contrib.django.worker,shop.jobs`), with DJANGO_SETTINGS_MODULE
-in the worker's environment.
+"""A worker set up with Django. `python manage.py cogworker run` (or `swarm`) puts this module first in
+COGWORKER_REQUIRE itself; a worker started by plain `cogworker run` lists it there
+(`COGWORKER_REQUIRE=cogworker.contrib.django.worker`), with DJANGO_SETTINGS_MODULE in its environment.
 
-Importing it runs `django.setup()` (so the jobs' modules may import models), refuses to boot when
-settings.COGWORKER disagrees with the worker's own COGWORKER_* environment (conf.py), registers the
+Importing it runs `django.setup()` (so the jobs' modules may import models, and the installed apps'
+`jobs` modules are imported: discovery.py), refuses to boot when settings.COGWORKER gives a value the
+worker's own COGWORKER_* environment lacks (conf.py; the management command exports them, so only a
+worker started without it can differ), registers the
 runner of Django `@task` functions when a tasks framework is installed (tasks.py), and adds a server
 middleware that closes stale database connections before and after each job, as Django does around
 each request (`close_old_connections`): a job thread otherwise keeps a connection the database has
@@ -40,7 +42,8 @@ def _check_settings() -> None:
     if differ:
         raise ImproperlyConfigured(
             f"settings.COGWORKER sets {', '.join(differ)} to another value than this worker's "
-            "environment, which is all a worker reads: set the same in its environment (env file)"
+            "environment, which is all `cogworker run` reads: start it with `python manage.py "
+            "cogworker run`, which reads settings.COGWORKER, or set the same in its environment"
         )
 
 

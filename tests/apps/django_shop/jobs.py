@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from django.db import connection
-from django_tasks import task
+
+try:  # Django 6: the framework is Django's own; before it, the django-tasks package
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
 
 from cogworker import job
 from django_shop.models import Order
 
 
 def _session() -> int:
-    if connection.vendor != "postgresql":
-        return 0
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         return int(cursor.fetchone()[0])

@@ -1,19 +1,16 @@
 """The Django integration (cogworker/contrib/django/) with a real Django project (tests/apps/django_shop)
-on the machine's PostgreSQL (a database made for this module and dropped after; SQLite where there is
-no PostgreSQL) and real `cogworker run` workers set up with Django: pushes after commit and none on
-rollback, transaction-aware pushes, Django `@task` functions run by a worker, fresh database
-connections per job, settings from settings.COGWORKER (the environment winning), and a worker that
-refuses to boot when the two disagree."""
+on the machine's PostgreSQL (django_db.py) and real `cogworker run` workers set up with Django: pushes
+after commit and none on rollback, transaction-aware pushes, Django `@task` functions run by a worker
+through the django-tasks backport (this venv's Python 3.11; Django 6's own framework is tested in
+test_django_native.py), fresh database connections per job, settings from settings.COGWORKER (the
+environment winning), and a plain `cogworker run` worker that refuses to boot when the two disagree.
+The management command is tested in test_django_manage.py."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,59 +20,13 @@ from structlog.testing import capture_logs
 from cogworker import exitcodes
 from cogworker.api import client
 from cogworker.settings import Settings
+from tests.e2e.integrations import django_db
 from tests.support.daemon_env import clean_env
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
 
-django = pytest.importorskip("django")
-psycopg = pytest.importorskip("psycopg")
-
-DB_NAME = f"cogtest_django_{os.getpid()}"
 QUEUE = "cogworker:queue:django"
-
-
-def _postgres_up() -> bool:
-    try:
-        psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=postgres", connect_timeout=3).close()
-    except psycopg.Error:
-        return False
-    return True
-
-
-def _admin(sql: str) -> None:
-    with psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=postgres", autocommit=True) as conn:
-        conn.execute(sql)
-
-
-@pytest.fixture(scope="module")
-def django_env() -> Iterator[dict[str, str]]:
-    """The project's database, created and migrated; the variables a worker needs to share it."""
-    if _postgres_up():
-        env = {"COGTEST_DB_ENGINE": "postgresql", "COGTEST_DB_NAME": DB_NAME}
-        _admin(f'CREATE DATABASE "{DB_NAME}"')
-    else:
-        path = Path(tempfile.mkdtemp(prefix="cogtest-django-")) / "db.sqlite3"
-        env = {"COGTEST_DB_ENGINE": "sqlite", "COGTEST_DB_NAME": str(path)}
-    env["DJANGO_SETTINGS_MODULE"] = "django_shop.settings"
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", run_syncdb=True, verbosity=0)
-        yield env
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        if env["COGTEST_DB_ENGINE"] == "postgresql":
-            _admin(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+django_env = django_db.django_env  # the session's database, shared with the other Django test modules
 
 
 def start_worker(workers: WorkerPool, env: dict[str, str], **more: str) -> Any:
@@ -178,12 +129,11 @@ def test_django_tasks_and_fresh_connections_per_job(
         message="the @task ran on the worker",
     )
     wait_until(lambda: shipped(first.id) and shipped(second.id), timeout=30, message="both jobs ran")
-    if django_env["COGTEST_DB_ENGINE"] == "postgresql":
-        sessions = set(
-            Order.objects.filter(id__in=[first.id, second.id]).values_list("shipped_by_session", flat=True)
-        )
-        # One job thread ran both; the connection closed after the first, so the second opened another.
-        assert len(sessions) == 2
+    sessions = set(
+        Order.objects.filter(id__in=[first.id, second.id]).values_list("shipped_by_session", flat=True)
+    )
+    # One job thread ran both; the connection closed after the first, so the second opened another.
+    assert len(sessions) == 2
 
 
 def test_settings_come_from_django_and_the_environment_wins(
@@ -278,7 +228,7 @@ def test_bad_settings_tasks_and_failed_pushes_say_what_is_wrong(
 
     # A worker runs only tasks under COGWORKER_REQUIRE, and only @task functions.
     client.configure(load_settings(redis_url=settings.redis_url, require="django_shop"))
-    with pytest.raises(JobNotFound, match="not under COGWORKER_REQUIRE"):
+    with pytest.raises(JobNotFound, match="in no installed app and not under COGWORKER_REQUIRE"):
         run_task.func("os.path.join", [], {})
     with pytest.raises(JobNotFound, match="not a @task function"):
         run_task.func("django_shop.models.Order", [], {})

@@ -1,0 +1,1 @@
+"""Django management commands of the cogworker app: `python manage.py cogworker ...`."""

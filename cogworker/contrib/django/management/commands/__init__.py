@@ -1,0 +1,1 @@
+"""The `cogworker` management command (cogworker.py)."""
