@@ -89,5 +89,5 @@ def run_worker(
 
 
 def main(settings: SettingsFields) -> int:
-    logs.configure(settings.log_level, settings.log_format)
+    logs.configure(settings.log_level, settings.log_format, settings.log_levels)
     return run_worker(settings)
