@@ -5,7 +5,9 @@ COGWORKER_LOG_LEVELS is honoured; on the console a failure's traceback follows i
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -15,6 +17,7 @@ import logging_jobs
 import pytest
 import redis
 
+from tests.support.paths import ROOT
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.swarm import SwarmRunner, swarm_runner
 from tests.support.workers import WorkerPool
@@ -165,3 +168,40 @@ def test_a_swarm_childs_job_lines_carry_its_fields(
     assert found["app info t"]["slot"] == 0
     assert found["app info t"]["identity"] == swarm.identities()[child]
     assert swarm.stop() == 0
+
+
+def test_the_logging_pages_example(r: redis.Redis, configured: object, workers: WorkerPool) -> None:
+    """docs/guide/logging.md's job (docs/examples/logging/invoices.py), run by a real worker."""
+    page = ROOT / "docs" / "examples" / "logging"
+    sys.path.insert(0, str(page))
+    try:
+        import invoices
+    finally:
+        sys.path.remove(str(page))
+        sys.modules.pop("invoices", None)
+    jid = invoices.send_invoice.perform_async(7)
+    worker = workers.start(
+        PYTHONPATH=os.pathsep.join([str(page), os.environ["PYTHONPATH"]]),
+        COGWORKER_REQUIRE="invoices",
+        COGWORKER_LOG_LEVEL="info",
+    )
+    found = wait_until(
+        lambda: len(got := {e["event"]: e for e in worker.events() if e.get("jid") == jid}) >= 5 and got,
+        timeout=20,
+        message=f"the example's lines:\n{worker.log_text()[-3000:]}",
+    )
+    assert set(found) == {
+        "job_start",
+        "sending invoice 7",
+        "invoice_rendered",
+        "could not archive invoice 7",
+        "job_done",
+    }
+    for line in found.values():
+        assert (line["job"], line["queue"], line["pid"]) == ("invoices.send_invoice", "default", worker.pid)
+    assert (found["sending invoice 7"]["logger"], found["sending invoice 7"]["level"]) == ("invoices", "info")
+    assert (found["invoice_rendered"]["invoice_id"], found["invoice_rendered"]["pages"]) == (7, 2)
+    archived = found["could not archive invoice 7"]
+    assert archived["level"] == "error"
+    assert archived["exception"].rstrip().endswith("ConnectionError: archive store unreachable")
+    assert worker.stop() == 0
