@@ -11,6 +11,7 @@ re-run short); only the `web` extra, the one these commands need.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -36,6 +38,7 @@ PYTHONS = ("3.11", "3.12", "3.13")
 KIT = ("cogworker@.service", "cogworker.target", "cogworker.env.example", "install.sh")
 
 APP = """\
+import logging
 import os
 
 import redis
@@ -45,6 +48,7 @@ from cogworker import job
 
 @job
 def where(tag: str) -> None:
+    logging.getLogger("wheel_app").warning("running %s", tag)
     client = redis.Redis.from_url(os.environ["COGWORKER_REDIS_URL"], decode_responses=True)
     client.rpush("test:where", f"{tag} {os.getpid()}")
 """
@@ -204,6 +208,7 @@ def test_the_installed_wheel_runs_jobs_and_serves_the_web_ui(
     worker = venv.start("cogworker", "run", log=log)
     assert ran(r, "by-run", worker, log) == worker.pid
     stop(worker, log)
+    assert job_line(log, "running by-run")["pid"] == worker.pid
 
     assert venv.run("python", "-c", push, "by-swarm").returncode == 0
     log = tmp_path / "swarm.log"
@@ -211,6 +216,7 @@ def test_the_installed_wheel_runs_jobs_and_serves_the_web_ui(
     swarm = venv.start("cogworker-swarm", log=log)
     assert ran(r, "by-swarm", swarm, log) != swarm.pid  # a child of the swarm ran it
     stop(swarm, log)
+    assert job_line(log, "running by-swarm")["slot"] == 0
 
     port = free_port()
     log = tmp_path / "web.log"
@@ -222,6 +228,21 @@ def test_the_installed_wheel_runs_jobs_and_serves_the_web_ui(
         assert "<html" in page.lower() and "cogworker" in page.lower()
     finally:
         stop(web, log)
+
+
+def job_line(log: Path, event: str) -> dict[str, Any]:
+    """The job's own stdlib line `event`: a JSON line (stderr is a file) with the job's fields."""
+    lines = [json.loads(x) for x in log.read_text(errors="replace").splitlines() if f'"{event}"' in x]
+    assert len(lines) == 1, log.read_text(errors="replace")
+    [line] = lines
+    assert (line["job"], line["queue"], line["level"], line["logger"]) == (
+        "wheel_app.where",
+        "default",
+        "warning",
+        "wheel_app",
+    )
+    assert isinstance(line["jid"], str) and line["jid"]
+    return line
 
 
 def fetch(url: str, proc: subprocess.Popen[bytes], log: Path) -> str | None:
