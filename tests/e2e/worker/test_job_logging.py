@@ -17,6 +17,7 @@ import logging_jobs
 import pytest
 import redis
 
+from cogworker.api import client
 from tests.support.paths import ROOT
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.swarm import SwarmRunner, swarm_runner
@@ -168,6 +169,25 @@ def test_a_swarm_childs_job_lines_carry_its_fields(
     assert found["app info t"]["slot"] == 0
     assert found["app info t"]["identity"] == swarm.identities()[child]
     assert swarm.stop() == 0
+
+
+@pytest.mark.parametrize("preload", ["false", "true"])
+def test_an_apps_own_logging_configuration_stands_in_a_swarm(
+    r: redis.Redis, configured: object, swarms: SwarmRunner, preload: str
+) -> None:
+    """An app that configures the root logger when it is imported keeps its handler and format in
+    every worker, whether it was imported in the worker or, preloaded, in the fork server."""
+    swarm = swarms.start(COGWORKER_COUNT="1", COGWORKER_REQUIRE="logging_own_app", COGWORKER_PRELOAD=preload)
+    swarm.wait_ready()
+    # Pushed by name: importing the app here would configure this test process's logging.
+    client.push("logging_own_app.says", ["p"], {}, queue="default", options={})
+    wait_until(
+        lambda: "own says p" in swarm.tail(200), timeout=20, message=f"the app's line:\n{swarm.tail()}"
+    )
+    assert swarm.stop() == 0
+    said = [line for line in swarm.tail(400).splitlines() if "own says p" in line]
+    assert said == ["OWN-FORMAT WARNING logging_own_app own says p"]
+    assert swarm.events("job_done")  # cogworker's own lines are still there, as JSON
 
 
 def test_the_logging_pages_example(r: redis.Redis, configured: object, workers: WorkerPool) -> None:
