@@ -1,4 +1,5 @@
-"""structlog setup: a console renderer on a terminal, JSON lines otherwise (journald, files)."""
+"""structlog setup: a console renderer on a terminal, JSON lines otherwise (journald, files). The
+standard library's `logging` (apps, libraries) is routed through the same processors (log_stdlib.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import orjson
 import structlog
 from structlog import _output as structlog_output
 
-from cogworker import codec
+from cogworker import codec, log_stdlib
+from cogworker.log_levels import parse_log_levels
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
@@ -64,8 +66,10 @@ def bind_process(**context: Any) -> None:
     _process_context.update(context)
 
 
-def configure(level: str = "info", fmt: str = "auto", **context: Any) -> None:
-    """(Re)configure logging for this process and bind process-wide context (pid, identity, slot)."""
+def configure(level: str = "info", fmt: str = "auto", levels: str = "", **context: Any) -> None:
+    """(Re)configure logging for this process and bind process-wide context (pid, identity, slot).
+    `levels`: COGWORKER_LOG_LEVELS, levels per stdlib logger (`urllib3=warning,myapp.jobs=debug`).
+    Called by the processes cogworker owns only, never on import (log_stdlib.py)."""
     global _threshold
     _threshold = _LEVELS[level]
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
@@ -76,19 +80,28 @@ def configure(level: str = "info", fmt: str = "auto", **context: Any) -> None:
         # local variables, a Redis URL with its password among them (redis-py's from_url has one).
         else structlog.dev.ConsoleRenderer(colors=False, exception_formatter=structlog.dev.plain_traceback)
     )
-    processors: list[Any] = [
+    # What every line gets, structlog's and the standard library's alike.
+    shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         _add_process_context,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        structlog.processors.format_exc_info if use_json else structlog.dev.set_exc_info,
-        renderer,
     ]
     structlog.configure(
-        processors=processors,
+        processors=[
+            *shared,
+            structlog.processors.format_exc_info if use_json else structlog.dev.set_exc_info,
+            renderer,
+        ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
     _process_context.clear()
     _process_context.update(pid=os.getpid(), **context)
+    log_stdlib.route(
+        sys.stderr,
+        log_stdlib.formatter(shared, renderer, use_json),
+        _LEVELS[level],
+        parse_log_levels(levels),
+    )

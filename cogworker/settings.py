@@ -16,6 +16,7 @@ from pydantic import ValidationError, ValidationInfo, field_validator, model_val
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cogworker import cluster_url, exitcodes, redis_sentinel, redis_tls
+from cogworker.log_levels import parse_log_levels
 from cogworker.prefix_rule import check_key_prefix
 from cogworker.redact import safe_url
 from cogworker.settings_fields import SettingsFields, parse_queues
@@ -92,6 +93,12 @@ class Settings(BaseSettings, SettingsFields):
     @classmethod
     def _check_queues(cls, value: str) -> str:
         parse_queues(value)
+        return value
+
+    @field_validator("log_levels")
+    @classmethod
+    def _check_log_levels(cls, value: str) -> str:
+        parse_log_levels(value)
         return value
 
     @field_validator("cpu_affinity")

@@ -134,7 +134,11 @@ class SettingsFields:
     log_format: Literal["json", "console", "auto"] = "auto"
     """`json` (one object a line) or `console` (for people); `auto`: console on a terminal, else json."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    """The lowest level logged."""
+    """The lowest level logged, by cogworker and by the standard library's loggers (your app's, its
+    libraries') unless `log_levels` names them."""
+    log_levels: str = ""
+    """Levels per standard-library logger, overriding `log_level` for those loggers and the loggers
+    under them: `urllib3=warning,myapp.jobs=debug` (levels: debug, info, warning, error, critical)."""
     # Intervals most job systems hard-code, settings here so tests and operators can shorten them.
     heartbeat_interval_s: float = 5.0
     """Seconds between a process's heartbeats to Redis (what `orphan_threshold_s` measures)."""

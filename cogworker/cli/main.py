@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb == "run":
         return run.start(settings)
     # Logs go to stderr: stdout carries the verb's output (--json must stay parseable).
-    logs.configure(settings.log_level, settings.log_format)
+    logs.configure(settings.log_level, settings.log_format, settings.log_levels)
     ctx = Context(settings, args, sys.stdout, sys.stderr)
     try:
         code: int = args.handler(ctx)

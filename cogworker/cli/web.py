@@ -69,7 +69,11 @@ def serve(ctx: Context) -> int:
             exitcodes.CONFIG_ERROR,
         ) from None
     # uvicorn's own access log is off: every action is logged by the app (web_action, web_post_refused).
-    config = uvicorn.Config(create_app(settings), host=host, port=port, access_log=False, log_level="warning")
+    # log_config=None: uvicorn's lines (an error in a request) go to the root logger's handler, the
+    # same JSON or console lines as the app's (cogworker/log_stdlib.py), not uvicorn's own format.
+    config = uvicorn.Config(
+        create_app(settings), host=host, port=port, access_log=False, log_level="warning", log_config=None
+    )
     ctx.err.write(f"cogworker web: serving http://{_url_host(host)}:{port}/\n")
     ctx.err.flush()
     # uvicorn stops gracefully on TERM or INT, puts back the handlers it found, then raises the signal

@@ -116,5 +116,5 @@ def log_registered_jobs(required: tuple[str, ...]) -> None:
 
 
 def main(settings: SettingsFields) -> int:
-    logs.configure(settings.log_level, settings.log_format)
+    logs.configure(settings.log_level, settings.log_format, settings.log_levels)
     return run_worker(settings)

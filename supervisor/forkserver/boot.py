@@ -48,7 +48,7 @@ def boot(check: SettingsCheck) -> int:
         return settings
     # Before anything forks: the requeues done here and every child use this deployment's keys.
     keys.use_prefix(settings.key_prefix)
-    logs.configure(settings.log_level, settings.log_format, role="forkserver")
+    logs.configure(settings.log_level, settings.log_format, settings.log_levels, role="forkserver")
     setproctitle(TITLE)
     app_loaded = False
     if settings.preload:

@@ -114,7 +114,7 @@ def _become_worker(order: WorkerOrder) -> int:
     scrub_child_env(os.environ)
     random.seed()
     client.reset_after_fork()
-    logs.configure(settings.log_level, settings.log_format)
+    logs.configure(settings.log_level, settings.log_format, settings.log_levels)
     _log_pinning(order.slot, pinned)
     if settings.cpu_affinity == "auto" and isinstance(pinned, Pinning):
         PinProbe(pinned, order.slot, settings.cpu_affinity_probe_interval_s).start()

@@ -229,6 +229,8 @@ def _file_failure(
         to="dead" if filing.dead else "retry",
         retry_count=filing.payload.get("retry_count"),
         notes=filing.payload.get(retry.NOTES),
+        # Its traceback: printed under the line by the console renderer, `exception` in JSON.
+        exc_info=exc,
     )
 
 

@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -38,6 +39,7 @@ PYTHONS = ("3.11", "3.12", "3.13")
 KIT = ("cogworker@.service", "cogworker.target", "cogworker.env.example", "install.sh")
 
 APP = """\
+import logging
 import os
 
 import redis
@@ -47,6 +49,7 @@ from cogworker import job
 
 @job
 def where(tag: str) -> None:
+    logging.getLogger("wheel_app").warning("running %s", tag)
     client = redis.Redis.from_url(os.environ["COGWORKER_REDIS_URL"], decode_responses=True)
     client.rpush("test:where", f"{tag} {os.getpid()}")
 """
@@ -214,6 +217,7 @@ def test_the_installed_wheel_runs_jobs_and_serves_the_web_ui(
     assert ran(r, "by-run", worker, log) == worker.pid
     stop(worker, log)
     venv.env["COGWORKER_REQUIRE"] = require
+    assert job_line(log, "running by-run")["pid"] == worker.pid
 
     # An awaitable push from the installed package (cogworker.aio, redis.asyncio) pushes the next job.
     apush = "import asyncio, sys, wheel_app; asyncio.run(wheel_app.where.aio.perform_async(sys.argv[1]))"
@@ -224,6 +228,7 @@ def test_the_installed_wheel_runs_jobs_and_serves_the_web_ui(
     swarm = venv.start("cogworker-swarm", log=log)
     assert ran(r, "by-swarm", swarm, log) != swarm.pid  # a child of the swarm ran it
     stop(swarm, log)
+    assert job_line(log, "running by-swarm")["slot"] == 0
 
     port = free_port()
     log = tmp_path / "web.log"
@@ -235,6 +240,21 @@ def test_the_installed_wheel_runs_jobs_and_serves_the_web_ui(
         assert "<html" in page.lower() and "cogworker" in page.lower()
     finally:
         stop(web, log)
+
+
+def job_line(log: Path, event: str) -> dict[str, Any]:
+    """The job's own stdlib line `event`: a JSON line (stderr is a file) with the job's fields."""
+    lines = [json.loads(x) for x in log.read_text(errors="replace").splitlines() if f'"{event}"' in x]
+    assert len(lines) == 1, log.read_text(errors="replace")
+    [line] = lines
+    assert (line["job"], line["queue"], line["level"], line["logger"]) == (
+        "wheel_app.where",
+        "default",
+        "warning",
+        "wheel_app",
+    )
+    assert isinstance(line["jid"], str) and line["jid"]
+    return line
 
 
 def fetch(url: str, proc: subprocess.Popen[bytes], log: Path) -> str | None:
