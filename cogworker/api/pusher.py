@@ -112,7 +112,8 @@ class Pusher(Generic[P, R]):
         parameters), so a bad one raises here rather than in a worker.
 
         Args:
-            *args: The job's positional arguments.
+            *args: The job's positional arguments, as its function takes them (a type checker
+                holds them to its signature).
             **kwargs: The job's keyword arguments.
 
         Returns:
