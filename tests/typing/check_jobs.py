@@ -16,8 +16,9 @@ from typing import Any, assert_type
 
 import cogworker
 from cogworker.api.chain import Signature
+from cogworker.contrib.django import on_commit, perform_on_commit
 
-from .jobs import Order, add, fetch, plain, remind, report, send_welcome, ship
+from .jobs import Order, add, fetch, no_options, plain, remind, report, send_welcome, ship
 
 
 def calling_runs_the_function_and_returns_its_type() -> None:
@@ -25,6 +26,7 @@ def calling_runs_the_function_and_returns_its_type() -> None:
     assert_type(report("acme", day=3), str)
     assert_type(ship(Order(1)), Order)
     assert_type(plain(1), str)
+    assert_type(no_options(), float)
     assert_type(send_welcome(1, locale="fr"), None)
     add("1", 2)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
 
@@ -96,6 +98,15 @@ def set_refuses_the_options_only_job_takes() -> None:
     add.set(discard_on=KeyError)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     add.set(retry_in=_one_second)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     add.set(limit=None)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+
+
+def pushes_after_the_commit_keep_the_types() -> None:
+    assert_type(on_commit(add).perform_async(1, 2), str | None)
+    on_commit(add.set(queue="q")).set(retry=1).perform_in(5, 1, 2)
+    assert_type(perform_on_commit(add, 1, b=2), str)
+    on_commit(add).perform_async("1", 2)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    on_commit(add).set(limit=None)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    perform_on_commit(add, 1)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
 
 
 def s_makes_a_chain_step() -> None:

@@ -53,6 +53,11 @@ def ship(order: Order, note: str | None = None) -> Order:
     return order
 
 
+@cogworker.job()
+def no_options() -> float:
+    return 1.0
+
+
 def _plain(x: int) -> str:
     return str(x)
 
