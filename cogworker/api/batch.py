@@ -41,7 +41,7 @@ from cogworker.api.payload import new_jid
 _log = structlog.get_logger("cogworker.batch")
 
 KINDS = ("success", "complete", "death")
-Callback = JobFunction | JobSetter
+Callback = JobFunction[..., Any] | JobSetter[..., Any]
 
 
 class BatchClosed(Exception):

@@ -31,7 +31,7 @@ class BatchIds(Protocol):
 
 _log = structlog.get_logger("cogworker.batch")
 
-Callback = JobFunction | JobSetter
+Callback = JobFunction[..., Any] | JobSetter[..., Any]
 
 
 def add_callbacks(

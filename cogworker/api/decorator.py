@@ -1,29 +1,37 @@
-"""`@job`: a plain function becomes a job that can be pushed, scheduled and run by workers."""
+"""`@job`: a plain function becomes a job that can be pushed, scheduled and run by workers.
+
+A `JobFunction[P, R]` keeps its function's parameters (`P`) and return type (`R`) for type
+checkers: calling it returns `R` (a coroutine for an `async def` job), and its pushes take `P`'s
+arguments. The options are keyword parameters with their types (api/job_options.py).
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, overload
+from typing import Any, Never, overload
 
 from cogworker import testing
 from cogworker.api import client, features, typed_args
 from cogworker.api.async_jobs import is_async
+from cogworker.api.job_options import UNSET, ErrorClasses, LimitOption, RetryIn, Unique, given
 from cogworker.api.payload import DEFAULT_QUEUE
-from cogworker.api.pusher import JobSetter, Pusher
+from cogworker.api.pusher import JobSetter, P, Pusher, R
 from cogworker.api.registry import RegisteredJob, register
 
 __all__ = ["JobFunction", "JobSetter", "job", "push_bulk"]
 
 
-class JobFunction(Pusher, RegisteredJob):
+class JobFunction(Pusher[P, R], RegisteredJob):
     """A function declared a job by `@job`: callable as before, and pushable to workers.
 
-    Calling it runs the function here, as a plain call. `perform_async`, `perform_in` and
-    `perform_at` push it for a worker to run; `set` changes options for some pushes; `s` makes a
-    chain step. In the fake testing mode (`cogworker.testing.fake`), `jobs`, `clear`, `perform_one`
-    and `drain` show and run what was pushed.
+    Calling it runs the function here, as a plain call, and returns what the function returns.
+    `perform_async`, `perform_in` and `perform_at` push it for a worker to run, and take the
+    function's own arguments (a type checker holds them to its signature); `set` changes options
+    for some pushes; `s` makes a chain step. In the fake testing mode (`cogworker.testing.fake`),
+    `jobs`, `clear`, `perform_one` and `drain` show and run what was pushed.
 
     Attributes:
         name: The name workers find the job by (its module and qualified name, or `@job(name=...)`).
@@ -32,7 +40,9 @@ class JobFunction(Pusher, RegisteredJob):
         is_async: True for an `async def` function, which a worker awaits on its event loop.
     """
 
-    def __init__(self, func: Callable[..., Any], name: str, options: dict[str, Any]) -> None:
+    func: Callable[P, R]
+
+    def __init__(self, func: Callable[P, R], name: str, options: dict[str, Any]) -> None:
         self.func = func
         self.name = name
         self.job = self
@@ -41,7 +51,7 @@ class JobFunction(Pusher, RegisteredJob):
         functools.update_wrapper(self, func)
         self.typed = typed_args.plan_for(func, self)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -76,22 +86,69 @@ class JobFunction(Pusher, RegisteredJob):
         testing.drain(self.name)
 
 
-@overload
-def job(func: Callable[..., Any], *, name: str | None = None, **options: Any) -> JobFunction: ...
-
-
+# Both forms, `@job` and `@job(...)` (and `job(fn, ...)`), keep the function's types. The options are
+# listed in each: a type checker reads a call against the overloads, never the implementation.
 @overload
 def job(
-    func: None = None, *, name: str | None = None, **options: Any
-) -> Callable[[Callable[..., Any]], JobFunction]: ...
-
-
-def job(
-    func: Callable[..., Any] | None = None,
+    func: Callable[P, R],
     *,
     name: str | None = None,
-    **options: Any,
-) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
+    queue: str = ...,
+    retry: bool | int = ...,
+    retry_on: ErrorClasses = ...,
+    discard_on: ErrorClasses = ...,
+    retry_in: RetryIn = ...,
+    backtrace: bool | int = ...,
+    unique: Unique | None = ...,
+    unique_for: float = ...,
+    status: bool = ...,
+    expires_in: float | dt.timedelta = ...,
+    result_ttl: float = ...,
+    timeout_s: float = ...,
+    limit: LimitOption = ...,
+) -> JobFunction[P, R]: ...
+
+
+@overload
+def job(
+    func: None = None,
+    *,
+    name: str | None = None,
+    queue: str = ...,
+    retry: bool | int = ...,
+    retry_on: ErrorClasses = ...,
+    discard_on: ErrorClasses = ...,
+    retry_in: RetryIn = ...,
+    backtrace: bool | int = ...,
+    unique: Unique | None = ...,
+    unique_for: float = ...,
+    status: bool = ...,
+    expires_in: float | dt.timedelta = ...,
+    result_ttl: float = ...,
+    timeout_s: float = ...,
+    limit: LimitOption = ...,
+) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
+
+
+def job(
+    func: Callable[P, R] | None = None,
+    *,
+    name: str | None = None,
+    queue: str = UNSET,
+    retry: bool | int = UNSET,
+    retry_on: ErrorClasses = UNSET,
+    discard_on: ErrorClasses = UNSET,
+    retry_in: RetryIn = UNSET,
+    backtrace: bool | int = UNSET,
+    unique: Unique | None = UNSET,
+    unique_for: float = UNSET,
+    status: bool = UNSET,
+    expires_in: float | dt.timedelta = UNSET,
+    result_ttl: float = UNSET,
+    timeout_s: float = UNSET,
+    limit: LimitOption = UNSET,
+    **refused: Never,
+) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
     """Declare a function a job that workers run: `@job` or `@job(queue="mailers", retry=5)`.
 
     The function stays callable as before; the JobFunction it becomes can also be pushed
@@ -104,7 +161,8 @@ def job(
     Args:
         func: The function, when used as `@job` without parentheses.
         name: The name workers find the job by. Default: the function's module and qualified name.
-        **options: The job's options (below), each checked here.
+        **refused: No other keyword is accepted. A type checker flags one; at run time it is a
+            TypeError that names it.
 
     Keyword Args:
         queue (str): The queue the job is pushed to. Default: "default".
@@ -152,9 +210,24 @@ def job(
         send_welcome.perform_async(42)
         ```
     """
-    features.check_options(options)
+    options = given(
+        queue=queue,
+        retry=retry,
+        retry_on=retry_on,
+        discard_on=discard_on,
+        retry_in=retry_in,
+        backtrace=backtrace,
+        unique=unique,
+        unique_for=unique_for,
+        status=status,
+        expires_in=expires_in,
+        result_ttl=result_ttl,
+        timeout_s=timeout_s,
+        limit=limit,
+    )
+    features.check_options({**options, **refused})
 
-    def wrap(f: Callable[..., Any]) -> JobFunction:
+    def wrap(f: Callable[P, R]) -> JobFunction[P, R]:
         job_name = name or f"{_importable_module(f)}.{f.__qualname__}"
         if "<locals>" in job_name and name is None:
             raise TypeError(
@@ -183,7 +256,7 @@ def _importable_module(f: Callable[..., Any]) -> str:
 
 
 def push_bulk(
-    fn: JobFunction | JobSetter,
+    fn: JobFunction[..., Any] | JobSetter[..., Any],
     arg_lists: Iterable[Sequence[Any]],
     *,
     at: float | None = None,
@@ -191,7 +264,9 @@ def push_bulk(
 ) -> list[str | None]:
     """Push one job per argument tuple; one round trip per batch of up to 1,000 jobs.
 
-    Every argument is checked before anything is written, so a bad one pushes nothing.
+    Every argument is checked before anything is written, so a bad one pushes nothing. The
+    argument tuples are not typed against the job's parameters (a type checker can't hold a
+    sequence of tuples to a signature); each is checked at run time as a push's are.
 
     Args:
         fn: A job, or `job.set(...)`, whose options then apply to every job pushed.

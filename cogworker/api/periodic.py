@@ -74,7 +74,7 @@ F = TypeVar("F")
 @dataclass(frozen=True, eq=False)
 class Entry:
     name: str
-    job: JobFunction
+    job: JobFunction[..., Any]
     cron: str
     tz: str = "UTC"
     until_executed: bool = False

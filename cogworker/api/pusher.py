@@ -2,6 +2,9 @@
 
 `@job` (api/decorator.py) declares a job; this module is what a push of one does before the client
 (api/client.py) takes over: options applied, arguments checked and converted, the due time worked out.
+
+A pusher is generic over its job function's parameters (`P`) and return type (`R`), so a type
+checker holds `perform_async(...)` and the others to the function's own signature.
 """
 
 from __future__ import annotations
@@ -9,14 +12,19 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Never, ParamSpec, Protocol, TypeVar
 
 from cogworker.api import client, features
+from cogworker.api.job_options import UNSET, Unique, given
 from cogworker.api.typed_args import PlanLater, TypedArgs
 
 if TYPE_CHECKING:
     from cogworker.api.aio_push import AsyncPusher
     from cogworker.api.chain import Signature
+
+# The job function's parameters and return type.
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class PushedJob(Protocol):
@@ -43,7 +51,7 @@ def _seconds_from_now(when: dt.datetime | float | int) -> float:
     return float(when)
 
 
-class Pusher:
+class Pusher(Generic[P, R]):
     """The perform_* methods, shared by a job and by `job.set(...)`."""
 
     job: PushedJob
@@ -98,14 +106,15 @@ class Pusher:
         """
         return client.send(payload)
 
-    def perform_async(self, *args: Any, **kwargs: Any) -> str | None:
+    def perform_async(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Push the job to run as soon as a worker takes it.
 
         The arguments are checked now (JSON-native, or converted through the job's typed
         parameters), so a bad one raises here rather than in a worker.
 
         Args:
-            *args: The job's positional arguments.
+            *args: The job's positional arguments, as its function takes them (a type checker
+                holds them to its signature).
             **kwargs: The job's keyword arguments.
 
         Returns:
@@ -125,8 +134,10 @@ class Pusher:
         """
         return self._push(args, kwargs, None)
 
-    def perform_in(self, seconds: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
+    def perform_in(self, seconds: float | dt.timedelta, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Push the job to run after a delay (it waits in the schedule set until then).
+
+        `seconds` is positional-only, so a job may have a parameter of that name.
 
         Args:
             seconds: The delay, in seconds or as a timedelta; 0 or less pushes it at once.
@@ -151,8 +162,10 @@ class Pusher:
             raise TypeError(f"perform_in takes seconds or a timedelta, not {type(seconds).__name__}")
         return self._push(args, kwargs, time.time() + float(seconds))
 
-    def perform_at(self, when: dt.datetime | float, *args: Any, **kwargs: Any) -> str | None:
+    def perform_at(self, when: dt.datetime | float, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Push the job to run at a given time (it waits in the schedule set until then).
+
+        `when` is positional-only, so a job may have a parameter of that name.
 
         Args:
             when: An aware datetime (with tzinfo) or epoch seconds; a time already past pushes it at once.
@@ -170,15 +183,30 @@ class Pusher:
         """
         return self._push(args, kwargs, _seconds_from_now(when))
 
-    def set(self, **options: Any) -> JobSetter:
+    def set(
+        self,
+        *,
+        queue: str = UNSET,
+        retry: bool | int = UNSET,
+        backtrace: bool | int = UNSET,
+        unique: Unique | None = UNSET,
+        unique_for: float = UNSET,
+        status: bool = UNSET,
+        expires_in: float | dt.timedelta = UNSET,
+        result_ttl: float = UNSET,
+        timeout_s: float = UNSET,
+        **refused: Never,
+    ) -> JobSetter[P, R]:
         """Return this job with some options changed for the pushes made through the result.
 
         The job itself is left as declared. Every option of `@job` is accepted except the ones that
         are code (`retry_on`, `discard_on`, `retry_in`, `limit`): a worker reads those from the
-        `@job` declaration, as they can't travel in the job's payload.
+        `@job` declaration, as they can't travel in the job's payload. Only the options given here
+        change; None is a value (`unique=None` turns uniqueness off for these pushes).
 
         Args:
-            **options: The options to change (below), each checked here.
+            **refused: No other keyword is accepted. A type checker flags one; at run time it is a
+                TypeError that names it (and says why, for an option only `@job` takes).
 
         Keyword Args:
             queue (str): The queue the job is pushed to. Default: "default".
@@ -209,13 +237,30 @@ class Pusher:
         Example:
             >>> send_welcome.set(queue="urgent", retry=3).perform_async(42)  # doctest: +SKIP
         """
-        features.check_set_options(options)
-        return JobSetter(self.job, {**self.options, **options})
+        options = given(
+            queue=queue,
+            retry=retry,
+            backtrace=backtrace,
+            unique=unique,
+            unique_for=unique_for,
+            status=status,
+            expires_in=expires_in,
+            result_ttl=result_ttl,
+            timeout_s=timeout_s,
+        )
+        features.check_set_options({**options, **refused})
+        return self._with_options({**self.options, **options})
+
+    def _with_options(self, options: dict[str, Any]) -> JobSetter[P, R]:
+        """The pusher `set` returns; one that sends differently (OnCommit) returns its own kind."""
+        return JobSetter(self.job, options)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """Return this job with these arguments, not pushed: a step of `cogworker.chain(...)`.
 
-        The arguments are checked and converted now, as a push would.
+        The arguments are checked and converted now, as a push would. They are not typed against
+        the job's parameters: in a chain with `pass_results=True` the step is given the previous
+        step's result as its first argument, so `.s(...)` holds only the arguments after it.
 
         Args:
             *args: The job's positional arguments.
@@ -259,7 +304,7 @@ class Pusher:
         return AsyncPusher(self)
 
 
-class JobSetter(Pusher):
+class JobSetter(Pusher[P, R]):
     """A job with options changed for its pushes: what `job.set(...)` returns."""
 
     def __init__(self, job: PushedJob, options: dict[str, Any]) -> None:

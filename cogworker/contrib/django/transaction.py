@@ -21,6 +21,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from cogworker import codec
 from cogworker.api import client
 from cogworker.api.decorator import JobFunction, JobSetter
+from cogworker.api.pusher import P, R
 
 _log = structlog.get_logger("cogworker.django")
 
@@ -46,26 +47,16 @@ def defer(payload: dict[str, Any], using: str | None = None) -> str:
     return str(payload["jid"])
 
 
-class OnCommit(JobSetter):
-    """`on_commit(job)`: perform_async, perform_in and perform_at push when the transaction commits."""
+class OnCommit(JobSetter[P, R]):
+    """`on_commit(job)`: perform_async, perform_in and perform_at push when the transaction commits;
+    `set(...)` returns another OnCommit on the same database."""
 
-    def __init__(self, fn: JobFunction | JobSetter, using: str | None = None) -> None:
+    def __init__(self, fn: JobFunction[P, R] | JobSetter[P, R], using: str | None = None) -> None:
         super().__init__(fn.job, dict(fn.options))
         self.using = using
 
-    def set(self, **options: Any) -> OnCommit:
-        """Return this pusher with some options changed, still pushing at the commit.
-
-        Args:
-            **options: The options `JobFunction.set` accepts.
-
-        Returns:
-            A new OnCommit on the same database.
-
-        Raises:
-            TypeError: An option is unknown, only `@job` takes it, or its value is not valid.
-        """
-        return OnCommit(super().set(**options), self.using)
+    def _with_options(self, options: dict[str, Any]) -> OnCommit[P, R]:
+        return OnCommit(JobSetter(self.job, options), self.using)
 
     def send(self, payload: dict[str, Any]) -> str:
         """Send a payload when the transaction commits (now when none is open).
@@ -79,7 +70,7 @@ class OnCommit(JobSetter):
         return defer(payload, self.using)
 
 
-def on_commit(fn: JobFunction | JobSetter, using: str | None = None) -> OnCommit:
+def on_commit(fn: JobFunction[P, R] | JobSetter[P, R], using: str | None = None) -> OnCommit[P, R]:
     """Return a pusher whose pushes wait for the database transaction to commit.
 
     Pushed when the transaction on the database `using` commits; never when it rolls back. Outside
@@ -103,7 +94,7 @@ def on_commit(fn: JobFunction | JobSetter, using: str | None = None) -> OnCommit
     return OnCommit(fn, using)
 
 
-def perform_on_commit(fn: JobFunction | JobSetter, *args: Any, **kwargs: Any) -> str:
+def perform_on_commit(fn: JobFunction[P, R] | JobSetter[P, R], *args: P.args, **kwargs: P.kwargs) -> str:
     """Push a job when the default database's transaction commits: `on_commit(fn).perform_async(...)`.
 
     Args:

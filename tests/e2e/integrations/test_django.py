@@ -58,10 +58,11 @@ def test_pushes_wait_for_the_commit_and_vanish_on_rollback(
         kept = Order.objects.create(note="kept")
         jid = perform_on_commit(jobs.ship, kept.id)
         later = on_commit(jobs.ship.set(retry=1)).perform_in(60, kept.id)
+        on_commit(jobs.ship).set(retry=2).perform_in(60, kept.id)  # .set() keeps waiting for the commit
         assert len(jid) == 24 and later is not None
         assert r.llen(QUEUE) == 0 and r.zcard("cogworker:schedule") == 0  # not before the commit
     assert [client_job["jid"] for client_job in map(_loads, r.lrange(QUEUE, 0, -1))] == [jid]
-    assert r.zcard("cogworker:schedule") == 1
+    assert r.zcard("cogworker:schedule") == 2
 
     with pytest.raises(RuntimeError), transaction.atomic():
         dropped = Order.objects.create(note="dropped")

@@ -2,9 +2,10 @@
 
 Walks every name in `cogworker.__all__` (a module's public names, a class's public methods and
 properties, an object's class), the testing modes and the contrib entry points: each has a
-docstring; a function with parameters has an `Args:` section naming exactly its parameters, and one
-that returns something a `Returns:` section. The options `@job` and `.set(...)` document are the
-options they accept (api/features.py `OPTIONS`): a new option can't go undocumented.
+docstring; a function with parameters has an `Args:` section naming exactly its parameters (keyword
+parameters may be under `Keyword Args:` instead), and one that returns something a `Returns:`
+section. The options `@job` and `.set(...)` document, and declare as keyword parameters, are the
+options they accept (api/features.py `OPTIONS`): a new option can't go undocumented or untyped.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def problems(qualname: str, obj: Any) -> list[str]:
     found = sections(doc)
     wrong = []
     params = _parameters(obj)
-    documented = list(entries(found.get("Args", [])))
+    documented = list(entries(found.get("Args", []))) + list(entries(found.get("Keyword Args", [])))
     if params and "Args" not in found:
         wrong.append(f"{qualname} has parameters ({', '.join(params)}) but no Args: section")
     elif sorted(documented) != sorted(params):
@@ -181,6 +182,18 @@ def test_job_documents_every_option_it_accepts() -> None:
         assert "Default" in text, f"{name}: no default"
 
 
+def _keyword_parameters(fn: Callable[..., Any]) -> list[str]:
+    kinds = (inspect.Parameter.KEYWORD_ONLY,)
+    return sorted(p.name for p in inspect.signature(fn).parameters.values() if p.kind in kinds)
+
+
+def test_job_and_set_declare_every_option_as_a_keyword_parameter() -> None:
+    # A type checker and an IDE read the signature: an option only features.OPTIONS knows would
+    # be refused by both, and one only the signature knows would be refused at run time.
+    assert _keyword_parameters(cogworker.job) == sorted([*features.OPTIONS, "name"])
+    assert _keyword_parameters(JobFunction.set) == sorted(set(features.OPTIONS) - WORKER_SIDE)
+
+
 def test_set_documents_every_option_a_push_may_change_as_job_does() -> None:
     documented = _options(JobFunction.set.__doc__)
     assert sorted(documented) == sorted(set(features.OPTIONS) - WORKER_SIDE)
@@ -214,3 +227,5 @@ def test_an_option_missing_from_the_docstring_is_reported(monkeypatch: pytest.Mo
         test_job_documents_every_option_it_accepts()
     with pytest.raises(AssertionError):
         test_set_documents_every_option_a_push_may_change_as_job_does()
+    with pytest.raises(AssertionError):
+        test_job_and_set_declare_every_option_as_a_keyword_parameter()

@@ -1,0 +1,1 @@
+"""Typing checks: what mypy and pyright must accept and refuse of the job API (`make lint`)."""
