@@ -27,7 +27,7 @@ __all__ = ["AsyncPusher", "close", "push_bulk"]
 
 
 async def push_bulk(
-    fn: JobFunction | JobSetter,
+    fn: JobFunction[..., Any] | JobSetter[..., Any],
     arg_lists: Iterable[Sequence[Any]],
     *,
     at: float | None = None,

@@ -1,5 +1,5 @@
 """pytest fixtures for apps that use cogworker, loaded by pytest wherever cogworker is installed (the
-`pytest11` entry point in pyproject.toml; docs/guide/testing-and-logging.md).
+`pytest11` entry point in pyproject.toml; docs/guide/testing.md).
 
 - `cogworker_fake`: the fake testing mode for the test (pushes recorded, `job.drain()` runs them).
 - `cogworker_inline`: the inline testing mode for the test (a push runs the job at once).

@@ -12,10 +12,9 @@ lost-reply handling, without blocking the event loop.
 from __future__ import annotations
 
 import datetime as dt
-import time
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
-from cogworker.api import aio_client
+from cogworker.api import aio_client, due_time
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -26,25 +25,6 @@ class SyncPusher(Protocol):
     which imports this module for its `aio` property)."""
 
     def build(self, args: Any, kwargs: dict[str, Any], at: float | None = None) -> dict[str, Any]: ...
-
-
-def _epoch_s(when: dt.datetime | float) -> float:
-    """perform_at's time as epoch seconds, checked as the sync perform_at checks it."""
-    if isinstance(when, dt.datetime):
-        if when.tzinfo is None:
-            raise TypeError("perform_at needs an aware datetime (with tzinfo) or an epoch number")
-        return when.timestamp()
-    if isinstance(when, bool) or not isinstance(when, int | float):
-        raise TypeError(f"perform_at takes a datetime or epoch seconds, not {type(when).__name__}")
-    return float(when)
-
-
-def _delay_s(seconds: float | dt.timedelta) -> float:
-    if isinstance(seconds, dt.timedelta):
-        seconds = seconds.total_seconds()
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise TypeError(f"perform_in takes seconds or a timedelta, not {type(seconds).__name__}")
-    return float(seconds)
 
 
 class AsyncPusher(Generic[P, R]):
@@ -102,7 +82,7 @@ class AsyncPusher(Generic[P, R]):
         return await self.send(self._pusher.build(args, kwargs, None))
 
     async def perform_in(
-        self, seconds: float | dt.timedelta, *args: P.args, **kwargs: P.kwargs
+        self, seconds: float | dt.timedelta, /, *args: P.args, **kwargs: P.kwargs
     ) -> str | None:
         """Push the job to run after a delay, without blocking the event loop.
 
@@ -120,10 +100,9 @@ class AsyncPusher(Generic[P, R]):
             NotReplicated: As for `perform_async`.
             WrongTypeKey: As for `perform_async`.
         """
-        at = time.time() + _delay_s(seconds)
-        return await self.send(self._pusher.build(args, kwargs, at))
+        return await self.send(self._pusher.build(args, kwargs, due_time.in_epoch_s(seconds)))
 
-    async def perform_at(self, when: dt.datetime | float, *args: P.args, **kwargs: P.kwargs) -> str | None:
+    async def perform_at(self, when: dt.datetime | float, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Push the job to run at a given time, without blocking the event loop.
 
         Args:
@@ -140,7 +119,7 @@ class AsyncPusher(Generic[P, R]):
             NotReplicated: As for `perform_async`.
             WrongTypeKey: As for `perform_async`.
         """
-        return await self.send(self._pusher.build(args, kwargs, _epoch_s(when)))
+        return await self.send(self._pusher.build(args, kwargs, due_time.at_epoch_s(when)))
 
     def set(self, **options: Any) -> AsyncPusher[P, R]:
         """`job.set(...)`, awaitable: `job.aio.set(queue="urgent")` is `job.set(queue="urgent").aio`.

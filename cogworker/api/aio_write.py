@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
@@ -25,10 +24,8 @@ import redis
 import redis.asyncio as aredis
 import structlog
 
-from cogworker import codec
-from cogworker.api import client, payload, push_outcome
+from cogworker.api import client, push_outcome, push_write
 from cogworker.api.push_outcome import PushOutcomeUnknown
-from cogworker.api.push_write import MARK_TTL_S
 from cogworker.settings_fields import SettingsFields
 from cogworker.store import key_guard, keys, replicas, scripts
 from cogworker.store.connection import ENCODING, ENCODING_ERRORS
@@ -67,40 +64,13 @@ async def run_script(
     return reply, (replies[1] if then is not None else None)
 
 
-def _plan(batch: Sequence[dict[str, Any]], attempt: str) -> tuple[list[str], list[Any]]:
-    """push_batch.lua's KEYS and ARGV for `batch`, as push_write.write lays them out."""
-    now = time.time()
-    by_queue: dict[str, list[dict[str, Any]]] = {}
-    scheduled: list[dict[str, Any]] = []
-    for job in batch:
-        at = job.get("at")
-        if at is not None and at > now:
-            scheduled.append(job)
-        else:
-            job.pop("at", None)
-            job["enqueued_at"] = now
-            by_queue.setdefault(job["queue"], []).append(job)
-    args: list[Any] = [attempt, MARK_TTL_S * 1000, len(by_queue)]
-    markers: list[str] = []
-    for name, jobs in by_queue.items():
-        args += [name, len(jobs), *(codec.dumps(job) for job in jobs)]
-        markers += [keys.pushed(str(job["jid"])) for job in jobs]
-    args.append(len(scheduled))
-    for job in scheduled:
-        args += [job["at"], payload.scheduled_text(job)]
-        markers.append(keys.pushed(str(job["jid"])))
-    queues = [keys.queue(n) for n in by_queue]
-    script_keys = [keys.QUEUES, keys.WAKE_CHANNEL, keys.SCHEDULE, *queues, *markers]
-    return script_keys, args
-
-
 async def write(
     conn: aredis.Redis, settings: SettingsFields, batch: Sequence[dict[str, Any]], attempt: str
 ) -> None:
     """push_write.write on `conn`: every job of `batch` or none; a jid written before isn't again."""
     if not batch:
         return
-    script_keys, args = _plan(batch, attempt)
+    script_keys, args = push_write.plan(batch, attempt)
     wait = replicas.wait_command(settings)
     reply, waited = await run_script(conn, "push_batch", script_keys, args, wait)
     if isinstance(reply, list) and len(reply) == 2 and reply[0] == "unlisted":

@@ -36,6 +36,31 @@ def write(conn: redis.Redis, settings: SettingsFields, batch: Sequence[dict[str,
     again. replicas.NotReplicated: written, but too few replicas confirmed it."""
     if not batch:
         return
+    script_keys, args = plan(batch, attempt)
+    script = _push_batch.on(conn)
+    wait = replicas.wait_command(settings)
+    waited: object = None
+    if wait is None:
+        reply = script(keys=script_keys, args=args, client=conn)
+    else:
+        reply, waited = _script_then_wait(conn, script, script_keys, args, wait)
+    if isinstance(reply, list) and len(reply) == 2 and reply[0] == "unlisted":
+        # The jobs are written, so the push stands (raising would have the caller push them twice);
+        # only their queues' listing is missing until the key guard moves the registry aside.
+        key_guard.request(conn, keys.QUEUES)
+        _log.error("push_bookkeeping_failed", key=keys.QUEUES, jids=[str(j["jid"]) for j in batch][:10])
+    else:
+        wrong = key_guard.script_wrong_type(reply)
+        if wrong is not None:
+            raise key_guard.wrong_type_error(conn, wrong)
+    if wait is not None:
+        replicas.check_push(settings, waited, [str(job["jid"]) for job in batch])
+
+
+def plan(batch: Sequence[dict[str, Any]], attempt: str) -> tuple[list[str], list[Any]]:
+    """push_batch.lua's KEYS and ARGV for `batch` (the sync write and the awaitable one,
+    api/aio_write.py, send the same): jobs due now to their queues, stamped `enqueued_at`; jobs due
+    later to the schedule; a `pushed:<jid>` marker for each."""
     now = time.time()
     by_queue: dict[str, list[dict[str, Any]]] = {}
     scheduled: list[dict[str, Any]] = []
@@ -56,31 +81,9 @@ def write(conn: redis.Redis, settings: SettingsFields, batch: Sequence[dict[str,
     for job in scheduled:
         args += [job["at"], payload.scheduled_text(job)]
         markers.append(keys.pushed(str(job["jid"])))
-    script_keys = [
-        keys.QUEUES,
-        keys.WAKE_CHANNEL,
-        keys.SCHEDULE,
-        *(keys.queue(n) for n in by_queue),
-        *markers,
-    ]
-    script = _push_batch.on(conn)
-    wait = replicas.wait_command(settings)
-    waited: object = None
-    if wait is None:
-        reply = script(keys=script_keys, args=args, client=conn)
-    else:
-        reply, waited = _script_then_wait(conn, script, script_keys, args, wait)
-    if isinstance(reply, list) and len(reply) == 2 and reply[0] == "unlisted":
-        # The jobs are written, so the push stands (raising would have the caller push them twice);
-        # only their queues' listing is missing until the key guard moves the registry aside.
-        key_guard.request(conn, keys.QUEUES)
-        _log.error("push_bookkeeping_failed", key=keys.QUEUES, jids=[str(j["jid"]) for j in batch][:10])
-    else:
-        wrong = key_guard.script_wrong_type(reply)
-        if wrong is not None:
-            raise key_guard.wrong_type_error(conn, wrong)
-    if wait is not None:
-        replicas.check_push(settings, waited, [str(job["jid"]) for job in batch])
+    queues = [keys.queue(name) for name in by_queue]
+    script_keys = [keys.QUEUES, keys.WAKE_CHANNEL, keys.SCHEDULE, *queues, *markers]
+    return script_keys, args
 
 
 def _script_then_wait(

@@ -10,11 +10,10 @@ checker holds `perform_async(...)` and the others to the function's own signatur
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, Never, ParamSpec, Protocol, TypeVar
 
-from cogworker.api import client, features
+from cogworker.api import client, due_time, features
 from cogworker.api.job_options import UNSET, Unique, given
 from cogworker.api.typed_args import PlanLater, TypedArgs
 
@@ -39,16 +38,6 @@ class PushedJob(Protocol):
 
     @property
     def typed(self) -> TypedArgs | PlanLater | None: ...
-
-
-def _seconds_from_now(when: dt.datetime | float | int) -> float:
-    if isinstance(when, dt.datetime):
-        if when.tzinfo is None:
-            raise TypeError("perform_at needs an aware datetime (with tzinfo) or an epoch number")
-        return when.timestamp()
-    if isinstance(when, bool) or not isinstance(when, int | float):
-        raise TypeError(f"perform_at takes a datetime or epoch seconds, not {type(when).__name__}")
-    return float(when)
 
 
 class Pusher(Generic[P, R]):
@@ -156,11 +145,7 @@ class Pusher(Generic[P, R]):
         Example:
             >>> send_reminder.perform_in(dt.timedelta(hours=1), 42)  # doctest: +SKIP
         """
-        if isinstance(seconds, dt.timedelta):
-            seconds = seconds.total_seconds()
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-            raise TypeError(f"perform_in takes seconds or a timedelta, not {type(seconds).__name__}")
-        return self._push(args, kwargs, time.time() + float(seconds))
+        return self._push(args, kwargs, due_time.in_epoch_s(seconds))
 
     def perform_at(self, when: dt.datetime | float, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Push the job to run at a given time (it waits in the schedule set until then).
@@ -181,7 +166,7 @@ class Pusher(Generic[P, R]):
             NotReplicated: As for `perform_async`.
             WrongTypeKey: As for `perform_async`.
         """
-        return self._push(args, kwargs, _seconds_from_now(when))
+        return self._push(args, kwargs, due_time.at_epoch_s(when))
 
     def set(
         self,
@@ -286,7 +271,7 @@ class Pusher(Generic[P, R]):
         )
 
     @property
-    def aio(self) -> AsyncPusher[Any, Any]:
+    def aio(self) -> AsyncPusher[P, R]:
         """The awaitable pushes: `await job.aio.perform_async(...)`, `perform_in`, `perform_at`.
 
         They push as the sync methods do (middleware, unique jobs, statuses, batches, replicas),
@@ -301,7 +286,7 @@ class Pusher(Generic[P, R]):
         """
         from cogworker.api.aio_push import AsyncPusher
 
-        return AsyncPusher(self)
+        return AsyncPusher[P, R](self)
 
 
 class JobSetter(Pusher[P, R]):

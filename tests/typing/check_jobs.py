@@ -123,3 +123,15 @@ def push_bulk_takes_argument_tuples() -> None:
     assert_type(cogworker.push_bulk(add, [(1, 2), (3, 4)]), list[str | None])
     cogworker.push_bulk(add.set(queue="q"), [(1, 2)], at=0.0)
     cogworker.push_bulk(add.perform_async, [(1, 2)])  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+
+
+async def awaitable_pushes_take_the_functions_arguments() -> None:
+    assert_type(await add.aio.perform_async(1, 2), str | None)
+    assert_type(await add.set(queue="q").aio.perform_in(30, 1, b=2), str | None)
+    assert_type(await send_welcome.aio.perform_at(dt.datetime.now(dt.UTC), 42, locale="fr"), str | None)
+    assert_type(await fetch.aio.perform_async("https://example.com"), str | None)
+    await remind.aio.perform_in(60, seconds=5, when="soon")  # the time is positional-only
+    await add.aio.perform_async("not", "ints", "and", "too", "many")  # type: ignore[call-arg, arg-type]  # pyright: ignore[reportCallIssue]
+    await add.aio.perform_async("1", 2)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    await send_welcome.set(queue="q").aio.perform_async(42, lang="fr")  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    assert_type(await cogworker.aio.push_bulk(add, [(1, 2)]), list[str | None])

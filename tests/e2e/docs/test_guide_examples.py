@@ -33,7 +33,7 @@ def examples(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         "batches-chains-limiters",
     ):
         monkeypatch.syspath_prepend(str(EXAMPLES / page))
-    monkeypatch.syspath_prepend(str(EXAMPLES / "testing-and-logging"))
+    monkeypatch.syspath_prepend(str(EXAMPLES / "testing"))
     yield
     for name in set(sys.modules) - before:
         if getattr(sys.modules[name], "__file__", "") and str(EXAMPLES) in str(sys.modules[name].__file__):

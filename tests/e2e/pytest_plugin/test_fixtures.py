@@ -123,11 +123,11 @@ def test_the_fixtures_in_a_user_s_suite(pytester: pytest.Pytester, monkeypatch: 
 
 
 def test_the_testing_page_s_fixtures_example(pytester: pytest.Pytester) -> None:
-    """docs/guide/testing-and-logging.md's example, with the jobs page's mailer, as a user's suite."""
+    """docs/guide/testing.md's example, with the jobs page's mailer, as a user's suite."""
     examples = ROOT / "docs" / "examples"
     for source in (
         examples / "jobs" / "mailer.py",
-        examples / "testing-and-logging" / "test_signup_fixtures.py",
+        examples / "testing" / "test_signup_fixtures.py",
     ):
         (pytester.path / source.name).write_text(source.read_text())
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=3)

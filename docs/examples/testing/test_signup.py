@@ -1,4 +1,4 @@
-"""The testing page's example (docs/guide/testing-and-logging.md): a user's own tests of code that
+"""The testing page's example (docs/guide/testing.md): a user's own tests of code that
 pushes jobs, in the testing modes. tests/e2e/docs/test_guide_examples.py runs them."""
 
 from mailer import SENT, send_email

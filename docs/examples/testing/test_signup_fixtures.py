@@ -1,4 +1,4 @@
-"""The testing page's fixtures example (docs/guide/testing-and-logging.md): the same tests as
+"""The testing page's fixtures example (docs/guide/testing.md): the same tests as
 test_signup.py with the pytest plugin's fixtures, plus one against a private Redis.
 tests/e2e/pytest_plugin/test_fixtures.py runs this file in a pytest of its own."""
 
