@@ -1,6 +1,10 @@
+import logging
+
 from cogworker import job
+
+log = logging.getLogger(__name__)
 
 
 @job(retry=5)
 def send_welcome(user_id: int) -> None:
-    print(f"Welcome, user {user_id}!")
+    log.info("Welcome, user %s!", user_id)

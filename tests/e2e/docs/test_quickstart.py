@@ -100,6 +100,10 @@ def test_a_signup_pushes_a_job_cogworker_run_runs(
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0, log.read_text()
+    # The job's own logging line, as the page says: a JSON line (not a terminal) with the job's fields.
+    line = json.loads(next(text for text in log.read_text().splitlines() if WELCOME in text))
+    assert line["event"] == WELCOME and line["level"] == "info", line
+    assert line["job"] == "jobs.send_welcome" and line["queue"] == "default" and line["jid"], line
 
 
 def test_a_signup_pushes_a_job_the_swarm_runs(
