@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from cogworker.api import aio_client, features
+from cogworker.api import aio_client
 from cogworker.api.aio_push import AsyncPusher
-from cogworker.api.decorator import JobFunction, JobSetter
+from cogworker.api.decorator import BulkPush, JobFunction, JobSetter
 from cogworker.store import async_connection
 
 __all__ = ["AsyncPusher", "close", "push_bulk"]
@@ -58,16 +58,10 @@ async def push_bulk(
     Example:
         >>> await cogworker.aio.push_bulk(send_welcome, [(1,), (2,), (3,)])  # doctest: +SKIP
     """
-    if not isinstance(fn, JobFunction | JobSetter):
-        raise TypeError(f"push_bulk takes a job (or job.set(...)), not {type(fn).__name__}")
-    features.ensure_installed()
-    options = fn.set(queue=queue).options if queue is not None else dict(fn.options)
-    queue_name = str(options.get("queue") or fn.job.queue)
-    typed = fn.job.typed
-    arg_lists = [tuple(args) for args in arg_lists]
-    if typed is not None:
-        arg_lists = [typed.dump(args, {})[0] for args in arg_lists]
-    return await aio_client.push_bulk(fn.job.name, arg_lists, queue=queue_name, options=options, at=at)
+    bulk = BulkPush.of(fn, arg_lists, queue)
+    return await aio_client.push_bulk(
+        bulk.name, bulk.arg_lists, queue=bulk.queue, options=bulk.options, at=at
+    )
 
 
 async def close() -> None:

@@ -25,7 +25,6 @@ import redis.asyncio as aredis
 import structlog
 
 from cogworker.api import client, push_outcome, push_write
-from cogworker.api.push_outcome import PushOutcomeUnknown
 from cogworker.settings_fields import SettingsFields
 from cogworker.store import key_guard, keys, replicas, scripts
 from cogworker.store.connection import ENCODING, ENCODING_ERRORS
@@ -90,24 +89,14 @@ async def unwritten(
 ) -> list[dict[str, Any]]:
     """push_outcome.unwritten on `conn`: the jobs known not to be written; PushOutcomeUnknown when
     that can't be known, the interruption itself (marked) when the write was interrupted."""
-    if not push_outcome._may_have_run(failure):
+    jids = push_outcome.to_ask(jobs, failure)
+    if jids is None:
         return list(jobs)
-    jids = [str(job["jid"]) for job in jobs]
-    if push_outcome._interrupted(failure):
-        _log.error("push_outcome_unknown", jids=jids[:10], count=len(jids), error=type(failure).__name__)
-        setattr(failure, push_outcome._UNKNOWN_MARK, True)
-        raise failure
     try:
         codes = await _check(conn, jids, attempt)
     except Exception as exc:
-        _log.error(
-            "push_outcome_unknown", jids=jids[:10], count=len(jids), error=f"{type(exc).__name__}: {exc}"
-        )
-        raise PushOutcomeUnknown(jids, failure) from failure
-    written = [jid for jid, code in zip(jids, codes, strict=True) if code]
-    if written:
-        _log.warning("push_reply_lost_but_written", jids=written[:10], count=len(written), error=str(failure))
-    return [job for job, code in zip(jobs, codes, strict=True) if not code]
+        raise push_outcome.unknown(jids, failure, exc) from failure
+    return push_outcome.sorted_out(jobs, codes, failure)
 
 
 async def _check(conn: aredis.Redis, jids: list[str], attempt: str) -> list[int]:

@@ -11,6 +11,7 @@ import datetime as dt
 import functools
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Never, overload
 
 from cogworker import testing
@@ -288,12 +289,34 @@ def push_bulk(
     Example:
         >>> cogworker.push_bulk(send_welcome, [(1,), (2,), (3,)])  # doctest: +SKIP
     """
-    if not isinstance(fn, JobFunction | JobSetter):
-        raise TypeError(f"push_bulk takes a job (or job.set(...)), not {type(fn).__name__}")
-    features.ensure_installed()
-    options = fn.set(queue=queue).options if queue is not None else dict(fn.options)
-    queue_name = str(options.get("queue") or fn.job.queue)
-    typed = fn.job.typed
-    if typed is not None:
-        arg_lists = [typed.dump(args, {})[0] for args in arg_lists]
-    return client.push_bulk(fn.job.name, arg_lists, queue=queue_name, options=options, at=at)
+    bulk = BulkPush.of(fn, arg_lists, queue)
+    return client.push_bulk(bulk.name, bulk.arg_lists, queue=bulk.queue, options=bulk.options, at=at)
+
+
+@dataclass(frozen=True)
+class BulkPush:
+    """What a bulk push of one job sends, checked and converted before anything is written (the sync
+    `push_bulk` above and the awaitable one, cogworker/aio.py, share it)."""
+
+    name: str
+    arg_lists: list[Sequence[Any]]
+    queue: str
+    options: dict[str, Any]
+
+    @classmethod
+    def of(
+        cls,
+        fn: JobFunction[..., Any] | JobSetter[..., Any],
+        arg_lists: Iterable[Sequence[Any]],
+        queue: str | None,
+    ) -> BulkPush:
+        if not isinstance(fn, JobFunction | JobSetter):
+            raise TypeError(f"push_bulk takes a job (or job.set(...)), not {type(fn).__name__}")
+        features.ensure_installed()
+        options = fn.set(queue=queue).options if queue is not None else dict(fn.options)
+        typed = fn.job.typed
+        # A one-shot iterable is read once, here: every tuple is converted before the first is sent.
+        listed: list[Sequence[Any]] = [tuple(args) for args in arg_lists]
+        if typed is not None:
+            listed = [typed.dump(args, {})[0] for args in listed]
+        return cls(fn.job.name, listed, str(options.get("queue") or fn.job.queue), options)

@@ -76,23 +76,47 @@ def unwritten(
 ) -> list[dict[str, Any]]:
     """The jobs of a failed write attempt known not to be written (the others stand); raises
     PushOutcomeUnknown, from `failure`, when that can't be known."""
-    if not _may_have_run(failure):
+    jids = to_ask(jobs, failure)
+    if jids is None:
         return list(jobs)
-    jids = [str(job["jid"]) for job in jobs]
-    if _interrupted(failure):
-        # Ask nothing more now, and let the interruption go on as it is (a time limit must still end
-        # the job), marked so the chain's middleware keeps what it took.
-        _log.error("push_outcome_unknown", jids=jids[:10], count=len(jids), error=type(failure).__name__)
-        setattr(failure, _UNKNOWN_MARK, True)
-        raise failure
     try:
         codes = _check(conn, jids, attempt)
     except Exception as exc:
-        _log.error(
-            "push_outcome_unknown", jids=jids[:10], count=len(jids), error=f"{type(exc).__name__}: {exc}"
-        )
-        raise PushOutcomeUnknown(jids, failure) from failure
-    written = [jid for jid, code in zip(jids, codes, strict=True) if code]
+        raise unknown(jids, failure, exc) from failure
+    return sorted_out(jobs, codes, failure)
+
+
+# The steps of `unwritten` around its one question to Redis, shared with the awaitable push's
+# (api/aio_write.py), which asks the same question on a redis.asyncio client.
+
+
+def to_ask(jobs: Sequence[dict[str, Any]], failure: BaseException) -> list[str] | None:
+    """The jids to ask Redis about after `failure`; None when it wrote nothing (an error reply). An
+    interruption is raised again at once, unasked and marked, so a time limit still ends the job and
+    the chain's middleware keeps what it took."""
+    if not _may_have_run(failure):
+        return None
+    jids = [str(job["jid"]) for job in jobs]
+    if _interrupted(failure):
+        _log.error("push_outcome_unknown", jids=jids[:10], count=len(jids), error=type(failure).__name__)
+        setattr(failure, _UNKNOWN_MARK, True)
+        raise failure
+    return jids
+
+
+def unknown(jids: list[str], failure: BaseException, asking: Exception) -> PushOutcomeUnknown:
+    """The error for a write whose outcome Redis could not be asked about (`asking` failed)."""
+    _log.error(
+        "push_outcome_unknown", jids=jids[:10], count=len(jids), error=f"{type(asking).__name__}: {asking}"
+    )
+    return PushOutcomeUnknown(jids, failure)
+
+
+def sorted_out(
+    jobs: Sequence[dict[str, Any]], codes: Sequence[int], failure: BaseException
+) -> list[dict[str, Any]]:
+    """The jobs push_check.lua answered 0 for (not written); those written are logged and stand."""
+    written = [str(job["jid"]) for job, code in zip(jobs, codes, strict=True) if code]
     if written:
         _log.warning("push_reply_lost_but_written", jids=written[:10], count=len(written), error=str(failure))
     return [job for job, code in zip(jobs, codes, strict=True) if not code]

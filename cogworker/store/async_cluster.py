@@ -19,11 +19,10 @@ from typing import Any
 import redis
 import redis.asyncio as aredis
 from redis.asyncio.connection import Connection, ConnectionPool, SSLConnection
-from redis.connection import parse_url
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 from cogworker.cluster_url import Seeds
-from cogworker.store.cluster_pool import DISCOVERY_TIMEOUT_S, SlotOwner, SlotUnavailable, slot_of
+from cogworker.store.cluster_pool import SlotOwner, SlotUnavailable, pool_options, slot_of
 
 
 class PinnedConnection(Connection):
@@ -98,18 +97,7 @@ class PinnedPool(ConnectionPool):
 def cluster_client(seeds: Seeds, prefix: str, **options: Any) -> aredis.Redis:
     """A redis.asyncio.Redis whose every connection goes to the master owning `prefix`'s slot;
     `options` as cluster_pool.cluster_client takes them."""
-    url_options = parse_url(seeds.urls[0])  # type: ignore[no-untyped-call]
-    for name in ("host", "port", "path", "db", "connection_class"):
-        url_options.pop(name, None)
-    kwargs = {**options, **url_options}  # as from_url: the URL's query options win
-    discovery = {
-        k: v for k, v in kwargs.items() if k in ("username", "password") or k.startswith("ssl_") or k == "ssl"
-    }
-    discovery.update(
-        socket_timeout=DISCOVERY_TIMEOUT_S, socket_connect_timeout=DISCOVERY_TIMEOUT_S, decode_responses=True
-    )
-    if seeds.tls:
-        discovery["ssl"] = True
+    kwargs, discovery = pool_options(seeds, options)
     owner = SlotOwner(seeds, slot_of(prefix), discovery)
     connection_class = PinnedSSLConnection if seeds.tls else PinnedConnection
     pool = PinnedPool(owner, connection_class=connection_class, **kwargs)

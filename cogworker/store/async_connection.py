@@ -34,7 +34,7 @@ from cogworker.redis_tls import client_options
 from cogworker.settings_fields import SettingsFields
 from cogworker.store import async_cluster
 from cogworker.store.connection import CONNECT_TIMEOUT_S, ENCODING, ENCODING_ERRORS
-from cogworker.store.sentinel_pool import _SENTINEL_OPTIONS
+from cogworker.store.sentinel_pool import sentinel_options
 
 
 class LoopClient:
@@ -173,12 +173,7 @@ class MajoritySentinel(Sentinel):
 def _sentinel_client(
     settings: SettingsFields, target: redis_sentinel.SentinelTarget, opts: dict[str, Any]
 ) -> LoopClient:
-    sentinel_kwargs = {k: v for k, v in opts.items() if k in _SENTINEL_OPTIONS or k.startswith("ssl_")}
-    if target.tls:
-        sentinel_kwargs["ssl"] = True
-    password = settings.redis_sentinel_password.get_secret_value()
-    if password:
-        sentinel_kwargs["password"] = password
+    sentinel_kwargs = sentinel_options(target, settings.redis_sentinel_password.get_secret_value(), opts)
     sentinel = MajoritySentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
     pool = SentinelConnectionPool(  # type: ignore[no-untyped-call]
         target.master,

@@ -201,10 +201,21 @@ def slot_of(prefix: str) -> int:
 def cluster_client(seeds: Seeds, prefix: str, **options: Any) -> redis.Redis:
     """A redis.Redis whose every connection goes to the master owning `prefix`'s slot. `options` are
     those connect() gives redis.Redis.from_url (timeouts, retries off, TLS files, decoding)."""
+    kwargs, discovery = pool_options(seeds, options)
+    owner = SlotOwner(seeds, slot_of(prefix), discovery)
+    connection_class = PinnedSSLConnection if seeds.tls else PinnedConnection
+    pool = PinnedPool(owner, connection_class=connection_class, **kwargs)
+    return redis.Redis(connection_pool=pool)
+
+
+def pool_options(seeds: Seeds, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The pinned pool's connection options (`options` with the seed URL's query options winning, as
+    from_url has it) and the short-timeout options slot discovery connects with; the sync client and
+    the awaitable one (store/async_cluster.py) build theirs from these."""
     url_options = parse_url(seeds.urls[0])  # type: ignore[no-untyped-call]
     for name in ("host", "port", "path", "db", "connection_class"):
         url_options.pop(name, None)
-    kwargs = {**options, **url_options}  # as from_url: the URL's query options win
+    kwargs = {**options, **url_options}
     discovery = {
         k: v for k, v in kwargs.items() if k in ("username", "password") or k.startswith("ssl_") or k == "ssl"
     }
@@ -213,7 +224,4 @@ def cluster_client(seeds: Seeds, prefix: str, **options: Any) -> redis.Redis:
     )
     if seeds.tls:
         discovery["ssl"] = True
-    owner = SlotOwner(seeds, slot_of(prefix), discovery)
-    connection_class = PinnedSSLConnection if seeds.tls else PinnedConnection
-    pool = PinnedPool(owner, connection_class=connection_class, **kwargs)
-    return redis.Redis(connection_pool=pool)
+    return kwargs, discovery

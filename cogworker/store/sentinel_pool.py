@@ -59,14 +59,8 @@ class MajoritySentinel(Sentinel):
 
 def client(target: SentinelTarget, sentinel_password: str, **options: Any) -> redis.Redis:
     """A client of `target`'s master, with redis-py's client `options` (timeouts, decoding, TLS)."""
-    sentinel_kwargs = {
-        k: v for k, v in options.items() if k in _SENTINEL_OPTIONS or k.startswith(_SSL_PREFIX)
-    }
-    if target.tls:
-        sentinel_kwargs["ssl"] = True
-    if sentinel_password:
-        sentinel_kwargs["password"] = sentinel_password
-    sentinel = MajoritySentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+    kwargs = sentinel_options(target, sentinel_password, options)
+    sentinel = MajoritySentinel(list(target.sentinels), sentinel_kwargs=kwargs)  # type: ignore[no-untyped-call]
     pool = SentinelConnectionPool(  # type: ignore[no-untyped-call]
         target.master,
         sentinel,
@@ -79,3 +73,19 @@ def client(target: SentinelTarget, sentinel_password: str, **options: Any) -> re
     built = redis.Redis(connection_pool=pool)
     built.auto_close_connection_pool = True
     return built
+
+
+def sentinel_options(
+    target: SentinelTarget, sentinel_password: str, options: dict[str, Any]
+) -> dict[str, Any]:
+    """What the sentinels themselves are asked with: the client's timeouts and TLS files, TLS when the
+    URL says so, and the sentinels' own password (the sync client and the awaitable one,
+    store/async_connection.py, share it)."""
+    sentinel_kwargs = {
+        k: v for k, v in options.items() if k in _SENTINEL_OPTIONS or k.startswith(_SSL_PREFIX)
+    }
+    if target.tls:
+        sentinel_kwargs["ssl"] = True
+    if sentinel_password:
+        sentinel_kwargs["password"] = sentinel_password
+    return sentinel_kwargs
