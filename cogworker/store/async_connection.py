@@ -27,14 +27,14 @@ from typing import Any
 
 import redis
 import redis.asyncio as aredis
-from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 from cogworker import cluster_url, redis_sentinel
 from cogworker.redis_tls import client_options
 from cogworker.settings_fields import SettingsFields
 from cogworker.store import async_cluster
 from cogworker.store.connection import CONNECT_TIMEOUT_S, ENCODING, ENCODING_ERRORS
-from cogworker.store.sentinel_pool import sentinel_options
+from cogworker.store.sentinel_pool import majority, sentinel_options
 
 
 class LoopClient:
@@ -148,7 +148,7 @@ class MajoritySentinel(Sentinel):
     sentinels name it (that module says why the first healthy answer is not enough)."""
 
     async def discover_master(self, service_name: str) -> tuple[str, int]:
-        votes: dict[tuple[str, int], int] = {}
+        named: list[tuple[str, int]] = []
         errors: list[str] = []
         for sentinel in self.sentinels:
             try:
@@ -158,16 +158,8 @@ class MajoritySentinel(Sentinel):
                 errors.append(f"{type(exc).__name__}: {exc}")
                 continue
             if state and self.check_master_state(state, service_name):
-                address = (str(state["ip"]), int(state["port"]))
-                votes[address] = votes.get(address, 0) + 1
-        for address, n in votes.items():
-            if n > len(self.sentinels) // 2:
-                return address
-        seen = ", ".join(f"{host}:{port} ({n})" for (host, port), n in votes.items()) or "none"
-        raise MasterNotFoundError(
-            f"No master found for {service_name!r} by a majority of {len(self.sentinels)} sentinels "
-            f"(named: {seen}){': ' + '; '.join(errors) if errors else ''}"
-        )
+                named.append((str(state["ip"]), int(state["port"])))
+        return majority(service_name, len(self.sentinels), named, errors)
 
 
 def _sentinel_client(

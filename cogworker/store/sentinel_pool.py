@@ -35,7 +35,7 @@ class MajoritySentinel(Sentinel):
     few round trips per connect, which is rare."""
 
     def discover_master(self, service_name: str) -> tuple[str, int]:
-        votes: dict[tuple[str, int], int] = {}
+        named: list[tuple[str, int]] = []
         errors: list[str] = []
         for sentinel in self.sentinels:
             try:
@@ -45,16 +45,27 @@ class MajoritySentinel(Sentinel):
                 errors.append(f"{type(exc).__name__}: {exc}")
                 continue
             if state and self.check_master_state(state, service_name):  # type: ignore[no-untyped-call]
-                address = (str(state["ip"]), int(state["port"]))
-                votes[address] = votes.get(address, 0) + 1
-        for address, n in votes.items():
-            if n > len(self.sentinels) // 2:
-                return address
-        seen = ", ".join(f"{host}:{port} ({n})" for (host, port), n in votes.items()) or "none"
-        raise MasterNotFoundError(
-            f"No master found for {service_name!r} by a majority of {len(self.sentinels)} sentinels "
-            f"(named: {seen}){': ' + '; '.join(errors) if errors else ''}"
-        )
+                named.append((str(state["ip"]), int(state["port"])))
+        return majority(service_name, len(self.sentinels), named, errors)
+
+
+def majority(
+    service_name: str, sentinels: int, named: list[tuple[str, int]], errors: list[str]
+) -> tuple[str, int]:
+    """The master most of the `sentinels` named (each healthy answer in `named`), or
+    MasterNotFoundError saying who named what and which sentinels failed to answer (`errors`). The
+    async twin (store/async_connection.py) asks on redis.asyncio and counts here."""
+    votes: dict[tuple[str, int], int] = {}
+    for address in named:
+        votes[address] = votes.get(address, 0) + 1
+    for address, n in votes.items():
+        if n > sentinels // 2:
+            return address
+    seen = ", ".join(f"{host}:{port} ({n})" for (host, port), n in votes.items()) or "none"
+    raise MasterNotFoundError(
+        f"No master found for {service_name!r} by a majority of {sentinels} sentinels "
+        f"(named: {seen}){': ' + '; '.join(errors) if errors else ''}"
+    )
 
 
 def client(target: SentinelTarget, sentinel_password: str, **options: Any) -> redis.Redis:
