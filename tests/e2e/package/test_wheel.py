@@ -217,7 +217,7 @@ def test_the_installed_wheel_runs_jobs_and_serves_the_web_ui(
     assert ran(r, "by-run", worker, log) == worker.pid
     stop(worker, log)
     venv.env["COGWORKER_REQUIRE"] = require
-    assert job_line(log, "running by-run")["pid"] == worker.pid
+    assert job_line(log, "running by-run", "wheel")["pid"] == worker.pid
 
     # An awaitable push from the installed package (cogworker.aio, redis.asyncio) pushes the next job.
     apush = "import asyncio, sys, wheel_app; asyncio.run(wheel_app.where.aio.perform_async(sys.argv[1]))"
@@ -228,7 +228,7 @@ def test_the_installed_wheel_runs_jobs_and_serves_the_web_ui(
     swarm = venv.start("cogworker-swarm", log=log)
     assert ran(r, "by-swarm", swarm, log) != swarm.pid  # a child of the swarm ran it
     stop(swarm, log)
-    assert job_line(log, "running by-swarm")["slot"] == 0
+    assert job_line(log, "running by-swarm", "default")["slot"] == 0
 
     port = free_port()
     log = tmp_path / "web.log"
@@ -242,14 +242,15 @@ def test_the_installed_wheel_runs_jobs_and_serves_the_web_ui(
         stop(web, log)
 
 
-def job_line(log: Path, event: str) -> dict[str, Any]:
-    """The job's own stdlib line `event`: a JSON line (stderr is a file) with the job's fields."""
+def job_line(log: Path, event: str, queue: str) -> dict[str, Any]:
+    """The job's own stdlib line `event`: a JSON line (stderr is a file) with the job's fields, the
+    job pushed to `queue`."""
     lines = [json.loads(x) for x in log.read_text(errors="replace").splitlines() if f'"{event}"' in x]
     assert len(lines) == 1, log.read_text(errors="replace")
     [line] = lines
     assert (line["job"], line["queue"], line["level"], line["logger"]) == (
         "wheel_app.where",
-        "default",
+        queue,
         "warning",
         "wheel_app",
     )
