@@ -70,12 +70,12 @@ coverage-report: install
 	$(COVERAGE) json -q -o $(COVERAGE_DIR)/coverage.json
 	$(BIN)/python tests/check_coverage.py $(COVERAGE_DIR)/coverage.json
 
-# tests/typing holds what the job API's types must accept and refuse, checked by mypy and pyright.
+# tests/type_checks holds what the job API's types must accept and refuse, checked by mypy and pyright.
 lint: install
 	$(BIN)/ruff check cogworker supervisor tests
 	$(BIN)/ruff format --check cogworker supervisor tests
 	$(BIN)/mypy cogworker supervisor
-	$(BIN)/mypy --strict --warn-unused-ignores tests/typing
+	$(BIN)/mypy --strict --warn-unused-ignores tests/type_checks
 	$(BIN)/pyright
 
 format: install

@@ -36,9 +36,11 @@ def test_the_producer_pushes_batches_until_ctrl_c(redis_server: RedisServer, r: 
         text=True,
     )
     try:
-        # Ten batches: greet and flaky on the queue now, crunch scheduled up to 5 s ahead.
-        wait_until(lambda: r.llen(keys.queue("default")) >= 20, message="twenty jobs on the queue")
-        wait_until(lambda: r.zcard(keys.SCHEDULE) >= 10, message="ten crunch jobs scheduled")
+        # Ten batches: greet and flaky on the queue now, crunch scheduled up to 5 s ahead. The eleventh
+        # batch's first job on the queue means the tenth batch is done and its line printed: a Ctrl-C
+        # while the tenth crunch's reply is on its way would stop the producer before its print.
+        wait_until(lambda: r.llen(keys.queue("default")) >= 21, message="the eleventh batch begun")
+        assert r.zcard(keys.SCHEDULE) >= 10
         producer.send_signal(signal.SIGINT)
         out, _ = producer.communicate(timeout=30)
     finally:

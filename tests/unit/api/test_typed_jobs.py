@@ -1,6 +1,6 @@
 """Typed jobs (api/decorator.py, api/pusher.py, api/job_options.py): what the typed signatures
 change at run time (only the options given are kept, the times are positional-only), and proof
-that the typing checks `make lint` runs over tests/typing can fail: mypy and pyright, run on a
+that the typing checks `make lint` runs over tests/type_checks can fail: mypy and pyright, run on a
 file with a wrong call and an ignore comment that ignores nothing, report both."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_a_job_may_have_parameters_named_like_the_push_times() -> None:
 
 
 WRONG = """\
-from tests.typing.jobs import add
+from tests.type_checks.jobs import add
 
 add.perform_async("not", "ints", "and", "too", "many")
 add.perform_async(1, 2)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]

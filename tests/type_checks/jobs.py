@@ -1,5 +1,5 @@
 """Jobs as a user declares them, for the typing checks beside this file (`make lint` runs mypy and
-pyright over tests/typing; nothing here is collected by pytest or run)."""
+pyright over tests/type_checks; nothing here is collected by pytest or run)."""
 
 from __future__ import annotations
 
