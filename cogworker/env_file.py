@@ -6,6 +6,8 @@ import io
 import os
 from pathlib import Path
 
+from cogworker.config_error import ConfigError
+
 
 def load_env_file(path: str) -> None:
     """`cogworker --env-file PATH`: load an instance's env file (VAR=value lines, `#` comments,
@@ -23,10 +25,6 @@ def read_env_file(path: str) -> dict[str, str]:
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        # Imported only here: `cogworker --env-file PATH swarm` reads the file without the settings'
-        # pydantic, which the swarm keeps out of its processes (cogworker/cli/entry.py).
-        from cogworker.settings import ConfigError
-
         raise ConfigError(
             f"--env-file {path}: can't read it ({getattr(exc, 'strerror', None) or exc})"
         ) from None

@@ -16,6 +16,7 @@ from pydantic import ValidationError, ValidationInfo, field_validator, model_val
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cogworker import cluster_url, exitcodes, redis_sentinel, redis_tls
+from cogworker.config_error import ConfigError as ConfigError
 from cogworker.log_levels import parse_log_levels
 from cogworker.prefix_rule import check_key_prefix
 from cogworker.redact import safe_url
@@ -226,14 +227,6 @@ MUST_BE_ABOVE = (
         "finished in time run again",
     ),
 )
-
-
-class ConfigError(Exception):
-    """A setting that cannot be used: raised by `cogworker.load_settings()`.
-
-    The message is one line naming each bad variable, its value (a Redis URL's password hidden) and
-    what it accepts. Fix the variable (or override); a command exits 78 (CONFIG_ERROR) with it.
-    """
 
 
 def _describe(error: ValidationError) -> str:

@@ -173,11 +173,9 @@ async def write_settled(
         # Raises PushOutcomeUnknown, undoing nothing, when whether they were written can't be known.
         lost = await aio_write.unwritten(conn, jobs, attempt, exc)
         if not lost:
-            if settings.redis_min_replicas > 0:  # the WAIT's answer was lost too: none confirmed it
-                raise replicas.NotReplicated(
-                    [str(job["jid"]) for job in jobs], 0, settings.redis_min_replicas,
-                    settings.redis_min_replicas_timeout_s,
-                ) from exc  # fmt: skip
+            unconfirmed = replicas.unconfirmed(settings, [str(job["jid"]) for job in jobs])
+            if unconfirmed is not None:
+                raise unconfirmed from exc
             return
         if abandon_chain:
             await aio_features.give_back_claims(conn, lost)

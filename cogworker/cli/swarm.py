@@ -47,17 +47,12 @@ def start(env_file: str | None, swarm_args: Sequence[str]) -> int:
     from it), then hand over to the supervisor's main, which parses its arguments and runs until
     stopped."""
     if env_file is not None:
+        from cogworker.config_error import ConfigError
         from cogworker.env_file import load_env_file
 
         try:
             load_env_file(env_file)
-        except Exception as exc:
-            # ConfigError (an unreadable file) is the settings module's, imported only now that it
-            # is needed: a readable file loads without pydantic.
-            from cogworker.settings import ConfigError
-
-            if not isinstance(exc, ConfigError):
-                raise
+        except ConfigError as exc:
             print(f"cogworker: configuration error: {exc}", file=sys.stderr)
             return exitcodes.CONFIG_ERROR
     from supervisor.main import main as swarm_main

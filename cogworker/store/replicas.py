@@ -76,6 +76,14 @@ def check_push(settings: SettingsFields, reply: object, jids: Sequence[str]) -> 
         )
 
 
+def unconfirmed(settings: SettingsFields, jids: Sequence[str]) -> NotReplicated | None:
+    """What a push that was written, but whose reply was lost, tells its caller: the WAIT's answer was
+    lost with it, so when replicas are wanted none is known to hold the jobs."""
+    if settings.redis_min_replicas <= 0:
+        return None
+    return NotReplicated(jids, 0, settings.redis_min_replicas, settings.redis_min_replicas_timeout_s)
+
+
 def confirmed_enough(settings: SettingsFields, reply: object) -> bool:
     return not isinstance(reply, Exception) and int(reply) >= settings.redis_min_replicas  # type: ignore[call-overload]
 

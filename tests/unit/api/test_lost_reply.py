@@ -338,3 +338,19 @@ def test_a_member_whose_registration_reply_was_lost_leaves_its_batch(
     assert queued(direct) == []
     status = cogworker.batch_status(b.bid)
     assert status is not None and (status.total, status.pending, status.complete) == (0, 0, True)
+
+
+def test_a_push_whose_reply_was_lost_with_replicas_wanted_raises_not_replicated(
+    resp_proxy: RespProxy, direct: redis.Redis
+) -> None:
+    """The WAIT rides in the push's round trip, so its answer is lost with the push's: the job is
+    written (found by its marker) and no replica is known to hold it."""
+    wanted = {"redis_min_replicas": 1, "redis_min_replicas_timeout_s": 0.2}
+    cw_client.configure(load_settings(redis_url=resp_proxy.url, redis_timeout_s=1, **wanted))
+    lose_push(resp_proxy)
+    with pytest.raises(cogworker.NotReplicated) as raised:
+        unique_jobs.rebuild.perform_async(8)
+    [job] = queued(direct)
+    assert raised.value.jids == (job["jid"],)
+    assert raised.value.confirmed == 0 and raised.value.wanted == 1
+    assert unique_jobs.rebuild.perform_async(8) is None  # written: its claim stands

@@ -155,3 +155,19 @@ def test_a_claim_whose_reply_was_lost_is_given_back(
     with pytest.raises(redis.ConnectionError):
         run(unique_jobs.rebuild.aio.perform_async(12))
     assert direct.keys(keys.unique("*")) == [] and queued(direct) == []
+
+
+def test_a_push_whose_reply_was_lost_with_replicas_wanted_raises_not_replicated(
+    resp_proxy: RespProxy, direct: redis.Redis
+) -> None:
+    """As the sync push: the WAIT's answer is lost with the push's, so the job written (found by its
+    marker) is reported with no replica known to hold it, and its claim stands."""
+    wanted = {"redis_min_replicas": 1, "redis_min_replicas_timeout_s": 0.2}
+    cw_client.configure(load_settings(redis_url=resp_proxy.url, redis_timeout_s=1, **wanted))
+    resp_proxy.lose_reply(script="push_batch")
+    with pytest.raises(cogworker.NotReplicated) as raised:
+        run(unique_jobs.rebuild.aio.perform_async(8))
+    [job] = queued(direct)
+    assert raised.value.jids == (job["jid"],)
+    assert raised.value.confirmed == 0 and raised.value.wanted == 1
+    assert run(unique_jobs.rebuild.aio.perform_async(8)) is None  # written: its claim stands
