@@ -85,7 +85,12 @@ def test_a_job_failing_after_redis_restarted_without_its_data_is_filed_in_retry(
         [entry] = [json.loads(e) for e in r.zrange(keys.RETRY, 0, -1)]
         assert entry["jid"] == jid and entry["retry_count"] == 0
         assert r.get(keys.STAT_FAILED) == "1"
-        assert [e["jid"] for e in worker.events_named("job_filed_after_redis_lost_it")] == [jid]
+        # Logged once the filing script has answered: the entry can be read before the line is written.
+        wait_until(
+            lambda: [e["jid"] for e in worker.events_named("job_filed_after_redis_lost_it")] == [jid],
+            timeout=10,
+            message="the worker's job_filed_after_redis_lost_it line",
+        )
         assert not worker.events_named("settle_skipped_requeued_job")
         assert worker.stop() == 0
     finally:
