@@ -21,10 +21,13 @@ def _redis() -> redis.Redis:
 
 
 def _ran(entry: str) -> int:
-    """Record one run; returns how many runs this entry has had."""
-    conn = _redis()
-    conn.rpush("test:chain:runs", entry)
-    return int(conn.incr(f"test:chain:count:{entry}"))
+    """Record one run; returns how many runs this entry has had. Both writes go in one MULTI: a test
+    that sees the run listed and then kills the process must find it counted too, or the next run
+    would take itself for the first."""
+    pipe = _redis().pipeline(transaction=True)
+    pipe.rpush("test:chain:runs", entry)
+    pipe.incr(f"test:chain:count:{entry}")
+    return int(pipe.execute()[1])
 
 
 @job
