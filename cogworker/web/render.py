@@ -101,8 +101,25 @@ def short(text: str | None, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def short_id(value: str | None, keep: int = 8) -> Markup:
+    """A jid, thread id or identity cut for a table cell, the whole of it on hover (and in the
+    page's text for search and copy): `<abbr title="whole">first 8…</abbr>`."""
+    if not value:
+        return Markup("&ndash;")
+    text = codec.escape(str(value))
+    if len(text) <= keep + 1:
+        return Markup("{}").format(text)
+    return Markup('<abbr class="id" title="{}">{}…</abbr>').format(text, text[:keep])
+
+
 ENV.filters.update(
-    time=time_tag, duration=duration, bytes=size_bytes, number=number, json=as_json, short=short
+    time=time_tag,
+    duration=duration,
+    bytes=size_bytes,
+    number=number,
+    json=as_json,
+    short=short,
+    shortid=short_id,
 )
 ENV.globals.update(segment=segment)
 
