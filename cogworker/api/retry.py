@@ -40,7 +40,8 @@ def _check_backtrace(value: Any) -> None:
 
 # The job options filing reads from a payload, each with the check `@job(...)` runs on it.
 # `backtrace` is Sidekiq's option (true, or how many lines to keep), kept as given for a job that
-# Sidekiq may run too: filing stores the last lines under `error_backtrace` either way (backtrace.py).
+# Sidekiq may run too: filing stores the exception chain, capped, under `error_backtrace` either
+# way (backtrace.py says what is kept and what is cut).
 OPTIONS: dict[str, Callable[[Any], None] | None] = {"retry": _check_retry, "backtrace": _check_backtrace}
 NOTES = "cogworker_notes"
 # The fields a filing writes itself: sanitising only these leaves the job as it was, still retryable.
