@@ -3,15 +3,16 @@ with them is in set_actions.py).
 
 An entry is named by its payload's `jid`; one with no jid (an unreadable payload filed whole) by
 `raw-` and a digest of its text. The Web UI names it by its key, `<score>-<ref>`, so it can find it
-with one ZRANGEBYSCORE instead of a scan; its pages read one slice (`page`) or search a bounded
-stretch of the set (`search`), never the whole set.
+with one ZRANGEBYSCORE instead of a scan; its pages read one slice (`page`) or search the set for a
+bounded time (`search`), going on from a position the next request is given.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -35,9 +36,15 @@ class Filter:
     job: str | None = None  # substring of the job's name
     error: str | None = None  # substring of its error class or message
     args: str | None = None  # substring of the JSON of its args and kwargs
+    job_class: str | None = None  # exactly the job's name (a group of set_groups.py)
+    error_class: str | None = None  # exactly its error class (a group of set_groups.py)
 
     def __call__(self, entry: Entry) -> bool:
         if self.queue is not None and entry.queue != self.queue:
+            return False
+        if self.job_class is not None and entry.job != self.job_class:
+            return False
+        if self.error_class is not None and entry.error_class != self.error_class:
             return False
         if self.job is not None and self.job not in (entry.job or ""):
             return False
@@ -53,7 +60,10 @@ class Filter:
 
     @property
     def empty(self) -> bool:
-        return self.queue is None and self.job is None and self.error is None and self.args is None
+        return all(
+            value is None
+            for value in (self.queue, self.job, self.error, self.args, self.job_class, self.error_class)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +274,7 @@ class Search:
     start: int  # the first position examined
     end: int  # one past the last position examined: where the next search continues
     total: int  # the set's size when searched
+    out_of_time: bool = False  # stopped by its time budget, with entries left and the page not full
 
     @property
     def finished(self) -> bool:
@@ -275,19 +286,27 @@ def search(
     set_name: str,
     match: Filter,
     start: int = 0,
-    budget: int = 2_000,
+    budget: int | None = None,
     limit: int = 25,
     desc: bool = True,
+    budget_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Search:
-    """Up to `limit` matching entries, examining at most `budget` entries from position `start` in
-    slices: a filter over a set of millions costs one bounded stretch per call, and the caller goes
-    on from `end`."""
+    """Up to `limit` matching entries from position `start`, read in slices until the page is full,
+    the set is exhausted, `budget` entries were examined or `budget_s` seconds have passed (checked
+    between slices; the first slice is always read, so every call moves on). A filter over a set
+    of millions costs a bounded time per call, and the caller goes on from `end`."""
     key = set_key(set_name)
     total = client.zcard(key)
     found: list[Entry] = []
     position = start = max(0, start)
-    stop = min(total, start + max(0, budget))
+    stop = total if budget is None else min(total, start + max(0, budget))
+    deadline = None if budget_s is None else clock() + budget_s
+    out_of_time = False
     while position < stop and len(found) < limit:
+        if deadline is not None and position > start and clock() >= deadline:
+            out_of_time = True
+            break
         chunk = page(client, set_name, position, min(BATCH, stop - position), desc)
         if not chunk:
             break
@@ -297,7 +316,7 @@ def search(
                 found.append(entry)
                 if len(found) >= limit:
                     break
-    return Search(found, start, position, total)
+    return Search(found, start, position, total, out_of_time)
 
 
 def get(client: redis.Redis, set_name: str, ref: str, score: float | None = None) -> Entry:

@@ -22,7 +22,9 @@ from cogworker.web.actions import action, field, fields
 from cogworker.web.state import WebState
 
 SET_PATHS = {"retry": "/retries", "scheduled": "/scheduled", "dead": "/dead"}
-KILLABLE = set_actions.KILLABLE
+# The UI kills from retries only: a scheduled job has not failed (no error to file it under), and
+# an operator who wants it gone deletes it. `cogworker scheduled kill` still can.
+KILLABLE = ("retry",)
 
 # What one entry's action does, given (state, set name, ref, score): the entry it acted on.
 Act = Callable[[WebState, str, str, float], Entry]
@@ -35,11 +37,21 @@ def filter_from(params: Mapping[str, object]) -> Filter:
         value = params.get(name)
         return value if isinstance(value, str) and value else None
 
-    return Filter(job=text("job"), error=text("error"), args=text("args"))
+    return Filter(
+        job=text("job"),
+        error=text("error"),
+        args=text("args"),
+        job_class=text("class"),
+        error_class=text("error_class"),
+    )
 
 
 def describe(match: Filter) -> str:
     parts = []
+    if match.job_class is not None:
+        parts.append(f"job class is {match.job_class!r}")
+    if match.error_class is not None:
+        parts.append(f"error class is {match.error_class!r}")
     if match.job is not None:
         parts.append(f"job class contains {match.job!r}")
     if match.error is not None:
@@ -78,10 +90,15 @@ def _kill(state: WebState, set_name: str, ref: str, score: float) -> Entry:
     return set_actions.kill(state.client, state.scripts, state.settings, set_name, ref, score)
 
 
+def _past(verb: str, set_name: str) -> str:
+    """What a verb did, in the set's words: a scheduled job is enqueued, not retried."""
+    return "Enqueued" if verb == "retry" and set_name == "scheduled" else PAST[verb]
+
+
 def _one_text(verb: str, entry: Entry) -> str:
     name = entry.job or "unreadable"
     if verb == "retry":
-        return f"Retried job {entry.ref} ({name}) onto queue {entry.queue}"
+        return f"{_past(verb, entry.set)} job {entry.ref} ({name}) onto queue {entry.queue}"
     if verb == "delete":
         return f"Deleted job {entry.ref} ({name}) from the {entry.set} set"
     return f"Killed job {entry.ref} ({name}): moved from the {entry.set} set to dead"
@@ -122,7 +139,7 @@ def selected(set_name: str, verb: str) -> Callable[[Request, WebState, FormData]
                 gone += 1
             except OpsError as exc:
                 refused.append(str(exc))
-        text = f"{PAST[verb]} {_plural(done)}"
+        text = f"{_past(verb, set_name)} {_plural(done)}"
         if gone:
             text += f"; {gone:,} {'was' if gone == 1 else 'were'} already gone"
         if refused:
@@ -137,7 +154,7 @@ def selected(set_name: str, verb: str) -> Callable[[Request, WebState, FormData]
 
 def _bulk_text(verb: str, set_name: str, match: Filter, result: BulkResult) -> str:
     where = {"retry": "onto their queues", "delete": f"from the {set_name} set", "kill": "to dead"}[verb]
-    text = f"{PAST[verb]} {_plural(result.done)} {where}"
+    text = f"{_past(verb, set_name)} {_plural(result.done)} {where}"
     if not match.empty:
         text += f" (those whose {describe(match)})"
     if result.unreadable:
@@ -168,15 +185,22 @@ def every(set_name: str, verb: str) -> Callable[[Request, WebState, FormData], s
 def question(set_name: str, verb: str) -> Callable[[FormData], str]:
     """The confirmation page's question: how many (the count the listing showed) or which filter."""
     doing = {
-        "retry": "Retry {} now (put each back on its queue)?",
+        "retry": "Enqueue {} now?"
+        if set_name == "scheduled"
+        else "Retry {} now (put each back on its queue)?",
         "delete": "Delete {} for good?",
         "kill": "Kill {} (move them to the dead set)?",
     }[verb]
+    if set_name == "scheduled" and verb == "retry":
+        doing = "Enqueue {} now (each on its queue, before its time)?"
 
     def ask(form: FormData) -> str:
         match = filter_from(form)
         count = form.get("count")
         size = f"{int(count):,}" if isinstance(count, str) and count.isdigit() else "all its"
+        if form.get("group") == "1":
+            # A group's button (set_groups_web.py): `count` is the group's, as counted.
+            return doing.format(f"the {size} entries of the {set_name} set whose {describe(match)}")
         if match.empty:
             return doing.format(f"all {size} entries of the {set_name} set")
         return doing.format(

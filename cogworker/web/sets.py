@@ -1,11 +1,15 @@
-"""The retry, scheduled and dead pages: a listing per set (paginated, or a bounded search when a
-filter is set) and one entry's page; their POST actions are in set_actions_web.py.
+"""The retry, scheduled and dead pages: a listing per set (paginated, or a time-budgeted search when
+a filter is set) and one entry's page; their POST actions are in set_actions_web.py, the grouped
+view in set_groups_web.py.
 
 A listing reads one slice of the set (ZCARD + ZRANGE), whatever its size. A filter can't be
-answered from a slice, and reading a set of a hundred thousand to filter it would make the page as
-slow as the set is big, so a filtered listing examines at most SEARCH_BUDGET entries from a scan
-position (`?from=N`) and links to the next stretch. An entry's page finds it by its key
-(`<score>-<ref>`) with one ZRANGEBYSCORE.
+answered from a slice, so a filtered listing reads the set in slices from a scan position
+(`?from=N`) until a page of matches is found, the set is exhausted or SEARCH_BUDGET_S has passed;
+then the page says how far it got and links to where it stopped ("Continue"). An entry's page finds
+it by its key (`<score>-<ref>`) with one ZRANGEBYSCORE.
+
+Orders: retries and scheduled jobs open with the one due next (ascending score), dead with the
+newest (descending); `?order=` names the other way, and every link keeps it with the filter.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from cogworker.api import backtrace
 from cogworker.ops import sets as set_ops
-from cogworker.web import set_actions_web
+from cogworker.web import set_actions_web, set_groups_web
 from cogworker.web.pagination import PER_PAGE, Pager, numbered, page_number, start_of
 from cogworker.web.render import page, path_to
 from cogworker.web.set_actions_web import SET_PATHS, filter_from
@@ -28,9 +33,19 @@ from cogworker.web.state import state_of
 TITLES = {"retry": "Retries", "scheduled": "Scheduled", "dead": "Dead"}
 WHEN = {"retry": "Next try", "scheduled": "Due", "dead": "Died"}
 EMPTY = {"retry": "No retries.", "scheduled": "No scheduled jobs.", "dead": "No dead jobs."}
-# Entries a filtered listing examines per request: a bounded cost (a few ZRANGE slices) per page.
-SEARCH_BUDGET = 2_000
+# How long a filtered listing reads the set per request before it says how far it got: about a
+# hundred thousand entries on a quiet server, and a page that never hangs on a set of millions.
+SEARCH_BUDGET_S = 0.25
 MAX_FROM = 1_000_000_000
+# Each set's opening order (True: highest score first) and its two labels, opening order first.
+OPENS_DESC = {"retry": False, "scheduled": False, "dead": True}
+ORDER_LABELS = {
+    "retry": ("Next first", "Latest first"),
+    "scheduled": ("Next first", "Latest first"),
+    "dead": ("Newest first", "Oldest first"),
+}
+# The filter fields a listing's links and forms keep: `class` and `error_class` are exact (a group).
+FILTER_FIELDS = ("job", "error", "args", "class", "error_class")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +55,16 @@ class Searched:
     first: int
     last: int
     total: int
+    matches: int
+    out_of_time: bool
+    continue_url: str | None  # where the search goes on, when it stopped before the set's end
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    label: str
+    url: str
+    here: bool
 
 
 def _scan_position(request: Request) -> int:
@@ -49,47 +74,70 @@ def _scan_position(request: Request) -> int:
         return 0
 
 
-def _query(params: Mapping[str, str]) -> dict[str, str | None]:
-    """The filter and order fields a listing's links keep (empty ones are left out of URLs)."""
-    return {
-        "job": params.get("job") or None,
-        "error": params.get("error") or None,
-        "args": params.get("args") or None,
-        "order": "asc" if params.get("order") == "asc" else None,
-    }
+def is_desc(set_name: str, params: Mapping[str, str]) -> bool:
+    """The listing's order: `?order=asc|desc`, else the set's opening order."""
+    asked = params.get("order")
+    return asked == "desc" if asked in ("asc", "desc") else OPENS_DESC[set_name]
+
+
+def _query(set_name: str, params: Mapping[str, str]) -> dict[str, str | None]:
+    """The filter and order fields a listing's links keep (empty ones are left out of URLs; the
+    order only when it isn't the set's opening one)."""
+    kept: dict[str, str | None] = {name: params.get(name) or None for name in FILTER_FIELDS}
+    desc = is_desc(set_name, params)
+    kept["order"] = None if desc == OPENS_DESC[set_name] else ("desc" if desc else "asc")
+    return kept
+
+
+def _orders(request: Request, set_name: str, query: dict[str, str | None]) -> list[Order]:
+    """The two order links, opening order first: each the true opposite of the other."""
+    path = SET_PATHS[set_name]
+    desc = is_desc(set_name, request.query_params)
+    filters = {k: v for k, v in query.items() if k != "order"}
+    opening, other = ORDER_LABELS[set_name]
+    other_order = "asc" if OPENS_DESC[set_name] else "desc"
+    return [
+        Order(opening, path_to(request, path, **filters), desc == OPENS_DESC[set_name]),
+        Order(other, path_to(request, path, **filters, order=other_order), desc != OPENS_DESC[set_name]),
+    ]
+
+
+def _filtered(
+    request: Request, set_name: str, match: set_ops.Filter, query: dict[str, str | None], desc: bool
+) -> tuple[list[set_ops.Entry], int, Pager, Searched]:
+    path = SET_PATHS[set_name]
+    start = _scan_position(request)
+    client = state_of(request).client
+    result = set_ops.search(
+        client, set_name, match, start, limit=PER_PAGE, desc=desc, budget_s=SEARCH_BUDGET_S
+    )
+    onward = None if result.finished else path_to(request, path, **query, **{"from": result.end})
+    searched = Searched(
+        min(start + 1, result.end), result.end, result.total, len(result.found), result.out_of_time, onward
+    )
+    matches = f"{len(result.found)} match{'' if len(result.found) == 1 else 'es'}"
+    pager = Pager(
+        matches,
+        first_url=path_to(request, path, **query) if start > 0 else None,
+        next_url=None if result.out_of_time else onward,
+    )
+    return result.found, result.total, pager, searched
 
 
 def _listing(request: Request, set_name: str) -> Response:
     client = state_of(request).client
     path = SET_PATHS[set_name]
-    query = _query(request.query_params)
+    query = _query(set_name, request.query_params)
     match = filter_from(request.query_params)
-    desc = query["order"] != "asc"
+    desc = is_desc(set_name, request.query_params)
     searched: Searched | None = None
     if match.empty:
         number = page_number(request)
         total = set_ops.size(client, set_name)
         entries = set_ops.page(client, set_name, start_of(number), PER_PAGE, desc)
-        pager = numbered(
-            request,
-            path,
-            number,
-            total,
-            job=query["job"],
-            error=query["error"],
-            args=query["args"],
-            order=query["order"],
-        )
+        pager = numbered(request, path, number, total, PER_PAGE, **query)
     else:
-        start = _scan_position(request)
-        result = set_ops.search(client, set_name, match, start, SEARCH_BUDGET, PER_PAGE, desc)
-        entries, total = result.found, result.total
-        searched = Searched(min(start + 1, result.end), result.end, total)
-        pager = Pager(
-            f"{len(entries)} match{'' if len(entries) == 1 else 'es'}",
-            first_url=path_to(request, path, **query) if start > 0 else None,
-            next_url=None if result.finished else path_to(request, path, **query, **{"from": result.end}),
-        )
+        entries, total, pager, searched = _filtered(request, set_name, match, query, desc)
     return page(
         request,
         "set_list.html",
@@ -100,19 +148,41 @@ def _listing(request: Request, set_name: str) -> Response:
         total=total,
         pager=pager,
         searched=searched,
+        budget_ms=round(SEARCH_BUDGET_S * 1000),
         query=query,
+        orders=_orders(request, set_name, query),
         filtered=not match.empty,
-        desc=desc,
         when_label=WHEN[set_name],
         empty_text=EMPTY[set_name],
         killable=set_name in set_actions_web.KILLABLE,
-        bulk_fields={k: v or "" for k, v in query.items() if k != "order"} | {"count": str(total)},
+        has_errors=set_name != "scheduled",
+        groupable=set_name in set_groups_web.GROUPED,
+        retry_label="Enqueue now" if set_name == "scheduled" else "Retry now",
+        bulk_fields={k: v for k, v in query.items() if v and k != "order"} | {"count": str(total)},
     )
 
 
-def backtrace_text(lines: list[str] | None) -> str | None:
-    """The backtrace filed with the failure (ops/sets.py `Entry.backtrace`), as one text."""
-    return "\n".join(lines) if lines else None
+def backtrace_lines(lines: list[str] | None) -> list[tuple[str, str]]:
+    """The backtrace filed with the failure (ops/sets.py `Entry.backtrace`), each line with its
+    kind for the page to set apart: a frame's file line, the sentence joining two exceptions of a
+    chain, a line saying what was cut, an exception's class and message, or source."""
+    kinds: list[tuple[str, str]] = []
+    for line in lines or []:
+        stripped = line.strip()
+        if stripped.startswith("File "):
+            kind = "frame"
+        elif stripped.startswith("…"):
+            kind = "omitted"
+        elif line in (backtrace.CAUSE, backtrace.CONTEXT):
+            kind = "link"
+        elif not line or line == backtrace.HEADER:
+            kind = "header"
+        elif not line.startswith(" "):
+            kind = "error"
+        else:
+            kind = "source"
+        kinds.append((kind, line))
+    return kinds
 
 
 def _entry(request: Request, set_name: str) -> Response:
@@ -132,9 +202,10 @@ def _entry(request: Request, set_name: str) -> Response:
         path=SET_PATHS[set_name],
         set_title=TITLES[set_name],
         entry=entry,
-        backtrace=backtrace_text(entry.backtrace),
+        backtrace=backtrace_lines(entry.backtrace),
         when_label=WHEN[set_name],
         killable=set_name in set_actions_web.KILLABLE,
+        retry_label="Enqueue now" if set_name == "scheduled" else "Retry now",
     )
 
 
@@ -151,6 +222,7 @@ def _routes() -> list[BaseRoute]:
     routes: list[BaseRoute] = []
     for set_name, path in SET_PATHS.items():
         routes.append(Route(path, _for_set(_listing, set_name), methods=["GET"]))
+        routes += set_groups_web.routes_for(set_name)
         # The actions (POST, fixed names) come before the entry page, whose key takes any path.
         routes += set_actions_web.routes_for(set_name)
         routes.append(Route(path + "/{key:path}", _for_set(_entry, set_name), methods=["GET"]))

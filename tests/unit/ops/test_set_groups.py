@@ -1,0 +1,84 @@
+"""The sets' time-budgeted reads against a real Redis, with an injected clock: a search that stops
+between slices when its budget is spent (always reading one, so it moves on), and the grouping of
+ops/set_groups.py (counts, newest message, first and last failure, the cap on distinct groups)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from cogworker import codec
+from cogworker.ops import set_groups
+from cogworker.ops import sets as set_ops
+from tests.support.set_entries import add, dead_job
+
+DEAD = "cogworker:dead"
+
+
+def ticking(step: float) -> Callable[[], float]:
+    """A clock that moves `step` seconds each time it is read."""
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += step
+        return now[0]
+
+    return clock
+
+
+def fill(r: redis.Redis, count: int, **fields: object) -> None:
+    pipe = r.pipeline(transaction=False)
+    for i in range(count):
+        pipe.zadd(DEAD, {codec.dumps(dead_job(f"j{i}", **fields)): 1000.0 + i})
+    pipe.execute()
+
+
+def test_search_stops_between_slices_when_its_time_is_spent(r: redis.Redis) -> None:
+    fill(r, 2_200)
+    match = set_ops.Filter(job="nothing")
+    # The deadline is read at the start (t=1, deadline 3.5), then before each slice after the first.
+    result = set_ops.search(r, "dead", match, budget_s=2.5, clock=ticking(1.0))
+    assert (result.end, result.out_of_time, result.finished) == (3 * set_ops.BATCH, True, False)
+    rest = set_ops.search(r, "dead", match, start=result.end, budget_s=0.0, clock=ticking(1.0))
+    assert (rest.start, rest.end, rest.out_of_time) == (1_500, 2_000, True)  # one slice, always
+    done = set_ops.search(r, "dead", match, start=rest.end, budget_s=60.0)
+    assert (done.end, done.out_of_time, done.finished) == (2_200, False, True)
+
+
+def test_a_full_page_is_not_out_of_time(r: redis.Redis) -> None:
+    fill(r, 1_200)
+    result = set_ops.search(r, "dead", set_ops.Filter(job="boom"), limit=25, budget_s=0.0, clock=ticking(1.0))
+    assert len(result.found) == 25 and result.end == 25 and not result.out_of_time
+
+
+def test_groups_count_and_order_by_size(r: redis.Redis) -> None:
+    for i in range(3):
+        add(r, DEAD, dead_job(f"a{i}", failed_at=10.0 + i, died_at=20.0 + i, error_message=f"m{i}"), 1.0 + i)
+    add(r, DEAD, dead_job("b", error_class="KeyError", failed_at=5.0, died_at=50.0), 9.0)
+    add(r, DEAD, "not json at all", 10.0)
+    grouping = set_groups.groups(r, "dead")
+    assert grouping.complete and grouping.scanned == grouping.total == 5
+    first, second, third = grouping.groups
+    assert (first.job, first.error_class, first.count) == ("demo_jobs.boom", "ValueError", 3)
+    assert (first.first_failed_at, first.last_failed_at, first.newest_message) == (10.0, 22.0, "m2")
+    assert (second.error_class, second.count, second.last_failed_at) == ("KeyError", 1, 50.0)
+    assert (third.job, third.error_class, third.actionable) == (None, None, False)
+
+
+def test_a_partial_count_says_how_far_it_got(r: redis.Redis) -> None:
+    fill(r, 1_200)
+    grouping = set_groups.groups(r, "dead", budget_s=0.0, clock=ticking(1.0))
+    assert (grouping.scanned, grouping.total, grouping.complete) == (set_ops.BATCH, 1_200, False)
+    assert grouping.groups[0].count == set_ops.BATCH
+
+
+def test_distinct_groups_are_capped(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(set_groups, "MAX_GROUPS", 3)
+    for i in range(6):
+        add(r, DEAD, dead_job(f"e{i}", error_class=f"Error{i}"), float(i))
+    add(r, DEAD, dead_job("again", error_class="Error0"), 10.0)
+    grouping = set_groups.groups(r, "dead")
+    assert [g.error_class for g in grouping.groups] == ["Error0", "Error1", "Error2"]
+    assert grouping.groups[0].count == 2 and grouping.others == 3
