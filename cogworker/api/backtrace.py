@@ -33,7 +33,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import cogworker
 from cogworker import codec
 from cogworker.api.payload import ERROR_MESSAGE_CHARS
 
@@ -47,7 +46,8 @@ MESSAGE_LINES = 6
 CAUSE = "The above exception was the direct cause of the following exception:"
 CONTEXT = "During handling of the above exception, another exception occurred:"
 HEADER = "Traceback (most recent call last):"
-_PACKAGE = os.path.dirname(os.path.realpath(cogworker.__file__)) + os.sep
+# The installed cogworker package (this file is cogworker/api/backtrace.py).
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
 # Ruby's Base64.encode64 writes 60 characters a line: 45 bytes of input each.
 _CHUNK_BYTES = 45
 # A stored backtrace inflates to at most this much; anything larger is not one of ours or Sidekiq's
