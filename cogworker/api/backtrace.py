@@ -16,8 +16,8 @@ keeps what went wrong first. Before any cap, cogworker's own frames (files insid
 worker that called the job) and Python's caret lines (`^^^^` under a source line) go: they filled
 the old 20 lines and said nothing about the failure. Then at most about LINES lines are kept: each
 exception's class and message, and the frames nearest to where it was raised, a line such as
-"… 12 frames omitted" standing where frames were cut. Sixty lines hold a three-link chain with a
-dozen frames each; deflated, that is a few kB in each retry and dead entry (a set of 10,000 dead
+"… 12 frames omitted" standing where frames were cut. Sixty lines hold a cause and its error with
+a dozen frames each; deflated, that is a few kB in each retry and dead entry (a set of 10,000 dead
 jobs stays tens of MB), and a deeper recursion is cut to its last frames, which is where it failed.
 """
 

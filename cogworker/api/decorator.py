@@ -177,7 +177,7 @@ def job(
             in seconds before retry `count + 1` (None: the default backoff). `@job` only.
             Default: unset (Sidekiq's backoff, count**4 + 15 s plus jitter).
         backtrace (bool | int): Sidekiq's option (true, or how many lines to keep), kept in the
-            payload for Sidekiq; cogworker stores a failure's last 20 lines either way.
+            payload for Sidekiq; cogworker stores a failure's capped chain either way.
             Default: unset.
         unique (str | None): "until_executed": a push of the same job, arguments and queue returns
             None while an earlier copy is pending. Default: None (not unique).

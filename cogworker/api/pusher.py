@@ -198,7 +198,7 @@ class Pusher(Generic[P, R]):
             retry (bool | int): How many times a failing job is retried before it goes to the dead
                 set: True for 25, False for none, or a number. Default: True.
             backtrace (bool | int): Sidekiq's option (true, or how many lines to keep), kept in the
-                payload for Sidekiq; cogworker stores a failure's last 20 lines either way.
+                payload for Sidekiq; cogworker stores a failure's capped chain either way.
                 Default: unset.
             unique (str | None): "until_executed": a push of the same job, arguments and queue returns
                 None while an earlier copy is pending. Default: None (not unique).
