@@ -13,11 +13,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import redis
 
-from cogworker.ops.sets import BATCH, Entry, parse_entry, set_key
+from cogworker import codec
+from cogworker.ops.sets import BATCH, set_key
 
 # Distinct groups kept: past that, entries of new groups are counted together (`Grouping.others`),
 # so a set whose every error class differs can't grow the page without bound.
@@ -51,24 +52,32 @@ class Grouping:
         return self.scanned >= self.total
 
 
-def last_failure(entry: Entry) -> float | None:
+def _time(payload: dict[str, Any], name: str) -> float | None:
+    value = payload.get(name)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _text(payload: dict[str, Any], name: str) -> str | None:
+    value = payload.get(name)
+    return value if isinstance(value, str) and value else None
+
+
+def last_failure(payload: dict[str, Any]) -> float | None:
     """When the entry last failed: its death, its latest retry's failure, or its first failure."""
-    payload = entry.payload or {}
-    times = [payload.get(name) for name in ("died_at", "retried_at", "failed_at")]
-    found = [float(t) for t in times if isinstance(t, int | float) and not isinstance(t, bool)]
+    found = [t for t in (_time(payload, n) for n in ("died_at", "retried_at", "failed_at")) if t is not None]
     return max(found) if found else None
 
 
-def _add(group: Group, entry: Entry) -> None:
+def _add(group: Group, payload: dict[str, Any]) -> None:
     group.count += 1
-    first, last = entry.failed_at, last_failure(entry)
+    first, last = _time(payload, "failed_at"), last_failure(payload)
     if first is not None and (group.first_failed_at is None or first < group.first_failed_at):
         group.first_failed_at = first
     if last is not None and (group.last_failed_at is None or last >= group.last_failed_at):
         group.last_failed_at = last
-        group.newest_message = entry.error_message
+        group.newest_message = _text(payload, "error_message")
     elif group.newest_message is None:
-        group.newest_message = entry.error_message
+        group.newest_message = _text(payload, "error_message")
 
 
 def groups(
@@ -85,21 +94,20 @@ def groups(
     scanned = others = 0
     deadline = clock() + budget_s
     while scanned < total and (scanned == 0 or clock() < deadline):
-        chunk = cast(
-            list[tuple[str, float]], client.zrange(key, scanned, scanned + BATCH - 1, withscores=True)
-        )
+        # Decoded without building an Entry: counting a large set is mostly this loop.
+        chunk = cast(list[str], client.zrange(key, scanned, scanned + BATCH - 1))
         if not chunk:
             break
-        for raw, score in chunk:
-            entry = parse_entry(set_name, raw, score)
-            name = (entry.job, entry.error_class)
+        for raw in chunk:
+            payload = codec.loads_dict(raw) or {}
+            name = (_text(payload, "class"), _text(payload, "error_class"))
             group = found.get(name)
             if group is None:
                 if len(found) >= MAX_GROUPS:
                     others += 1
                     continue
-                group = found[name] = Group(entry.job, entry.error_class, 0, None, None, None)
-            _add(group, entry)
+                group = found[name] = Group(name[0], name[1], 0, None, None, None)
+            _add(group, payload)
         scanned += len(chunk)
     ordered = sorted(found.values(), key=lambda g: (-g.count, -(g.last_failed_at or 0.0)))
     return Grouping(ordered, min(scanned, total), total, others)

@@ -28,6 +28,8 @@ SETS = ("retry", "scheduled", "dead")
 UNREADABLE = "cogworker.UnreadablePayload"
 RAW_REF_PREFIX = "raw-"
 BATCH = 500
+# Characters JSON writers (orjson, Python's json, Ruby's) write as themselves inside a string.
+_LITERAL = re.compile(r"[A-Za-z0-9 _.\-]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,16 @@ class Filter:
             if self.args not in text:
                 return False
         return True
+
+    def may_match(self, raw: str) -> bool:
+        """False when the entry's stored text can't hold a match, so a search skips decoding it.
+        Only for needles of characters every JSON writer writes as themselves: anything else (and
+        the args filter, whose text is the args written again) is left to the decoded entry. An
+        error needle starting with a space could span the ": " that joins class and message."""
+        needles = [self.job, self.job_class, self.error_class]
+        if self.error is not None and not self.error.startswith(" "):
+            needles.append(self.error)
+        return all(n is None or not _LITERAL.fullmatch(n) or n in raw for n in needles)
 
     @property
     def empty(self) -> bool:
@@ -307,11 +319,15 @@ def search(
         if deadline is not None and position > start and clock() >= deadline:
             out_of_time = True
             break
-        chunk = page(client, set_name, position, min(BATCH, stop - position), desc)
+        end = position + min(BATCH, stop - position) - 1
+        chunk = cast(list[tuple[str, float]], client.zrange(key, position, end, desc=desc, withscores=True))
         if not chunk:
             break
-        for entry in chunk:
+        for raw, score in chunk:
             position += 1
+            if not match.may_match(raw):
+                continue
+            entry = parse_entry(set_name, raw, score)
             if match(entry):
                 found.append(entry)
                 if len(found) >= limit:

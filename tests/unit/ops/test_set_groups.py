@@ -82,3 +82,28 @@ def test_distinct_groups_are_capped(r: redis.Redis, monkeypatch: pytest.MonkeyPa
     grouping = set_groups.groups(r, "dead")
     assert [g.error_class for g in grouping.groups] == ["Error0", "Error1", "Error2"]
     assert grouping.groups[0].count == 2 and grouping.others == 3
+
+
+@pytest.mark.parametrize(
+    ("match", "expected"),
+    [
+        (set_ops.Filter(job="Report"), ["r"]),
+        (set_ops.Filter(error="x y"), ["a"]),  # inside the message
+        (set_ops.Filter(error=" x"), ["a", "r"]),  # spans ": " into the message: decoded, not pre-checked
+        (set_ops.Filter(error="ValueError: x"), ["a"]),
+        (set_ops.Filter(error="caf\u00e9"), ["u"]),  # stored escaped by another writer
+        (set_ops.Filter(args="1, 2"), []),  # args are matched as written again, compactly
+        (set_ops.Filter(args="1,2"), ["s"]),
+        (set_ops.Filter(job_class="app.ReportJob", error_class="KeyError"), ["r"]),
+    ],
+)
+def test_the_raw_text_pre_check_never_hides_a_match(
+    r: redis.Redis, match: set_ops.Filter, expected: list[str]
+) -> None:
+    add(r, DEAD, dead_job("a", error_message="x y"), 1.0)
+    add(r, DEAD, dead_job("r", **{"class": "app.ReportJob"}, error_class="KeyError"), 2.0)
+    add(r, DEAD, '{"class":"x","jid":"u","queue":"q","error_class":"E","error_message":"caf\\u00e9"}', 3.0)
+    add(r, DEAD, '{"class": "x", "jid": "s", "queue": "q", "args": [1, 2]}', 4.0)
+    assert sorted(e.jid or "" for e in set_ops.search(r, "dead", match).found) == expected
+    entries = [set_ops.parse_entry("dead", raw, s) for raw, s in r.zrange(DEAD, 0, -1, withscores=True)]
+    assert sorted(e.jid or "" for e in entries if match(e)) == expected  # the same as without it
