@@ -199,8 +199,13 @@ def question(set_name: str, verb: str) -> Callable[[FormData], str]:
         count = form.get("count")
         size = f"{int(count):,}" if isinstance(count, str) and count.isdigit() else "all its"
         if form.get("group") == "1":
-            # A group's button (set_groups_web.py): `count` is the group's, as counted.
+            # A group's button (set_groups_web.py): `count` is the group's, counted over the whole set.
             return doing.format(f"the {size} entries of the {set_name} set whose {describe(match)}")
+        if form.get("group") == "partial":
+            return doing.format(
+                f"every entry of the {set_name} set whose {describe(match)} ({size} counted in the part "
+                "of the set read so far; the whole set is searched)"
+            )
         if match.empty:
             return doing.format(f"all {size} entries of the {set_name} set")
         return doing.format(

@@ -257,5 +257,15 @@ def test_a_partial_count_says_so(client: TestClient, r: redis.Redis, monkeypatch
         "Partial count: 1 distinct failure among the first 500 of 1,200 entries"
     )
     assert 'class="search-partial"' in page
+    assert '<input type="hidden" name="group" value="partial">' in page
+    form = {"class": "demo_jobs.boom", "error_class": "ValueError", "count": "500", "group": "partial"}
+    ask = html.unescape(
+        client.post("/dead/delete-all", data={**form, "back": "/dead/groups"}, headers=SAME_ORIGIN).text
+    )
+    assert "(500 counted in the part of the set read so far; the whole set is searched)" in ask
+    done = client.post(
+        "/dead/delete-all", data={**form, "confirm": "yes", "back": "/dead"}, headers=SAME_ORIGIN
+    )
+    assert "Deleted 1,200 entries from the dead set" in html.unescape(done.text) and r.zcard(DEAD) == 0
     assert "Nothing to group" in client.get("/retries/groups").text
     assert client.get("/scheduled/groups").status_code == 404
