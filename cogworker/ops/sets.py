@@ -3,16 +3,15 @@ with them is in set_actions.py).
 
 An entry is named by its payload's `jid`; one with no jid (an unreadable payload filed whole) by
 `raw-` and a digest of its text. The Web UI names it by its key, `<score>-<ref>`, so it can find it
-with one ZRANGEBYSCORE instead of a scan; its pages read one slice (`page`) or search the set for a
-bounded time (`search`), going on from a position the next request is given.
+with one ZRANGEBYSCORE instead of a scan; its pages read one slice (`page`), or search the set for a
+bounded time (set_search.py), going on from a position the next request is given.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -278,61 +277,6 @@ def page(client: redis.Redis, set_name: str, start: int, count: int, desc: bool 
         client.zrange(set_key(set_name), start, start + count - 1, desc=desc, withscores=True),
     )
     return [parse_entry(set_name, raw, score) for raw, score in chunk]
-
-
-@dataclass(frozen=True, slots=True)
-class Search:
-    found: list[Entry]  # the matches, in listing order
-    start: int  # the first position examined
-    end: int  # one past the last position examined: where the next search continues
-    total: int  # the set's size when searched
-    out_of_time: bool = False  # stopped by its time budget, with entries left and the page not full
-
-    @property
-    def finished(self) -> bool:
-        return self.end >= self.total
-
-
-def search(
-    client: redis.Redis,
-    set_name: str,
-    match: Filter,
-    start: int = 0,
-    budget: int | None = None,
-    limit: int = 25,
-    desc: bool = True,
-    budget_s: float | None = None,
-    clock: Callable[[], float] = time.monotonic,
-) -> Search:
-    """Up to `limit` matching entries from position `start`, read in slices until the page is full,
-    the set is exhausted, `budget` entries were examined or `budget_s` seconds have passed (checked
-    between slices; the first slice is always read, so every call moves on). A filter over a set
-    of millions costs a bounded time per call, and the caller goes on from `end`."""
-    key = set_key(set_name)
-    total = client.zcard(key)
-    found: list[Entry] = []
-    position = start = max(0, start)
-    stop = total if budget is None else min(total, start + max(0, budget))
-    deadline = None if budget_s is None else clock() + budget_s
-    out_of_time = False
-    while position < stop and len(found) < limit:
-        if deadline is not None and position > start and clock() >= deadline:
-            out_of_time = True
-            break
-        end = position + min(BATCH, stop - position) - 1
-        chunk = cast(list[tuple[str, float]], client.zrange(key, position, end, desc=desc, withscores=True))
-        if not chunk:
-            break
-        for raw, score in chunk:
-            position += 1
-            if not match.may_match(raw):
-                continue
-            entry = parse_entry(set_name, raw, score)
-            if match(entry):
-                found.append(entry)
-                if len(found) >= limit:
-                    break
-    return Search(found, start, position, total, out_of_time)
 
 
 def get(client: redis.Redis, set_name: str, ref: str, score: float | None = None) -> Entry:

@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from cogworker.api import backtrace
+from cogworker.ops import set_search
 from cogworker.ops import sets as set_ops
 from cogworker.web import set_actions_web, set_groups_web
 from cogworker.web.pagination import PER_PAGE, Pager, numbered, page_number, start_of
@@ -36,7 +37,7 @@ EMPTY = {"retry": "No retries.", "scheduled": "No scheduled jobs.", "dead": "No 
 # How long a filtered listing reads the set per request before it says how far it got. Within the
 # project's page target (`make bench`: every page's p99 under 100 ms), so a filter with no match
 # over a set of millions costs what any page costs, a Live refresh of it too; with the raw-text
-# pre-check (sets.py `Filter.may_match`) that is tens of thousands of entries on a quiet server.
+# pre-check (ops/sets.py `Filter.may_match`) that is tens of thousands of entries on a quiet server.
 SEARCH_BUDGET_S = 0.08
 MAX_FROM = 1_000_000_000
 # Each set's opening order (True: highest score first) and its two labels, opening order first.
@@ -110,7 +111,7 @@ def _filtered(
     path = SET_PATHS[set_name]
     start = _scan_position(request)
     client = state_of(request).client
-    result = set_ops.search(
+    result = set_search.search(
         client, set_name, match, start, limit=PER_PAGE, desc=desc, budget_s=SEARCH_BUDGET_S
     )
     onward = None if result.finished else path_to(request, path, **query, **{"from": result.end})

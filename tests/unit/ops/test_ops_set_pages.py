@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from cogworker import codec
-from cogworker.ops import NotFound, set_actions
+from cogworker.ops import NotFound, set_actions, set_search
 from cogworker.ops import sets as set_ops
 from cogworker.settings import Settings
 from cogworker.store.scripts import Scripts
@@ -57,15 +57,15 @@ def test_page_is_one_slice_in_either_order(r: redis.Redis) -> None:
 def test_search_stops_at_its_budget_and_says_where_to_go_on(r: redis.Redis) -> None:
     _fill(r, 1200)
     match = set_ops.Filter(job="nothing-matches")
-    first = set_ops.search(r, "dead", match, start=0, budget=700, limit=25)
+    first = set_search.search(r, "dead", match, start=0, budget=700, limit=25)
     assert (first.found, first.start, first.end, first.total, first.finished) == ([], 0, 700, 1200, False)
-    rest = set_ops.search(r, "dead", match, start=first.end, budget=700, limit=25)
+    rest = set_search.search(r, "dead", match, start=first.end, budget=700, limit=25)
     assert (rest.start, rest.end, rest.finished) == (700, 1200, True)
 
 
 def test_search_stops_at_its_limit_right_after_the_last_match(r: redis.Redis) -> None:
     _fill(r, 100)
-    result = set_ops.search(r, "dead", set_ops.Filter(args="x"), start=10, budget=2000, limit=5)
+    result = set_search.search(r, "dead", set_ops.Filter(args="x"), start=10, budget=2000, limit=5)
     assert [e.jid for e in result.found] == ["j89", "j88", "j87", "j86", "j85"]
     assert (result.start, result.end) == (10, 15)
 

@@ -1,6 +1,7 @@
-"""The sets' time-budgeted reads against a real Redis, with an injected clock: a search that stops
-between slices when its budget is spent (always reading one, so it moves on), and the grouping of
-ops/set_groups.py (counts, newest message, first and last failure, the cap on distinct groups)."""
+"""The sets' time-budgeted reads against a real Redis, with an injected clock: a search
+(ops/set_search.py) that stops between slices when its budget is spent (always reading one, so it
+moves on) and whose raw-text pre-check never hides a match, and the grouping of ops/set_groups.py
+(counts, newest message, first and last failure, the cap on distinct groups)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import redis
 
 from cogworker import codec
-from cogworker.ops import set_groups
+from cogworker.ops import set_groups, set_search
 from cogworker.ops import sets as set_ops
 from tests.support.set_entries import add, dead_job
 
@@ -39,17 +40,19 @@ def test_search_stops_between_slices_when_its_time_is_spent(r: redis.Redis) -> N
     fill(r, 2_200)
     match = set_ops.Filter(job="nothing")
     # The deadline is read at the start (t=1, deadline 3.5), then before each slice after the first.
-    result = set_ops.search(r, "dead", match, budget_s=2.5, clock=ticking(1.0))
+    result = set_search.search(r, "dead", match, budget_s=2.5, clock=ticking(1.0))
     assert (result.end, result.out_of_time, result.finished) == (3 * set_ops.BATCH, True, False)
-    rest = set_ops.search(r, "dead", match, start=result.end, budget_s=0.0, clock=ticking(1.0))
+    rest = set_search.search(r, "dead", match, start=result.end, budget_s=0.0, clock=ticking(1.0))
     assert (rest.start, rest.end, rest.out_of_time) == (1_500, 2_000, True)  # one slice, always
-    done = set_ops.search(r, "dead", match, start=rest.end, budget_s=60.0)
+    done = set_search.search(r, "dead", match, start=rest.end, budget_s=60.0)
     assert (done.end, done.out_of_time, done.finished) == (2_200, False, True)
 
 
 def test_a_full_page_is_not_out_of_time(r: redis.Redis) -> None:
     fill(r, 1_200)
-    result = set_ops.search(r, "dead", set_ops.Filter(job="boom"), limit=25, budget_s=0.0, clock=ticking(1.0))
+    result = set_search.search(
+        r, "dead", set_ops.Filter(job="boom"), limit=25, budget_s=0.0, clock=ticking(1.0)
+    )
     assert len(result.found) == 25 and result.end == 25 and not result.out_of_time
 
 
@@ -104,6 +107,6 @@ def test_the_raw_text_pre_check_never_hides_a_match(
     add(r, DEAD, dead_job("r", **{"class": "app.ReportJob"}, error_class="KeyError"), 2.0)
     add(r, DEAD, '{"class":"x","jid":"u","queue":"q","error_class":"E","error_message":"caf\\u00e9"}', 3.0)
     add(r, DEAD, '{"class": "x", "jid": "s", "queue": "q", "args": [1, 2]}', 4.0)
-    assert sorted(e.jid or "" for e in set_ops.search(r, "dead", match).found) == expected
+    assert sorted(e.jid or "" for e in set_search.search(r, "dead", match).found) == expected
     entries = [set_ops.parse_entry("dead", raw, s) for raw, s in r.zrange(DEAD, 0, -1, withscores=True)]
     assert sorted(e.jid or "" for e in entries if match(e)) == expected  # the same as without it
