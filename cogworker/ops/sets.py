@@ -197,8 +197,9 @@ def size(client: redis.Redis, set_name: str) -> int:
     return client.zcard(set_key(set_name))
 
 
-def _scan(client: redis.Redis, set_name: str) -> Iterator[Entry]:
-    """Every entry in listing order: dead newest first, retry and scheduled soonest due first."""
+def _scan(client: redis.Redis, set_name: str, match: Filter | None = None) -> Iterator[Entry]:
+    """Every entry in listing order: dead newest first, retry and scheduled soonest due first (only
+    those whose stored text may match `match`: the others aren't decoded)."""
     key = set_key(set_name)
     newest_first = set_name == "dead"
     start = 0
@@ -208,7 +209,8 @@ def _scan(client: redis.Redis, set_name: str) -> Iterator[Entry]:
             client.zrange(key, start, start + BATCH - 1, desc=newest_first, withscores=True),
         )
         for raw, score in page:
-            yield parse_entry(set_name, raw, score)
+            if match is None or match.may_match(raw):
+                yield parse_entry(set_name, raw, score)
         if len(page) < BATCH:
             return
         start += BATCH
@@ -219,7 +221,7 @@ def entries(
 ) -> list[Entry]:
     match = match or Filter()
     found = []
-    for entry in _scan(client, set_name):
+    for entry in _scan(client, set_name, match):
         if match(entry):
             found.append(entry)
             if limit is not None and len(found) >= limit:

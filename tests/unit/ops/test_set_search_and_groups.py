@@ -110,3 +110,4 @@ def test_the_raw_text_pre_check_never_hides_a_match(
     assert sorted(e.jid or "" for e in set_search.search(r, "dead", match).found) == expected
     entries = [set_ops.parse_entry("dead", raw, s) for raw, s in r.zrange(DEAD, 0, -1, withscores=True)]
     assert sorted(e.jid or "" for e in entries if match(e)) == expected  # the same as without it
+    assert sorted(e.jid or "" for e in set_ops.entries(r, "dead", match)) == expected  # bulk actions
