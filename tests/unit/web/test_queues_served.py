@@ -71,10 +71,11 @@ def test_queues_show_their_live_readers_and_flag_the_unserved_ones(
     assert readers_and_state(text, "empty") == ("no live process", "unread")
     orphan = row(text, "orphan")
     assert ">unserved</span>" in orphan and ">active<" not in orphan
-    assert re.search(r"for \d+d\d\dh", orphan)  # the latency beside the warning: enqueued in 2023
+    assert re.search(r"oldest waiting \d+d\d\dh", orphan)  # the latency beside the warning: enqueued in 2023
     warning = text.split('id="unserved-warning">')[1].split("</p>")[0]
     assert warning.startswith("1 queue with jobs that no live process fetches from")
     assert 'href="/queues/orphan"' in warning and "held" not in warning
+    assert "resume the quiet ones" not in warning  # nobody lists orphan: there is no one to resume
     assert dashboard_unserved(client) == 1
 
     page = client.get("/queues/orphan").text
@@ -91,6 +92,7 @@ def test_queues_show_their_live_readers_and_flag_the_unserved_ones(
     assert readers_and_state(text, "mail") == ("2 processes (2 quiet)", "unserved")
     assert readers_and_state(text, "default") == ("1 process (1 quiet)", "unread")
     assert dashboard_unserved(client) == 2
+    assert "or resume the quiet ones on Busy." in text.split('id="unserved-warning">')[1].split("</p>")[0]
 
     process_ops.tell(r, "resume", identities)
     wait_until(lambda: not any(p.quiet for p in process_ops.processes(r)), timeout=15, message="both resumed")
