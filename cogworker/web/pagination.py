@@ -48,5 +48,5 @@ def numbered(
     first = path_to(request, path, **query) if page > 2 else None
     previous = path_to(request, path, **query, page=page - 1 if page > 2 else None) if page > 1 else None
     following = path_to(request, path, **query, page=page + 1) if page < pages else None
-    last = path_to(request, path, **query, page=pages) if page < pages - 1 else None
+    last = path_to(request, path, **query, page=pages) if page < pages else None
     return Pager(f"page {page:,} of {pages:,}", first, previous, following, last)

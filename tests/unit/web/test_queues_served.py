@@ -139,8 +139,10 @@ def test_next_to_run_first_pages_keep_the_order_and_delete_the_right_job(
     second = client.get("/queues/mail", params={"order": "next", "page": 2}).text
     assert jids(second) == [f"j{n}" for n in range(25, 50)]
     assert 'href="/queues/mail?order=next" rel="prev"' in second
+    assert 'href="/queues/mail?order=next&amp;page=3" rel="last"' in second  # beside Next, to the same page
     last = client.get("/queues/mail", params={"order": "next", "page": 3}).text
-    assert jids(last) == [f"j{n}" for n in range(50, 60)] and 'rel="next"' not in last
+    assert jids(last) == [f"j{n}" for n in range(50, 60)]
+    assert 'rel="next"' not in last and 'rel="last"' not in last
     numbers = re.findall(r'<td class="num">([\d,]+)</td>', last)
     assert numbers[0] == "51" and numbers[-1] == "60"  # places in the order shown
 
