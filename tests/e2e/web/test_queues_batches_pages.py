@@ -46,7 +46,7 @@ def test_queues_show_readers_and_unserved_queues(
     demo_jobs.record.set(queue="reports-paused").perform_async("held")
     rc.sadd(keys.PAUSED, "reports-paused")
     demo_jobs.record.set(queue="mail").perform_async("sent")
-    wait_until(lambda: rc.llen(keys.queue("mail")) == 0, timeout=15, message="the swarm to take mail's job")
+    wait_until(lambda: rc.llen(keys.queue("mail")) == 0, timeout=45, message="the swarm to take mail's job")
     p = page.page
     p.goto("/queues")
     unserved = p.locator('#queues tr[data-queue="exports-nobody-reads"]')
@@ -101,7 +101,7 @@ def test_batch_with_failing_members_and_its_columns(
         demo_jobs.record.set(queue="nobody").perform_async("waits")
     wait_until(
         lambda: sum(f'"{jid}"' in raw for raw in rc.zrange(keys.RETRY, 0, -1) for jid in failing) == 3,
-        timeout=20,
+        timeout=45,
         message="the batch's members to fail into retry",
     )
     p = page.page

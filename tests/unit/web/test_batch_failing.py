@@ -43,7 +43,7 @@ def test_a_batch_whose_members_all_fail_and_retry_reads_failing_with_their_error
     with cogworker.batch("nightly import") as batch:
         jids = [demo_jobs.boom.perform_async(f"row {n} is malformed") for n in range(3)]
     workers.start()  # reads default; boom retries twice, the first retry 15 s or more away
-    wait_until(lambda: r.zcard(keys.RETRY) == 3, timeout=20, message="every member to fail into retry")
+    wait_until(lambda: r.zcard(keys.RETRY) == 3, timeout=45, message="every member to fail into retry")
 
     page = client.get(f"/batches/{batch.bid}").text
     assert fact(page, "batch-state") == "running, 3 failing"
@@ -76,7 +76,7 @@ def test_a_finished_batch_says_finished_and_how_many_of_those_failed(
             demo_jobs.record.perform_async(f"ok {n}")
             demo_jobs.boom_once.perform_async(f"bad {n}")  # retry=False: straight to dead
     workers.start()
-    wait_until(lambda: r.hget(keys.batch(batch.bid), "completed_at"), timeout=20, message="the batch to end")
+    wait_until(lambda: r.hget(keys.batch(batch.bid), "completed_at"), timeout=45, message="the batch to end")
 
     page = client.get(f"/batches/{batch.bid}").text
     members = fact(page, "batch-members")

@@ -85,7 +85,7 @@ def test_queues_show_their_live_readers_and_flag_the_unserved_ones(
     # Every reader of mail quiet: they still list it, but take nothing from it.
     process_ops.tell(r, "quiet", identities)
     wait_until(
-        lambda: all(p.quiet for p in process_ops.processes(r)), timeout=15, message="both workers quiet"
+        lambda: all(p.quiet for p in process_ops.processes(r)), timeout=45, message="both workers quiet"
     )
     push(r, "mail", 1, start=100)
     text = client.get("/queues").text
@@ -95,12 +95,12 @@ def test_queues_show_their_live_readers_and_flag_the_unserved_ones(
     assert "or resume the quiet ones on Busy." in text.split('id="unserved-warning">')[1].split("</p>")[0]
 
     process_ops.tell(r, "resume", identities)
-    wait_until(lambda: not any(p.quiet for p in process_ops.processes(r)), timeout=15, message="both resumed")
+    wait_until(lambda: not any(p.quiet for p in process_ops.processes(r)), timeout=45, message="both resumed")
     assert readers_and_state(client.get("/queues").text, "mail") == ("2 processes", "active")
 
     # A reader that stops is no longer counted: its presence goes with it.
     mail_only.terminate()
-    assert mail_only.wait(timeout=20) == 0
+    assert mail_only.wait(timeout=45) == 0
     text = client.get("/queues").text
     assert readers_and_state(text, "mail") == ("1 process", "active")
     assert dashboard_unserved(client) == 1  # orphan still waits
@@ -122,7 +122,7 @@ def test_next_to_run_first_lists_the_jobs_in_the_order_a_real_worker_runs_them(
 
     # One job thread: the worker takes them one at a time, from the end it pops first.
     workers.start(COGWORKER_QUEUES="line", COGWORKER_CONCURRENCY="1")
-    wait_until(lambda: r.llen("test:ran") == len(tags), timeout=20, message="the worker to run every job")
+    wait_until(lambda: r.llen("test:ran") == len(tags), timeout=45, message="the worker to run every job")
     ran = [entry.split()[0] for entry in r.lrange("test:ran", 0, -1)]
     assert ran == listed
 
