@@ -101,6 +101,7 @@ def test_queues_show_their_live_readers_and_flag_the_unserved_ones(
     # A reader that stops is no longer counted: its presence goes with it.
     mail_only.terminate()
     assert mail_only.wait(timeout=45) == 0
+    wait_until(lambda: len(process_ops.processes(r)) == 1, timeout=45, message="the stopped worker to go")
     text = client.get("/queues").text
     assert readers_and_state(text, "mail") == ("1 process", "active")
     assert dashboard_unserved(client) == 1  # orphan still waits
