@@ -6,6 +6,7 @@ with links to job pages that find them."""
 from __future__ import annotations
 
 import html
+import json
 import re
 
 import demo_jobs
@@ -18,6 +19,7 @@ from cogworker.settings import Settings
 from cogworker.store import keys
 from tests.support.cli_runner import Workers, workers_fixture  # noqa: F401
 from tests.support.redis_server import wait_until
+from tests.support.web_requests import IMG, SCRIPT
 
 
 def text_of(fragment: str) -> str:
@@ -119,3 +121,18 @@ def test_pending_members_are_listed_page_by_page_with_links_that_find_them(
     assert f'<li data-member="{jid}"><a href="/jobs/{jid}"><code>{jid}</code></a></li>' in first
     job_page = client.get(f"/jobs/{jid}")
     assert job_page.status_code == 200 and "nobody-reads" in job_page.text
+
+
+def test_a_failing_member_s_hostile_error_and_job_name_are_shown_as_text(
+    client: TestClient, r: redis.Redis, configured: Settings
+) -> None:
+    with cogworker.batch("hostile") as batch:
+        jid = demo_jobs.record.perform_async("x")
+    raw = r.rpop(keys.queue("default"))
+    assert raw is not None
+    job = json.loads(raw) | {"class": IMG, "error_class": SCRIPT, "error_message": IMG, "retry_count": 0}
+    r.zadd(keys.RETRY, {json.dumps(job): 2e9})  # as if it had failed: waiting for its retry
+    page = client.get(f"/batches/{batch.bid}").text
+    assert SCRIPT not in page and IMG not in page
+    row = page.split(f'<tr data-member="{jid}" data-status="failing">')[1].split("</tr>")[0]
+    assert "&lt;script&gt;" in row and "&lt;img src=x onerror=alert(1)&gt;" in row
