@@ -8,6 +8,7 @@ process reads on its next beat (heartbeat.lua).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -15,6 +16,7 @@ import redis
 
 from cogworker import codec
 from cogworker.ops import NotFound, OpsError, redis_time
+from cogworker.ops import queues as queue_ops
 from cogworker.settings import Settings
 from cogworker.store import keys
 from cogworker.store.locks import Locks
@@ -168,6 +170,39 @@ def processes(client: redis.Redis, now: float | None = None) -> list[ProcessInfo
         if presence:  # no presence hash: not live (its TTL ran out, or it stopped)
             found.append(_process_info(identity, presence, work, int(in_progress), now, clock))
     return sorted(found, key=lambda p: (p.hostname, p.pid or 0, p.identity))
+
+
+def queue_readers(live: Iterable[ProcessInfo]) -> dict[str, queue_ops.Readers]:
+    """How many live processes list each queue, and how many of those fetch (not quiet or stopping).
+
+    This reads the presence hashes (`processes`), which exist only while their process beats: exact
+    now. `cogworker doctor`'s unread-queues check reads `cogworker:live-queues` instead, whose stamps
+    keep a process that just died counted for the live-queue window (2 x the presence TTL)."""
+    counts: dict[str, list[int]] = {}
+    for process in live:
+        fetching = not (process.quiet or process.stopping)
+        for name in dict.fromkeys(process.queues):
+            count = counts.setdefault(name, [0, 0])
+            count[0] += 1
+            count[1] += fetching
+    return {name: queue_ops.Readers(n, f) for name, (n, f) in counts.items()}
+
+
+def served_queues(
+    client: redis.Redis, names: Iterable[str] | None = None, now: float | None = None
+) -> list[queue_ops.ServedQueue]:
+    """The queues `names` (default: every known queue, those live processes read included), each
+    with its readers."""
+    readers = queue_readers(processes(client, now))
+    chosen = queue_ops.known_queues(client, readers) if names is None else names
+    infos = queue_ops.queue_infos(client, chosen, now)
+    return queue_ops.served(infos, readers)
+
+
+def unserved_count(client: redis.Redis, infos: Iterable[queue_ops.QueueInfo]) -> int:
+    """How many of `infos` hold jobs that no live process fetches (the dashboard's figure)."""
+    readers = queue_readers(processes(client))
+    return sum(q.unserved for q in queue_ops.served(infos, readers))
 
 
 def orphaned_lists(client: redis.Redis, live: set[str] | None = None) -> list[OrphanedList]:

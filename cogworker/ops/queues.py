@@ -4,7 +4,7 @@ queue's jobs with the deletion of one of them."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -23,6 +23,45 @@ class QueueInfo:
     # the queue is empty or that job is unreadable.
     latency_s: float | None
     paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Readers:
+    """The live processes that list a queue in their COGWORKER_QUEUES (ops/processes.py
+    `queue_readers`)."""
+
+    processes: int = 0
+    # Of those, the ones fetching: neither quiet nor stopping. A quiet fleet still "reads" its queues
+    # by configuration, but takes nothing from them.
+    fetching: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ServedQueue:
+    """A queue with the live processes that read it: what the Queues page and the dashboard show."""
+
+    info: QueueInfo
+    readers: Readers
+
+    @property
+    def unserved(self) -> bool:
+        """Jobs wait in it and no live process fetches from it: they won't run until one does. A
+        paused queue is not unserved: nothing is meant to fetch from it."""
+        return self.info.size > 0 and not self.info.paused and self.readers.fetching == 0
+
+    @property
+    def state(self) -> str:
+        """ "paused", "unserved", "active" (a fetching process reads it) or "unread" (empty, and no
+        fetching process reads it: harmless until a job is pushed)."""
+        if self.info.paused:
+            return "paused"
+        if self.unserved:
+            return "unserved"
+        return "active" if self.readers.fetching else "unread"
+
+
+def served(infos: Iterable[QueueInfo], readers: Mapping[str, Readers]) -> list[ServedQueue]:
+    return [ServedQueue(info, readers.get(info.name, Readers())) for info in infos]
 
 
 def known_queues(client: redis.Redis, extra: Iterable[str] = ()) -> list[str]:
@@ -139,14 +178,31 @@ def _queued_job(index: int, raw: str) -> QueuedJob:
     )
 
 
-def jobs_page(client: redis.Redis, name: str, start: int, count: int) -> list[QueuedJob]:
-    """`count` jobs of the queue from index `start` (0: the newest; the right end runs next), read as
-    one LRANGE slice: the cost doesn't depend on the queue's length."""
+def jobs_page(
+    client: redis.Redis, name: str, start: int, count: int, next_first: bool = False
+) -> list[QueuedJob]:
+    """`count` jobs of the queue from position `start`, read as one LRANGE slice: the cost doesn't
+    depend on the queue's length.
+
+    Newest first (the default) reads from the left end, where pushes land (index 0: the newest).
+    `next_first` reads from the right end, which every fetch pops first (fetch.lua's LMOVE ...
+    RIGHT, basic fetch's BRPOP): the first job listed is the one a worker takes next. Each job keeps
+    its index from the left, which `delete_job` needs; for the right end that index is the queue's
+    length minus the position, so the length is read in the same MULTI."""
     if count <= 0:
         return []
     start = max(0, start)
-    raws = cast(list[str], client.lrange(keys.queue(name), start, start + count - 1))
-    return [_queued_job(start + offset, str(raw)) for offset, raw in enumerate(raws)]
+    key = keys.queue(name)
+    if not next_first:
+        raws = cast(list[str], client.lrange(key, start, start + count - 1))
+        return [_queued_job(start + offset, str(raw)) for offset, raw in enumerate(raws)]
+    pipe = client.pipeline(transaction=True)
+    pipe.llen(key)
+    pipe.lrange(key, -(start + count), -(start + 1))
+    length, raws = pipe.execute()
+    # LRANGE gives the slice left to right; the rightmost (the next to run) is listed first.
+    first = int(length) - 1 - start
+    return [_queued_job(first - offset, str(raw)) for offset, raw in enumerate(reversed(raws))]
 
 
 def delete_job(client: redis.Redis, name: str, jid: str, near_index: int) -> QueuedJob:

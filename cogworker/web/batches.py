@@ -1,5 +1,6 @@
 """`/batches` and `/batches/<bid>`: the newest batches, and one batch's counts, times, failed members
-and callbacks (api/batch_status.py, the data `cogworker batch show` prints). A batch is changed by
+and callbacks (api/batch_status.py, the data `cogworker batch show` prints), with the members that
+fail and wait in the retry set and the pending members page by page (ops/batches.py). A batch is changed by
 its members' ends; the one repair by hand is the page's "Release holds" button (POST
 `/batches/release`, what `cogworker batch release` does: api/batch_holds.py), shown while a block
 holds the batch."""
@@ -17,6 +18,7 @@ from starlette.routing import BaseRoute, Route
 from cogworker.api import batch_holds
 from cogworker.api import batch_status as status_api
 from cogworker.ops import OpsError
+from cogworker.ops import batches as batch_ops
 from cogworker.web.actions import action, field
 from cogworker.web.render import page
 from cogworker.web.state import WebState, state_of
@@ -26,20 +28,51 @@ _BID = re.compile(r"[0-9a-f]{1,64}")
 LISTED = 100
 
 
+PENDING_PER_PAGE = 50
+
+
 def batches(request: Request) -> Response:
     client = state_of(request).client
     found = [s for bid in status_api.recent(LISTED, client) if (s := status_api.batch_status(bid, client))]
-    return page(request, "batches.html", "Batches", batches=found)
+    undecided = [s.bid for s in found if not s.complete]
+    failing = batch_ops.failing(client, undecided)
+    return page(
+        request,
+        "batches.html",
+        "Batches",
+        batches=batch_ops.views(found, failing),
+        searched=failing.searched,
+    )
+
+
+def _cursor(request: Request) -> int:
+    """`?cursor=N`, where a page of pending members starts (an SSCAN cursor); else the start."""
+    text = request.query_params.get("cursor", "0")
+    return int(text) if text.isdigit() and len(text) <= 20 else 0
 
 
 def batch(request: Request) -> Response:
     bid = str(request.path_params["bid"])
     if not _BID.fullmatch(bid):
         raise HTTPException(404, "No such batch: a bid is hexadecimal digits.")
-    found = status_api.batch_status(bid, state_of(request).client)
+    client = state_of(request).client
+    found = status_api.batch_status(bid, client)
     if found is None:
         raise HTTPException(404, f"No batch {bid}: it never existed, or its records expired.")
-    return page(request, "batch.html", f"Batch {bid}", batch=found)
+    failing = batch_ops.failing(client, [] if found.complete else [bid])
+    cursor = _cursor(request)
+    pending = batch_ops.pending_page(client, bid, cursor, PENDING_PER_PAGE) if found.pending else None
+    return page(
+        request,
+        "batch.html",
+        f"Batch {bid}",
+        batch=found,
+        view=batch_ops.BatchView(found, failing.of(bid)),
+        searched=failing.searched,
+        failing={m.jid: m for m in failing.of(bid)},
+        pending=pending,
+        cursor=cursor,
+    )
 
 
 def _release_question(form: FormData) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import Response
 
+from cogworker.ops import processes as process_ops
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
 from cogworker.ops import stats
@@ -73,4 +74,5 @@ def dashboard(request: Request) -> Response:
         queue_count=len(queues),
         enqueued=sum(q.size for q in queues),
         slowest=slowest,
+        unserved=process_ops.unserved_count(client, queues),
     )

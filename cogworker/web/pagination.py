@@ -24,6 +24,7 @@ class Pager:
     first_url: str | None = None
     previous_url: str | None = None
     next_url: str | None = None
+    last_url: str | None = None
 
 
 def page_number(request: Request) -> int:
@@ -47,4 +48,5 @@ def numbered(
     first = path_to(request, path, **query) if page > 2 else None
     previous = path_to(request, path, **query, page=page - 1 if page > 2 else None) if page > 1 else None
     following = path_to(request, path, **query, page=page + 1) if page < pages else None
-    return Pager(f"page {page:,} of {pages:,}", first, previous, following)
+    last = path_to(request, path, **query, page=pages) if page < pages else None
+    return Pager(f"page {page:,} of {pages:,}", first, previous, following, last)

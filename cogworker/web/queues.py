@@ -25,10 +25,14 @@ from cogworker.web.state import WebState, state_of
 
 
 def queues(request: Request) -> Response:
-    client = state_of(request).client
-    read = {q for p in process_ops.processes(client) for q in p.queues}
-    infos = queue_ops.queue_infos(client, queue_ops.known_queues(client, read))
-    return page(request, "queues.html", "Queues", queues=infos)
+    served = process_ops.served_queues(state_of(request).client)
+    unserved = [q for q in served if q.unserved]
+    return page(request, "queues.html", "Queues", queues=served, unserved=unserved)
+
+
+# The queue page's two orders: "newest" (the left end, where pushes land: LRANGE's own order) and
+# "next" (the right end, which every fetch pops first: what runs next is the first row).
+ORDERS = ("newest", "next")
 
 
 def queue(request: Request) -> Response:
@@ -36,18 +40,29 @@ def queue(request: Request) -> Response:
     if not is_queue_name(name):
         raise HTTPException(404, f"not a queue name: {QUEUE_NAME_RULE}")
     client = state_of(request).client
-    [info] = queue_ops.queue_infos(client, [name])
+    order = request.query_params.get("order", "newest")
+    order = order if order in ORDERS else "newest"
+    [served] = process_ops.served_queues(client, [name])
     number = page_number(request)
-    jobs = queue_ops.jobs_page(client, name, start_of(number), PER_PAGE)
+    start = start_of(number)
+    jobs = queue_ops.jobs_page(client, name, start, PER_PAGE, next_first=order == "next")
     return page(
         request,
         "queue.html",
         f"Queue {name}",
-        queue=info,
-        jobs=jobs,
-        pages=numbered(request, f"/queues/{segment(name)}", number, info.size),
+        queue=served.info,
+        served=served,
+        # Each row's place in the order shown: 1 is the newest, or (next first) the next to run.
+        jobs=[(start + offset + 1, job) for offset, job in enumerate(jobs)],
+        pages=numbered(request, f"/queues/{segment(name)}", number, served.info.size, order=_kept(order)),
         page_number=number,
+        order=order,
     )
+
+
+def _kept(order: str) -> str | None:
+    """The order as the links carry it: the default is left out, so the plain URL stays plain."""
+    return None if order == "newest" else order
 
 
 def _queue_name(form: FormData) -> str:

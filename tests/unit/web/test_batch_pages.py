@@ -46,12 +46,15 @@ def test_the_pages_show_a_batch_and_escape_what_it_holds(
     text = page.text
     assert SCRIPT not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
-    assert "2 total, 1 pending, 1 done, 1 failed (1 dead)" in text
+    assert "2 in all: 1 pending, 1 finished (0 succeeded, 1 failed, 1 of them dead)" in text
     assert "batch_jobs.on_complete" in text and "on_complete" in text
-    assert f'href="/batches/{child.bid}"' not in text  # the child is pending, not failed
+    failures = text.split('id="batch-failures"')[1].split("</section>")[0]
+    pending = text.split('id="batch-pending"')[1].split("</section>")[0]
+    assert f'href="/batches/{child.bid}"' not in failures  # the child is pending, not failed
+    assert f'<li data-member="b:{child.bid}"><a href="/batches/{child.bid}">' in pending
     child_page = client.get(f"/batches/{child.bid}").text
     assert f'href="/batches/{parent.bid}"' in child_page
-    assert "No member failed." in child_page and "No callbacks." in child_page
+    assert "No member has failed." in child_page and "No callbacks." in child_page
 
 
 def test_a_bid_that_is_not_one_or_is_gone_is_404(client: TestClient, r: redis.Redis) -> None:

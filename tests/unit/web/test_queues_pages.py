@@ -133,8 +133,9 @@ def test_queue_page_paginates_newest_first(client: TestClient, r: redis.Redis) -
     first = client.get("/queues/mail")
     assert first.status_code == 200
     assert rows(first.text, "data-jid") == [f"j{n}" for n in range(59, 34, -1)]
-    assert "next to run: last page" in first.text
+    assert "the last row of the last page runs next" in first.text
     assert 'href="/queues/mail?page=2" rel="next"' in first.text
+    assert 'href="/queues/mail?page=3" rel="last"' in first.text
     assert "page 1 of 3" in first.text
     assert 'href="/jobs/j59"' in first.text
     assert '<time datetime="2023-11-14T22:14:19Z">' in first.text  # j59's enqueued_at, 1.7e9 + 59
