@@ -69,8 +69,7 @@ def segment(value: str) -> str:
 
 
 def relative(delta_s: float) -> str:
-    """A time `delta_s` seconds from now as people say it: "in 26 min", "3 min ago", "now"; past
-    60 days the date itself (YYYY-MM-DD is said by the caller's title, so only the span here)."""
+    """A time `delta_s` seconds from now as people say it: "in 26 min", "3 min ago", "now"."""
     span = abs(delta_s)
     if span < 1:
         return "now"
@@ -89,8 +88,10 @@ def relative(delta_s: float) -> str:
     return f"in {text}" if delta_s > 0 else f"{text} ago"
 
 
-def time_tag(epoch: float | None, now: float | None = None) -> Markup:
-    """`<time>` reading relative to now, the exact UTC time in `datetime` and on hover."""
+def time_tag(epoch: float | None, now: float | None = None, absolute: bool = False) -> Markup:
+    """A `<time>` reading relative to now ("3 min ago"; past 60 days, the date), or with
+    `absolute` the time itself (YYYY-MM-DD HH:MM:SS, in the zone the page says once); the exact
+    UTC time on hover either way. The text is in a `<span>` app.js rewrites for the local zone."""
     if epoch is None or not math.isfinite(epoch):
         return Markup("&ndash;")
     try:
@@ -99,9 +100,15 @@ def time_tag(epoch: float | None, now: float | None = None) -> Markup:
         return Markup("&ndash;")
     iso = moment.isoformat(timespec="seconds").replace("+00:00", "Z")
     exact = moment.strftime("%Y-%m-%d %H:%M:%S UTC")
-    delta = epoch - (time.time() if now is None else now)
-    text = relative(delta) if abs(delta) < 60 * 86400 else moment.strftime("%Y-%m-%d")
-    return Markup('<time datetime="{}" title="{}">{}</time>').format(iso, exact, text)
+    if absolute:
+        text, kind = moment.strftime("%Y-%m-%d %H:%M:%S"), "at"
+    else:
+        delta = epoch - (time.time() if now is None else now)
+        text = relative(delta) if abs(delta) < 60 * 86400 else moment.strftime("%Y-%m-%d")
+        kind = "ago"
+    return Markup('<time datetime="{}"><span class="{}" title="{}">{}</span></time>').format(
+        iso, kind, exact, text
+    )
 
 
 def duration(seconds: float | None) -> str:

@@ -31,7 +31,9 @@ def search(request: Request) -> Response:
     if len(text) > search_ops.MAX_QUERY:
         problem = f"Search for at most {search_ops.MAX_QUERY} characters."
     elif text and request.headers.get("x-cogworker-live") != "1":  # a live refresh searches nothing
-        found = search_ops.search(state_of(request).client, text, cursor)
+        found = search_ops.search(
+            state_of(request).client, text, cursor, search_ops.BUDGET_S, slice_size=search_ops.SLICE
+        )
     return page(
         request,
         "search.html",

@@ -46,15 +46,21 @@
 
   function local() { return localStorage.getItem(STORE_ZONE) === "local"; }
 
-  // The visible text stays relative ("3 min ago", drawn by the server); the hover shows the exact
-  // time in UTC as served, or in the browser's zone with its offset.
+  // A relative time ("3 min ago", drawn by the server) keeps its text; an absolute one is
+  // rewritten in the browser's zone. The hover shows the exact time, in UTC as served or local
+  // with its offset.
   function localTimes(root) {
     var inLocal = local();
-    root.querySelectorAll("time[datetime]").forEach(function (el) {
-      if (!el.dataset.utc) el.dataset.utc = el.title || el.getAttribute("datetime");
-      var when = new Date(el.getAttribute("datetime"));
-      if (!inLocal || isNaN(when.getTime())) { el.title = el.dataset.utc; return; }
+    root.querySelectorAll("time[datetime] > span[title]").forEach(function (el) {
+      if (!el.dataset.utc) { el.dataset.utc = el.title; el.dataset.text = el.textContent; }
+      var when = new Date(el.parentNode.getAttribute("datetime"));
+      if (!inLocal || isNaN(when.getTime())) {
+        el.title = el.dataset.utc;
+        el.textContent = el.dataset.text;
+        return;
+      }
       el.title = localText(when) + " " + offsetText(when);
+      if (el.className === "at") el.textContent = localText(when);
     });
   }
 

@@ -161,7 +161,8 @@ def test_stop_on_a_busy_real_process_shows_it_stopping_while_it_drains(
         timeout=10,
         message="the question counting the running job",
     )
-    assert post(client, "/busy/tell", {"identity": identity, "command": "stop", "confirm": "yes"})[0][0] == "ok"
+    told = post(client, "/busy/tell", {"identity": identity, "command": "stop", "confirm": "yes"})
+    assert told[0][0] == "ok"
     wait_until(lambda: states(client) == {identity: "stopping"}, timeout=10, message="the stopping badge")
     assert r.llen("test:ran") == 0  # still draining its job while the page says stopping
     assert proc.wait(timeout=15) == 0
