@@ -167,7 +167,7 @@ def test_times_are_relative_with_the_exact_time_on_hover_and_a_utc_local_switch(
 
 
 def test_wide_tables_become_labelled_cards_at_375_px_and_scroll_in_their_box_without_script(
-    browser: Browser, ui: WebServer, swarm: Swarm
+    browser: Browser, ui: WebServer, swarm: Swarm, rc: redis.Redis
 ) -> None:
     with watched_page(browser, ui.url) as watched:
         p = watched.page
@@ -187,6 +187,15 @@ def test_wide_tables_become_labelled_cards_at_375_px_and_scroll_in_their_box_wit
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"]
         assert p.evaluate("document.documentElement.scrollWidth") <= PHONE["width"] + 1
         screenshots(watched, "busy-cards")
+        dead = dead_job("e2ecards000000000000001", args=["a-long-argument-" * 12])
+        rc.zadd(keys.DEAD, {codec.dumps(dead): time.time()})
+        try:
+            p.set_viewport_size(PHONE)  # screenshots() leaves the desktop size
+            p.goto("/dead")
+            assert p.is_visible("input[data-select-all]")  # the headings are gone, select-all stays
+            assert p.evaluate("document.documentElement.scrollWidth") <= PHONE["width"] + 1  # it wraps
+        finally:
+            rc.zrem(keys.DEAD, codec.dumps(dead))
 
     with watched_page(browser, ui.url, java_script_enabled=False) as plain:
         p = plain.page
