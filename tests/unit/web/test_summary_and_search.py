@@ -18,7 +18,7 @@ from cogworker import codec
 from cogworker.ops import search as search_ops
 from cogworker.settings import load_settings
 from cogworker.store import keys
-from cogworker.web import create_app
+from cogworker.web import create_app, summary
 from cogworker.web.render import relative, time_tag
 from tests.support.set_entries import add, dead_job, job
 from tests.support.web_requests import SCRIPT
@@ -143,3 +143,33 @@ def test_times_read_relative_with_the_exact_utc_time_on_hover() -> None:
     )
     assert ">2025-12-03 10:44:28<" in str(time_tag(1_764_758_668.0, absolute=True))
     assert ">2024-12-03<" in str(time_tag(1_733_222_668.0, now=1_764_758_668.0))  # past 60 days: the date
+
+
+def test_the_bar_costs_the_same_commands_whatever_the_sets_hold(r: redis.Redis) -> None:
+    presence(r, "a", busy=1, concurrency=5)
+    r.sadd(keys.QUEUES, "mail", "low")
+
+    def commands() -> dict[str, int]:
+        before = {k: int(v["calls"]) for k, v in r.info("commandstats").items()}
+        assert summary.read(r).processes == 1
+        after = {k: int(v["calls"]) for k, v in r.info("commandstats").items()}
+        changed = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+        changed.pop("cmdstat_info", None)  # this test's own INFO
+        return changed
+
+    small = commands()
+    pipe = r.pipeline(transaction=False)
+    for n in range(5_000):
+        pipe.zadd(keys.DEAD, {codec.dumps(dead_job(f"d{n}")): float(n)})
+    pipe.execute()
+    # One SMEMBERS per registry, one ZCARD per set, an HMGET per process and an LLEN per queue.
+    assert (
+        small
+        == commands()
+        == {
+            "cmdstat_smembers": 2,
+            "cmdstat_zcard": 2,
+            "cmdstat_hmget": 1,
+            "cmdstat_llen": 2,
+        }
+    )
