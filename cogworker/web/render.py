@@ -208,6 +208,7 @@ def page(request: Request, template: str, title: str, status_code: int = 200, **
         here=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
         prefix=prefix(request),
         summary=_summary(request, template),
+        drawn_at=f"{time.time():.3f}",
         **context,
     )
     return HTMLResponse(html, status_code=status_code, headers={"Cache-Control": "no-store"})

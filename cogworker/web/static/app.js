@@ -64,6 +64,35 @@
     });
   }
 
+  // The server wrote "3 min ago" as of drawing the page; a page left open keeps saying it truly by
+  // counting on from then with the browser's clock (only the time elapsed, so a browser clock that is
+  // off doesn't matter). The same words as render.py's `relative`.
+  var drawnAt = Number(body.dataset.drawnAt) || Date.now() / 1000;
+  var loadedAt = Date.now() / 1000;
+
+  function relative(delta) {
+    var span = Math.abs(delta), text;
+    if (span < 1) return "now";
+    if (span < 60) text = Math.floor(span) + " s";
+    else if (span < 3600) text = Math.floor(span / 60) + " min";
+    else if (span < 10 * 3600) {
+      var minutes = Math.floor(span / 60);
+      text = Math.floor(minutes / 60) + " h" + (minutes % 60 ? " " + (minutes % 60) + " min" : "");
+    } else if (span < 48 * 3600) text = Math.floor(span / 3600) + " h";
+    else text = Math.floor(span / 86400) + " days";
+    return delta > 0 ? "in " + text : text + " ago";
+  }
+
+  function tick() {
+    var now = drawnAt + (Date.now() / 1000 - loadedAt);
+    document.querySelectorAll("time[datetime] > span.ago").forEach(function (el) {
+      var when = Date.parse(el.parentNode.getAttribute("datetime")) / 1000;
+      if (isNaN(when) || Math.abs(when - now) >= 60 * 86400) return;
+      el.textContent = relative(when - now);
+      el.dataset.text = el.textContent;
+    });
+  }
+
   function showZone() {
     var inLocal = local();
     var now = new Date();
@@ -206,6 +235,8 @@
       .then(function (html) {
         if (html === null) return;
         var fresh = new DOMParser().parseFromString(html, "text/html");
+        var drawn = Number(fresh.body.dataset.drawnAt);
+        if (drawn) { drawnAt = drawn; loadedAt = Date.now() / 1000; }
         document.querySelectorAll("[data-live][id]").forEach(function (region) {
           var next = fresh.getElementById(region.id);
           if (!next || busy(region)) return;
@@ -245,6 +276,7 @@
   document.addEventListener("DOMContentLoaded", function () {
     showZone();
     labelCells(document);
+    setInterval(tick, 15000);
     selectAll();
     var zone = document.getElementById("time-zone");
     if (zone) {

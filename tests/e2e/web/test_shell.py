@@ -2,7 +2,8 @@
 figures agree with the swarm's state (and follow it through Live refresh), the header search (a jid
 to its job page, text to its matches in a queue, a retry and a dead entry, a budget that runs out
 and "continue"), relative times with the exact time on hover and the UTC/local switch, tables as
-labelled cards at 375 px (scrolling inside their box without JavaScript), and neutral controls
+labelled cards at 375 px (scrolling inside their box without JavaScript), times that keep reading
+true on a page left open, and neutral controls
 whose edges have 3:1 contrast in light and dark mode.
 """
 
@@ -138,7 +139,8 @@ def test_times_are_relative_with_the_exact_time_on_hover_and_a_utc_local_switch(
         p = watched.page
         p.goto("/busy")
         started = p.locator("#processes time > span").first
-        assert re.fullmatch(r"\d+ (s|min|h)( \d+ min)? ago", started.inner_text()), started.inner_text()
+        # "now" when the swarm started within the second (this test alone).
+        assert re.fullmatch(r"now|\d+ (s|min|h)( \d+ min)? ago", started.inner_text()), started.inner_text()
         utc_title = started.get_attribute("title") or ""
         assert ISO.match(utc_title) and utc_title.endswith(" UTC")
         assert p.inner_text("#time-zone") == "UTC" and "Times are in UTC" in p.inner_text("#time-note")
@@ -163,7 +165,21 @@ def test_times_are_relative_with_the_exact_time_on_hover_and_a_utc_local_switch(
         plain.page.goto("/busy")
         assert not plain.page.is_visible("#time-zone")
         assert "Times are UTC" in plain.page.inner_text("footer")
-        assert re.search(r"ago$", plain.page.locator("#processes time > span").first.inner_text())
+        assert re.search(r"ago$|^now$", plain.page.locator("#processes time > span").first.inner_text())
+
+
+def test_a_page_left_open_keeps_its_relative_times_true(page: Watched, swarm: Swarm) -> None:
+    p = page.page
+    p.clock.install()  # the page's own clock, moved on below without waiting
+    p.goto("/busy")
+    started = p.locator("#processes time > span").first
+    p.clock.fast_forward("20:00")
+    wait_until(
+        lambda: re.fullmatch(r"(2\d) min ago", started.inner_text()) is not None,
+        timeout=5,
+        message=f"20 minutes on, the start to read 2x min ago (it reads {started.inner_text()!r})",
+    )
+    assert not page.problems()
 
 
 def test_wide_tables_become_labelled_cards_at_375_px_and_scroll_in_their_box_without_script(
