@@ -6,7 +6,7 @@ process's command list, read on its next heartbeat. So the flash says the proces
 that it has acted; the page shows the state the process itself reports on its next beat.
 
 "Pause intake" (every process) and "Stop" (one) take the confirmation page first (actions.py's
-`confirm=`): one stray click quieted a whole fleet in an incident. The question counts the processes
+`confirm=`): one stray click could quiet a whole fleet (issue 37). The question counts the processes
 it reaches, read when it is asked; the flash then says how many were told.
 """
 
