@@ -2,8 +2,12 @@
 arguments, error messages, queue names, identities) is text in the page, never markup.
 
 Links are built from the mount prefix (the ASGI `root_path`), so the UI works under any path a host
-app mounts it at. Times go out as UTC inside `<time datetime=...>`; static/app.js shows them in the
-browser's own time zone.
+app mounts it at. A time reads relative to the page's drawing ("3 min ago", "in 26 min"), with the
+whole ISO-8601 time and its zone on hover: UTC as served, the browser's own zone when the header's
+switch says so (static/app.js). Dates are only ever written YYYY-MM-DD.
+
+Every page carries the summary bar (web/summary.py), read here so no page handler has to ask for
+it; the error and confirmation pages go without (see `page`).
 """
 
 from __future__ import annotations
@@ -11,15 +15,18 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import time
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import jinja2
+import redis
 from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from cogworker import codec, formats
+from cogworker.web import summary as summary_read
 from cogworker.web.state import state_of
 
 ENV = jinja2.Environment(
@@ -61,7 +68,30 @@ def segment(value: str) -> str:
     return quote(value, safe="")
 
 
-def time_tag(epoch: float | None) -> Markup:
+def relative(delta_s: float) -> str:
+    """A time `delta_s` seconds from now as people say it: "in 26 min", "3 min ago", "now"."""
+    span = abs(delta_s)
+    if span < 1:
+        return "now"
+    if span < 60:
+        text = f"{int(span)} s"
+    elif span < 3600:
+        text = f"{int(span // 60)} min"
+    elif span < 10 * 3600:
+        hours, minutes = divmod(int(span // 60), 60)
+        text = f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    elif span < 48 * 3600:
+        text = f"{int(span // 3600)} h"
+    else:
+        days = int(span // 86400)
+        text = f"{days} days"
+    return f"in {text}" if delta_s > 0 else f"{text} ago"
+
+
+def time_tag(epoch: float | None, now: float | None = None, absolute: bool = False) -> Markup:
+    """A `<time>` reading relative to now ("3 min ago"; past 60 days, the date), or with
+    `absolute` the time itself (YYYY-MM-DD HH:MM:SS, in the zone the page says once); the exact
+    UTC time on hover either way. The text is in a `<span>` app.js rewrites for the local zone."""
     if epoch is None or not math.isfinite(epoch):
         return Markup("&ndash;")
     try:
@@ -69,8 +99,16 @@ def time_tag(epoch: float | None) -> Markup:
     except (OverflowError, OSError, ValueError):
         return Markup("&ndash;")
     iso = moment.isoformat(timespec="seconds").replace("+00:00", "Z")
-    text = moment.strftime("%Y-%m-%d %H:%M:%S UTC")
-    return Markup('<time datetime="{}">{}</time>').format(iso, text)
+    exact = moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+    if absolute:
+        text, kind = moment.strftime("%Y-%m-%d %H:%M:%S"), "at"
+    else:
+        delta = epoch - (time.time() if now is None else now)
+        text = relative(delta) if abs(delta) < 60 * 86400 else moment.strftime("%Y-%m-%d")
+        kind = "ago"
+    return Markup('<time datetime="{}"><span class="{}" title="{}">{}</span></time>').format(
+        iso, kind, exact, text
+    )
 
 
 def duration(seconds: float | None) -> str:
@@ -138,6 +176,21 @@ def _take_flashes(request: Request) -> list[list[str]]:
     return messages
 
 
+# Pages drawn without the summary bar: the error page (Redis may be what failed, and a second
+# attempt would double the wait) and the confirmation page (drawn on the event loop by actions.py,
+# where a blocking read would hold every other request).
+BARE = frozenset({"error.html", "confirm.html"})
+
+
+def _summary(request: Request, template: str) -> summary_read.Summary | None:
+    if template in BARE:
+        return None
+    try:
+        return summary_read.read(state_of(request).client)
+    except redis.RedisError:
+        return None  # the page itself says what failed; the bar is left out
+
+
 def page(request: Request, template: str, title: str, status_code: int = 200, **context: Any) -> Response:
     state = state_of(request)
     html = ENV.get_template(template).render(
@@ -154,6 +207,8 @@ def page(request: Request, template: str, title: str, status_code: int = 200, **
         current=route_path(request),
         here=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
         prefix=prefix(request),
+        summary=_summary(request, template),
+        drawn_at=f"{time.time():.3f}",
         **context,
     )
     return HTMLResponse(html, status_code=status_code, headers={"Cache-Control": "no-store"})

@@ -113,7 +113,7 @@ def test_pause_intake_quiets_every_process_and_resume_intake_undoes_it(
     for identity in identities:
         assert p.locator(f'#processes tr[data-identity="{identity}"]').count() == 1, p.inner_text("main")
 
-    p.get_by_role("button", name="Pause intake", exact=True).click()
+    p.get_by_role("button", name="Pause intake…", exact=True).click()
     confirm_if_asked(p)
     assert flash_ok(p)
     wait_until(

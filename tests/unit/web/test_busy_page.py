@@ -1,6 +1,7 @@
 """`/busy` in-process (TestClient) against the session's real Redis: real `cogworker run` processes
-told to quiet, resume and stop from the page (and "Pause intake" / "Resume intake" for all of them),
-the running-jobs table, hostile data escaped, empty states and read-only mode."""
+told to quiet, resume and stop from the page (and "Pause intake" / "Resume intake" for all of them;
+Stop and Pause intake ask first, saying how many processes they reach), the running-jobs table,
+hostile data escaped, empty states and read-only mode."""
 
 from __future__ import annotations
 
@@ -28,6 +29,15 @@ def post(client: TestClient, path: str, data: dict[str, str]) -> list[tuple[str,
     response = client.post(path, data={"back": "/busy", **data}, headers=SAME_ORIGIN)
     assert response.status_code == 303, response.text
     return flashes(client.get(response.headers["location"]).text)
+
+
+def asks(client: TestClient, path: str, data: dict[str, str]) -> str:
+    """The confirmation question a form gets instead of acting (nothing is sent to a process)."""
+    response = client.post(path, data={"back": "/busy", **data}, headers=SAME_ORIGIN)
+    assert response.status_code == 200 and 'name="confirm" value="yes"' in response.text, response.text
+    question = re.search(r'<p class="question">(.*?)</p>', response.text, re.DOTALL)
+    assert question is not None
+    return html.unescape(question.group(1))
 
 
 def states(client: TestClient) -> dict[str, str]:
@@ -77,7 +87,10 @@ def test_quiet_resume_stop_and_intake_reach_real_processes(
     row = page.split(f'<tr data-identity="{id_a}"')[1].split("</tr>")[0]
     assert f'<td class="num">{a.pid}</td>' in row and '<td class="num">2</td>' in row  # pid, threads
     assert "default" in row and " ago" in row and "MB" in row
-    assert ">Quiet</button>" in row and ">Stop</button>" in row and ">Resume</button>" in row
+    assert ">Quiet</button>" in row and ">Stop…</button>" in row and ">Resume</button>" in row
+    # Pause intake comes after the processes table, as plain as the row buttons.
+    assert page.index("Pause intake…") > page.index('<table id="processes">')
+    assert 'class="btn danger"' not in page
     assert states(client) == {id_a: "running", id_b: "running"}
 
     assert post(client, "/busy/tell", {"identity": id_a, "command": "quiet"})[0][1].startswith(
@@ -87,7 +100,10 @@ def test_quiet_resume_stop_and_intake_reach_real_processes(
     post(client, "/busy/tell", {"identity": id_a, "command": "resume"})
     wait_until(lambda: states(client) == {id_a: "running", id_b: "running"}, timeout=10, message="a resumed")
 
-    assert post(client, "/busy/tell-all", {"command": "quiet"}) == [
+    assert asks(client, "/busy/tell-all", {"command": "quiet"}).startswith("Pause intake on all 2 processes?")
+    assert r.exists(keys.signals(id_a), keys.signals(id_b)) == 0
+    assert set(states(client).values()) == {"running"}
+    assert post(client, "/busy/tell-all", {"command": "quiet", "confirm": "yes"}) == [
         ("ok", "Pause intake: told 2 processes to quiet; each acts on its next heartbeat.")
     ]
     wait_until(lambda: set(states(client).values()) == {"quiet"}, timeout=10, message="every process quiet")
@@ -98,7 +114,10 @@ def test_quiet_resume_stop_and_intake_reach_real_processes(
         lambda: set(states(client).values()) == {"running"}, timeout=10, message="every process running"
     )
 
-    post(client, "/busy/tell", {"identity": id_b, "command": "stop"})
+    question = asks(client, "/busy/tell", {"identity": id_b, "command": "stop"})
+    assert question.startswith(f"Stop 1 process: {id_b} (") and f"pid {b.pid}" in question
+    assert r.exists(keys.signals(id_b)) == 0
+    post(client, "/busy/tell", {"identity": id_b, "command": "stop", "confirm": "yes"})
     assert b.wait(timeout=15) == 0
     wait_until(lambda: list(states(client)) == [id_a], timeout=10, message="b gone from the page")
     assert post(client, "/busy/tell", {"identity": id_b, "command": "quiet"}) == [
@@ -121,9 +140,9 @@ def test_a_real_running_job_is_listed_with_its_runtime(
         message="the job listed",
     )
     row = text.split('<table id="running">')[1].split(f'<tr data-jid="{jid}">')[1].split("</tr>")[0]
-    assert f"<code>{identity}</code>" in row and 'href="/queues/default"' in row
+    assert f'title="{identity}"' in row and 'href="/queues/default"' in row
     assert "demo_jobs.sleepy" in row and f'href="/jobs/{jid}"' in row and "[&#34;long&#34;,4]" in row
-    assert re.search(r'<td class="num">\d+(ms|\.\ds)</td>', row), row
+    assert re.search(r'<td class="num runtime">\d+(ms|\.\ds)</td>', row), row
     assert 'id="running-jobs" data-live' in text and 'id="process-list" data-live' in text
 
 
@@ -136,7 +155,14 @@ def test_stop_on_a_busy_real_process_shows_it_stopping_while_it_drains(
     identity = workers.identity(proc)
     demo_jobs.sleepy.perform_async("draining", 3)
     wait_until(lambda: r.lrange("test:started", 0, -1), timeout=10, message="the job to start")
-    assert post(client, "/busy/tell", {"identity": identity, "command": "stop"})[0][0] == "ok"
+    # The question counts the jobs the process's beat reports running (its next beat, at the latest).
+    wait_until(
+        lambda: "running 1 job now" in asks(client, "/busy/tell", {"identity": identity, "command": "stop"}),
+        timeout=10,
+        message="the question counting the running job",
+    )
+    told = post(client, "/busy/tell", {"identity": identity, "command": "stop", "confirm": "yes"})
+    assert told[0][0] == "ok"
     wait_until(lambda: states(client) == {identity: "stopping"}, timeout=10, message="the stopping badge")
     assert r.llen("test:ran") == 0  # still draining its job while the page says stopping
     assert proc.wait(timeout=15) == 0
@@ -174,7 +200,8 @@ def test_a_swarm_childs_slot_and_hostile_work_render_as_text(client: TestClient,
 def test_empty_states_and_telling_nobody(client: TestClient) -> None:
     text = client.get("/busy").text
     assert "No live process" in text and "No job is running." in text
-    assert post(client, "/busy/tell-all", {"command": "quiet"}) == [
+    assert asks(client, "/busy/tell-all", {"command": "quiet"}).endswith("so none would be told.")
+    assert post(client, "/busy/tell-all", {"command": "quiet", "confirm": "yes"}) == [
         ("ok", "Pause intake: no live process to tell.")
     ]
     assert post(client, "/busy/tell-all", {"command": "stop"}) == [
@@ -189,10 +216,11 @@ def test_read_only_hides_the_buttons_and_refuses_the_commands(
     fake_process(r, "box-1:4242:abc")
     text = client.get("/busy").text
     assert 'data-identity="box-1:4242:abc"' in text
-    assert "<form" not in text and "Pause intake" not in text
+    assert 'method="post"' not in text and "Pause intake" not in text
     for path, data in (
         ("/busy/tell", {"identity": "box-1:4242:abc", "command": "quiet"}),
         ("/busy/tell-all", {"command": "quiet"}),
+        ("/busy/tell", {"identity": "box-1:4242:abc", "command": "stop"}),
     ):
         assert client.post(path, data=data, headers=SAME_ORIGIN).status_code == 403
     assert r.exists(keys.signals("box-1:4242:abc")) == 0

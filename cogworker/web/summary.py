@@ -1,0 +1,79 @@
+"""The summary bar every page shows under the header: live processes, busy and total job slots,
+utilization, jobs enqueued, retries and dead -- the first question in an incident, answered without
+opening a second page.
+
+It is read on every page (and every Live refresh), so it costs two pipelined round trips whatever
+the page: the registries and the set sizes first, then each registered process's presence fields
+and each known queue's length. It reads the presence hash's `busy` and `info` fields only, not the
+work hashes `ops.processes.processes` also reads for the Busy page's running jobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from cogworker import codec
+from cogworker.store import keys
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    processes: int  # live: their presence hash exists
+    busy: int  # jobs running now, across them
+    slots: int  # jobs they may run at once (job threads and async slots)
+    enqueued: int  # waiting in every known queue
+    retries: int
+    dead: int
+
+    @property
+    def utilization(self) -> int | None:
+        """Busy slots as a whole percentage of all slots; None with no slot at all."""
+        if self.slots <= 0:
+            return None
+        return round(100 * min(self.busy, self.slots) / self.slots)
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool):
+        return 0
+    try:
+        return max(0, int(float(value)))
+    except (TypeError, ValueError):
+        return 0  # a field someone overwrote with text counts as nothing, not as a page that fails
+
+
+def _slots(info_text: Any) -> int:
+    info = codec.loads_dict(str(info_text or "")) or {}
+    return _count(info.get("concurrency")) + _count(info.get("async_concurrency"))
+
+
+def read(client: redis.Redis) -> Summary:
+    pipe = client.pipeline(transaction=False)
+    pipe.smembers(keys.PROCESSES)
+    pipe.smembers(keys.QUEUES)
+    pipe.zcard(keys.RETRY)
+    pipe.zcard(keys.DEAD)
+    # A key of the wrong type answers an error: it counts as empty (`cogworker doctor` names it).
+    registered, queues, retries, dead = pipe.execute(raise_on_error=False)
+    identities = sorted(str(i) for i in registered) if isinstance(registered, set) else []
+    names = sorted(str(q) for q in queues) if isinstance(queues, set) else []
+    pipe = client.pipeline(transaction=False)
+    for identity in identities:
+        pipe.hmget(keys.process(identity), ["busy", "info"])
+    for name in names:
+        pipe.llen(keys.queue(name))
+    replies = pipe.execute(raise_on_error=False)
+    # No presence fields: not live (its TTL ran out, or it stopped), as ops.processes counts them.
+    fields = replies[: len(identities)]
+    presence = [r for r in fields if isinstance(r, list) and any(v is not None for v in r)]
+    return Summary(
+        processes=len(presence),
+        busy=sum(_count(busy) for busy, _ in presence),
+        slots=sum(_slots(info) for _, info in presence),
+        enqueued=sum(_count(n) for n in replies[len(identities) :] if isinstance(n, int)),
+        retries=_count(retries) if isinstance(retries, int) else 0,
+        dead=_count(dead) if isinstance(dead, int) else 0,
+    )
