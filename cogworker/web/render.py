@@ -168,6 +168,7 @@ NAV = (
     ("/dead", "Dead"),
     ("/periodic", "Periodic"),
     ("/batches", "Batches"),
+    ("/metrics", "Metrics"),
 )
 
 
