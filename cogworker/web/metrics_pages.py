@@ -5,17 +5,23 @@ histogram). The figures come from `ops/metrics.py`; the charts from `web/charts.
 from __future__ import annotations
 
 import datetime as dt
+import weakref
 from dataclasses import dataclass
 
+import redis
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from cogworker.ops import metrics
+from cogworker.ops import metrics_figures as figures
+from cogworker.ops.metrics_cache import MinuteCache
 from cogworker.web import charts
 from cogworker.web.render import page, path_to
 from cogworker.web.state import state_of
 
+# Finished minutes already read, per Redis client (one per app: a host may mount two UIs).
+_CACHES: weakref.WeakKeyDictionary[redis.Redis, MinuteCache] = weakref.WeakKeyDictionary()
 # The latency chart draws the queues that waited longest; the table under it lists every queue.
 CHART_QUEUES = 6
 COLUMNS = (
@@ -41,7 +47,7 @@ class Heading:
 
 def _sort(request: Request) -> tuple[str, bool]:
     key = request.query_params.get("sort", "processed")
-    key = key if key in metrics.SORT_KEYS else "processed"
+    key = key if key in figures.SORT_KEYS else "processed"
     descending = request.query_params.get("dir", "asc" if key == "name" else "desc") != "asc"
     return key, descending
 
@@ -78,7 +84,7 @@ def utc(epoch: float) -> str:
 
 
 def _ms(value: float) -> str:
-    return metrics.format_ms(value) if value else "0"
+    return figures.format_ms(value) if value else "0"
 
 
 def _queue_chart(overview: metrics.Overview) -> charts.Chart | None:
@@ -97,7 +103,11 @@ def _queue_chart(overview: metrics.Overview) -> charts.Chart | None:
 
 def metrics_index(request: Request) -> Response:
     hours = metrics.clamp_range(request.query_params.get("range", metrics.DEFAULT_RANGE_H))
-    overview = metrics.overview(state_of(request).client, hours)
+    client = state_of(request).client
+    cache = _CACHES.get(client)
+    if cache is None:
+        cache = _CACHES[client] = MinuteCache()
+    overview = metrics.overview(client, hours, cache=cache)
     key, descending = _sort(request)
     return page(
         request,
@@ -105,24 +115,24 @@ def metrics_index(request: Request) -> Response:
         "Metrics",
         hours=hours,
         ranges=metrics.RANGES_H,
-        rows=metrics.sort_rows(overview.classes, key, descending),
+        rows=figures.sort_rows(overview.classes, key, descending),
         headings=_headings(request, hours, key, descending),
         sort=key,
         descending=descending,
         overview=overview,
         queue_chart=_queue_chart(overview),
-        fmt_p=metrics.format_percentile,
-        fmt_ms=metrics.format_ms,
+        fmt_p=figures.format_percentile,
+        fmt_ms=figures.format_ms,
         utc=utc,
     )
 
 
-def _histogram_chart(row: metrics.ClassRow) -> charts.Chart:
+def _histogram_chart(row: figures.ClassRow) -> charts.Chart:
     used = [i for i, count in enumerate(row.histogram) if count]
     first = max(min(used, default=0) - 1, 0)
-    last = min(max(used, default=first) + 1, metrics.BUCKETS - 1)
+    last = min(max(used, default=first) + 1, figures.BUCKETS - 1)
     indexes = list(range(first, last + 1))
-    labels = [metrics.bucket_label(i) for i in indexes]
+    labels = [figures.bucket_label(i) for i in indexes]
     step = max(1, (len(indexes) + 6) // 7)
     axis = charts.Axis(
         len(indexes),
@@ -186,8 +196,8 @@ def metrics_job(request: Request) -> Response:
         detail=detail,
         row=detail.row,
         charts=[throughput, timing, _histogram_chart(detail.row)] if detail.row.processed else [],
-        fmt_p=metrics.format_percentile,
-        fmt_ms=metrics.format_ms,
+        fmt_p=figures.format_percentile,
+        fmt_ms=figures.format_ms,
         utc=utc,
     )
 
