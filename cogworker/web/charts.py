@@ -19,7 +19,8 @@ WIDTH = 720
 LEFT = 64  # room for the value labels
 RIGHT = 12
 PLOT_WIDTH = WIDTH - LEFT - RIGHT
-AXIS_H = 26  # room under the last panel for the time labels
+AXIS_H = 40  # room under the last panel for the time labels and the axis's caption
+BOTTOM_PAD = 6  # under the other panels: room for the "0" label's descent
 TIME_STEPS_MIN = (1, 2, 5, 10, 15, 30, 60, 120, 180, 240, 360, 720, 1440)
 DAY_STEPS = (1, 2, 7, 14, 28)
 
@@ -226,7 +227,7 @@ def _panel(spec: PanelSpec, axis: Axis, last: bool) -> Panel:
     x_ticks = [Tick(round(_slot_x(axis, i + 0.5), 1), text) for i, text in axis.ticks] if last else []
     return Panel(
         label=spec.label,
-        height=plot_bottom + (AXIS_H if last else 0),
+        height=plot_bottom + (AXIS_H if last else BOTTOM_PAD),
         plot_top=top_pad,
         plot_bottom=plot_bottom,
         y_ticks=[Tick(round(y(v), 1), spec.fmt(v)) for v in values],
