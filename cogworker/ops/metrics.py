@@ -225,31 +225,55 @@ def overview(
     return Overview(win, classes, dict(sorted(queues.items())), found_marks, notes.lines())
 
 
-def class_detail(client: redis.Redis, job_class: str, hours: int, now: float | None = None) -> ClassDetail:
+def _class_values(reply: Any, key: str, fields: list[str], notes: _Notes) -> tuple[tuple[int, ...], bool]:
+    """One minute's HMGET of a class's fields as counts (0 where absent), and whether all were whole."""
+    if isinstance(reply, Exception):
+        notes.key(key, reply)
+        return (0,) * len(fields), False
+    values, clean = [0] * len(fields), True
+    for index, raw in enumerate(reply):
+        if raw is not None:
+            value = _count(raw)
+            if value is None:
+                notes.value(key, fields[index])
+                clean = False
+            else:
+                values[index] = value
+    return tuple(values), clean
+
+
+def class_detail(
+    client: redis.Redis,
+    job_class: str,
+    hours: int,
+    now: float | None = None,
+    cache: MinuteCache | None = None,
+) -> ClassDetail:
     """One class over the range: its series per minute and its histogram. Reads only its own
-    fields of each minute (HMGET), not the other classes'."""
-    win = window(hours, now)
+    fields of each minute (HMGET), not the other classes', and with a `cache` only the minutes
+    not already kept."""
+    now_s = time.time() if now is None else now
+    win = window(hours, now_s)
     minutes = win.minutes
     notes = _Notes()
     suffixes = ["p", "f", "ms", *(f"h{i}" for i in range(figures.BUCKETS))]
     fields = [layout.field(job_class, s) for s in suffixes]
-    job_keys = [layout.jobs_key(m) for m in minutes]
+    last_final = last_final_minute(now_s)
+    known = cache.class_minutes(job_class, minutes, last_final) if cache is not None else {}
+    to_read = [m for m in minutes if m not in known]
+    job_keys = [layout.jobs_key(m) for m in to_read]
     replies = _fetch(client, job_keys, fields)
+    read = {
+        m: _class_values(reply, key, fields, notes)
+        for m, key, reply in zip(to_read, job_keys, replies, strict=True)
+    }
+    if cache is not None:
+        finished = {m: values for m, (values, clean) in read.items() if clean and m <= last_final}
+        cache.keep_class(job_class, finished, win.last - max(RANGES_H) * 60 + 1)
     processed, failed, mean_ms, p95 = [], [], [], []
     totals = [0] * len(suffixes)
-    for key, reply in zip(job_keys, replies, strict=True):
-        values = [0] * len(suffixes)
-        if isinstance(reply, Exception):
-            notes.key(key, reply)
-        else:
-            for index, raw in enumerate(reply):
-                if raw is None:
-                    continue
-                value = _count(raw)
-                if value is None:
-                    notes.value(key, fields[index])
-                else:
-                    values[index] = value
+    for minute in minutes:
+        values = known[minute] if minute in known else read[minute][0]
         totals = [a + b for a, b in zip(totals, values, strict=True)]
         processed.append(values[0])
         failed.append(values[1])

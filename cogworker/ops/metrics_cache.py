@@ -5,7 +5,8 @@ Eight hours of 50 classes is about 200,000 hash fields, and reading and parsing 
 hundred milliseconds; the Metrics page's budget is 100. A minute is final FINAL_AFTER_S after it ends:
 workers flush every few seconds, and this leaves room for a worker whose clock is a few minutes
 behind. Finished minutes are summed into whole-hour blocks as soon as an hour is complete, so the
-cache holds at most 8 blocks and two hours of single minutes per Redis client. A minute with
+cache holds at most 8 blocks and two hours of single minutes per Redis client, and the minutes of
+the CLASSES_KEPT job classes whose pages were opened last (a few hundred kB). A minute with
 damaged data is never kept, so its note comes back on every page until the damage is gone.
 
 What it can't see: a count written into a minute after it was kept (a worker clock more than
@@ -21,6 +22,8 @@ from cogworker.store import metrics_layout as layout
 
 FINAL_AFTER_S = 5 * layout.MINUTE_S
 HOUR_MIN = 60
+# A class page's minutes are kept for the classes looked at last (an operator follows a few).
+CLASSES_KEPT = 16
 
 Counts = dict[str, int]
 
@@ -30,6 +33,9 @@ class MinuteCache:
         self._lock = threading.Lock()
         self._minutes: dict[int, Counts] = {}
         self._hours: dict[int, Counts] = {}
+        # job class -> minute -> its values (HMGET order); only minutes with runs are stored.
+        self._classes: dict[str, dict[int, tuple[int, ...]]] = {}
+        self._nothing: dict[int, tuple[int, ...]] = {}
 
     def plan(self, minutes: list[int], last_final: int) -> tuple[list[Counts], list[int]]:
         """For the window `minutes`: the counts already known (whole hours and single minutes)
@@ -69,6 +75,32 @@ class MinuteCache:
                 del self._minutes[minute]
             for hour in [h for h in self._hours if (h + 1) * HOUR_MIN <= oldest]:
                 del self._hours[hour]
+
+    def class_minutes(
+        self, job_class: str, minutes: list[int], last_final: int
+    ) -> dict[int, tuple[int, ...]]:
+        """The finished minutes of `minutes` kept for `job_class`."""
+        with self._lock:
+            kept = self._classes.pop(job_class, None)
+            if kept is None:
+                return {}
+            self._classes[job_class] = kept  # now the most recently used
+            return {m: kept[m] for m in minutes if m <= last_final and m in kept}
+
+    def keep_class(self, job_class: str, read: dict[int, tuple[int, ...]], oldest: int) -> None:
+        """Keeps a class's finished minutes just read (a quiet one as a shared tuple of zeros),
+        forgets its minutes before `oldest`, and the classes looked at longest ago."""
+        with self._lock:
+            kept = {m: v for m, v in self._classes.pop(job_class, {}).items() if m >= oldest}
+            for minute, values in read.items():
+                if minute >= oldest:
+                    kept[minute] = values if any(values) else self._zeros(len(values))
+            self._classes[job_class] = kept
+            while len(self._classes) > CLASSES_KEPT:
+                del self._classes[next(iter(self._classes))]
+
+    def _zeros(self, size: int) -> tuple[int, ...]:
+        return self._nothing.setdefault(size, (0,) * size)
 
 
 def summed(parts: Iterable[Counts]) -> Counts:

@@ -45,6 +45,13 @@ class Heading:
     sorted: str  # "ascending", "descending" or "" (for aria-sort)
 
 
+def _cache(client: redis.Redis) -> MinuteCache:
+    found = _CACHES.get(client)
+    if found is None:
+        found = _CACHES[client] = MinuteCache()
+    return found
+
+
 def _sort(request: Request) -> tuple[str, bool]:
     key = request.query_params.get("sort", "processed")
     key = key if key in figures.SORT_KEYS else "processed"
@@ -104,10 +111,7 @@ def _queue_chart(overview: metrics.Overview) -> charts.Chart | None:
 def metrics_index(request: Request) -> Response:
     hours = metrics.clamp_range(request.query_params.get("range", metrics.DEFAULT_RANGE_H))
     client = state_of(request).client
-    cache = _CACHES.get(client)
-    if cache is None:
-        cache = _CACHES[client] = MinuteCache()
-    overview = metrics.overview(client, hours, cache=cache)
+    overview = metrics.overview(client, hours, cache=_cache(client))
     key, descending = _sort(request)
     return page(
         request,
@@ -148,7 +152,8 @@ def _histogram_chart(row: figures.ClassRow) -> charts.Chart:
 def metrics_job(request: Request) -> Response:
     job_class = request.path_params["job_class"]
     hours = metrics.clamp_range(request.query_params.get("range", metrics.DEFAULT_RANGE_H))
-    detail = metrics.class_detail(state_of(request).client, job_class, hours)
+    client = state_of(request).client
+    detail = metrics.class_detail(client, job_class, hours, cache=_cache(client))
     win = detail.window
     axis = charts.minute_axis(win.first, len(win.minutes))
     markers = _markers(detail.marks, win)

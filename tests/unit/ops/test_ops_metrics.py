@@ -189,3 +189,30 @@ def test_marks_written_as_deploy_mark_writes_them(r: redis.Redis) -> None:
     r.zadd(layout.marks_key(), {json.dumps({"at": NOW - 5, "label": "v2 <b>", "by": "alice"}): NOW - 5})
     found = metrics.overview(r, 1, NOW).marks
     assert found == [metrics.Mark(at=NOW - 5, label="v2 <b>", by="alice")]
+
+
+def test_a_class_page_with_the_cache_matches_a_full_read_and_reads_fewer_minutes(r: redis.Redis) -> None:
+    minutes = list(range(LAST - 479, LAST + 1))
+    write_minutes(r, minutes, {"app.Y": lambda m: ClassMinute([4.0, 90.0] if m % 4 else [], failed=m % 2)})
+    r.hset(layout.jobs_key(minutes[50]), "app.Y|f", "x")  # damaged: read (and noted) every time
+    cache = MinuteCache()
+    metrics.class_detail(r, "app.Y", 8, NOW, cache=cache)
+    before = r.info("commandstats")["cmdstat_hmget"]["calls"]
+    later = NOW + 60
+    write_minutes(r, [LAST + 1], {"app.Y": lambda m: ClassMinute([7.0])})
+    cached = metrics.class_detail(r, "app.Y", 8, later, cache=cache)
+    reads = r.info("commandstats")["cmdstat_hmget"]["calls"] - before
+    fresh = metrics.class_detail(r, "app.Y", 8, later)
+    assert 0 < reads <= 10, reads  # the unfinished minutes and the damaged one
+    assert (cached.processed, cached.failed, cached.mean_ms, cached.p95_ms, cached.row) == (
+        fresh.processed,
+        fresh.failed,
+        fresh.mean_ms,
+        fresh.p95_ms,
+        fresh.row,
+    )
+    assert cached.notes == fresh.notes and cached.notes
+    assert (
+        metrics.class_detail(r, "app.Y", 1, later, cache=cache).row
+        == metrics.class_detail(r, "app.Y", 1, later).row
+    )
