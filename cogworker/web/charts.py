@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 WIDTH = 720
 LEFT = 64  # room for the value labels
-RIGHT = 12
+RIGHT = 20  # room for half of the last time label
 PLOT_WIDTH = WIDTH - LEFT - RIGHT
 AXIS_H = 40  # room under the last panel for the time labels and the axis's caption
 BOTTOM_PAD = 6  # under the other panels: room for the "0" label's descent
