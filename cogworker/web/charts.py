@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 WIDTH = 720
-LEFT = 64  # room for the value labels
+LEFT = 72  # room for the value labels ("60 ms" in a phone's larger text)
 RIGHT = 20  # room for half of the last time label
 PLOT_WIDTH = WIDTH - LEFT - RIGHT
 AXIS_H = 40  # room under the last panel for the time labels and the axis's caption

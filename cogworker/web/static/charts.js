@@ -55,7 +55,7 @@
     for (var back = 0; back < MAX_POINTS; back += 10) {
       var x = geometry.left + (MAX_POINTS - back - 0.5) * geometry.step;
       axis.appendChild(el("line", { "class": "axis", x1: x, x2: x, y1: geometry.bottom, y2: geometry.bottom + 4 }));
-      axis.appendChild(el("text", { "class": "x-label", x: x, y: geometry.bottom + 16 }, back ? "−" + back * seconds + " s" : "now"));
+      axis.appendChild(el("text", { "class": "x-label", x: x, y: geometry.bottom + 18 }, back ? "−" + back * seconds + " s" : "now"));
     }
     axis.appendChild(el("line", { "class": "axis", x1: geometry.left, x2: geometry.right, y1: geometry.bottom, y2: geometry.bottom }));
   }
