@@ -3,8 +3,9 @@ percentiles estimated from its histogram), a queue's series, and how they are pr
 
 Percentiles come from the summed histogram: the rank's bucket is found, and the value interpolated
 inside it on a log scale. The bounds grow by sqrt(2) (store/metrics_layout.py), so an estimate is
-within a factor of 1.19 of the true value, and usually much closer. A rank in the overflow bucket is
-only known to be past the last bound, and says so.
+never off by more than its bucket (a factor of sqrt(2)), and within 1.19 of the true value when runs
+spread over their bucket. A rank in the overflow bucket is only known to be past the last bound,
+and says so.
 """
 
 from __future__ import annotations
