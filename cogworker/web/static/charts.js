@@ -83,7 +83,7 @@
     if (!processed || !failed) return;
     times.push(new Date().toISOString().slice(11, 19));
     times = times.slice(-points.processed.length);
-    plot(processed, points.processed, niceTicks(Math.max.apply(null, points.processed), 4));
+    plot(processed, points.processed, niceTicks(Math.max.apply(null, points.processed), 3));
     var geometry = plot(failed, points.failed, niceTicks(Math.max.apply(null, points.failed), 2));
     timeAxis(failed, geometry, Number(document.body.dataset.liveInterval) || 5);
     table({ processed: points.processed, failed: points.failed, times: times });
