@@ -3,9 +3,10 @@ per-class table, one class's series and histogram, the queues' latency, and the 
 
 A range is 1, 4 or 8 hours ending with the current minute. Its minute hashes are read in one
 pipeline (HGETALL each; one class's page HMGETs only its fields), and a long-lived reader passes a
-`MinuteCache` (ops/metrics_cache.py) so finished minutes are read once. A minute nobody wrote is zero (the series show the gap as zeros, never a line drawn across
-it). A value that isn't a count, or a key of the wrong type, is skipped and named in `notes`, so a
-damaged key costs a line on the page, not the page.
+`MinuteCache` (ops/metrics_cache.py) so finished minutes are read once. A minute nobody wrote is
+zero (the series show the gap as zeros, never a line drawn across it). A value that isn't a count,
+or a key of the wrong type, is skipped and named in `notes`, so a damaged key costs a line on the
+page, not the page.
 
 The figures themselves (rows, percentiles, formats) are in ops/metrics_figures.py.
 """
