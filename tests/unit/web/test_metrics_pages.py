@@ -10,9 +10,12 @@ import time
 import redis
 from starlette.testclient import TestClient
 
+from cogworker.settings import load_settings
 from cogworker.store import keys
 from cogworker.store import metrics_layout as layout
+from cogworker.web import create_app
 from tests.support.metrics_data import ClassMinute, deploy_mark, write_minutes, write_queue_minutes
+from tests.support.redis_server import free_port
 
 LAST = layout.minute_of(time.time())
 HOUR = list(range(LAST - 59, LAST + 1))
@@ -130,3 +133,11 @@ def test_the_dashboard_history_chart_has_axes_and_a_table(client: TestClient, r:
     assert table is not None and table.group(0).count("<tr>") == 8
     assert "5,000" in table.group(0) and ">50<" in table.group(0)
     assert "failed per day (own scale)" in page
+
+
+def test_redis_down_is_the_ui_s_error_page_on_both_metrics_pages() -> None:
+    settings = load_settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", redis_timeout_s=1.0)
+    client = TestClient(create_app(settings))
+    for path in ("/metrics", "/metrics/job/app.Fast"):
+        response = client.get(path)
+        assert response.status_code == 503 and "reach Redis" in response.text, path
