@@ -22,7 +22,7 @@ from cogworker.redact import safe_url
 from cogworker.settings import Settings, load_settings
 from cogworker.store import keys
 from cogworker.store.connection import is_unavailable
-from cogworker.web import batches, busy, dashboard, jobs, periodic, queues, search, sets
+from cogworker.web import batches, busy, dashboard, jobs, metrics_pages, periodic, queues, search, sets
 from cogworker.web.render import page
 from cogworker.web.security import BasicAuth, SameOrigin, StateAndHeaders
 from cogworker.web.session import OptionalSession
@@ -40,6 +40,7 @@ def routes() -> list[BaseRoute]:
         *batches.ROUTES,
         *jobs.ROUTES,
         *search.ROUTES,
+        *metrics_pages.ROUTES,
         Mount("/static", StaticFiles(directory=static_dir), name="static"),
     ]
 

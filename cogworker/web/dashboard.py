@@ -1,8 +1,11 @@
-"""`/`: the counters, the live and history charts, Redis's vitals and the queue latency headline."""
+"""`/`: the counters, the live and history charts, Redis's vitals and the queue latency headline.
+
+The history chart is drawn here (web/charts.py: axes, day ticks, failures on their own scale, the
+numbers as a table); the live chart is drawn in the browser by static/charts.js from the counters
+each Live refresh brings, on the same plan.
+"""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -11,44 +14,32 @@ from cogworker.ops import processes as process_ops
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
 from cogworker.ops import stats
+from cogworker.web import charts
 from cogworker.web.render import page
 from cogworker.web.state import state_of
 
-CHART_HEIGHT = 120
-CHART_WIDTH = 720
 
-
-@dataclass(frozen=True, slots=True)
-class Bar:
-    x: float
-    width: float
-    processed_y: float
-    processed_h: float
-    failed_y: float
-    failed_h: float
-    day: stats.Day
-
-
-def bars(history: list[stats.Day]) -> list[Bar]:
-    """The history chart as SVG geometry (drawn server-side: it needs no script)."""
-    top = max([d.processed + d.failed for d in history] + [1])
-    width = CHART_WIDTH / max(len(history), 1)
-    found = []
-    for index, day in enumerate(history):
-        processed_h = CHART_HEIGHT * day.processed / top
-        failed_h = CHART_HEIGHT * day.failed / top
-        found.append(
-            Bar(
-                x=index * width,
-                width=max(width - 1, 1),
-                processed_y=CHART_HEIGHT - processed_h - failed_h,
-                processed_h=processed_h,
-                failed_y=CHART_HEIGHT - failed_h,
-                failed_h=failed_h,
-                day=day,
-            )
-        )
-    return found
+def history_chart(history: list[stats.Day]) -> charts.Chart:
+    """Processed per day, and failed per day on a scale of its own (a 1 % failure rate is a tenth
+    of the small panel's height at least, not a sliver of the processed bars)."""
+    axis = charts.day_axis([day.day for day in history])
+    return charts.chart(
+        "history-chart",
+        "Jobs per day",
+        axis,
+        [
+            charts.PanelSpec(
+                "processed per day",
+                [charts.Layer("bar-processed", "processed", [d.processed for d in history], bars=True)],
+            ),
+            charts.PanelSpec(
+                "failed per day (own scale)",
+                [charts.Layer("bar-failed", "failed", [d.failed for d in history], bars=True)],
+                height=60,
+                ticks=2,
+            ),
+        ],
+    )
 
 
 def dashboard(request: Request) -> Response:
@@ -64,9 +55,7 @@ def dashboard(request: Request) -> Response:
         "Dashboard",
         totals=stats.totals(client),
         history=history,
-        bars=bars(history),
-        chart_width=CHART_WIDTH,
-        chart_height=CHART_HEIGHT,
+        history_chart=history_chart(history),
         days=days,
         day_choices=(7, 30, 90, 180),
         vitals=stats.redis_vitals(client),

@@ -223,6 +223,7 @@ NAV = (
     ("/dead", "Dead"),
     ("/periodic", "Periodic"),
     ("/batches", "Batches"),
+    ("/metrics", "Metrics"),
 )
 
 

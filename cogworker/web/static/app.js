@@ -1,5 +1,5 @@
 // cogworker's Web UI: the UTC/local time switch, live refresh (keeping scroll and focus), the live
-// chart, select-all boxes, and tables as labelled cards on a phone.
+// chart's points, select-all boxes, and tables as labelled cards on a phone.
 // Served as a file (the Content-Security-Policy allows no inline script), and nothing else is needed:
 // every page works without it.
 (function () {
@@ -127,28 +127,6 @@
     });
   }
 
-  function drawChart() {
-    var svg = document.getElementById("live-chart");
-    if (!svg) return;
-    var box = svg.viewBox.baseVal;
-    var top = Math.max.apply(null, points.processed.concat(points.failed, [1]));
-    var step = box.width / (MAX_POINTS - 1);
-    function line(values) {
-      return values.map(function (v, i) {
-        var x = (MAX_POINTS - values.length + i) * step;
-        var y = box.height - (box.height * v) / top;
-        return x.toFixed(1) + "," + y.toFixed(1);
-      }).join(" ");
-    }
-    svg.querySelector(".line-processed").setAttribute("points", line(points.processed));
-    svg.querySelector(".line-failed").setAttribute("points", line(points.failed));
-    var status = document.getElementById("live-status");
-    if (status && points.processed.length) {
-      status.textContent = "last poll: " + points.processed[points.processed.length - 1] +
-        " processed, " + points.failed[points.failed.length - 1] + " failed";
-    }
-  }
-
   function recordTotals() {
     var totals = document.getElementById("totals");
     if (!totals) return;
@@ -158,7 +136,8 @@
         points[k].push(Math.max(0, now[k] - last[k]));
         if (points[k].length > MAX_POINTS) points[k].shift();
       });
-      drawChart();
+      // static/charts.js draws them (on the dashboard, the only page with the chart).
+      document.dispatchEvent(new CustomEvent("cogworker:live-points", { detail: points }));
     }
     last = now;
   }
