@@ -58,6 +58,8 @@ from cogworker.api.payload import check_arguments
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 
 SKIPPED_COUNT_CAP = 1000
+# Slots an entry's run history keeps (`cogworker:periodic:runs:<name>`): the Web UI's "last runs".
+RUNS_KEPT = 10
 
 
 def _croniter() -> Any:
