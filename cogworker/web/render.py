@@ -168,6 +168,7 @@ NAV = (
     ("/dead", "Dead"),
     ("/periodic", "Periodic"),
     ("/batches", "Batches"),
+    ("/actions", "Recent actions"),
 )
 
 
