@@ -96,7 +96,7 @@ def _last(entry: periodic_ops.PeriodicEntry) -> str:
     run = entry.last_run
     if run is None:
         return timestamp(entry.last_slot)
-    outcome = f"{run.outcome} x{run.count}" if run.count > 1 else run.outcome
+    outcome = f"{run.outcome} x{run.count}{'+' if run.more else ''}" if run.count > 1 else run.outcome
     job = f" {run.jid}" if run.jid else (f" (still running: {run.holder})" if run.holder else "")
     return f"{timestamp(run.slot)} {outcome}{job}"
 

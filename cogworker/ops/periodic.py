@@ -186,7 +186,8 @@ def _read(client: redis.Redis, stored: dict[str, str], now: float, settle_s: flo
 def pause(client: redis.Redis, name: str) -> bool:
     """Pause an entry: from its next slot on, its slots are recorded as paused and nothing is
     enqueued. False when it was already paused."""
-    get(client, name)
+    if not client.hexists(keys.PERIODIC_ENTRIES, name):
+        raise NotFound(f"no periodic entry {name!r} (see `cogworker periodic list`)")
     return bool(client.sadd(keys.PERIODIC_PAUSED, name))
 
 

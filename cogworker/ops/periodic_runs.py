@@ -28,6 +28,8 @@ OUTCOMES = {
     "paused": ("paused", "the entry was paused: nothing enqueued"),
 }
 NO_PROCESS = "no process was running this entry to enqueue it"
+# Slots counted in one gap at most (each is a croniter step, some 20 µs).
+GAP_CAP = 100
 # A job status (api/job_status.py) as the end state of a run.
 END_STATES = {"retrying": "in retry", "failed": "dead"}
 
@@ -41,6 +43,7 @@ class Run:
     holder: str | None = None  # skipped as still running: the run that was
     at: float | None = None  # when it was decided (Redis's clock); None for a slot no process handled
     count: int = 1  # slots in a gap read as missed
+    more: bool = False  # the gap holds more than `count` (GAP_CAP) slots
     state: str | None = None  # the enqueued job's status when it tracks one ("in retry", "dead", ...)
 
 
@@ -50,17 +53,22 @@ def _float(value: Any) -> float | None:
 
 def _gap(entry: Entry | None, after: float, before: float, *, inclusive: bool) -> Run | None:
     """The slots after `after` and before `before` (and `before` itself when `inclusive`) as one
-    missed row, or None when there are none (or the schedule can't be read here)."""
+    missed row, or None when there are none (or the schedule can't be read here). At most GAP_CAP
+    are counted: a day without workers is 86,400 slots of an every-second entry."""
     if entry is None or after < 0:
         return None
     try:
-        slots = entry.slots_between(int(after), int(before) + (1 if inclusive else 0))
+        latest = entry.slot_at(before if inclusive else before - 1)
+        if latest <= after:
+            return None
+        slots = entry.slots_between(int(after), latest + 1, cap=GAP_CAP)
     except (ValueError, KeyError, TypeError, OverflowError):
         return None
     if not slots:
         return None
-    count = f"{len(slots)} slots" if len(slots) > 1 else "this slot"
-    return Run(slot=slots[-1], outcome="missed", detail=f"{count}: {NO_PROCESS}", count=len(slots))
+    more = len(slots) >= GAP_CAP
+    count = f"{len(slots)}{'+' if more else ''} slots" if len(slots) > 1 else "this slot"
+    return Run(slot=latest, outcome="missed", detail=f"{count}: {NO_PROCESS}", count=len(slots), more=more)
 
 
 def parse(raw: list[str], entry: Entry | None) -> list[Run]:
@@ -92,17 +100,11 @@ def parse(raw: list[str], entry: Entry | None) -> list[Run]:
 
 
 def due_unhandled(entry: Entry | None, last_slot: float | None, now: float, settle_s: float) -> Run | None:
-    """The slots due since the last one handled, as one missed row, once the most recent of them is
-    `settle_s` late (a running ticker would have handled it by then)."""
+    """The slots due since the last one handled that are at least `settle_s` late (a running ticker
+    would have handled them by then), as one missed row dated at the latest of them."""
     if entry is None or last_slot is None:
         return None
-    try:
-        current = entry.slot_at(now)
-    except (ValueError, KeyError, TypeError, OverflowError):
-        return None
-    if current <= last_slot or now - current < settle_s:
-        return None
-    return _gap(entry, last_slot, current, inclusive=True)
+    return _gap(entry, last_slot, now - settle_s, inclusive=True)
 
 
 def fetch(client: redis.Redis, names: list[str]) -> list[list[str]]:

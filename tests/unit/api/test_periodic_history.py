@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 
 from cogworker.api.periodic import RUNS_KEPT, Entry
 from cogworker.ops import periodic as periodic_ops
+from cogworker.ops import periodic_runs
 from cogworker.settings import Settings
 from cogworker.worker.loops.ticker import Ticker
 from tests.support.components import build
@@ -156,9 +157,14 @@ def test_the_listing_reads_gaps_as_missed_and_shows_how_enqueued_runs_ended(
     assert entry.runs[2].jid == payload["jid"] and entry.runs[2].state == "in retry"
     assert entry.last_run is not None and entry.last_run.slot == at(2024, 5, 1, 14)
 
-    # Nobody handles 15:00 and 16:00: once the latest is late enough, the last slot reads as missed.
+    # Nobody handles 15:00 and 16:00: each reads as missed once it is `settle_s` late.
     [entry] = periodic_ops.entries(r, now=at(2024, 5, 1, 16, 0, 5), settle_s=11)
-    assert entry.last_run is not None and entry.last_run.outcome == "enqueued"  # 16:00 may still come
+    assert entry.last_run is not None  # 16:00 may still come
+    assert (entry.last_run.outcome, entry.last_run.slot, entry.last_run.count) == (
+        "missed",
+        at(2024, 5, 1, 15),
+        1,
+    )
     [entry] = periodic_ops.entries(r, now=at(2024, 5, 1, 16, 0, 12), settle_s=11)
     assert entry.last_run is not None
     assert (entry.last_run.outcome, entry.last_run.slot, entry.last_run.count) == (
@@ -166,6 +172,18 @@ def test_the_listing_reads_gaps_as_missed_and_shows_how_enqueued_runs_ended(
         at(2024, 5, 1, 16),
         2,
     )
+    assert [run.outcome for run in entry.runs[1:]] == ["enqueued", "missed", "enqueued"]
     assert entry.paused is False
     periodic_ops.pause(r, "hourly")
     assert periodic_ops.get(r, "hourly").paused is True
+
+
+def test_a_long_gap_is_one_missed_row_counted_up_to_a_cap(r: redis.Redis, configured: Settings) -> None:
+    every_second = Entry("fast", periodic_targets.rollup, "* * * * * *")
+    ticker(configured, every_second).tick(now=at(2024, 5, 1, 10, 0, 0, 500000))
+    # No worker for an hour: the page counts what it can of the gap, and dates it at its end.
+    [entry] = periodic_ops.entries(r, now=at(2024, 5, 1, 11, 0, 0, 200000), settle_s=2)
+    assert entry.last_run is not None
+    missed = entry.last_run
+    assert (missed.outcome, missed.slot, missed.more) == ("missed", at(2024, 5, 1, 10, 59, 58), True)
+    assert missed.count == periodic_runs.GAP_CAP and f"{periodic_runs.GAP_CAP}+ slots" in missed.detail
