@@ -21,7 +21,7 @@ from starlette.responses import PlainTextResponse, Response
 from cogworker.ops import OpsError
 from cogworker.redact import safe_url
 from cogworker.store.connection import is_unavailable
-from cogworker.web.audit import record_action, who
+from cogworker.web.audit import record_action, user_name
 from cogworker.web.render import back_to, flash, page, redirect
 from cogworker.web.state import WebState, state_of
 
@@ -43,9 +43,8 @@ def action(default_back: str, confirm: Confirm | None = None) -> Callable[[Opera
         async def endpoint(request: Request) -> Response:
             state = state_of(request)
             if state.read_only(request):
-                log.warning(
-                    "web_action_refused", path=request.url.path, reason="read-only", user=who(request, state)
-                )
+                user = await user_name(request, state)
+                log.warning("web_action_refused", path=request.url.path, reason="read-only", user=user)
                 return PlainTextResponse("Forbidden: this UI is read-only.\n", status_code=403)
             form = await request.form()
             back = back_to(request, form.get("back"), default_back)

@@ -53,7 +53,7 @@ def create_app(
     """The Web UI as an ASGI app. `settings` default to the COGWORKER_* environment; `read_only`
     is the host's rule per request (True: show, never act), on top of COGWORKER_WEB_READ_ONLY;
     `user_of` names the user an action is recorded under when the host's login isn't Starlette's
-    `request.user` (see web/audit.py)."""
+    `request.user` (see web/audit.py); it is called on a worker thread, so it may block."""
     settings = settings if settings is not None else load_settings()
     keys.use_prefix(settings.key_prefix)  # the pages show (and act on) this deployment's keys only
     state = WebState(settings, read_only, user_of)

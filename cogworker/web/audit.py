@@ -57,6 +57,14 @@ def who(request: Request, state: WebState) -> str:
     return ANONYMOUS
 
 
+async def user_name(request: Request, state: WebState) -> str:
+    """`who`, on a worker thread when the host's hook is set: it may block (a session looked up in
+    the host's database), and the event loop serves every other request meanwhile."""
+    if state.user_of is None:
+        return who(request, state)
+    return await run_in_threadpool(who, request, state)
+
+
 def remote_address(request: Request) -> str | None:
     return request.client.host if request.client else None
 
@@ -68,7 +76,7 @@ async def record_action(
     the action itself, so the record would only wait for the same timeout and fail)."""
     entry = audit_ops.AuditRecord(
         at=time.time(),
-        user=who(request, state),
+        user=await user_name(request, state),
         path=request.url.path,
         did=did,
         outcome=outcome,
