@@ -177,3 +177,15 @@ def test_an_audit_write_that_never_ran_still_answers_the_action(
     assert direct.smembers("cogworker:periodic:paused") == set()  # the action itself happened
     assert direct.exists("cogworker:audit") == 0
     assert flashes(client.get("/periodic").text) == [("ok", "x: resumed; its next slot runs as planned")]
+
+
+def test_an_action_that_could_not_reach_redis_is_logged_without_a_second_try_to_record_it(
+    private_redis: RedisServer,
+) -> None:
+    client = TestClient(create_app(load_settings(redis_url=private_redis.url)), follow_redirects=False)
+    private_redis.stop()
+    with capture_logs() as logs:
+        assert resume(client) == 303
+    events = [e for e in logs if e["event"].startswith("web_action")]
+    assert [(e["event"], e["outcome"]) for e in events] == [("web_action", "error")]
+    assert "can't reach Redis" in events[0]["did"]
