@@ -91,7 +91,7 @@ def test_periodic_pages_pause_resume_and_recent_actions(page: Watched, swarm: Sw
     assert "paused; its slots are recorded as paused" in p.locator(".flash").inner_text()
     assert p.locator(f"{ROW} .badge", has_text="paused").count() == 1
     wait_until(lambda: last_outcome(p) == "paused", timeout=20, message="the tick entry's slot paused")
-    screenshots(page, "periodic")
+    screenshots(page, "periodic-paused")
 
     p.locator(f"{ROW} td.name a").click()
     wait_until(
