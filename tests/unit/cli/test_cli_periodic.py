@@ -106,3 +106,18 @@ def test_pause_and_resume_change_the_listing_and_are_idempotent(
     assert resumed.code == 0 and resumed.out.strip() == "paris: resumed; its next slot runs as planned"
     assert cli("periodic", "resume", "paris").out.strip() == "paris: was not paused"
     assert r.smembers("cogworker:periodic:paused") == set()
+
+
+def test_list_says_what_became_of_the_last_slot(cli: CLI, r: redis.Redis, redis_server: RedisServer) -> None:
+    settings: Settings = load_settings(redis_url=redis_server.url)
+    ticker = Ticker(build(settings).ctx, entries=[Entry("tick", periodic_targets.rollup, "* * * * * *")])
+    seconds, micros = r.time()
+    now = seconds + micros / 1e6
+    ticker.tick(now=now)
+    ticker.tick(now=now + 1)
+    [payload] = r.lrange("cogworker:queue:default", 0, -1)
+    jid = json.loads(payload)["jid"]
+    header, line = cli("periodic", "list").out.splitlines()
+    assert line[header.index("LAST") :].split()[-2:] == ["enqueued", jid]
+    [entry] = cli("periodic", "list", "--json").json()
+    assert [(run["outcome"], run["jid"]) for run in entry["runs"]] == [("enqueued", jid)]
