@@ -23,7 +23,7 @@ from cogworker.api.decorator import JobFunction
 from cogworker.api.periodic import RUNS_KEPT, Entry
 from cogworker.ops import NotFound, OpsError, redis_time
 from cogworker.ops.enqueue import Enqueued, enqueue
-from cogworker.ops.periodic_runs import Run, due_unhandled, fetch, parse, with_end_states
+from cogworker.ops.periodic_runs import Run, due_unhandled, parse, slots_of, with_end_states
 from cogworker.settings import Settings
 from cogworker.store import keys
 
@@ -102,27 +102,32 @@ class _Extra:
     paused: bool = False
     runs: tuple[str, ...] = ()
     settle_s: float = 0.0
+    gaps: bool = False  # read the gaps between the recorded runs (an entry's own page)
 
 
 def _entry(name: str, raw: str, now: float, extra: _Extra) -> PeriodicEntry:
     registration = codec.loads_dict(raw) or {}
     cron, tz = str(registration.get("cron") or ""), str(registration.get("tz") or "UTC")
     args, kwargs = _arguments(registration)
-    problem, upcoming, entry = None, None, None
+    problem, upcoming, entry, current = None, None, None, 0
     if not registration:
         problem = "the registration is not a JSON object"
     else:
         try:
             entry = schedule(cron, tz)
-            upcoming = float(entry.next_after(entry.slot_at(now)))
+            current = entry.slot_at(now)
+            upcoming = float(entry.next_after(current))
         # Redis's copy may come from another version's worker, or have been edited: a cron or a
         # zone this host can't read is shown as a problem, not a failed page.
         except (ValueError, KeyError, TypeError, OverflowError) as exc:
             problem = f"can't compute the next slot of {cron!r} in {tz!r}: {exc}"
             entry = None
     last_slot = _number(registration.get("last_slot"))
-    runs = parse(list(extra.runs), entry)
-    unhandled = due_unhandled(entry, last_slot, now, extra.settle_s)
+    # Only when there is something to read: a croniter costs a millisecond.
+    late = last_slot is not None and current > last_slot
+    slots = slots_of(entry) if extra.gaps or late else None
+    runs = parse(list(extra.runs), slots if extra.gaps else None)
+    unhandled = due_unhandled(slots, last_slot, now, extra.settle_s, current)
     return PeriodicEntry(
         name=name,
         job=str(registration.get("job") or ""),
@@ -145,13 +150,15 @@ def _entry(name: str, raw: str, now: float, extra: _Extra) -> PeriodicEntry:
 def entries(
     client: redis.Redis, now: float | None = None, *, settle_s: float = DEFAULT_SETTLE_S
 ) -> list[PeriodicEntry]:
-    """Every registered entry, by name, with its last runs. `now` defaults to Redis's clock, the
+    """Every registered entry, by name, with its last runs (the recorded ones, and the slots due
+    since the last one handled that nobody handled; `get` also reads the gaps between records, which
+    costs a croniter step each). `now` defaults to Redis's clock, the
     one slots are taken on; `settle_s` is how late a slot nobody handled reads as missed (see
     `settle_s()`). Three round trips whatever the number of entries: the hash; the running locks,
     the paused set and the run histories; the enqueued jobs' statuses."""
     now = redis_time(client) if now is None else now
     stored = cast(dict[str, str], client.hgetall(keys.PERIODIC_ENTRIES))
-    return _read(client, stored, now, settle_s)
+    return _read(client, stored, now, settle_s, gaps=False)
 
 
 def get(
@@ -161,10 +168,12 @@ def get(
     if raw is None:
         raise NotFound(f"no periodic entry {name!r} (see `cogworker periodic list`)")
     now = redis_time(client) if now is None else now
-    return _read(client, {name: str(raw)}, now, settle_s)[0]
+    return _read(client, {name: str(raw)}, now, settle_s, gaps=True)[0]
 
 
-def _read(client: redis.Redis, stored: dict[str, str], now: float, settle_s: float) -> list[PeriodicEntry]:
+def _read(
+    client: redis.Redis, stored: dict[str, str], now: float, settle_s: float, *, gaps: bool
+) -> list[PeriodicEntry]:
     names = sorted(stored)
     if not names:
         return []
@@ -172,11 +181,13 @@ def _read(client: redis.Redis, stored: dict[str, str], now: float, settle_s: flo
     for name in names:
         pipe.get(keys.periodic_running(name))
     pipe.smembers(keys.PERIODIC_PAUSED)
+    for name in names:
+        pipe.lrange(keys.periodic_runs(name), 0, RUNS_KEPT - 1)
     replies = pipe.execute()
-    running, paused = replies[:-1], cast(set[str], replies[-1])
-    histories = fetch(client, names)
+    running, histories = replies[: len(names)], replies[-len(names) :]
+    paused = cast(set[str], replies[len(names)])
     found = [
-        _entry(name, stored[name], now, _Extra(holder, name in paused, tuple(history), settle_s))
+        _entry(name, stored[name], now, _Extra(holder, name in paused, tuple(history), settle_s, gaps))
         for name, holder, history in zip(names, running, histories, strict=True)
     ]
     ended = with_end_states(client, [list(e.runs) for e in found])

@@ -147,7 +147,9 @@ def test_the_listing_reads_gaps_as_missed_and_shows_how_enqueued_runs_ended(
     assert Runner(configured).run_next()  # it fails: retried later
     # Every worker away from 11:30 to 15:10: 12:00 and 13:00 are gone, 14:00 is caught up, late.
     ticker(configured, hourly).tick(now=at(2024, 5, 1, 14, 10))
-    [entry] = periodic_ops.entries(r, now=at(2024, 5, 1, 14, 20))
+    [listed] = periodic_ops.entries(r, now=at(2024, 5, 1, 14, 20))  # the listing shows the newest only
+    assert [(run.outcome, run.count) for run in listed.runs] == [("enqueued", 1), ("enqueued", 1)]
+    entry = periodic_ops.get(r, "hourly", now=at(2024, 5, 1, 14, 20))
     assert [(run.outcome, run.count) for run in entry.runs] == [
         ("enqueued", 1),
         ("missed", 2),
@@ -172,7 +174,9 @@ def test_the_listing_reads_gaps_as_missed_and_shows_how_enqueued_runs_ended(
         at(2024, 5, 1, 16),
         2,
     )
-    assert [run.outcome for run in entry.runs[1:]] == ["enqueued", "missed", "enqueued"]
+    assert [run.outcome for run in entry.runs[1:]] == ["enqueued", "enqueued"]
+    gaps = periodic_ops.get(r, "hourly", now=at(2024, 5, 1, 16, 0, 12), settle_s=11)
+    assert [run.outcome for run in gaps.runs] == ["missed", "enqueued", "missed", "enqueued"]
     assert entry.paused is False
     periodic_ops.pause(r, "hourly")
     assert periodic_ops.get(r, "hourly").paused is True
@@ -187,3 +191,20 @@ def test_a_long_gap_is_one_missed_row_counted_up_to_a_cap(r: redis.Redis, config
     missed = entry.last_run
     assert (missed.outcome, missed.slot, missed.more) == ("missed", at(2024, 5, 1, 10, 59, 58), True)
     assert missed.count == periodic_runs.GAP_CAP and f"{periodic_runs.GAP_CAP}+ slots" in missed.detail
+
+
+def test_the_history_reads_slots_by_the_ticker_rules() -> None:
+    """periodic_runs.Slots moves one croniter around; it must find the slots Entry finds."""
+    for cron, tz in (
+        ("0 9 * * *", "America/New_York"),
+        ("* * * * * */15", "UTC"),
+        ("30 2 * * *", "Europe/Paris"),
+    ):
+        entry = Entry("probe", periodic_targets.rollup, cron, tz=tz)
+        slots = periodic_runs.Slots(entry)
+        for moment in (at(2024, 3, 9, 12, 0), at(2024, 3, 10, 12, 0, 44), at(2024, 3, 31, 1, 59, 59)):
+            assert slots.latest(moment) == entry.slot_at(moment)
+            start = entry.slot_at(moment)
+            assert slots.between(start, start + 3 * 86400, 50) == entry.slots_between(
+                start, start + 3 * 86400, 50
+            )
