@@ -191,7 +191,18 @@ def _read(
         for name, holder, history in zip(names, running, histories, strict=True)
     ]
     ended = with_end_states(client, [list(e.runs) for e in found])
-    return [replace(e, runs=tuple(runs)) for e, runs in zip(found, ended, strict=True)]
+    return [replace(e, runs=_holding(e.running_jid, runs)) for e, runs in zip(found, ended, strict=True)]
+
+
+def _holding(running_jid: str | None, runs: list[Run]) -> tuple[Run, ...]:
+    """An until_executed run whose job status isn't tracked still says it hasn't ended: it holds
+    the entry's running lock until it succeeds or dies."""
+    return tuple(
+        replace(run, state="not ended (holds the entry's lock)")
+        if running_jid and run.jid == running_jid and run.state is None
+        else run
+        for run in runs
+    )
 
 
 def pause(client: redis.Redis, name: str) -> bool:

@@ -56,6 +56,7 @@ def test_last_slot_says_enqueued_with_the_jid_and_the_entry_page_lists_the_runs(
     outcomes = re.findall(r'<span class="badge outcome [^"]*" data-outcome="(\w+)"', page)
     assert outcomes == ["skipped", "enqueued"]
     assert f'href="/jobs/{jid}"' in page and "still queued or running" in page
+    assert "not ended (holds the entry&#39;s lock)" in page  # the enqueued run, untracked, holds the lock
     assert client.get("/periodic/entries/nope").status_code == 404
 
 
