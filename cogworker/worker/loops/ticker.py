@@ -121,7 +121,7 @@ class Ticker:
         if late_s > self.grace_s:
             result = self._run(entry, "missed", slot, now)
             if result.outcome == "paused":
-                self._after_pause(entry, result, slot)
+                self._log_paused(entry, slot)
             elif result.outcome == "missed":
                 log.warning(
                     "periodic_slot_missed",
@@ -143,9 +143,10 @@ class Ticker:
         if claimed:
             return
         if paused:
-            result = self._run(entry, "paused", slot, now)
-            if result.outcome != "resumed":
-                self._after_pause(entry, result, slot)
+            outcome = self._run(entry, "paused", slot, now).outcome
+            if outcome == "paused":
+                self._log_paused(entry, slot)
+            if outcome != "resumed":
                 return
         options = entry.options
         queue = str(options.get("queue") or entry.job.queue)
@@ -174,7 +175,7 @@ class Ticker:
             return
         result = results[-1]
         if result.outcome == "paused":
-            self._after_pause(entry, result, slot)
+            self._log_paused(entry, slot)
         elif result.outcome == "enqueued":
             log.info(
                 "periodic_enqueued",
@@ -235,9 +236,8 @@ class Ticker:
             )
         return result
 
-    def _after_pause(self, entry: Entry, result: Outcome, slot: int) -> None:
-        if result.outcome == "paused":
-            log.info("periodic_slot_paused", entry=entry.name, slot=entry.describe(slot))
+    def _log_paused(self, entry: Entry, slot: int) -> None:
+        log.info("periodic_slot_paused", entry=entry.name, slot=entry.describe(slot))
 
     def _log_skipped(self, entry: Entry, previous: int, slot: int) -> None:
         if previous < 0:
