@@ -41,6 +41,13 @@ backlog of runs after an outage would mostly do the same work several times at o
 job once as soon as the fleet is back, as long as that is still close to when it was due.
 An entry seen for the first time records the current slot as handled without running it: a new
 hourly entry deployed at 14:20 first runs at 15:00, not at once for 14:00.
+
+**Run history and pause.** The same script records each slot it decides in the entry's history
+(`cogworker:periodic:runs:<name>`, the last RUNS_KEPT: enqueued with the jid, running, stopped,
+missed or paused), read by `cogworker periodic list` and the Web UI (ops/periodic_runs.py). An entry
+named in `cogworker:periodic:paused` (`cogworker periodic pause NAME`) has each slot claimed as
+"paused" and nothing pushed; the script reads the set with the claim. A paused slot counts as
+handled, so `resume` runs the next slot and catches none of the paused ones up.
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ from cogworker.api.payload import check_arguments
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
 
 SKIPPED_COUNT_CAP = 1000
+# Slots an entry's run history keeps (`cogworker:periodic:runs:<name>`): the Web UI's "last runs".
+RUNS_KEPT = 10
 
 
 def _croniter() -> Any:

@@ -70,6 +70,9 @@ BATCH_FAILURES_PREFIX: str
 LIMITER_PREFIX: str
 PUSHED_PREFIX: str
 CANCELLED_PREFIX: str
+PERIODIC_RUNS_PREFIX: str
+PERIODIC_PAUSED: str
+AUDIT: str
 # The types the key guard expects. Prefix entries cover every key that starts with them.
 EXPECTED_TYPES: dict[str, str]
 EXPECTED_PREFIX_TYPES: dict[str, str]
@@ -88,7 +91,7 @@ def use_prefix(prefix: str) -> None:
     global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL, LIMITER_PREFIX
     global HANDED_OVER_PREFIX
     global EXPECTED_TYPES, EXPECTED_PREFIX_TYPES
-    global PUSHED_PREFIX, CANCELLED_PREFIX
+    global PUSHED_PREFIX, CANCELLED_PREFIX, PERIODIC_RUNS_PREFIX, PERIODIC_PAUSED, AUDIT
     PREFIX = prefix
     QUEUE_PREFIX = prefix + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
     # list per queue: jobs orphaned more than once, each run alone by a process
@@ -125,6 +128,12 @@ def use_prefix(prefix: str) -> None:
     PERIODIC_SLOT_PREFIX = prefix + "periodic:slot:"  # string per (entry, slot): the one enqueue's claim
     PERIODIC_RUNNING_PREFIX = prefix + "periodic:running:"  # string per entry: the jid of the run in flight
     PERIODIC_ENTRIES = prefix + "periodic:entries"  # hash: entry name -> its registration (JSON)
+    # list per entry, newest first: its last slots' outcomes (JSON), written by periodic.lua with the
+    # claim and capped there (worker/loops/ticker.py RUNS_KEPT)
+    PERIODIC_RUNS_PREFIX = prefix + "periodic:runs:"
+    PERIODIC_PAUSED = prefix + "periodic:paused"  # set: entry names whose slots enqueue nothing
+    # list, newest first: the Web UI's actions with who took them (ops/audit.py), capped
+    AUDIT = prefix + "audit"
     STATUS_PREFIX = prefix + "status:"  # hash per jid, with a TTL
     # zset: jid -> when `cogworker.cancel` was asked for it (Redis's clock), trimmed by age and size;
     # every worker process reads it about once a second (worker/running/cancelled.py).
@@ -170,6 +179,8 @@ def use_prefix(prefix: str) -> None:
         STAT_FAILED: "string",
         **{stat(outcome): "string" for outcome in COUNTED_OUTCOMES},
         PERIODIC_ENTRIES: "hash",
+        PERIODIC_PAUSED: "set",
+        AUDIT: "list",
         GUARD_REQUESTS: "set",
         CANCELS: "zset",
         BATCHES: "zset",
@@ -191,6 +202,7 @@ def use_prefix(prefix: str) -> None:
         CHAIN_PREFIX: "hash",
         PERIODIC_SLOT_PREFIX: "string",
         PERIODIC_RUNNING_PREFIX: "string",
+        PERIODIC_RUNS_PREFIX: "list",
         STAT_PROCESSED + ":": "string",  # the per-day counters
         STAT_FAILED + ":": "string",
         BATCH_PREFIX: "hash",
@@ -280,6 +292,10 @@ def unique(digest: str) -> str:
 
 def periodic_slot(name: str, slot: int) -> str:
     return f"{PERIODIC_SLOT_PREFIX}{name}:{slot}"
+
+
+def periodic_runs(name: str) -> str:
+    return PERIODIC_RUNS_PREFIX + name
 
 
 def periodic_running(name: str) -> str:

@@ -3,7 +3,8 @@ loop (the ops functions are blocking Redis calls), its outcome flashed, and a 30
 
 An operation says what it did by returning the flash text; an OpsError (not found, not retryable,
 a wrong-type key) becomes an error flash with its message, and so does Redis being unreachable.
-Nothing an action does is reached by GET.
+Either way the action is then logged and recorded with its user (web/audit.py, the "Recent actions"
+page). Nothing an action does is reached by GET.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from starlette.responses import PlainTextResponse, Response
 from cogworker.ops import OpsError
 from cogworker.redact import safe_url
 from cogworker.store.connection import is_unavailable
+from cogworker.web.audit import record_action, user_name
 from cogworker.web.render import back_to, flash, page, redirect
 from cogworker.web.state import WebState, state_of
 
@@ -41,7 +43,8 @@ def action(default_back: str, confirm: Confirm | None = None) -> Callable[[Opera
         async def endpoint(request: Request) -> Response:
             state = state_of(request)
             if state.read_only(request):
-                log.warning("web_action_refused", path=request.url.path, reason="read-only")
+                user = await user_name(request, state)
+                log.warning("web_action_refused", path=request.url.path, reason="read-only", user=user)
                 return PlainTextResponse("Forbidden: this UI is read-only.\n", status_code=403)
             form = await request.form()
             back = back_to(request, form.get("back"), default_back)
@@ -56,19 +59,21 @@ def action(default_back: str, confirm: Confirm | None = None) -> Callable[[Opera
                     hidden=hidden,
                     back=back,
                 )
+            reachable = True
             try:
-                text = await run_in_threadpool(operation, request, state, form)
+                outcome, text = "ok", await run_in_threadpool(operation, request, state, form)
             except OpsError as exc:
-                flash(request, "error", str(exc))
+                outcome, text = "error", str(exc)
             except redis.RedisError as exc:
-                if is_unavailable(exc):
-                    message = f"can't reach Redis at {safe_url(state.settings.redis_url)}: {exc}"
+                reachable = not is_unavailable(exc)
+                if not reachable:
+                    text = f"can't reach Redis at {safe_url(state.settings.redis_url)}: {exc}"
                 else:
-                    message = f"Redis refused a command: {exc}"
-                flash(request, "error", message)
-            else:
-                log.info("web_action", path=request.url.path, outcome=text)
-                flash(request, "ok", text)
+                    text = f"Redis refused a command: {exc}"
+                outcome = "error"
+            flash(request, outcome, text)
+            # After the operation, whatever became of it: who did what is recorded (web/audit.py).
+            await record_action(request, state, outcome, text, write=reachable)
             return redirect(back)
 
         endpoint.__name__ = operation.__name__

@@ -22,11 +22,11 @@ from cogworker.redact import safe_url
 from cogworker.settings import Settings, load_settings
 from cogworker.store import keys
 from cogworker.store.connection import is_unavailable
-from cogworker.web import batches, busy, dashboard, jobs, metrics_pages, periodic, queues, search, sets
+from cogworker.web import audit, batches, busy, dashboard, jobs, metrics_pages, periodic, queues, search, sets
 from cogworker.web.render import page
 from cogworker.web.security import BasicAuth, SameOrigin, StateAndHeaders
 from cogworker.web.session import OptionalSession
-from cogworker.web.state import ReadOnlyRule, WebState, state_of
+from cogworker.web.state import ReadOnlyRule, UserOf, WebState, state_of
 
 
 def routes() -> list[BaseRoute]:
@@ -38,6 +38,7 @@ def routes() -> list[BaseRoute]:
         *sets.ROUTES,
         *periodic.ROUTES,
         *batches.ROUTES,
+        *audit.ROUTES,
         *jobs.ROUTES,
         *search.ROUTES,
         *metrics_pages.ROUTES,
@@ -45,12 +46,19 @@ def routes() -> list[BaseRoute]:
     ]
 
 
-def create_app(settings: Settings | None = None, *, read_only: ReadOnlyRule | None = None) -> Starlette:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    read_only: ReadOnlyRule | None = None,
+    user_of: UserOf | None = None,
+) -> Starlette:
     """The Web UI as an ASGI app. `settings` default to the COGWORKER_* environment; `read_only`
-    is the host's rule per request (True: show, never act), on top of COGWORKER_WEB_READ_ONLY."""
+    is the host's rule per request (True: show, never act), on top of COGWORKER_WEB_READ_ONLY;
+    `user_of` names the user an action is recorded under when the host's login isn't Starlette's
+    `request.user` (see web/audit.py); it is called on a worker thread, so it may block."""
     settings = settings if settings is not None else load_settings()
     keys.use_prefix(settings.key_prefix)  # the pages show (and act on) this deployment's keys only
-    state = WebState(settings, read_only)
+    state = WebState(settings, read_only, user_of)
     middleware = [Middleware(StateAndHeaders, state=state)]
     if settings.web_username:
         middleware.append(

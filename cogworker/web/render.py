@@ -224,6 +224,7 @@ NAV = (
     ("/periodic", "Periodic"),
     ("/batches", "Batches"),
     ("/metrics", "Metrics"),
+    ("/actions", "Recent actions"),
 )
 
 

@@ -26,6 +26,8 @@ from cogworker.web.state import SCOPE_KEY, WebState
 log = structlog.get_logger("cogworker.web")
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Where BasicAuth leaves the name it let in, for the audit trail (web/audit.py).
+BASIC_USER_KEY = "cogworker.basic_user"
 
 # No inline script or style anywhere (the pages' JavaScript and CSS are files under static/), so
 # stored job data that slips past escaping still can't run. `frame-ancestors 'self'` stops another
@@ -108,6 +110,7 @@ class BasicAuth:
                 )
                 await response(scope, receive, send)
                 return
+            scope[BASIC_USER_KEY] = self.username
         await self.app(scope, receive, send)
 
 

@@ -19,6 +19,9 @@ from cogworker.store.scripts import Scripts
 SCOPE_KEY = "cogworker.web"
 
 ReadOnlyRule = Callable[[Request], bool]
+# The host's answer to "who is this?" for the audit trail (web/audit.py), when its user isn't
+# Starlette's `request.user`; None or "" falls through to the other sources.
+UserOf = Callable[[Request], str | None]
 
 
 @dataclass
@@ -26,6 +29,7 @@ class WebState:
     settings: Settings
     # The host's per-request rule (e.g. "only admins act"); COGWORKER_WEB_READ_ONLY=true wins over it.
     read_only_rule: ReadOnlyRule | None = None
+    user_of: UserOf | None = None
     # Built on first use, not in create_app: mounting the UI must not need Redis to be up.
     lazy: LazyClient = field(init=False)
 

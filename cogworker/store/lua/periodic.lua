@@ -4,7 +4,8 @@
 --
 -- Two records say a slot was handled: the slot's own claim key (SET NX, with a TTL; its value says
 -- what became of it) and `last_slot` in the entry's registration, which outlives the claim keys
--- (a weekly entry's most recent slot stays the most recent for a week).
+-- (a weekly entry's most recent slot stays the most recent for a week). The entry's run history
+-- (KEYS[7]) is what the Web UI and `cogworker periodic list` show of it, not what decides a claim.
 --
 -- KEYS[1]  the slot's claim key (cogworker:periodic:slot:<name>:<slot>)
 -- KEYS[2]  cogworker:periodic:entries (hash: entry name -> registration JSON)
@@ -12,12 +13,17 @@
 -- KEYS[4]  the job's queue key
 -- KEYS[5]  cogworker:queues
 -- KEYS[6]  cogworker:wake (pub/sub: idle fetchers reading several queues wait on it)
+-- KEYS[7]  the entry's run history (cogworker:periodic:runs:<name>, list, newest first): one JSON
+--          record per slot handled, written here with the claim, so a reply lost after the script
+--          ran can't record a slot twice, and a script that never ran records nothing
+-- KEYS[8]  cogworker:periodic:paused (set of entry names an operator paused)
 -- ARGV[1]  entry name
 -- ARGV[2]  mode: "baseline" (this process's first look: refresh the registration; an entry seen
 --          for the first time records this slot as handled, so a new entry never runs a slot
 --          from before it existed), "enqueue" (push the job), "missed" (too late: record it only),
 --          "stopped" (a client middleware stopped the push, e.g. a unique job's duplicate: record it
---          only, so that one process says so rather than every one)
+--          only, so that one process says so rather than every one), "paused" (the ticker saw the
+--          entry paused: record the slot as paused if it still is, else claim nothing)
 -- ARGV[3]  the slot (epoch seconds)
 -- ARGV[4]  the claim key's TTL, seconds
 -- ARGV[5]  the registration, JSON of scalars only (it is decoded and re-encoded here, and cjson
@@ -29,11 +35,14 @@
 -- ARGV[9]  the job's queue name
 -- ARGV[10] "1" when the entry is until_executed: no new run while the running lock is held
 -- ARGV[11] the running lock's TTL, seconds
+-- ARGV[12] how many records the run history keeps
 -- Returns {outcome, the last slot handled before this one (or -1), running lock holder (or "")}.
 -- outcome: "taken" (this slot or a later one was already handled), "baseline", "known" (baseline
 -- mode, the entry was already registered), "enqueued", "running" (skipped: the previous run still
--- holds the running lock), "missed", "stopped", or "wrongtype" (a key of the wrong type; nothing
--- written).
+-- holds the running lock), "missed", "stopped", "paused" (in any mode but baseline: the entry is
+-- in the paused set, the slot is recorded as paused and nothing pushed), "resumed" ("paused" mode
+-- only: the entry is no longer paused; nothing written), or "wrongtype" (a key of the wrong type;
+-- nothing written).
 if is_wrong_type(KEYS[2], "hash") then
   return {"wrongtype", -1, KEYS[2]}
 end
@@ -68,9 +77,34 @@ if last and last >= slot then
 end
 -- Every key written below is checked first: Redis keeps what a script wrote before an error, so a
 -- slot claimed before a failed push would never run.
-local bad = first_wrong_type({{KEYS[1], "string"}, {KEYS[3], "string"}, {KEYS[4], "list"}, {KEYS[5], "set"}})
+local bad = first_wrong_type({
+  {KEYS[1], "string"}, {KEYS[3], "string"}, {KEYS[4], "list"}, {KEYS[5], "set"},
+  {KEYS[7], "list"}, {KEYS[8], "set"},
+})
 if bad then
   return {"wrongtype", -1, bad}
+end
+
+local function record(outcome, jid, holder)
+  local run = {slot = slot, outcome = outcome, at = tonumber(ARGV[6]), previous = last or -1}
+  if jid ~= "" then run["jid"] = jid end
+  if holder ~= "" then run["holder"] = holder end
+  redis.call("LPUSH", KEYS[7], cjson.encode(run))
+  redis.call("LTRIM", KEYS[7], 0, tonumber(ARGV[12]) - 1)
+end
+
+-- Read here, with the claim: a pause that lands between the ticker's own look and this script
+-- still stops the push, and a paused slot counts as handled, so a resume never catches up a burst.
+if redis.call("SISMEMBER", KEYS[8], ARGV[1]) == 1 then
+  if not redis.call("SET", KEYS[1], "paused", "NX", "EX", ARGV[4]) then
+    return {"taken", last or -1, ""}
+  end
+  registration["last_slot"] = slot
+  save()
+  record("paused", "", "")
+  return {"paused", last or -1, ""}
+elseif mode == "paused" then
+  return {"resumed", last or -1, ""}
 end
 
 local claim, holder = ARGV[7], ""
@@ -88,9 +122,11 @@ end
 registration["last_slot"] = slot
 save()
 if mode == "missed" or mode == "stopped" then
+  record(mode, "", "")
   return {mode, last or -1, ""}
 end
 if holder ~= "" then
+  record("running", "", holder)
   return {"running", last or -1, holder}
 end
 if ARGV[10] == "1" then
@@ -99,4 +135,5 @@ end
 redis.call("LPUSH", KEYS[4], ARGV[8])
 redis.call("SADD", KEYS[5], ARGV[9])
 redis.call("PUBLISH", KEYS[6], ARGV[9])
+record("enqueued", ARGV[7], "")
 return {"enqueued", last or -1, ""}

@@ -13,7 +13,7 @@ import structlog
 from cogworker import codec
 from cogworker.api import client, features
 from cogworker.api.middleware import run_client_chain
-from cogworker.api.periodic import SKIPPED_COUNT_CAP, Entry, entries
+from cogworker.api.periodic import RUNS_KEPT, SKIPPED_COUNT_CAP, Entry, entries
 from cogworker.store import key_guard, keys
 from cogworker.store.connection import is_unavailable
 from cogworker.store.redis_context import RedisContext
@@ -120,7 +120,9 @@ class Ticker:
         late_s = round(now - slot, 3)
         if late_s > self.grace_s:
             result = self._run(entry, "missed", slot, now)
-            if result.outcome == "missed":
+            if result.outcome == "paused":
+                self._log_paused(entry, slot)
+            elif result.outcome == "missed":
                 log.warning(
                     "periodic_slot_missed",
                     entry=entry.name,
@@ -132,8 +134,20 @@ class Ticker:
                 self._log_skipped(entry, result.previous, slot)
             return
         # Another process got there first: no need to build the job and run the chain for nothing.
-        if self._client.exists(keys.periodic_slot(entry.name, slot)):
+        # A paused entry is recorded without building the job either (the script reads the paused
+        # set again with the claim, so a resume in between pushes the job after all).
+        pipe = self._client.pipeline(transaction=False)
+        pipe.exists(keys.periodic_slot(entry.name, slot))
+        pipe.sismember(keys.PERIODIC_PAUSED, entry.name)
+        claimed, paused = pipe.execute()
+        if claimed:
             return
+        if paused:
+            outcome = self._run(entry, "paused", slot, now).outcome
+            if outcome == "paused":
+                self._log_paused(entry, slot)
+            if outcome != "resumed":
+                return
         options = entry.options
         queue = str(options.get("queue") or entry.job.queue)
         job = client.build_job(
@@ -160,7 +174,9 @@ class Ticker:
                 log.warning("periodic_push_stopped", entry=entry.name, slot=entry.describe(slot))
             return
         result = results[-1]
-        if result.outcome == "enqueued":
+        if result.outcome == "paused":
+            self._log_paused(entry, slot)
+        elif result.outcome == "enqueued":
             log.info(
                 "periodic_enqueued",
                 entry=entry.name,
@@ -193,6 +209,8 @@ class Ticker:
                 keys.queue(queue),
                 keys.QUEUES,
                 keys.WAKE_CHANNEL,
+                keys.periodic_runs(entry.name),
+                keys.PERIODIC_PAUSED,
             ],
             [
                 entry.name,
@@ -206,6 +224,7 @@ class Ticker:
                 queue,
                 "1" if entry.until_executed else "",
                 PERIODIC_RUNNING_TTL_S,
+                RUNS_KEPT,
             ],
             client=self._client,
         )
@@ -216,6 +235,9 @@ class Ticker:
                 f"{result.holder} has the wrong type for a periodic entry (the key guard moves it)"
             )
         return result
+
+    def _log_paused(self, entry: Entry, slot: int) -> None:
+        log.info("periodic_slot_paused", entry=entry.name, slot=entry.describe(slot))
 
     def _log_skipped(self, entry: Entry, previous: int, slot: int) -> None:
         if previous < 0:

@@ -50,7 +50,9 @@ def test_list_shows_each_entry_as_text_and_json(cli: CLI, redis_server: RedisSer
     assert 0 < paris["next_slot"] - time.time() <= 25 * 3600
     assert data[0]["until_executed"] is True and data[0]["queue"] == "default"
     text = cli("periodic", "list").out.splitlines()
-    assert text[0].split() == ["NAME", "JOB", "CRON", "TZ", "QUEUE", "ARGS", "UNTIL_EXECUTED", "NEXT", "LAST"]
+    assert text[0].split() == [
+        "NAME", "JOB", "CRON", "TZ", "QUEUE", "ARGS", "UNTIL_EXECUTED", "NEXT", "PAUSED", "LAST"
+    ]  # fmt: skip
     assert text[2].split()[:2] == ["paris", "periodic_targets.rollup"]
     assert "Europe/Paris" in text[2] and "mail" in text[2] and '[1,"a"]' in text[2]
 
@@ -81,3 +83,41 @@ def test_enqueue_of_an_unknown_entry_fails_with_exit_1_and_usage_errors_exit_2(c
     assert missing.err.strip() == "cogworker: no periodic entry 'nope' (see `cogworker periodic list`)"
     assert cli("periodic").code == 2
     assert cli("periodic", "enqueue").code == 2
+
+
+def test_pause_and_resume_change_the_listing_and_are_idempotent(
+    cli: CLI, r: redis.Redis, redis_server: RedisServer
+) -> None:
+    register(redis_server.url, Entry("paris", periodic_targets.rollup, "30 8 * * *"))
+    assert cli("periodic", "pause", "nope").code == 1  # an unknown entry: nothing paused
+    assert r.exists("cogworker:periodic:paused") == 0
+    paused = cli("periodic", "pause", "paris")
+    assert paused.code == 0 and paused.out.startswith("paris: paused;")
+    assert cli("periodic", "pause", "paris", "--json").json() == {
+        "entry": "paris",
+        "paused": True,
+        "changed": False,
+    }
+    [entry] = cli("periodic", "list", "--json").json()
+    assert entry["paused"] is True
+    header, line = cli("periodic", "list").out.splitlines()
+    assert line[header.index("PAUSED") :].split()[0] == "yes"
+    resumed = cli("periodic", "resume", "paris")
+    assert resumed.code == 0 and resumed.out.strip() == "paris: resumed; its next slot runs as planned"
+    assert cli("periodic", "resume", "paris").out.strip() == "paris: was not paused"
+    assert r.smembers("cogworker:periodic:paused") == set()
+
+
+def test_list_says_what_became_of_the_last_slot(cli: CLI, r: redis.Redis, redis_server: RedisServer) -> None:
+    settings: Settings = load_settings(redis_url=redis_server.url)
+    ticker = Ticker(build(settings).ctx, entries=[Entry("tick", periodic_targets.rollup, "* * * * * *")])
+    seconds, micros = r.time()
+    now = seconds + micros / 1e6
+    ticker.tick(now=now)
+    ticker.tick(now=now + 1)
+    [payload] = r.lrange("cogworker:queue:default", 0, -1)
+    jid = json.loads(payload)["jid"]
+    header, line = cli("periodic", "list").out.splitlines()
+    assert line[header.index("LAST") :].split()[-2:] == ["enqueued", jid]
+    [entry] = cli("periodic", "list", "--json").json()
+    assert [(run["outcome"], run["jid"]) for run in entry["runs"]] == [("enqueued", jid)]

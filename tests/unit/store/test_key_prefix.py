@@ -35,6 +35,7 @@ BUILDERS = {
     "unique": ("digest",),
     "periodic_slot": ("entry", 42),
     "periodic_running": ("entry",),
+    "periodic_runs": ("entry",),
     "status": ("jid1",),
     "result": ("jid1",),
     "result_channel": ("jid1",),

@@ -37,7 +37,7 @@ def flashes(text: str) -> list[tuple[str, str]]:
 def row(text: str, name: str) -> str:
     found = re.search(rf'<tr data-entry="{re.escape(name)}">(.*?)</tr>', text, re.DOTALL)
     assert found is not None, f"no row for {name}"
-    return found.group(1)
+    return found.group(1).replace("<wbr>", "")  # break opportunities in long names
 
 
 def queued(r: redis.Redis, queue: str) -> list[dict[str, Any]]:
