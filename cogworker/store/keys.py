@@ -70,6 +70,8 @@ BATCH_FAILURES_PREFIX: str
 LIMITER_PREFIX: str
 PUSHED_PREFIX: str
 CANCELLED_PREFIX: str
+METRICS_PREFIX: str
+METRICS_FLUSHED_PREFIX: str
 # The types the key guard expects. Prefix entries cover every key that starts with them.
 EXPECTED_TYPES: dict[str, str]
 EXPECTED_PREFIX_TYPES: dict[str, str]
@@ -88,7 +90,7 @@ def use_prefix(prefix: str) -> None:
     global STATUS_PREFIX, CANCELS, RESULT_PREFIX, RESULT_CHANNEL_PREFIX, WAKE_CHANNEL, LIMITER_PREFIX
     global HANDED_OVER_PREFIX
     global EXPECTED_TYPES, EXPECTED_PREFIX_TYPES
-    global PUSHED_PREFIX, CANCELLED_PREFIX
+    global PUSHED_PREFIX, CANCELLED_PREFIX, METRICS_PREFIX, METRICS_FLUSHED_PREFIX
     PREFIX = prefix
     QUEUE_PREFIX = prefix + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
     # list per queue: jobs orphaned more than once, each run alone by a process
@@ -154,6 +156,11 @@ def use_prefix(prefix: str) -> None:
     # string per jid, for CANCEL_KEEP_S: what the cancel that took the job off its queue or set
     # answered, written in the same step, so a cancel retried after a lost reply answers the same.
     CANCELLED_PREFIX = prefix + "cancelled:"
+    # Per-class and per-queue metrics: the minute hashes and deploy markers of store/metrics_layout.py,
+    # and a string per worker process, for RETENTION_S: the last metrics flush it applied
+    # (worker/metrics/flusher.py), so a flush sent again after a lost reply is not counted twice.
+    METRICS_PREFIX = prefix + "metrics:"
+    METRICS_FLUSHED_PREFIX = prefix + "metrics:flushed:"
     EXPECTED_TYPES = {
         QUEUES: "set",
         PAUSED: "set",
@@ -174,6 +181,7 @@ def use_prefix(prefix: str) -> None:
         CANCELS: "zset",
         BATCHES: "zset",
         BATCH_LEASES: "zset",
+        METRICS_PREFIX + "marks": "zset",
     }
     EXPECTED_PREFIX_TYPES = {
         QUEUE_PREFIX: "list",
@@ -201,6 +209,9 @@ def use_prefix(prefix: str) -> None:
         LIMITER_PREFIX + "bucket:": "hash",
         PUSHED_PREFIX: "string",
         CANCELLED_PREFIX: "string",
+        METRICS_PREFIX + "j:": "hash",
+        METRICS_PREFIX + "q:": "hash",
+        METRICS_FLUSHED_PREFIX: "string",
     }
 
 
@@ -215,6 +226,10 @@ def queue(name: str) -> str:
 
 def queue_name(key: str) -> str:
     return key.removeprefix(QUEUE_PREFIX)
+
+
+def metrics_flushed(identity: str) -> str:
+    return METRICS_FLUSHED_PREFIX + identity
 
 
 def in_progress(identity: str) -> str:
