@@ -75,9 +75,13 @@ class Recorder:
     def picked(self, queue: str, enqueued_at: object, now: float) -> None:
         """A job of `queue` was picked up at `now`; it was enqueued at `enqueued_at` (epoch seconds,
         as the payload has it: anything else counts the pickup without a wait)."""
-        wait_ms = 0.0
-        if isinstance(enqueued_at, int | float) and not isinstance(enqueued_at, bool):
-            wait_ms = max(0.0, (now - enqueued_at) * 1000.0)
+        # No isinstance over a union here: it costs half a microsecond a job.
+        try:
+            wait_ms = (now - enqueued_at) * 1000.0  # type: ignore[operator]
+        except TypeError:
+            wait_ms = 0.0
+        if not wait_ms > 0.0:  # a clock behind the pusher's, or nan
+            wait_ms = 0.0
         key = (int(now // _MINUTE), queue)
         with self._lock:
             entry = self._queues.get(key)
