@@ -53,7 +53,7 @@ def write(conn: redis.Redis, label: str, *, at: float | None = None, by: str | N
     """Add a marker with `conn`; the marker written. Sent once more if the connection is lost on the
     way (the same member: at most one marker either way)."""
     mark = marker(label, at=at, by=by)
-    args: list[str | float] = [mark["at"], codec.dumps(mark), time.time() - layout.MARKS_KEEP_S]
+    args: list[str | float] = [mark["at"], codec.dumps(mark), f"({time.time() - layout.MARKS_KEEP_S:.3f}"]
     script = _SCRIPT.on(conn)
     try:
         reply = script(keys=[layout.marks_key()], args=args, client=conn)

@@ -5,7 +5,7 @@
 -- KEYS[1]  the markers (zset: score = epoch seconds, member = {"at", "label", "by"} as JSON)
 -- ARGV[1]  the marker's time, epoch seconds
 -- ARGV[2]  the marker (JSON)
--- ARGV[3]  markers scored before this (epoch seconds) are trimmed
+-- ARGV[3]  markers scored before this are trimmed: an exclusive score bound, "(<epoch seconds>"
 --
 -- Returns 1 when the marker is new, 0 when it was there already, {"wrongtype", KEYS[1]} when the
 -- key holds something else (nothing written).
@@ -15,5 +15,5 @@ if bad then
   return {"wrongtype", bad}
 end
 local added = redis.call("ZADD", KEYS[1], ARGV[1], ARGV[2])
-redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", "(" .. ARGV[3])  -- a score bound, not a key
+redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", ARGV[3])
 return added
