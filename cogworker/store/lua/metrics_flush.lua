@@ -5,7 +5,7 @@
 -- KEYS[2 .. 1+nh]    the minute hashes written (metrics:j:<minute>, metrics:q:<minute>)
 -- KEYS[2+nh ..]      the queues whose oldest waiting job's latency is sampled
 -- ARGV[1]            this flush's sequence number (1, 2, ... per process)
--- ARGV[2]            how long the flush record lives, seconds
+-- ARGV[2]            how long the flush record lives, seconds (written when something was counted)
 -- ARGV[3]            the sender's clock, epoch milliseconds (the latency's "now", the expiries' base)
 -- ARGV[4]            nh, the number of minute hashes
 -- ARGV[5]            the index in KEYS of the hash the latencies go to (this minute's queue hash;
@@ -32,6 +32,7 @@ local now_ms = tonumber(ARGV[3])
 local now_s = math.floor(now_ms / 1000)
 local nh = tonumber(ARGV[4])
 local reply = {1}
+local counted = false
 local a = 7
 for i = 1, nh do
   local key = KEYS[1 + i]
@@ -44,6 +45,7 @@ for i = 1, nh do
       redis.call("HINCRBY", key, ARGV[j], ARGV[j + 1])
     end
     redis.call("EXPIRE", key, math.max(1, expire_at - now_s))
+    counted = true
   end
   a = a + 2 * n
 end
@@ -82,5 +84,9 @@ if latency_at > 0 then
   end
 end
 
-redis.call("SET", record, seq, "EX", tonumber(ARGV[2]))
+-- Recorded only when something was counted: sending an empty flush again changes nothing, and an
+-- idle process then writes no key at all.
+if counted then
+  redis.call("SET", record, seq, "EX", tonumber(ARGV[2]))
+end
 return reply

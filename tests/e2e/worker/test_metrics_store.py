@@ -55,3 +55,23 @@ def test_metrics_off_writes_no_metrics_key(workers: WorkerPool, r: redis.Redis, 
     wait_until(lambda: r.llen("test:ran") == 1, message="the job run")
     assert worker.stop() == 0
     assert list(r.scan_iter(match=f"{keys.PREFIX}metrics:*")) == []
+
+
+def test_a_redis_refusing_the_flush_costs_the_metrics_not_the_jobs(
+    workers: WorkerPool, r: redis.Redis, configured: Settings
+) -> None:
+    # Everything a worker needs, but HINCRBY: the flush script fails on its first write, every time.
+    r.acl_setuser("nometrics", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-hincrby"])
+    try:
+        url = configured.redis_url.replace("redis://", "redis://nometrics:pw@")
+        worker = workers.start(url, COGWORKER_METRICS_FLUSH_S="0.1")
+        for n in range(20):
+            demo_jobs.record.perform_async(f"r{n}")
+        wait_until(lambda: r.llen("test:ran") == 20, message="every job run")
+        wait_until(lambda: worker.events_named("metrics_flush_failed"), message="the refusal logged")
+        assert worker.stop() == 0
+        assert len(worker.events_named("metrics_flush_failed")) == 1
+        assert not worker.events_named("metrics_flush_error")
+        assert summed(r, "j") == {}
+    finally:
+        r.acl_deluser("nometrics")

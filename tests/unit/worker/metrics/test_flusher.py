@@ -92,9 +92,33 @@ def test_latency_of_the_oldest_waiting_job_keeps_the_minutes_largest(
     assert r.hget(layout.queues_key(MINUTE), "default|lat_ms") == "7250"
 
 
-def test_nothing_to_write_writes_nothing_but_the_flush_record(settings: Settings, r: redis.Redis) -> None:
-    assert flusher_for(settings, Recorder(), queues=("empty",)).flush()
-    assert sorted(r.keys("*")) == [keys.metrics_flushed("host:1:abc")]
+def test_nothing_to_write_writes_nothing(settings: Settings, r: redis.Redis) -> None:
+    flusher = flusher_for(settings, Recorder(), queues=("empty",))
+    assert flusher.flush() and flusher.flush()
+    assert r.keys("*") == []
+
+
+def test_redis_refusing_the_script_is_logged_once_and_kept(settings: Settings, r: redis.Redis) -> None:
+    r.acl_setuser("nometrics", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-hincrby"])
+    try:
+        url = settings.redis_url.replace("redis://", "redis://nometrics:pw@")
+        refused = settings.model_copy(update={"redis_url": url})
+        recorder = Recorder()
+        flusher = Flusher(
+            RedisContext.build(refused), "host:3:x", recorder, queues=(), interval_s=60, clock=lambda: NOW
+        )
+        with structlog.testing.capture_logs() as logs:
+            for _ in range(3):
+                recorder.ended("app.mail", 0.001, False, NOW)
+                assert not flusher.flush()
+        [line] = [e for e in logs if e["event"] == "metrics_flush_failed"]
+        assert "can't run this command" in line["error"]
+        assert flusher.pending == 3 and not r.exists(layout.jobs_key(MINUTE))
+        r.acl_setuser("nometrics", commands=["+hincrby"])  # the ACL fixed: every kept flush goes, in order
+        assert flusher.flush()
+        assert r.hget(layout.jobs_key(MINUTE), "app.mail|p") == "3"
+    finally:
+        r.acl_deluser("nometrics")
 
 
 def test_a_wrong_type_minute_hash_is_skipped_the_rest_written(settings: Settings, r: redis.Redis) -> None:
