@@ -28,13 +28,6 @@ class Batch:
     def __bool__(self) -> bool:
         return bool(self.hashes)
 
-    def merge(self, other: Batch) -> None:
-        """Add `other`'s amounts to this batch's (two unsent flushes sent as one)."""
-        for key, (expire_at, amounts) in other.hashes.items():
-            mine = self.hashes.setdefault(key, (expire_at, {}))[1]
-            for name, n in amounts.items():
-                mine[name] = mine.get(name, 0) + n
-
 
 class _Runs:
     """One class's runs in one minute."""
