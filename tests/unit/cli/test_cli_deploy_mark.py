@@ -73,3 +73,12 @@ def test_a_wrong_type_markers_key_raises_and_asks_the_guard(r: redis.Redis, conf
     assert caught.value.key == layout.marks_key() and caught.value.found == "string"
     assert layout.marks_key() in r.smembers(keys.GUARD_REQUESTS)
     assert key_guard.expected_type(layout.marks_key()) == "zset"
+
+
+def test_the_api_marks_now_and_returns_the_marker(r: redis.Redis, configured: Settings) -> None:
+    before = time.time()
+    mark = cogworker.deploy_mark("v1.2", by="ci")
+    assert mark["label"] == "v1.2" and mark["by"] == "ci"
+    assert before - 1 <= mark["at"] <= time.time() + 1
+    [(member, score)] = r.zrange(layout.marks_key(), 0, -1, withscores=True)
+    assert json.loads(member) == mark and score == mark["at"]
