@@ -18,6 +18,7 @@ from cogworker.settings import load_settings
 from cogworker.store import metrics_layout as layout
 from tests.support.matrix import MODES
 from tests.support.metrics_store import summed
+from tests.support.proxy_rules import Rule
 from tests.support.redis_server import RedisServer, wait_until
 from tests.support.resp_proxy import RespProxy
 from tests.support.workers import WorkerPool, worker_pool
@@ -31,7 +32,7 @@ def pool(resp_proxy: RespProxy, private_redis: RedisServer) -> Iterator[WorkerPo
     yield from worker_pool(resp_proxy.url)
 
 
-def arm(proxy: RespProxy, mode: str, **match: object) -> object:
+def arm(proxy: RespProxy, mode: str, **match: object) -> Rule:
     return proxy.lose_reply(**match) if mode == "lost" else proxy.drop_command(**match)
 
 
@@ -45,7 +46,7 @@ def test_a_flush_is_counted_once(
     worker = pool.start(COGWORKER_METRICS_FLUSH_S="0.2", COGWORKER_REDIS_TIMEOUT_S="2")
     for n in range(4):
         demo_jobs.record.perform_async(f"a{n}")
-    resp_proxy.wait_fired(rule)  # type: ignore[arg-type]
+    resp_proxy.wait_fired(rule)
     wait_until(lambda: summed(client, "j").get(f"{RECORD}|p", 0) >= 4, message="the four runs written")
     # A flush after the fault: it goes after the resend of the faulted one, in order, so by the time
     # its runs are in, a resend that counted the first four again would show.
@@ -68,7 +69,7 @@ def test_a_deploy_mark_is_one_marker(mode: str, resp_proxy: RespProxy, private_r
     rule = arm(resp_proxy, mode, script="deploy_mark", arg="v1.2")
     # Sent once more after the lost connection, with the same member: one marker either way.
     mark = cogworker.deploy_mark("v1.2", at=1_800_000_000.5, by="ci")
-    resp_proxy.wait_fired(rule)  # type: ignore[arg-type]
+    resp_proxy.wait_fired(rule)
     assert mark == {"at": 1_800_000_000.5, "label": "v1.2", "by": "ci"}
     cogworker.deploy_mark("v1.2", at=1_800_000_000.5, by="ci")  # the caller's own retry: still one
     marks = private_redis.client().zrange(layout.marks_key(), 0, -1, withscores=True)
