@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from cogworker.api.current_job import CurrentJob, JobCancelled, current_job
     from cogworker.api.death import Death, on_death
     from cogworker.api.decorator import JobFunction, job, push_bulk
+    from cogworker.api.deploy_marks import deploy_mark
     from cogworker.api.features import install_builtin_middleware
     from cogworker.api.job_status import status
     from cogworker.api.limiter import OverLimit
@@ -91,6 +92,7 @@ _LAZY = {
     "NotReplicated": "cogworker.store.replicas",
     "PushOutcomeUnknown": "cogworker.api.push_outcome",
     "cancel": "cogworker.api.cancel",
+    "deploy_mark": "cogworker.api.deploy_marks",
     "CancelOutcome": "cogworker.ops.cancel",
     "current_job": "cogworker.api.current_job",
     "CurrentJob": "cogworker.api.current_job",
@@ -157,6 +159,7 @@ __all__ = [
     "create_batch",
     "current_batch",
     "current_job",
+    "deploy_mark",
     "group",
     "install_builtin_middleware",
     "job",

@@ -118,7 +118,13 @@ class Settings(BaseSettings, SettingsFields):
         return value
 
     @field_validator(
-        "concurrency", "async_concurrency", "count", "max_orphanings", "dead_max_jobs", "death_notices_max"
+        "concurrency",
+        "async_concurrency",
+        "count",
+        "max_orphanings",
+        "dead_max_jobs",
+        "death_notices_max",
+        "metrics_max_job_labels",
     )
     @classmethod
     def _positive_int(cls, value: int) -> int:

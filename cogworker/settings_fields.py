@@ -170,6 +170,17 @@ class SettingsFields:
     """Serve Prometheus metrics on this TCP port. Unset: off."""
     metrics_host: str = "127.0.0.1"
     """The address the metrics port listens on; loopback unless you mean to expose it."""
+    metrics: bool = True
+    """Record per-class and per-queue metrics in Redis (the Web UI's Metrics page): each worker process
+    adds up its jobs in memory and writes them in one script call every `metrics_flush_s`."""
+    metrics_flush_s: float = 5.0
+    """Seconds between a worker process's writes of its per-class metrics (and at a clean stop)."""
+    metrics_job_labels: bool = True
+    """Label the swarm's Prometheus job counts and durations by job class (`job`); off: every job is
+    counted under `job="(all)"`, one series per queue."""
+    metrics_max_job_labels: int = 200
+    """The swarm's Prometheus metrics label at most this many job classes; jobs of any further class
+    are counted under `job="(other)"`, so generated class names can't grow every scrape."""
     quarantine_ttl_s: float = 30 * 24 * 3600
     """Seconds quarantined records (wrong-type keys, unusable hand-overs) are kept for a human."""
     status_all: bool = False

@@ -44,6 +44,8 @@ class SwarmConfig:
     redis_sentinel_password: str = field(repr=False)
     redis_cluster: bool  # the scrape pins its client to the deployment's slot's master (cluster_pool.py)
     redis_timeout_s: float  # a requeue in the fork server may wait this long on Redis
+    metrics_job_labels: bool  # label job counts by class, or count them all under job="(all)"
+    metrics_max_job_labels: int  # past this many classes, further ones count under job="(other)"
     key_prefix: str  # the metrics scrape reads this deployment's keys only (cogworker/store/keys.py)
     log_level: str
     log_format: str

@@ -21,6 +21,7 @@ from cogworker.cli import (
     cancel,
     chains,
     deploy,
+    deploy_mark,
     doctor,
     enqueue,
     limiter,
@@ -58,6 +59,7 @@ VERB_GROUPS = (
     doctor,
     web,
     deploy,
+    deploy_mark,
     settings_cmd,
 )
 

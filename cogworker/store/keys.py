@@ -73,6 +73,8 @@ CANCELLED_PREFIX: str
 PERIODIC_RUNS_PREFIX: str
 PERIODIC_PAUSED: str
 AUDIT: str
+METRICS_PREFIX: str
+METRICS_FLUSHED_PREFIX: str
 # The types the key guard expects. Prefix entries cover every key that starts with them.
 EXPECTED_TYPES: dict[str, str]
 EXPECTED_PREFIX_TYPES: dict[str, str]
@@ -92,6 +94,7 @@ def use_prefix(prefix: str) -> None:
     global HANDED_OVER_PREFIX
     global EXPECTED_TYPES, EXPECTED_PREFIX_TYPES
     global PUSHED_PREFIX, CANCELLED_PREFIX, PERIODIC_RUNS_PREFIX, PERIODIC_PAUSED, AUDIT
+    global METRICS_PREFIX, METRICS_FLUSHED_PREFIX
     PREFIX = prefix
     QUEUE_PREFIX = prefix + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
     # list per queue: jobs orphaned more than once, each run alone by a process
@@ -163,6 +166,11 @@ def use_prefix(prefix: str) -> None:
     # string per jid, for CANCEL_KEEP_S: what the cancel that took the job off its queue or set
     # answered, written in the same step, so a cancel retried after a lost reply answers the same.
     CANCELLED_PREFIX = prefix + "cancelled:"
+    # Per-class and per-queue metrics: the minute hashes and deploy markers of store/metrics_layout.py,
+    # and a string per worker process, for RETENTION_S: the last metrics flush it applied
+    # (worker/metrics/flusher.py), so a flush sent again after a lost reply is not counted twice.
+    METRICS_PREFIX = prefix + "metrics:"
+    METRICS_FLUSHED_PREFIX = prefix + "metrics:flushed:"
     EXPECTED_TYPES = {
         QUEUES: "set",
         PAUSED: "set",
@@ -185,6 +193,7 @@ def use_prefix(prefix: str) -> None:
         CANCELS: "zset",
         BATCHES: "zset",
         BATCH_LEASES: "zset",
+        METRICS_PREFIX + "marks": "zset",
     }
     EXPECTED_PREFIX_TYPES = {
         QUEUE_PREFIX: "list",
@@ -213,6 +222,9 @@ def use_prefix(prefix: str) -> None:
         LIMITER_PREFIX + "bucket:": "hash",
         PUSHED_PREFIX: "string",
         CANCELLED_PREFIX: "string",
+        METRICS_PREFIX + "j:": "hash",
+        METRICS_PREFIX + "q:": "hash",
+        METRICS_FLUSHED_PREFIX: "string",
     }
 
 
@@ -227,6 +239,10 @@ def queue(name: str) -> str:
 
 def queue_name(key: str) -> str:
     return key.removeprefix(QUEUE_PREFIX)
+
+
+def metrics_flushed(identity: str) -> str:
+    return METRICS_FLUSHED_PREFIX + identity
 
 
 def in_progress(identity: str) -> str:

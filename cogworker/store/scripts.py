@@ -35,6 +35,7 @@ _NAMES = (
     "periodic",
     "locate",
     "cancel",
+    "metrics_flush",
 )
 
 

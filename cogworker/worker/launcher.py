@@ -35,6 +35,8 @@ from cogworker.worker.loops.heartbeat import Heartbeat
 from cogworker.worker.loops.poller import Poller
 from cogworker.worker.loops.ticker import Ticker
 from cogworker.worker.manager import Manager
+from cogworker.worker.metrics.flusher import Flusher
+from cogworker.worker.metrics.recorder import Recorder
 from cogworker.worker.recovering.recovery import Recovery
 from cogworker.worker.running.cancelled import CancelWatch
 from cogworker.worker.running.death_hooks import DeathHookRunner
@@ -72,7 +74,8 @@ class Launcher:
         self.scripts = self.ctx.scripts
         self.blocking_redis = connect(settings, extra_timeout_s=BLOCK_TIMEOUT_S + 1.0)
         self.recovery = Recovery(self.ctx, identity)
-        self.stats = Stats()
+        self.stats = Stats(Recorder() if settings.metrics else None)
+        self.flusher: Flusher | None = None
         self.commands = commands or CommandPipe()
         self.manager: Manager | None = None
         self.heartbeat: Heartbeat | None = None
@@ -143,6 +146,15 @@ class Launcher:
         self.heartbeat.start()
         self.poller.start()
         self.death_hooks.start()
+        if self.stats.metrics is not None:
+            self.flusher = Flusher(
+                self.ctx,
+                self.identity,
+                self.stats.metrics,
+                queues=self.settings.queue_spec.names,
+                interval_s=self.settings.metrics_flush_s,
+            )
+            self.flusher.start()
         log.info(
             "worker_ready",
             queues=self.settings.queues,
@@ -308,6 +320,8 @@ class Launcher:
                 note="jobs stay on the in-progress list; "
                 "orphan recovery requeues them after the orphan threshold",
             )
+        if self.flusher is not None:  # after the drain: the last jobs' counts go with it
+            self.flusher.stop()
         self.heartbeat.stop()
         if self.cancels is not None:  # after the drain: a job running until then can still be cancelled
             self.cancels.stop()

@@ -44,10 +44,13 @@ RECOVERY_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.
 CHILD_STATES = ("booting", "ready", "quiet", "stopping")
 RESTART_REASONS = ("crash", "signal", "memory", "stuck", "hung", "straggler", "restart", "exit", "boot_error")
 JOB_COUNTS = ("processed", "failed", "retried", "dead", "expired", "cancelled", "limited")
-# Label sets are bounded: past this many (queue, job) pairs, new ones are counted as job="(other)"
+# Label sets are bounded: past COGWORKER_METRICS_MAX_JOB_LABELS job classes, further classes are
+# counted as job="(other)", and past this many (queue, job) pairs (many queues), new pairs are too
 # (a bug pushing generated job names must not grow the supervisor's memory and every scrape).
 MAX_JOB_SERIES = 1000
 OTHER_JOB = "(other)"
+# The one job label with COGWORKER_METRICS_JOB_LABELS=off: a series per queue, whatever the class.
+ALL_JOBS = "(all)"
 MAX_LABEL_CHARS = 200
 SCRAPE_TIMEOUT_S = 0.5
 # Scrapes within this long of a Redis read share it: 20 concurrent scrapes are one read (issue 13, E3).
@@ -136,6 +139,9 @@ class SwarmMetrics:
         self.children: dict[tuple[int, int | None], _Child] = {}
         self.durations = JobDurations()
         self._job_series: set[tuple[str, str]] = set()
+        self._job_classes: set[str] = set()
+        self._job_labels = settings.metrics_job_labels
+        self._max_job_labels = settings.metrics_max_job_labels
         self._server: MetricsServer | None = None
         self._jobs = {
             name: Counter(
@@ -305,7 +311,7 @@ class SwarmMetrics:
                 buckets[index] = buckets.get(index, 0) + count
         if queue is None or job is None or sum_s is None or any(v is None for v in counts.values()):
             return False
-        labels = (queue, job)
+        labels = (queue, self._job_label(job))
         if labels not in self._job_series:
             if len(self._job_series) >= MAX_JOB_SERIES:
                 labels = (queue, OTHER_JOB)
@@ -317,6 +323,16 @@ class SwarmMetrics:
         if buckets:
             self.durations.add(labels, sum_s, buckets)
         return True
+
+    def _job_label(self, job: str) -> str:
+        """The `job` label for a class: itself while fewer than the bound have been seen."""
+        if not self._job_labels:
+            return ALL_JOBS
+        if job not in self._job_classes:
+            if len(self._job_classes) >= self._max_job_labels:
+                return OTHER_JOB
+            self._job_classes.add(job)
+        return job
 
 
 class MetricsHooks(SwarmHooks):

@@ -9,6 +9,7 @@ Usage (through tests/bench/run.sh, which builds .bench-venv/):
     tests/bench/run.sh --only limiter    # W1 plain and behind a concurrent limiter (limiter_overhead.py)
     tests/bench/run.sh --only empty      # W1 with no job body: cogworker and Sidekiq (framework_cost.py)
     tests/bench/run.sh --only profile    # W1's futex calls and switches per job (gil_profile.py; needs perf)
+    tests/bench/run.sh --only metrics    # W1 with per-class metrics on and off (metrics_cost.py)
     tests/bench/run.sh --only cogworker,dramatiq,arq,saq --steps w4   # W4 (async jobs) alone
 
 W1 runs first, in rounds across the systems (w1_rounds.py); then each system runs its other steps.
@@ -43,6 +44,8 @@ from gil_profile import table as profile_table
 from latency import pickup_latency
 from limiter_overhead import limiter_overhead
 from limiter_overhead import table as limiter_table
+from metrics_cost import metrics_cost
+from metrics_cost import table as metrics_table
 from procs import RUN_ID_VAR, NotRunnable, memory, sweep, wait_for
 from recovery import recovery
 from redis_server import RedisServer
@@ -63,6 +66,7 @@ SCALING = "scaling"  # not a system: cogworker with 1, 2, 4 and 8 processes agai
 LIMITER = "limiter"  # not a system: cogworker's W1 plain and behind a concurrent limiter
 EMPTY = "empty"  # not a system: W1 with no job body, cogworker and Sidekiq (the runners' own cost)
 PROFILE = "profile"  # not a system, nor in the default run: it needs Linux's perf (gil_profile.py)
+METRICS = "metrics"  # not a system: cogworker's W1 with per-class metrics on and off
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "bench-results"
@@ -206,7 +210,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="start Redis and every worker command in this session, not each in its own (procs.placement)",
     )
-    names = [*systems.NAMES, WEB, SCALING, LIMITER, EMPTY]
+    names = [*systems.NAMES, WEB, SCALING, LIMITER, EMPTY, METRICS]
     parser.add_argument(
         "--only", default=",".join(names), help=f"comma-separated, from {','.join([*names, PROFILE])}"
     )
@@ -228,6 +232,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.limiter = LIMITER in args.only
     args.empty = EMPTY in args.only
     args.profile = PROFILE in args.only
+    args.metrics = METRICS in args.only
     # Run in the canonical order, so cogworker comes first and the table reads the same every time.
     args.only = [n for n in systems.NAMES if n in args.only]
     return args
@@ -255,6 +260,7 @@ def main(argv: list[str]) -> int:
     scaled: dict[str, Any] | None = None
     limited: dict[str, Any] | None = None
     empty: dict[str, Any] | None = None
+    metered: dict[str, Any] | None = None
     profiled: dict[str, Any] | None = None
     try:
         server.start()
@@ -272,6 +278,8 @@ def main(argv: list[str]) -> int:
             limited = limiter_overhead(ctx, say)
         if args.empty:
             empty = framework_cost(ctx, say)
+        if args.metrics:
+            metered = metrics_cost(ctx, say)
         if args.profile:
             profiled = gil_profile(ctx, say)
         if args.web:
@@ -297,10 +305,12 @@ def main(argv: list[str]) -> int:
         print(("\n" if results or scaled else "") + limiter_table(limited))
     if empty is not None:
         print(("\n" if results or scaled or limited else "") + empty_table(empty))
+    if metered is not None:
+        print(("\n" if results or scaled or limited or empty else "") + metrics_table(metered))
     if profiled is not None:
-        print(("\n" if results or scaled or limited or empty else "") + profile_table(profiled))
+        print(("\n" if results or scaled or limited or empty or metered else "") + profile_table(profiled))
     if web is not None:
-        print(("\n" if results or scaled or limited or empty or profiled else "") + web_table(web))
+        print(("\n" if results or scaled or limited or empty or metered or profiled else "") + web_table(web))
     document = {
         "started": stamp,
         "elapsed_s": elapsed,
@@ -312,6 +322,7 @@ def main(argv: list[str]) -> int:
         "scaling": scaled,
         "limiter": limited,
         "empty": empty,
+        "metrics": metered,
         "profile": profiled,
     }
     path = write_json(RESULTS_DIR, stamp, document)

@@ -30,6 +30,7 @@ from systems.base import System
 # inside the backlog, so the window's edges need no finer timing; the first-to-last window's end may
 # take up to a poll of idle workers in (a few percent of a one-second drain, every system alike).
 BACKLOG_MARKS = (0.1, 0.9)
+_WINDOW = BACKLOG_MARKS[1] - BACKLOG_MARKS[0]
 
 
 def enqueue_rates(ctx: Context, system: System) -> dict[str, Any]:
@@ -142,6 +143,10 @@ def drain_once(
         "cpu_used_pct": ended.used_pct_since(steady) if steady is not None else None,
         # The same from a tenth of the jobs done to nine tenths: under a backlog.
         "cpu_backlog_pct": end.used_pct_since(start) if start is not None and end is not None else None,
+        # The workers' CPU per job in that window, start-up and the drain's tail left out.
+        "backlog_workers_cpu_us_per_job": (end.workers - start.workers) * 1e6 / (jobs * _WINDOW)
+        if start is not None and end is not None
+        else None,
     }
 
 

@@ -84,7 +84,7 @@ def test_the_supervisor_and_cogworker_together_have_no_import_cycle() -> None:
 # The worker's process-level modules assemble its parts; the rooms below them (fetching/, running/,
 # settling/, recovering/, loops/) never reach back up to the process that holds them.
 WORKER = "cogworker.worker"
-WORKER_ROOMS = ("fetching", "running", "settling", "recovering", "loops")
+WORKER_ROOMS = ("fetching", "running", "settling", "recovering", "loops", "metrics")
 
 
 def test_the_worker_rooms_never_import_the_process_level_modules() -> None:

@@ -28,6 +28,7 @@ from cogworker.api.middleware import run_server_chain
 from cogworker.api.registry import RegisteredJob, registered, resolve
 from cogworker.api.time_limits import with_limit
 from cogworker.worker.fetching.fetch import Work
+from cogworker.worker.metrics.recorder import Recorder
 from cogworker.worker.running.time_limits import TimeLimits
 from cogworker.worker.settling.job_stats import JobCounts
 from cogworker.worker.settling.settle import Settler
@@ -38,12 +39,14 @@ log = structlog.get_logger("cogworker.job")
 class Stats:
     """This process's counters, reported to the supervisor and in the heartbeat."""
 
-    __slots__ = ("failed", "jobs", "processed")
+    __slots__ = ("failed", "jobs", "metrics", "processed")
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: Recorder | None = None) -> None:
         self.processed = 0
         self.failed = 0
-        self.jobs = JobCounts()
+        # Per-class metrics in Redis (COGWORKER_METRICS): runs counted with `jobs`, pickups here.
+        self.metrics = metrics
+        self.jobs = JobCounts(metrics)
 
 
 # Runs an async job's coroutine to its end and returns (or raises) its outcome: (coroutine, job, queue).
@@ -73,7 +76,10 @@ def process(
     jid = str(job.get("jid") or "")
     # Every line logged on this thread while the job runs (ours and the job's own) carries these.
     structlog.contextvars.bind_contextvars(jid=jid, job=job["class"], queue=work.queue)
-    if expiry.expired(job, time.time()):
+    now = time.time()
+    if stats.metrics is not None:
+        stats.metrics.picked(work.queue, job.get("enqueued_at", job.get("created_at")), now)
+    if expiry.expired(job, now):
         _end_unrun(work, job, "expired", settler, stats, expires_at=job.get(expiry.EXPIRES_AT))
         structlog.contextvars.unbind_contextvars("jid", "job", "queue")
         return

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cogworker.worker.metrics.recorder import Recorder
 
 DURATION_BUCKETS_S = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -36,14 +40,18 @@ def bucket_key(seconds: float) -> str:
 
 
 class JobCounts:
-    """Counts since the last `take()`, safe to add to from every job thread."""
+    """Counts since the last `take()`, safe to add to from every job thread. `recorder`: where each
+    run's end is also counted for the per-class metrics in Redis (worker/metrics/), if they are on."""
 
-    def __init__(self) -> None:
+    def __init__(self, recorder: Recorder | None = None) -> None:
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, str], dict[str, Any]] = {}
+        self.recorder = recorder
 
     def add(self, queue: str, job: str, seconds: float, *, failed: bool = False, dead: bool = False) -> None:
         self._add(queue, job, seconds, "failed" if failed else "processed", dead=dead)
+        if self.recorder is not None:
+            self.recorder.ended(job, seconds, failed, time.time())
 
     def ended_unrun(self, queue: str, job: str, outcome: str) -> None:
         """A job that ended without running (keys.ENDED_UNRUN: expired, cancelled), or that a rate

@@ -47,6 +47,7 @@ BUILDERS = {
     "limiter": ("concurrent", "name1"),
     "pushed": ("jid1",),
     "cancelled": ("jid1",),
+    "metrics_flushed": ("host:1:2",),
 }
 
 
