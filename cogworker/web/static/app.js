@@ -112,6 +112,12 @@
 
   // On a phone a wide table becomes cards (app.css): each cell says its column, copied here from
   // the table's own headings so no template has to repeat them.
+  function headingText(th) {
+    var copy = th.cloneNode(true);
+    copy.querySelectorAll("[aria-hidden=true]").forEach(function (el) { el.remove(); });
+    return copy.textContent.trim();
+  }
+
   function labelCells(root) {
     root.querySelectorAll("table").forEach(function (table) {
       if (!table.tHead || table.classList.contains("no-cards")) return;
@@ -119,7 +125,9 @@
       Array.prototype.forEach.call(table.tBodies, function (tbody) {
         Array.prototype.forEach.call(tbody.rows, function (row) {
           Array.prototype.forEach.call(row.cells, function (cell, i) {
-            if (heads[i]) cell.dataset.label = heads[i].textContent.trim();
+            // A label the page wrote itself wins; a heading's decorations (a sort arrow) are
+            // aria-hidden and left out, as a screen reader leaves them out.
+            if (heads[i] && !cell.hasAttribute("data-label")) cell.dataset.label = headingText(heads[i]);
           });
         });
       });
