@@ -49,6 +49,10 @@ class Recorder:
         self._jobs: dict[tuple[int, str], _Runs] = {}
         # (minute, queue) -> [picked up, total wait ms]
         self._queues: dict[tuple[int, str], list[float]] = {}
+        # Milliseconds are written as integers: the fraction a flush leaves is carried into the next
+        # one of the same field, or sub-millisecond jobs would add up to a total of 0 ms. Only `take`
+        # (the flusher's thread) reads or writes it.
+        self._carry: dict[tuple[str, str], float] = {}
 
     def ended(self, job_class: str, seconds: float, failed: bool, now: float) -> None:
         """A run of `job_class` that took `seconds` ended at `now` (epoch seconds)."""
@@ -93,14 +97,21 @@ class Recorder:
             amounts = _amounts(batch, layout.jobs_key(minute), minute)
             _add(amounts, layout.field(name, "p"), runs.runs)
             _add(amounts, layout.field(name, "f"), runs.failed)
-            _add(amounts, layout.field(name, "ms"), round(runs.ms))
+            _add(amounts, layout.field(name, "ms"), self._whole_ms(("j", name), runs.ms))
             for index, n in runs.buckets.items():
                 _add(amounts, layout.field(name, f"h{index}"), n)
         for (minute, name), (picked, wait_ms) in queues.items():
             amounts = _amounts(batch, layout.queues_key(minute), minute)
             _add(amounts, layout.field(name, "n"), int(picked))
-            _add(amounts, layout.field(name, "wait_ms"), round(wait_ms))
+            _add(amounts, layout.field(name, "wait_ms"), self._whole_ms(("q", name), wait_ms))
         return batch
+
+    def _whole_ms(self, what: tuple[str, str], ms: float) -> int:
+        total = ms + self._carry.pop(what, 0.0)
+        whole = int(total)
+        if total - whole > 0.0:
+            self._carry[what] = total - whole
+        return whole
 
 
 def expiry_of(minute: int) -> int:

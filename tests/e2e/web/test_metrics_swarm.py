@@ -78,5 +78,13 @@ def test_the_metrics_pages_show_what_a_running_swarm_did(
     assert charts.count() >= 3
     # The markers are drawn on the time charts, labelled.
     assert "v-live-1" in p.locator("svg").first.inner_html()
+    # A marker this recent sits at the right edge: its label is drawn on its left, inside the chart.
+    outside = p.evaluate(
+        """() => Array.from(document.querySelectorAll("svg g.marker text"), t => {
+             const box = t.getBoundingClientRect(), svg = t.ownerSVGElement.getBoundingClientRect();
+             return box.right > svg.right + 0.5 || box.left < svg.left - 0.5 ? t.textContent : null;
+           }).filter(Boolean)"""
+    )
+    assert not outside, f"marker labels cut at the chart's edge: {outside}"
     screenshots(page, "metrics-swarm-class")
     assert not page.problems(), page.problems()
