@@ -114,6 +114,17 @@ def watched_page(browser: Browser, base_url: str, **context_options: Any) -> Ite
         context.close()
 
 
+def columns_off_screen(page: Page) -> list[str]:
+    """The headings of every table on the page that end past the viewport's right edge (a column
+    an operator would have to scroll to), as "table#id: heading"."""
+    found: list[str] = page.evaluate(
+        """() => Array.from(document.querySelectorAll("table thead th"))
+             .filter(th => th.getBoundingClientRect().right > window.innerWidth + 0.5)
+             .map(th => (th.closest("table").id || "table") + ": " + th.textContent.trim())"""
+    )
+    return found
+
+
 def screenshots(watched: Watched, name: str) -> tuple[Path, Path]:
     """The current page at desktop and phone widths (full page). Asserts that the phone layout
     doesn't scroll sideways and that nothing went wrong in the page."""

@@ -27,7 +27,7 @@ from cogworker.ops import processes as process_ops
 from cogworker.ops import sets as set_ops
 from cogworker.settings import Settings
 from cogworker.store import keys
-from tests.support.browser import Watched, screenshots
+from tests.support.browser import Watched, columns_off_screen, screenshots
 from tests.support.paths import ROOT
 from tests.support.redis_server import wait_until
 from tests.support.set_entries import dead_job
@@ -93,7 +93,13 @@ def fill(r: redis.Redis, swarm: Swarm) -> dict[str, str]:
         cogworker.push_bulk(demo_jobs.record, [(f"shop-{i}",) for i in range(39)])
         demo_jobs.boom.perform_async("shop 17: feed unreachable")
     dead_key = set_ops.entry_key(now, "d" + "0" * 23)
-    return {"dead_key": dead_key, "jid": str(declined[0]), "dead_jid": "d" + "0" * 23, "bid": batch.bid}
+    return {
+        "dead_key": dead_key,
+        "jid": str(declined[0]),
+        "dead_jid": "d" + "0" * 23,
+        "bid": batch.bid,
+        "periodic": periodic_ops.entries(r)[0].name,
+    }
 
 
 def show_live_chart(page: Page) -> None:
@@ -130,6 +136,12 @@ def test_every_page_at_desktop_and_phone_width(
         "job": f"/jobs/{names['jid']}",
         # A jid of digits (all as wide as each other): the widest a jid title gets, on every run.
         "job-dead": f"/jobs/{names['dead_jid']}",
+        "retry-groups": "/retries/groups",
+        "dead-groups": "/dead/groups",
+        "periodic-entry": f"/periodic/entries/{quote(names['periodic'], safe='')}",
+        "metrics": "/metrics",
+        "search": "/search?q=uploads",
+        "actions": "/actions",
     }
     p = page.page
     p.goto("/")
@@ -142,7 +154,8 @@ def test_every_page_at_desktop_and_phone_width(
         response = p.goto(path)
         assert response is not None and response.status == 200, f"{path}: {response and response.status}"
         assert p.locator("main h1").count() == 1
-        screenshots(page, name)
+        screenshots(page, name)  # leaves the viewport at desktop width, 1280 px
+        assert not columns_off_screen(p), f"{path}: columns off-screen at 1280 px: {columns_off_screen(p)}"
     # Each page shows what was put there.
     p.goto("/busy")
     assert "web_showcase.resize_image" in p.inner_text("#running")
