@@ -25,8 +25,6 @@ from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow
 
-LAST = layout.minute_of(time.time())
-EIGHT_HOURS = list(range(LAST - 479, LAST + 1))
 BUSY = "billing.invoices.render_invoice_pdf"
 SLOW = "reports.nightly.rebuild_search_index"
 OLD = "crm.sync_contact"
@@ -39,19 +37,23 @@ def busy_minute(minute: int) -> ClassMinute:
 
 @pytest.fixture(scope="module")
 def data(web_redis: RedisServer) -> Iterator[float]:
+    # The minutes up to now, taken when the data is written (not when the module is imported: a
+    # long suite imports it many minutes before it runs).
+    last = layout.minute_of(time.time())
+    eight_hours = list(range(last - 479, last + 1))
     with web_redis.client() as client:
         write_minutes(
             client,
-            EIGHT_HOURS,
+            eight_hours,
             {
                 BUSY: busy_minute,
                 SLOW: lambda m: ClassMinute([2400.0, 3100.0, 9000.0] if m % 3 == 0 else []),
-                OLD: lambda m: ClassMinute([80.0] * 5 if LAST - 200 <= m < LAST - 170 else [], failed=1),
+                OLD: lambda m: ClassMinute([80.0] * 5 if last - 200 <= m < last - 170 else [], failed=1),
             },
         )
-        write_queue_minutes(client, EIGHT_HOURS, "default", lambda m: 100 + (m % 9) * 60)
-        write_queue_minutes(client, EIGHT_HOURS, "reports", lambda m: 4000 if m % 30 < 5 else 0)
-        marked = (LAST - 25) * 60 + 20.0
+        write_queue_minutes(client, eight_hours, "default", lambda m: 100 + (m % 9) * 60)
+        write_queue_minutes(client, eight_hours, "reports", lambda m: 4000 if m % 30 < 5 else 0)
+        marked = (last - 25) * 60 + 20.0
         deploy_mark(client, marked, "v1.2", by="deploy.sh")
         yield marked
 
@@ -146,11 +148,12 @@ def test_class_page_charts_tables_failures_and_markers(page: Watched, data: floa
 
 def test_damaged_data_shows_a_note(page: Watched, rc: redis.Redis, data: float) -> None:
     """Written after the other tests' reads: the damaged minute is the current one, never cached."""
-    rc.hset(layout.jobs_key(LAST), f"{BUSY}|p", "plenty")
+    now = layout.minute_of(time.time())
+    rc.hset(layout.jobs_key(now), f"{BUSY}|p", "plenty")
     p = page.page
     response = p.goto("/metrics")
     assert response is not None and response.status == 200
     assert "Some data was skipped" in p.inner_text("#metrics-notes")
     assert BUSY in order(p)
-    rc.hdel(layout.jobs_key(LAST), f"{BUSY}|p")
+    rc.hdel(layout.jobs_key(now), f"{BUSY}|p")
     assert not page.problems()

@@ -36,7 +36,15 @@ def test_uvicorns_warning_is_a_json_line(redis_server: RedisServer, r: redis.Red
         text=True,
     )
     try:
-        wait_until(lambda: _refused(port), timeout=20, message="uvicorn answering a bad request")
+        # A server that exits (its port taken in the meantime) fails here with its own words, not
+        # as a wait for an answer that can't come.
+        answered = wait_until(
+            lambda: "exited" if proc.poll() is not None else _refused(port),
+            timeout=60,
+            message="uvicorn answering a bad request",
+        )
+        said = proc.stderr.read() if proc.stderr and answered == "exited" else ""
+        assert answered is True, f"cogworker web exited ({proc.returncode}): {said}"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
         stderr = proc.stderr.read() if proc.stderr else ""

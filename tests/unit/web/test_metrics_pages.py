@@ -17,22 +17,29 @@ from cogworker.web import create_app
 from tests.support.metrics_data import ClassMinute, deploy_mark, write_minutes, write_queue_minutes
 from tests.support.redis_server import free_port
 
-LAST = layout.minute_of(time.time())
-HOUR = list(range(LAST - 59, LAST + 1))
+
+def hour() -> list[int]:
+    """The last hour's minutes, up to now (taken per test: a long suite imports this module many
+    minutes before it runs)."""
+    last = layout.minute_of(time.time())
+    return list(range(last - 59, last + 1))
 
 
-def fill(r: redis.Redis) -> None:
+def fill(r: redis.Redis) -> list[int]:
+    """Writes an hour of three classes and a queue; returns its minutes."""
+    minutes = hour()
     write_minutes(
         r,
-        HOUR,
+        minutes,
         {
             "app.Fast": lambda m: ClassMinute([2.0] * 300, failed=3),  # a 1 % failure rate
             "app.Slow": lambda m: ClassMinute([1500.0] * 4),
-            "app.Rare": lambda m: ClassMinute([40.0] if m == HOUR[20] else []),
+            "app.Rare": lambda m: ClassMinute([40.0] if m == minutes[20] else []),
         },
     )
-    write_queue_minutes(r, HOUR, "default", lambda m: 250 if m % 2 else 0)
+    write_queue_minutes(r, minutes, "default", lambda m: 250 if m % 2 else 0)
     deploy_mark(r, time.time() - 900, "v1.2", by="ci")
+    return minutes
 
 
 def classes_in_order(html: str) -> list[str]:
@@ -99,10 +106,10 @@ def test_a_class_page_has_its_series_histogram_and_tables(client: TestClient, r:
 def test_a_class_without_runs_and_a_class_name_with_odd_characters(
     client: TestClient, r: redis.Redis
 ) -> None:
-    fill(r)
+    minutes = fill(r)
     page = client.get("/metrics/job/app.Nothing").text
     assert "No runs of app.Nothing recorded" in page
-    write_minutes(r, HOUR[-2:], {"app/odd <name>": lambda m: ClassMinute([5.0])})
+    write_minutes(r, minutes[-2:], {"app/odd <name>": lambda m: ClassMinute([5.0])})
     listed = client.get("/metrics").text
     assert "/metrics/job/app%2Fodd%20%3Cname%3E" in listed and "app/odd &lt;name&gt;" in listed
     odd = client.get("/metrics/job/app%2Fodd%20%3Cname%3E")
@@ -110,10 +117,10 @@ def test_a_class_without_runs_and_a_class_name_with_odd_characters(
 
 
 def test_damaged_data_is_a_note_not_a_500(client: TestClient, r: redis.Redis) -> None:
-    fill(r)
-    r.hset(layout.jobs_key(HOUR[3]), "app.Fast|p", "many")
-    r.delete(layout.queues_key(HOUR[4]))
-    r.lpush(layout.queues_key(HOUR[4]), "x")
+    minutes = fill(r)
+    r.hset(layout.jobs_key(minutes[3]), "app.Fast|p", "many")
+    r.delete(layout.queues_key(minutes[4]))
+    r.lpush(layout.queues_key(minutes[4]), "x")
     r.delete(layout.marks_key())
     r.set(layout.marks_key(), "oops")
     for path in ("/metrics", "/metrics/job/app.Fast"):
@@ -121,7 +128,7 @@ def test_damaged_data_is_a_note_not_a_500(client: TestClient, r: redis.Redis) ->
         assert response.status_code == 200
         assert "Some data was skipped" in response.text
         assert layout.marks_key() in response.text
-    assert layout.queues_key(HOUR[4]) in client.get("/metrics").text
+    assert layout.queues_key(minutes[4]) in client.get("/metrics").text
 
 
 def test_the_dashboard_history_chart_has_axes_and_a_table(client: TestClient, r: redis.Redis) -> None:
