@@ -52,7 +52,10 @@ def metrics_swarm(swarms: SwarmRunner, **env: str) -> tuple[Swarm, Scraper]:
     port = free_port()
     swarm = swarms.start(COGWORKER_METRICS_PORT=str(port), COGWORKER_METRICS_HOST="127.0.0.1", **env)
     scraper = Scraper(swarm, port)
-    scraper.until("both children ready", lambda s: value(s, "cogworker_children", state="ready") == 2)
+    # A swarm starting beside three other test streams on two cores has taken more than 15 s.
+    scraper.until(
+        "both children ready", lambda s: value(s, "cogworker_children", state="ready") == 2, timeout=45
+    )
     return swarm, scraper
 
 
