@@ -30,14 +30,17 @@ log = structlog.get_logger("cogworker.web")
 # (request, state, form) -> the flash text saying what was done.
 Operation = Callable[[Request, WebState, FormData], str]
 Endpoint = Callable[[Request], Awaitable[Response]]
-# form -> the question the confirmation page asks.
-Confirm = Callable[[FormData], str]
+# (state, form) -> the question the confirmation page asks, or None when this form needs none (it
+# acts at once). Run off the event loop, like an operation: a question may read Redis to say what
+# the action reaches ("Pause intake on all 4 processes?").
+Confirm = Callable[[WebState, FormData], str | None]
 
 
 def action(default_back: str, confirm: Confirm | None = None) -> Callable[[Operation], Endpoint]:
     """An endpoint running `operation`. With `confirm`, a form without `confirm=yes` gets a page
-    asking first (the question is `confirm(form)`), whose button sends the same fields again with
-    `confirm=yes`: a clear or a delete-all takes two deliberate clicks, with or without JavaScript."""
+    asking first (the question is `confirm(state, form)`; None runs the operation at once), whose
+    button sends the same fields again with `confirm=yes`: a clear or a delete-all takes two
+    deliberate clicks, with or without JavaScript."""
 
     def wrap(operation: Operation) -> Endpoint:
         async def endpoint(request: Request) -> Response:
@@ -48,13 +51,16 @@ def action(default_back: str, confirm: Confirm | None = None) -> Callable[[Opera
                 return PlainTextResponse("Forbidden: this UI is read-only.\n", status_code=403)
             form = await request.form()
             back = back_to(request, form.get("back"), default_back)
+            question = None
             if confirm is not None and form.get("confirm") != "yes":
+                question = await run_in_threadpool(confirm, state, form)
+            if question is not None:
                 hidden = [(k, v) for k, v in form.multi_items() if isinstance(v, str) and k != "confirm"]
                 return page(
                     request,
                     "confirm.html",
                     "Please confirm",
-                    question=confirm(form),
+                    question=question,
                     action_path=request.url.path,
                     hidden=hidden,
                     back=back,

@@ -75,7 +75,7 @@ def batch(request: Request) -> Response:
     )
 
 
-def _release_question(form: FormData) -> str:
+def _release_question(state: WebState, form: FormData) -> str:
     return (
         f"Release every hold on batch {form.get('bid') or ''}? Do it only when the block that held it is "
         "gone: a block still pushing to it would see the batch complete before its last push."

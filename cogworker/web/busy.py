@@ -7,16 +7,15 @@ that it has acted; the page shows the state the process itself reports on its ne
 
 "Pause intake" (every process) and "Stop" (one) take the confirmation page first (actions.py's
 `confirm=`): one stray click could quiet a whole fleet (issue 37). The question counts the processes
-it reaches, read when it is asked; the flash then says how many were told.
+it reaches, read when it is asked; the flash then says how many were told. Quiet or resume of one
+process, and Resume intake, act at once (their question is None).
 """
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 import redis
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,7 +23,7 @@ from starlette.routing import BaseRoute, Route
 
 from cogworker.ops import OpsError
 from cogworker.ops import processes as process_ops
-from cogworker.web.actions import Confirm, Endpoint, Operation, action, field
+from cogworker.web.actions import action, field
 from cogworker.web.render import page
 from cogworker.web.state import WebState, state_of
 
@@ -32,9 +31,6 @@ from cogworker.web.state import WebState, state_of
 COMMANDS = {"Quiet": "quiet", "Stop": "stop", "Resume": "resume"}
 INTAKE = {"quiet": "Pause intake", "resume": "Resume intake"}
 NEXT_BEAT = "each acts on its next heartbeat"
-# The live processes as read just before a confirmation question is asked (None: Redis couldn't
-# say). actions.py hands a question only the form, so the endpoints below read them first.
-_LIVE: ContextVar[list[process_ops.ProcessInfo] | None] = ContextVar("cogworker_busy_live", default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,21 +82,31 @@ def _described(process: process_ops.ProcessInfo) -> str:
     return f"{process.identity} ({where})"
 
 
-def _one_question(form: FormData) -> str:
+def _live(state: WebState) -> list[process_ops.ProcessInfo] | None:
+    """The live processes a question counts (None: Redis couldn't say; the question says so)."""
+    try:
+        return process_ops.processes(state.client)
+    except redis.RedisError:
+        return None
+
+
+def _one_question(state: WebState, form: FormData) -> str | None:
     command, identity = form.get("command"), str(form.get("identity") or "")
-    found = [p for p in _LIVE.get() or [] if p.identity == identity]
+    if command != "stop":
+        return None  # quiet or resume one process: nothing lost by a stray click
+    found = [p for p in _live(state) or [] if p.identity == identity]
     who = _described(found[0]) if found else identity
-    if command == "stop":
-        running = f", running {_counted_jobs(len(found[0].running))} now" if found else ""
-        return (
-            f"Stop 1 process: {who}{running}? It takes no more jobs, lets its running jobs finish "
-            "within its shutdown timeout and exits."
-        )
-    return f"Tell 1 process, {who}, to {command}?"
+    running = f", running {_counted_jobs(len(found[0].running))} now" if found else ""
+    return (
+        f"Stop 1 process: {who}{running}? It takes no more jobs, lets its running jobs finish "
+        "within its shutdown timeout and exits."
+    )
 
 
-def _all_question(form: FormData) -> str:
-    live = _LIVE.get()
+def _all_question(state: WebState, form: FormData) -> str | None:
+    if form.get("command") != "quiet":
+        return None  # Resume intake
+    live = _live(state)
     if live is None:
         return "Pause intake on every live process? (Redis could not be read to count them.)"
     if not live:
@@ -116,33 +122,8 @@ def _counted_jobs(count: int) -> str:
     return f"{count} job{'' if count == 1 else 's'}"
 
 
-def _asking_first(operation: Operation, question: Confirm, asked: set[str]) -> Endpoint:
-    """`operation` as an endpoint that asks `question` first for the commands in `asked` (the
-    live processes read for it), and runs at once for the others (quiet or resume one process)."""
-    plain = action("/busy")(operation)
-    confirmed = action("/busy", confirm=question)(operation)
-
-    async def endpoint(request: Request) -> Response:
-        form = await request.form()  # cached on the request: action() reads the same one
-        if form.get("command") not in asked:
-            return await plain(request)
-        if form.get("confirm") == "yes" or state_of(request).read_only(request):
-            return await confirmed(request)  # acts, or refuses in read-only mode
-        try:
-            live = await run_in_threadpool(process_ops.processes, state_of(request).client)
-        except redis.RedisError:
-            live = None
-        token = _LIVE.set(live)
-        try:
-            return await confirmed(request)
-        finally:
-            _LIVE.reset(token)
-
-    endpoint.__name__, endpoint.__doc__ = operation.__name__.lstrip("_"), operation.__doc__
-    return endpoint
-
-
-def _tell(request: Request, state: WebState, form: FormData) -> str:
+@action("/busy", confirm=_one_question)
+def tell(request: Request, state: WebState, form: FormData) -> str:
     """One process: quiet, stop or resume."""
     command, identity = _command(form), field(form, "identity")
     [told] = process_ops.tell(state.client, command, [identity])
@@ -150,7 +131,8 @@ def _tell(request: Request, state: WebState, form: FormData) -> str:
     return f"Told 1 process ({told.identity}, {where}) to {command}; it acts on its next heartbeat."
 
 
-def _tell_all(request: Request, state: WebState, form: FormData) -> str:
+@action("/busy", confirm=_all_question)
+def tell_all(request: Request, state: WebState, form: FormData) -> str:
     """Every live process: "Pause intake" (quiet) or "Resume intake" (resume)."""
     command = _command(form)
     if command not in INTAKE:
@@ -159,10 +141,6 @@ def _tell_all(request: Request, state: WebState, form: FormData) -> str:
     if not told:
         return f"{INTAKE[command]}: no live process to tell."
     return f"{INTAKE[command]}: told {_counted(len(told))} to {command}; {NEXT_BEAT}."
-
-
-tell = _asking_first(_tell, _one_question, {"stop"})
-tell_all = _asking_first(_tell_all, _all_question, {"quiet"})
 
 
 ROUTES: list[BaseRoute] = [

@@ -97,7 +97,7 @@ def job(request: Request) -> Response:
     )
 
 
-def _cancel_question(form: FormData) -> str:
+def _cancel_question(state: WebState, form: FormData) -> str:
     return f"Cancel job {form.get('jid') or ''}? A waiting job never runs; a running one is cancelled."
 
 

@@ -50,7 +50,7 @@ def enqueue_now(request: Request, state: WebState, form: FormData) -> str:
     return f"{name}: {result.job} pushed to queue {result.queue} as {result.jid}"
 
 
-def _pause_question(form: FormData) -> str:
+def _pause_question(state: WebState, form: FormData) -> str:
     return (
         f"Pause periodic entry {form.get('name')}? Its slots enqueue nothing until it is resumed "
         "(on every process), and the slots it is paused for are not caught up."

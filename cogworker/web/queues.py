@@ -88,7 +88,7 @@ def resume(request: Request, state: WebState, form: FormData) -> str:
     return f"Queue {name} was not paused."
 
 
-def _clear_question(form: FormData) -> str:
+def _clear_question(state: WebState, form: FormData) -> str:
     name = str(form.get("name") or "")
     size = form.get("size")
     count = f"{int(size):,}" if isinstance(size, str) and size.isdigit() else "the"

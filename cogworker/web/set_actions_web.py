@@ -182,7 +182,7 @@ def every(set_name: str, verb: str) -> Callable[[Request, WebState, FormData], s
     return operation
 
 
-def question(set_name: str, verb: str) -> Callable[[FormData], str]:
+def question(set_name: str, verb: str) -> Callable[[WebState, FormData], str]:
     """The confirmation page's question: how many (the count the listing showed) or which filter."""
     doing = {
         "retry": "Enqueue {} now?"
@@ -194,7 +194,7 @@ def question(set_name: str, verb: str) -> Callable[[FormData], str]:
     if set_name == "scheduled" and verb == "retry":
         doing = "Enqueue {} now (each on its queue, before its time)?"
 
-    def ask(form: FormData) -> str:
+    def ask(state: WebState, form: FormData) -> str:
         match = filter_from(form)
         count = form.get("count")
         size = f"{int(count):,}" if isinstance(count, str) and count.isdigit() else "all its"
