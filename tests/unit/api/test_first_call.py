@@ -199,3 +199,10 @@ def test_on_death_and_a_job_with_retry_filters(r: redis.Redis, redis_server: Red
     [payload] = queued(r)
     assert payload["jid"] == jid and payload["retry"] == 4
     assert not {"retry_on", "retry_in", "discard_on"} & set(payload)
+
+
+def test_deploy_mark(r: redis.Redis, redis_server: RedisServer) -> None:
+    first_call("import cogworker; cogworker.deploy_mark('v9', at=1_800_000_000.0, by='ci')", redis_server.url)
+    [(member, score)] = r.zrange("cogworker:metrics:marks", 0, -1, withscores=True)
+    assert score == 1_800_000_000.0
+    assert json.loads(member) == {"at": 1_800_000_000.0, "label": "v9", "by": "ci"}
