@@ -11,6 +11,8 @@ Usage (through tests/bench/run.sh, which builds .bench-venv/):
     tests/bench/run.sh --only profile    # W1's futex calls and switches per job (gil_profile.py; needs perf)
     tests/bench/run.sh --only metrics    # W1 with per-class metrics on and off (metrics_cost.py)
     tests/bench/run.sh --only cogworker,dramatiq,arq,saq --steps w4   # W4 (async jobs) alone
+    tests/bench/run.sh --only curves     # every curve (curves/): how cost grows with the work
+    tests/bench/run.sh --only backlog --docs-images   # one curve, its PNGs also into docs/images/bench/
 
 W1 runs first, in rounds across the systems (w1_rounds.py); then each system runs its other steps.
 arq and SAQ run W4 only (they have no sync jobs); rq and celery have no async jobs, so no W4.
@@ -34,8 +36,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import curves
 import systems
 from context import Context, Plan
+from curve import Curve, text_tables
 from footprint import idle_cost
 from framework_cost import framework_cost
 from framework_cost import table as empty_table
@@ -46,6 +50,7 @@ from limiter_overhead import limiter_overhead
 from limiter_overhead import table as limiter_table
 from metrics_cost import metrics_cost
 from metrics_cost import table as metrics_table
+from plot import draw
 from procs import RUN_ID_VAR, NotRunnable, memory, sweep, wait_for
 from recovery import recovery
 from redis_server import RedisServer
@@ -67,9 +72,11 @@ LIMITER = "limiter"  # not a system: cogworker's W1 plain and behind a concurren
 EMPTY = "empty"  # not a system: W1 with no job body, cogworker and Sidekiq (the runners' own cost)
 PROFILE = "profile"  # not a system, nor in the default run: it needs Linux's perf (gil_profile.py)
 METRICS = "metrics"  # not a system: cogworker's W1 with per-class metrics on and off
+CURVES = "curves"  # every curve module (curves/), each also its own --only name
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "bench-results"
+DOCS_IMAGES = ROOT / "docs" / "images" / "bench"
 Step = Callable[[Context, System], dict[str, Any]]
 
 
@@ -210,7 +217,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="start Redis and every worker command in this session, not each in its own (procs.placement)",
     )
-    names = [*systems.NAMES, WEB, SCALING, LIMITER, EMPTY, METRICS]
+    names = [*systems.NAMES, WEB, SCALING, LIMITER, EMPTY, METRICS, CURVES, *curves.names()]
     parser.add_argument(
         "--only", default=",".join(names), help=f"comma-separated, from {','.join([*names, PROFILE])}"
     )
@@ -218,6 +225,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--steps",
         default=",".join(STEP_NAMES),
         help=f"comma-separated, from {','.join(STEP_NAMES)} (each system runs those it has)",
+    )
+    parser.add_argument(
+        "--docs-images",
+        action="store_true",
+        help=f"also write each curve's PNGs to {DOCS_IMAGES.relative_to(ROOT)}/ (the docs' benchmarks page)",
     )
     args = parser.parse_args(argv)
     args.steps = [n.strip() for n in args.steps.split(",") if n.strip()]
@@ -233,6 +245,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.empty = EMPTY in args.only
     args.profile = PROFILE in args.only
     args.metrics = METRICS in args.only
+    args.curves = curves.names() if CURVES in args.only else [n for n in curves.names() if n in args.only]
     # Run in the canonical order, so cogworker comes first and the table reads the same every time.
     args.only = [n for n in systems.NAMES if n in args.only]
     return args
@@ -262,6 +275,7 @@ def main(argv: list[str]) -> int:
     empty: dict[str, Any] | None = None
     metered: dict[str, Any] | None = None
     profiled: dict[str, Any] | None = None
+    drawn: dict[str, list[Curve]] = {}
     try:
         server.start()
         # The job modules imported here, to push, read the bench Redis from the environment too.
@@ -282,6 +296,18 @@ def main(argv: list[str]) -> int:
             metered = metrics_cost(ctx, say)
         if args.profile:
             profiled = gil_profile(ctx, say)
+        for name in args.curves:
+            say(f"curve {name} ...")
+            began_curve = time.monotonic()
+            try:
+                drawn[name] = curves.load(name).run(ctx, say)
+            except Exception as exc:  # one curve that fails must not cost the others' figures
+                say(f"curve {name} failed: {type(exc).__name__}: {exc}")
+                drawn[name] = []
+            finally:
+                ctx.kill_all()
+                server.flush()
+            say(f"curve {name} took {time.monotonic() - began_curve:.1f} s")
         if args.web:
             say("web: the Web UI's pages ...")
             web = web_pages(server.client, server.url, plan.quick, say)
@@ -309,6 +335,8 @@ def main(argv: list[str]) -> int:
         print(("\n" if results or scaled or limited or empty else "") + metrics_table(metered))
     if profiled is not None:
         print(("\n" if results or scaled or limited or empty or metered else "") + profile_table(profiled))
+    for curve in (c for found in drawn.values() for c in found):
+        print("\n" + text_tables(curve))
     if web is not None:
         print(("\n" if results or scaled or limited or empty or metered or profiled else "") + web_table(web))
     document = {
@@ -324,8 +352,14 @@ def main(argv: list[str]) -> int:
         "empty": empty,
         "metrics": metered,
         "profile": profiled,
+        "curves": {name: [c.as_dict() for c in found] for name, found in drawn.items()},
     }
     path = write_json(RESULTS_DIR, stamp, document)
+    for curve in (c for found in drawn.values() for c in found):
+        for png in draw(curve, RESULTS_DIR, f"bench-{stamp}"):
+            if args.docs_images:
+                DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+                (DOCS_IMAGES / png.name.removeprefix(f"bench-{stamp}-")).write_bytes(png.read_bytes())
     print(f"\n  raw figures: {path.relative_to(ROOT)}; took {elapsed / 60:.1f} min")
     # A page that answered an error is a broken UI, not a slow one: the run fails.
     return 1 if web is not None and web["failed"] else 0
