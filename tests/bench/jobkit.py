@@ -9,6 +9,7 @@ Keys (all in the bench Redis, flushed between steps):
   bench:t:first           epoch seconds when the counter reached 1
   bench:t:last            epoch seconds when the counter reached BENCH_TARGET (W1 sets it)
   bench:latency           list of pickup latencies in ms (W2)
+  bench:paced             list of "<push epoch> <pickup latency ms>" lines (the load curve)
   bench:events            list of "start|end <index> <pid> <epoch>" lines (W3)
   bench:w4:runs           hash index -> how many times W4 job <index> completed (all must be 1)
   bench:w4:lag            list of loop lags in ms, one per W4 job (see w4_job)
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
+import socket
 import threading
 import time
 
@@ -30,12 +33,14 @@ DONE = "bench:done"
 T_FIRST = "bench:t:first"
 T_LAST = "bench:t:last"
 LATENCY = "bench:latency"
+PACED = "bench:paced"
 EVENTS = "bench:events"
 W4_RUNS = "bench:w4:runs"
 W4_LAG = "bench:w4:lag"
 W4_PIDS = "bench:w4:pids"
 W4_PEAK = "bench:w4:peak"
 W4_SLEEP_S = 0.05
+IO_WAIT_S = 0.01
 
 _local = threading.local()
 
@@ -77,6 +82,28 @@ def record_pickup(pushed_at: float) -> None:
     """W2's job: how long after its push did a worker start it."""
     started = time.time()
     client().rpush(LATENCY, repr((started - pushed_at) * 1000.0))
+
+
+def record_paced(pushed_at: float) -> None:
+    """The load curve's job (curves/load.py): its push time too, so the run can leave out the warm-up."""
+    started = time.time()
+    client().rpush(PACED, f"{pushed_at!r} {(started - pushed_at) * 1000.0!r}")
+
+
+_quiet: list[socket.socket] = []
+
+
+def io_wait() -> None:
+    """The procs curve's I/O-bound job: 10 ms in a blocking wait on a socket, then W1's body.
+
+    The socket is one end of a pair nobody writes to, so the wait is the kernel's (select with a
+    timeout, the GIL released), as a network read's is, without a server's answer time to measure
+    too. Not a Redis BLPOP with a 10 ms timeout: Redis wakes blocked clients on its hz timer, so an
+    idle Redis answers such a BLPOP after 100 ms, a busy one after 10."""
+    if not _quiet:
+        _quiet.extend(socket.socketpair())  # one pair per process; a race makes a spare, no harm
+    select.select([_quiet[0]], [], [], IO_WAIT_S)
+    mark_done()
 
 
 def sleep_job(index: int, seconds: float) -> None:

@@ -25,6 +25,17 @@ def pickup(pushed_at: float) -> None:
     jobkit.record_pickup(pushed_at)
 
 
+# The curves (curves/procs.py, curves/load.py): a job that waits 10 ms on I/O, and a paced pickup.
+@job(queue="default")
+def io_wait() -> None:
+    jobkit.io_wait()
+
+
+@job(queue="default")
+def paced(pushed_at: float) -> None:
+    jobkit.record_paced(pushed_at)
+
+
 @job(queue="default")
 def sleeper(index: int, seconds: float) -> None:
     jobkit.sleep_job(index, seconds)

@@ -27,5 +27,15 @@ def pickup(pushed_at: float) -> None:
 
 
 @dramatiq.actor(queue_name="default")
+def io_wait() -> None:
+    jobkit.io_wait()
+
+
+@dramatiq.actor(queue_name="default")
+def paced(pushed_at: float) -> None:
+    jobkit.record_paced(pushed_at)
+
+
+@dramatiq.actor(queue_name="default")
 def sleeper(index: int, seconds: float) -> None:
     jobkit.sleep_job(index, seconds)

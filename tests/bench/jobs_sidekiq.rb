@@ -6,6 +6,7 @@
 # redis-rb sends INCR as INCR (redis-py sends INCRBY key 1): systems/sidekiq_system.py says so.
 require "sidekiq"
 require "redis"
+require "socket"
 
 # Sidekiq logs a "start" and a "done" line per job at its default level; the other systems log
 # nothing per job (rq and cogworker are run at WARNING for that reason), so Sidekiq is too.
@@ -18,6 +19,12 @@ module Bench
 
   def self.now
     Process.clock_gettime(Process::CLOCK_REALTIME)
+  end
+
+  # jobkit.io_wait's socket pair: nobody writes to it, so IO.select on one end waits its whole timeout
+  # (both ends are kept: a closed peer would make it readable).
+  def self.quiet
+    @quiet ||= UNIXSocket.pair
   end
 end
 
@@ -45,6 +52,24 @@ class PickupJob
   def perform(pushed_at)
     started = Bench.now
     Bench.redis.rpush("bench:latency", ((started - pushed_at) * 1000.0).to_s)
+  end
+end
+
+# The procs curve's I/O-bound job (jobkit.io_wait): 10 ms in a blocking wait on a socket, then NoopJob's body.
+class IoWaitJob < NoopJob
+  def perform
+    IO.select([Bench.quiet.first], nil, nil, 0.01)
+    super
+  end
+end
+
+# The load curve's job (jobkit.record_paced).
+class PacedJob
+  include Sidekiq::Worker
+
+  def perform(pushed_at)
+    started = Bench.now
+    Bench.redis.rpush("bench:paced", "#{pushed_at} #{(started - pushed_at) * 1000.0}")
   end
 end
 

@@ -48,6 +48,20 @@ class System(ABC):
         step at MANY_PROCESSES); None: not measured that way."""
         return None
 
+    def sized(self, processes: int, threads: int) -> tuple[list[str], dict[str, str]] | None:
+        """The worker command and extra environment for `processes` worker processes of `threads` job
+        threads each (curves/procs.py); None: the system can't be sized so."""
+        return None
+
+    def push_io_bulk(self, count: int) -> None:
+        """Push `count` jobs that each wait 10 ms on I/O, then report as the no-op does (jobkit.io_wait)."""
+        raise NotImplementedError
+
+    def push_paced(self, pushed_at: float, count: int) -> None:
+        """Push `count` load-curve jobs (jobkit.record_paced) carrying `pushed_at`, the fastest way the
+        system's client has for that many (one job: its single push)."""
+        raise NotImplementedError
+
     def memory_variants(self) -> dict[str, dict[str, str]]:
         """Extra worker environments whose memory is measured too (name -> env)."""
         return {}

@@ -62,6 +62,9 @@ class Cogworker(System):
     def many_processes(self, processes: int) -> tuple[list[str], dict[str, str]]:
         return self.worker_argv(), {"COGWORKER_COUNT": str(processes)}
 
+    def sized(self, processes: int, threads: int) -> tuple[list[str], dict[str, str]]:
+        return self.worker_argv(), {"COGWORKER_COUNT": str(processes), "COGWORKER_CONCURRENCY": str(threads)}
+
     def memory_variants(self) -> dict[str, dict[str, str]]:
         return {"preload": {"COGWORKER_PRELOAD": "true"}}
 
@@ -90,6 +93,15 @@ class Cogworker(System):
 
     def push_pickup(self, pushed_at: float) -> None:
         self._jobs.pickup.perform_async(pushed_at)
+
+    def push_io_bulk(self, count: int) -> None:
+        self._cogworker.push_bulk(self._jobs.io_wait, [() for _ in range(count)])
+
+    def push_paced(self, pushed_at: float, count: int) -> None:
+        if count == 1:
+            self._jobs.paced.perform_async(pushed_at)
+        else:
+            self._cogworker.push_bulk(self._jobs.paced, [(pushed_at,) for _ in range(count)])
 
     def push_sleeper(self, index: int, seconds: float) -> None:
         self._jobs.sleeper.perform_async(index, seconds)

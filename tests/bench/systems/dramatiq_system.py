@@ -32,16 +32,19 @@ class Dramatiq(System):
         self._dramatiq = dramatiq
         self._jobs: ModuleType = importlib.import_module("jobs_dramatiq")
 
-    def worker_argv(self, processes: int = WORKER_PROCESSES) -> list[str]:
+    def worker_argv(self, processes: int = WORKER_PROCESSES, threads: int = THREADS_PER_PROCESS) -> list[str]:
         return [
             "dramatiq", "jobs_dramatiq",
             "--processes", str(processes),
-            "--threads", str(THREADS_PER_PROCESS),
+            "--threads", str(threads),
             "--queues", "default",
         ]  # fmt: skip
 
     def many_processes(self, processes: int) -> tuple[list[str], dict[str, str]]:
         return self.worker_argv(processes), {}
+
+    def sized(self, processes: int, threads: int) -> tuple[list[str], dict[str, str]]:
+        return self.worker_argv(processes, threads), {}
 
     def version(self) -> str:
         return metadata.version("dramatiq")
@@ -54,6 +57,13 @@ class Dramatiq(System):
 
     def push_pickup(self, pushed_at: float) -> None:
         self._jobs.pickup.send(pushed_at)
+
+    def push_io_bulk(self, count: int) -> None:
+        self._dramatiq.group(self._jobs.io_wait.message() for _ in range(count)).run()
+
+    def push_paced(self, pushed_at: float, count: int) -> None:
+        for _ in range(count):  # no bulk path: one script call per message either way
+            self._jobs.paced.send(pushed_at)
 
     def push_sleeper(self, index: int, seconds: float) -> None:
         self._jobs.sleeper.send(index, seconds)

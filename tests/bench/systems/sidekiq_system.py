@@ -65,17 +65,20 @@ class Sidekiq(System):
             raise RuntimeError("this Ruby was built without YJIT")
         return done.stdout.strip()
 
-    def worker_argv(self, processes: int = WORKER_PROCESSES) -> list[str]:
+    def worker_argv(self, processes: int = WORKER_PROCESSES, threads: int = THREADS_PER_PROCESS) -> list[str]:
         return [
             sys.executable, str(MULTIPROC), str(processes),
             *self._ruby(), self._sidekiq,
             "-r", str(JOBS),
-            "-c", str(THREADS_PER_PROCESS),
+            "-c", str(threads),
             "-q", QUEUE,
         ]  # fmt: skip
 
     def many_processes(self, processes: int) -> tuple[list[str], dict[str, str]]:
         return self.worker_argv(processes), {}
+
+    def sized(self, processes: int, threads: int) -> tuple[list[str], dict[str, str]]:
+        return self.worker_argv(processes, threads), {}
 
     def worker_env(self) -> dict[str, str]:
         return {"REDIS_URL": self.redis_url}
@@ -110,13 +113,22 @@ class Sidekiq(System):
     def push_noop(self) -> None:
         self._push("NoopJob", [])
 
-    def push_noop_bulk(self, count: int, job_class: str = "NoopJob") -> None:
+    def push_noop_bulk(self, count: int, job_class: str = "NoopJob", args: list[Any] | None = None) -> None:
         pipe = self._conn.pipeline(transaction=False)
         pipe.sadd("queues", QUEUE)
         for start in range(0, count, BULK_CHUNK):
             size = min(BULK_CHUNK, count - start)
-            pipe.lpush(f"queue:{QUEUE}", *(self._payload(job_class, []) for _ in range(size)))
+            pipe.lpush(f"queue:{QUEUE}", *(self._payload(job_class, args or []) for _ in range(size)))
         pipe.execute()
+
+    def push_io_bulk(self, count: int) -> None:
+        self.push_noop_bulk(count, "IoWaitJob")
+
+    def push_paced(self, pushed_at: float, count: int) -> None:
+        if count == 1:
+            self._push("PacedJob", [pushed_at])
+        else:
+            self.push_noop_bulk(count, "PacedJob", [pushed_at])
 
     # `empty` in make bench (framework_cost.py): jobs with no body, and the list they wait on.
     queue_key = f"queue:{QUEUE}"
