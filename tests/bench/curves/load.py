@@ -97,10 +97,12 @@ def run(ctx: Context, say: Callable[[str], None]) -> list[Curve]:
     return [curve]
 
 
-def stream(ctx: Context, system: System, drain: float) -> dict[int, dict[str, float | None]]:
+def stream(
+    ctx: Context, system: System, drain: float, env: dict[str, str] | None = None
+) -> dict[int, dict[str, float | None]]:
     """Fresh workers; for each load, a paced stream and its figures."""
     ctx.redis.flush()
-    group = ctx.start(system, "load")
+    group = ctx.start(system, "load", env)
     results: dict[int, dict[str, float | None]] = {}
     try:
         ctx.wait_ready(system, group)

@@ -41,8 +41,8 @@ QUICK_WINDOW_S = 1.0
 POLL_S = 0.05
 # Jobs/s a system can't pass on this machine whatever its size (above its best W1), and per job thread
 # for each body: the backlog is sized from them so it lasts the window, never much longer.
-CEILING = {"cogworker": 12_000, "sidekiq-yjit": 10_000, "dramatiq": 5_000}
-PER_THREAD = {"noop": 2_500, "io": 100}
+CEILING = {"cogworker": 16_000, "sidekiq-yjit": 14_000, "dramatiq": 6_000}
+PER_THREAD = {"noop": 8_000, "io": 100}
 BACKLOG_S = 4.0  # start-up after the first job, the warm-up and the window, with room to spare
 MIN_WINDOW_S = 0.5  # a window the backlog cut shorter than this is no figure
 
