@@ -27,4 +27,12 @@ def names() -> list[str]:
 
 
 def load(name: str) -> ModuleType:
-    return importlib.import_module(f"curves.{name}")
+    module = importlib.import_module(f"curves.{name}")
+    # Importing a submodule binds it as an attribute of this package: the load curve (curves/load.py)
+    # would then stand where this function does, and the next curve's `curves.load(name)` would call
+    # a module. Put the function back.
+    globals()["load"] = load_curve
+    return module
+
+
+load_curve = load

@@ -2,7 +2,7 @@
 rate measured in the same run.
 
 Each round, for each system in turn: W1's drain of a backlog (throughput.drain_once, the default 2
-processes × 8 threads) gives its drain rate; then fresh workers of the same size, and for each load a
+processes x 8 threads) gives its drain rate; then fresh workers of the same size, and for each load a
 separate process (pacer.py) pushes the load-curve job (jobkit.record_paced) at that share of the rate
 for STREAM_S, each job carrying its push time. The job records when it started; the first WARMUP_S of
 the stream is left out. The pacer's CPU is on the same 2 cores, so 90 % of a drain rate measured
@@ -12,7 +12,6 @@ without it is more than 90 % of what is left: a system that falls behind shows i
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -72,7 +71,8 @@ def run(ctx: Context, say: Callable[[str], None]) -> list[Curve]:
                     broken.add(name)
                     curve.notes.append(f"{SERIES[name]}: not runnable: {exc}")
                 except Exception as exc:
-                    curve.notes.append(f"{SERIES[name]} round {index + 1}: failed: {type(exc).__name__}: {exc}")
+                    failed = f"{type(exc).__name__}: {exc}"
+                    curve.notes.append(f"{SERIES[name]} round {index + 1}: failed: {failed}")
                 finally:
                     ctx.kill_all()
     finally:
@@ -80,11 +80,12 @@ def run(ctx: Context, say: Callable[[str], None]) -> list[Curve]:
             system.close()
     rates = ", ".join(f"{SERIES[n]} {sorted(r)[len(r) // 2]:,.0f}" for n, r in drains.items() if r)
     stream_s = QUICK_STREAM_S if ctx.plan.quick else STREAM_S
-    curve.notes.append(f"Drain rates (W1, 2 processes × 8 threads, median of the rounds), jobs/s: {rates}.")
+    curve.notes.append(f"Drain rates (W1, 2 processes x 8 threads, median of the rounds), jobs/s: {rates}.")
     curve.notes.append(
-        f"Each load: {stream_s:.0f} s of stream from pacer.py, the first {WARMUP_S:.0f} s left out; one job per "
-        "push below ~1,000 jobs/s, above it the jobs due in the last millisecond per push (the system's bulk "
-        "path; Dramatiq has none and sends each). CPU and commands are over the stream, the jobs' RPUSH left out."
+        f"Each load: {stream_s:.0f} s of stream from pacer.py, the first {WARMUP_S:.0f} s left out; one job "
+        "per push below ~1,000 jobs/s, above it the jobs due in the last millisecond per push (the system's "
+        "bulk path; Dramatiq has none and sends each). CPU and commands are over the stream, the jobs' RPUSH "
+        "left out."
     )
     p99 = curve.value("cogworker", 50, "p99_ms")
     curve.targets.append(

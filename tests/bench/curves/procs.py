@@ -1,9 +1,9 @@
-"""Processes and threads: throughput and per-job cost as processes × threads grow, for a no-op job and a
+"""Processes and threads: throughput and per-job cost as processes x threads grow, for a no-op job and a
 job that waits 10 ms on I/O (jobkit.io_wait: a blocking socket wait, the GIL released).
 
-Grid: processes 1, 2, 4, 8 × threads 1, 8, 32 with W1's no-op body; the same processes × threads 1, 8,
-32, 100 with the I/O-bound body, whose ceiling is processes × threads × 100 jobs/s until the CPU
-runs out. cogworker: COGWORKER_COUNT × COGWORKER_CONCURRENCY, its defaults otherwise (CPU affinity
+Grid: processes 1, 2, 4, 8 x threads 1, 8, 32 with W1's no-op body; the same processes x threads 1, 8,
+32, 100 with the I/O-bound body, whose ceiling is processes x threads x 100 jobs/s until the CPU
+runs out. cogworker: COGWORKER_COUNT x COGWORKER_CONCURRENCY, its defaults otherwise (CPU affinity
 auto: pinned only at COUNT 2 on 2 CPUs). Sidekiq + YJIT: N `sidekiq -c T` processes under
 multiproc.py. Dramatiq: `--processes N --threads T`.
 
@@ -29,7 +29,7 @@ from redis_server import delta
 from systems.base import System
 from throughput import CpuSample
 
-TITLE = "processes × threads: throughput and per-job cost, no-op and 10 ms I/O jobs"
+TITLE = "processes x threads: throughput and per-job cost, no-op and 10 ms I/O jobs"
 
 SERIES = {"cogworker": "cogworker", "sidekiq-yjit": "Sidekiq + YJIT", "dramatiq": "Dramatiq"}
 PROCESSES = (1, 2, 4, 8)
@@ -58,14 +58,14 @@ METRICS = [
 def run(ctx: Context, say: Callable[[str], None]) -> list[Curve]:
     noop = Curve(
         "procs",
-        "Processes × threads, no-op jobs",
-        "processes × threads",
+        "Processes x threads, no-op jobs",
+        "processes x threads",
         METRICS,
     )
     io = Curve(
         "procs-io",
-        "Processes × threads, jobs waiting 10 ms on I/O",
-        "processes × threads",
+        "Processes x threads, jobs waiting 10 ms on I/O",
+        "processes x threads",
         [Metric("jobs_per_s", "throughput", "jobs/s", "↑", log=True), *METRICS[1:]],
     )
     loaded = load_systems(ctx, [noop, io])
@@ -74,7 +74,7 @@ def run(ctx: Context, say: Callable[[str], None]) -> list[Curve]:
         turn = 0
         for body, curve in (("noop", noop), ("io", io)):
             for processes, threads in _grid(ctx, body):
-                x = f"{processes}×{threads}"
+                x = f"{processes}x{threads}"
                 order = list(loaded)[turn % len(loaded) :] + list(loaded)[: turn % len(loaded)]
                 turn += 1
                 for name in order:
@@ -108,7 +108,7 @@ def run(ctx: Context, say: Callable[[str], None]) -> list[Curve]:
         curve.notes.append("2 CPUs: past 2 processes every point shares them with Redis and the others.")
     io.notes.append(
         "The I/O body waits in select() on a socket nobody writes to (jobkit.io_wait), then does W1's INCR; "
-        "its ceiling is processes × threads × 100 jobs/s."
+        "its ceiling is processes x threads x 100 jobs/s."
     )
     noop.targets.extend(_noop_targets(noop))
     io.targets.extend(_io_targets(io))
@@ -196,19 +196,26 @@ def _noop_targets(curve: Curve) -> list[Target]:
     if not found:
         return [Target("cogworker no-op: 8 processes keep ≥ 80 % of the best throughput", None, "no points")]
     best_x = max(found, key=lambda x: found[x])
-    many = {x: r for x, r in found.items() if str(x).startswith("8×")}
+    many = {x: r for x, r in found.items() if str(x).startswith("8x")}
     if not many:
-        return [Target("cogworker no-op: 8 processes keep ≥ 80 % of the best throughput", None, "no 8× point")]
+        return [
+            Target("cogworker no-op: 8 processes keep ≥ 80 % of the best throughput", None, "no 8x point")
+        ]
     worst_x = min(many, key=lambda x: many[x])
     share = many[worst_x] / found[best_x]
-    detail = f"8 processes at worst {worst_x}: {many[worst_x]:,.0f} jobs/s, {share:.0%} of {best_x}'s {found[best_x]:,.0f}"
+    detail = (
+        f"8 processes at worst {worst_x}: {many[worst_x]:,.0f} jobs/s, "
+        f"{share:.0%} of {best_x}'s {found[best_x]:,.0f}"
+    )
     return [Target("cogworker no-op: 8 processes keep ≥ 80 % of the best throughput", share >= 0.8, detail)]
 
 
 def _io_targets(curve: Curve) -> list[Target]:
     """Jobs that wait need threads, not CPU: one process's threads should scale the rate with them."""
-    one, eight = (curve.value("cogworker", x, "jobs_per_s") for x in ("1×1", "1×8"))
-    text = "cogworker I/O-bound: 8 threads of one process run ≥ 7× the jobs of one thread"
+    one, eight = (curve.value("cogworker", x, "jobs_per_s") for x in ("1x1", "1x8"))
+    text = "cogworker I/O-bound: 8 threads of one process run ≥ 7 times the jobs of one thread"
     if one is None or eight is None:
-        return [Target(text, None, "1×1 or 1×8 missing")]
-    return [Target(text, eight >= 7 * one, f"1×1 {one:,.0f} jobs/s, 1×8 {eight:,.0f} jobs/s ({eight / one:.1f}×)")]
+        return [Target(text, None, "1x1 or 1x8 missing")]
+    return [
+        Target(text, eight >= 7 * one, f"1x1 {one:,.0f} jobs/s, 1x8 {eight:,.0f} jobs/s ({eight / one:.1f}x)")
+    ]
