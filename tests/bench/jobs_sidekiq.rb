@@ -11,6 +11,9 @@ require "socket"
 # Sidekiq logs a "start" and a "done" line per job at its default level; the other systems log
 # nothing per job (rq and cogworker are run at WARNING for that reason), so Sidekiq is too.
 Sidekiq.logger.level = Logger::WARN
+# Sidekiq 6.4 passes BRPOP's timeout positionally, and redis-rb 4.8 writes a deprecation warning to
+# stderr for every such call: one write per fetch, which no other system pays.
+Redis.silence_deprecations = true
 
 module Bench
   def self.redis

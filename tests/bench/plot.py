@@ -52,7 +52,8 @@ def draw(curve: Curve, directory: Path, stem: str) -> list[Path]:
                 linestyle="--" if dashed else "-",
             )
         if categorical:
-            ax.set_xticks(range(len(xs)), [str(x) for x in xs])
+            # Many categories (a grid such as processes x threads) would print over each other.
+            ax.set_xticks(range(len(xs)), [str(x) for x in xs], rotation=45 if len(xs) > 8 else 0)
         elif curve.x_log:
             ax.set_xscale("log")
         if metric.log:
