@@ -28,6 +28,12 @@ from cogworker.worker.settling.settle import file_unsettled
 log = structlog.get_logger("cogworker.poller")
 
 BATCH = 100
+# Between polls, an entry known to fall due before the next one is enqueued this soon after its time
+# (plus up to as much again of jitter, so processes don't race for it): the poll interval (5 s by
+# default) was its lateness, and the schedule's p99 lateness target is 1 s (issue 38). It is also
+# the shortest gap between two such early passes, so a steady stream of due entries costs a process
+# at most 10 passes a second, each one ZRANGEBYSCORE per set and one script per entry moved.
+DUE_GAP_S = 0.1
 # However often the guard is asked for, it runs at most this often (a key it can't move aside, an
 # ACL refusing RENAME, must not turn the poller into a busy loop).
 KEY_GUARD_MIN_GAP_S = 1.0
@@ -83,8 +89,40 @@ class Poller:
         while True:
             self.poll_once()
             interval = self._settings.poll_interval_s * (0.5 + self._rng.random())
-            if self._wait(interval):
+            if self._wait_enqueuing_due(interval):
                 return
+
+    def _wait_enqueuing_due(self, seconds: float) -> bool:
+        """Wait until the next poll, enqueuing on time the entries that fall due before it; True
+        once stopped. Only the scheduler runs early: the other steps keep the poll's pace."""
+        end = time.monotonic() + seconds
+        while True:
+            early = self._early_pass_in(end - time.monotonic())
+            if early is None:
+                return self._wait(end - time.monotonic())
+            if self._wait(early):
+                return True
+            if not self._quiet():
+                self._guarded("Scheduler", self.enqueue_due)
+
+    def _early_pass_in(self, left_s: float) -> float | None:
+        """Seconds until an early pass of the scheduler, when the first entry of the schedule or
+        retry set falls due within `left_s`; else None. One round trip (a ZRANGE of each set's first
+        entry, whatever the sets' size). A failure waits for the next poll, which reports it."""
+        if left_s <= DUE_GAP_S or self._quiet():
+            return None
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for set_key in (keys.SCHEDULE, keys.RETRY):
+                pipe.zrange(set_key, 0, 0, withscores=True)
+            firsts = pipe.execute()
+        except Exception:
+            return None
+        scores = [float(entries[0][1]) for entries in firsts if entries]
+        if not scores:
+            return None
+        wait_s = max(DUE_GAP_S, min(scores) - time.time()) + DUE_GAP_S * self._rng.random()
+        return wait_s if wait_s < left_s else None
 
     def _wait(self, seconds: float) -> bool:
         """Wait until the next poll, running the key guard early when asked; True once stopped."""

@@ -90,3 +90,22 @@ def test_a_failed_poll_is_reported_once_and_retried(private_redis: RedisServer) 
     assert components_down == sorted(e["component"] for e in ended)
     assert len(components_down) == len(set(components_down))  # one line per component and outage
     assert "Scheduler" in components_down
+
+
+def test_an_entry_due_before_the_next_poll_is_enqueued_on_time(r: redis.Redis, redis_server: RedisServer) -> None:
+    # Issue 38: the poll interval (5 s by default) was a due entry's lateness. Here it is 60 s, and the
+    # first poll has passed when the entry falls due: only the early pass can enqueue it in time.
+    settings = load_settings(redis_url=redis_server.url, poll_interval_s=60.0)
+    parts = components.build(settings)
+    due_at = time.time() + 0.5
+    entry = json.dumps({"class": "demo_jobs.record", "queue": "default", "jid": "soon", "args": []})
+    r.zadd("cogworker:schedule", {entry: due_at})
+    r.zadd("cogworker:retry", {entry.replace("soon", "later"): time.time() + 3_600})
+    parts.poller.start()
+    try:
+        wait_until(lambda: r.llen("cogworker:queue:default") == 1, timeout=5, message="the due entry")
+        enqueued_at = json.loads(r.lindex("cogworker:queue:default", 0))["enqueued_at"]
+    finally:
+        parts.poller.stop()
+    assert due_at <= enqueued_at < due_at + 1.0
+    assert r.zcard("cogworker:retry") == 1  # not due: left where it is
