@@ -59,9 +59,7 @@ class Spread:
     def worker_env(self) -> dict[str, str]:
         env = self._system.worker_env()
         if self._system.name == "cogworker":
-            spec = (
-                self._names if self._strict else [f"{q}:{weight(i)}" for i, q in enumerate(self._names)]
-            )
+            spec = self._names if self._strict else [f"{q}:{weight(i)}" for i, q in enumerate(self._names)]
             env["COGWORKER_QUEUES"] = ",".join(spec)
         return env
 

@@ -66,7 +66,8 @@ class Sidekiq(System):
         return done.stdout.strip()
 
     def worker_argv(self, processes: int = WORKER_PROCESSES, queues: tuple[str, ...] = (QUEUE,)) -> list[str]:
-        """`queues`: each one `-q` value, "name" or "name,weight" (any weight: Sidekiq's order is weighted)."""
+        """`queues`: one `-q` value each, "name" or "name,weight" (with weights, Sidekiq's order is
+        weighted; without, strict)."""
         return [
             sys.executable, str(MULTIPROC), str(processes),
             *self._ruby(), self._sidekiq,

@@ -92,7 +92,9 @@ def test_a_failed_poll_is_reported_once_and_retried(private_redis: RedisServer) 
     assert "Scheduler" in components_down
 
 
-def test_an_entry_due_before_the_next_poll_is_enqueued_on_time(r: redis.Redis, redis_server: RedisServer) -> None:
+def test_an_entry_due_before_the_next_poll_is_enqueued_on_time(
+    r: redis.Redis, redis_server: RedisServer
+) -> None:
     # Issue 38: the poll interval (5 s by default) was a due entry's lateness. Here it is 60 s, and the
     # first poll has passed when the entry falls due: only the early pass can enqueue it in time.
     settings = load_settings(redis_url=redis_server.url, poll_interval_s=60.0)
