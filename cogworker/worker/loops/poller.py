@@ -238,9 +238,13 @@ class Poller:
         return [str(raw) for raw in due]
 
     def _graduate(self, set_key: str, entries: list[str]) -> tuple[int, list[str]]:
-        """Returns how many moved, and the keys of the wrong type that stopped others."""
-        pipe = self._client.pipeline(transaction=False)
+        """Returns how many moved, and the keys of the wrong type that stopped others. The batch
+        moves in one graduate_batch.lua call: entries claimed and pushed in one step, as graduate.lua
+        does for one. A lost reply is a failed poll: the next one finds the moved entries gone from
+        the set and moves the rest."""
         invalid: list[str] = []
+        queue_index: dict[str, int] = {}  # queue name -> its 1-based place among the script's queues
+        moves: list[str | int] = []
         now = time.time()
         for raw in entries:
             job = codec.loads_dict(raw)
@@ -257,19 +261,17 @@ class Poller:
                 # run, and left here it would fail every poll. Dead keeps it, as it was.
                 invalid.append(raw)
                 continue
-            self._scripts.run(
-                "graduate",
-                [set_key, keys.queue(queue), keys.QUEUES, keys.WAKE_CHANNEL],
-                [raw, text, queue],
-                client=pipe,
-            )
+            moves += [raw, text, queue_index.setdefault(queue, len(queue_index) + 1)]
         moved, wrong = 0, []
-        for reply in pipe.execute() if len(pipe) else []:
-            key = key_guard.script_wrong_type(reply)
-            if key is None:
-                moved += int(reply)
-            elif key not in wrong:
-                wrong.append(key)
+        if moves:
+            reply = self._scripts.run(
+                "graduate_batch",
+                [set_key, keys.QUEUES, keys.WAKE_CHANNEL, *(keys.queue(name) for name in queue_index)],
+                [*queue_index, *moves],
+                client=self._client,
+            )
+            moved = int(reply[0])
+            wrong = [key.decode() if isinstance(key, bytes) else str(key) for key in reply[1:]]
         for raw in invalid:
             key = self._bury(set_key, raw)
             if key is not None and key not in wrong:
