@@ -34,6 +34,9 @@ BATCH = 100
 # the shortest gap between two such early passes, so a steady stream of due entries costs a process
 # at most 10 passes a second, each one ZRANGEBYSCORE per set and one script per entry moved.
 DUE_GAP_S = 0.1
+# How often, at most, the poller looks at the sets' first entries between polls: an entry pushed
+# after a look, due before the next poll (`perform_in(1)`), waits this long at most, not the poll.
+PEEK_EVERY_S = 1.0
 # However often the guard is asked for, it runs at most this often (a key it can't move aside, an
 # ACL refusing RENAME, must not turn the poller into a busy loop).
 KEY_GUARD_MIN_GAP_S = 1.0
@@ -96,19 +99,23 @@ class Poller:
         """Wait until the next poll, enqueuing on time the entries that fall due before it; True
         once stopped. Only the scheduler runs early: the other steps keep the poll's pace."""
         end = time.monotonic() + seconds
-        while True:
-            early = self._early_pass_in(end - time.monotonic())
+        while (left := end - time.monotonic()) > 0:
+            early = self._early_pass_in(left)
             if early is None:
-                return self._wait(end - time.monotonic())
+                if self._wait(min(left, PEEK_EVERY_S)):
+                    return True
+                continue
             if self._wait(early):
                 return True
             if not self._quiet():
                 self._guarded("Scheduler", self.enqueue_due)
+        return self._stop.is_set()
 
     def _early_pass_in(self, left_s: float) -> float | None:
         """Seconds until an early pass of the scheduler, when the first entry of the schedule or
-        retry set falls due within `left_s`; else None. One round trip (a ZRANGE of each set's first
-        entry, whatever the sets' size). A failure waits for the next poll, which reports it."""
+        retry set falls due within `left_s` (and PEEK_EVERY_S); else None. One round trip (a ZRANGE
+        of each set's first entry, whatever the sets' size). A failure waits for the next poll, which
+        reports it."""
         if left_s <= DUE_GAP_S or self._quiet():
             return None
         try:
@@ -122,7 +129,7 @@ class Poller:
         if not scores:
             return None
         wait_s = max(DUE_GAP_S, min(scores) - time.time()) + DUE_GAP_S * self._rng.random()
-        return wait_s if wait_s < left_s else None
+        return wait_s if wait_s < min(left_s, PEEK_EVERY_S) else None
 
     def _wait(self, seconds: float) -> bool:
         """Wait until the next poll, running the key guard early when asked; True once stopped."""

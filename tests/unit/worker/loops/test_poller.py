@@ -144,3 +144,26 @@ def test_entries_for_a_queue_of_the_wrong_type_stay_and_the_others_move(r: redis
     assert (moved, wrong) == (2, ["cogworker:queue:broken"])
     assert r.zrange("cogworker:schedule", 0, -1) == [entry("2", "broken")]
     assert sorted(json.loads(x)["jid"] for x in r.lrange("cogworker:queue:default", 0, -1)) == ["1", "3"]
+
+
+def test_an_entry_pushed_between_polls_due_soon_waits_a_second_at_most(
+    r: redis.Redis, redis_server: RedisServer
+) -> None:
+    settings = load_settings(redis_url=redis_server.url, poll_interval_s=60.0)
+    parts = components.build(settings)
+    r.config_resetstat()
+    parts.poller.start()
+    try:
+        # The poller has polled and looked at the (empty) sets: its next poll is 30-90 s away.
+        wait_until(
+            lambda: int(r.info("commandstats").get("cmdstat_zrange", {}).get("calls", 0)) >= 2,
+            timeout=5,
+            message="the poller's first look at the sets",
+        )
+        due_at = time.time() + 0.2
+        r.zadd("cogworker:schedule", {entry("soon"): due_at})
+        wait_until(lambda: r.llen("cogworker:queue:default") == 1, timeout=5, message="the due entry")
+        enqueued_at = json.loads(r.lindex("cogworker:queue:default", 0))["enqueued_at"]
+    finally:
+        parts.poller.stop()
+    assert due_at <= enqueued_at < due_at + 1.5
