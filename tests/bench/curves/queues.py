@@ -75,8 +75,8 @@ def run(ctx: Context, say: Callable[[str], None]) -> list[Curve]:
     jobs = ctx.plan.w1_jobs
     curve = Curve(
         name="queues",
-        title=f"Number of queues: {jobs:,} no-op jobs spread evenly over every queue a worker reads",
-        x_label="queues read by every worker",
+        title="Number of queues",
+        x_label=f"queues read by every worker ({jobs:,} no-op jobs spread evenly over them)",
         x_log=True,
         metrics=[
             Metric("jobs_per_s", "throughput", "jobs/s", "↑"),

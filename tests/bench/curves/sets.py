@@ -208,11 +208,11 @@ def run(ctx: Context, say: Callable[[str], None]) -> list[Curve]:
     sizes = QUICK if ctx.plan.quick else FULL
     curve = Curve(
         name="sets",
-        title=(
-            f"Scheduled and retry sets: N not due (+ N/10 retries), {sizes.due:,} coming due over "
-            f"{sizes.window_s:.0f} s"
+        title="Scheduled and retry sets",
+        x_label=(
+            f"scheduled entries not due, N (+ N/10 retries; {sizes.due:,} coming due over "
+            f"{sizes.window_s:.0f} s)"
         ),
-        x_label="scheduled entries not due (N)",
         x_log=True,
         metrics=[
             Metric("poller_cpu_us", "poller CPU per due job", "µs", "↓"),
