@@ -216,8 +216,8 @@ def run(ctx: Context, say: Callable[[str], None]) -> list[Curve]:
         x_log=True,
         metrics=[
             Metric("poller_cpu_us", "poller CPU per due job", "µs", "↓"),
-            Metric("late_p50_ms", "lateness p50", "ms", "↓"),
-            Metric("late_p99_ms", "lateness p99", "ms", "↓"),
+            Metric("late_p50_ms", "lateness p50", "ms", "↓", log=True),
+            Metric("late_p99_ms", "lateness p99", "ms", "↓", log=True),
             Metric("idle_redis_ms", "Redis CPU while nothing is due", "ms/s", "↓"),
             Metric("idle_worker_ms", "worker CPU while nothing is due", "ms/s", "↓"),
             Metric("redis_cpu_us", "Redis CPU per due job", "µs", "↓"),
