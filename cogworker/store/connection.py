@@ -9,6 +9,9 @@ from redis._parsers.encoders import Encoder
 from redis.connection import HiredisRespSerializer, PythonRespSerializer
 from redis.utils import HIREDIS_AVAILABLE
 
+if HIREDIS_AVAILABLE:
+    import hiredis
+
 from cogworker import cluster_url, redis_sentinel
 from cogworker.redis_tls import client_options
 from cogworker.settings_fields import SettingsFields
@@ -40,6 +43,14 @@ class LosslessPacker:
 
     def pack(self, *args: Any) -> list[bytes]:
         try:
+            if isinstance(args[0], str) and " " not in args[0]:
+                # hiredis takes the arguments as they are. redis-py's wrapper first copies them into
+                # a new tuple, a Python generator step each: 1.2 ms of the 1.6 a fetch from 1,000
+                # queues (3,000 arguments) took to pack (the number-of-queues curve, issue 38).
+                try:
+                    return [hiredis.pack_command(args)]
+                except TypeError:
+                    pass  # redis-py's wrapper says why, as a DataError
             packed: list[bytes] = self._fast.pack(*args)
         except UnicodeEncodeError:
             packed = self._lossless.pack(*args)  # type: ignore[no-untyped-call]

@@ -27,6 +27,7 @@ _NAMES = (
     "requeue",
     "swap_dead",
     "graduate",
+    "graduate_batch",
     "bury",
     "heartbeat",
     "owned_delete",

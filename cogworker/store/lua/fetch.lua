@@ -29,7 +29,7 @@
 -- Suspects (jobs orphaned more than once, worker/recovering/recovery.py) run alone, so that a death while one
 -- runs is its own: a process takes one only with nothing else on its list, and takes nothing else
 -- until it is gone. While one waits, processes reading its queue take nothing new: one of them
--- empties its list and takes it. Without a suspect this costs an LLEN per queue, in this script.
+-- empties its list and takes it. Without a suspect this costs one EXISTS over every suspects list.
 --
 -- Each job moves inside this one script (LMOVE, or LRANGE + LPUSH + LTRIM for several) so that it is
 -- never anywhere but on a queue or on exactly one in-progress list: a process that dies after this script ran leaves its jobs where recovery finds
@@ -112,12 +112,44 @@ for _, name in ipairs(redis.call("SMEMBERS", KEYS[2])) do
   paused[name] = true
 end
 
+-- Whether any of KEYS[first .. last] exists, in EXISTS calls of at most 1,000 keys (unpack's limit
+-- is about 8,000). A list that empties is deleted, so for lists this asks "is any non-empty?"; a key
+-- of another type exists too, and the command that follows names it.
+local function any_exists(first, last)
+  for from = first, last, 1000 do
+    if redis.call("EXISTS", unpack(KEYS, from, math.min(from + 999, last))) > 0 then
+      return true
+    end
+  end
+  return false
+end
+
+-- The index of the first existing key of KEYS[first .. last] (last - first < 1,000), or nil: one
+-- EXISTS, and when one does exist, log2(last - first) more, halving the range.
+local function first_existing(first, last)
+  if not any_exists(first, last) then
+    return nil
+  end
+  while first < last do
+    local middle = math.floor((first + last) / 2)
+    if any_exists(first, middle) then
+      last = middle
+    else
+      first = middle + 1
+    end
+  end
+  return first
+end
+
 local held = redis.call("LLEN", inprogress)
 if ARGV[4 + nacks + nqueues] == "1" and held > 0 then
   reply[4] = 1
   return reply
 end
-for k = 5, 4 + nqueues do
+-- Almost always no suspects list exists: one EXISTS for all of them, instead of an LLEN per queue
+-- that made a fetch from 1,000 queues cost 1,000 commands (the number-of-queues curve, issue 38).
+local suspected = any_exists(5 + nqueues, 4 + 2 * nqueues)
+for k = 5, suspected and 4 + nqueues or 4 do
   local suspects = KEYS[k + nqueues]
   if not paused[ARGV[k - 1 + nacks]] then
     local waiting = redis.pcall("LLEN", suspects)
@@ -157,13 +189,26 @@ if reply[4] ~= 0 then
 end
 -- From this many jobs to take from one queue, the batch move below costs fewer commands than LMOVEs.
 local MANY = 3
+-- After an empty queue, one EXISTS asks whether any of the next SKIM queues has jobs: when none has,
+-- they are passed over without a command each, and when some has, a few more EXISTS (halving) find
+-- the first. With many queues and few of them holding jobs, a fetch then costs about a command per
+-- SKIM empty queues and six per queue with jobs, not one per queue (issue 38).
+local SKIM = 32
+local probe = false  -- the last queue tried was empty: ask about the next ones before trying them
+local skip_to = 0  -- the queues before this index of KEYS are known to be empty
 local got = 0
 local jobs = {}
 for k = 5, 4 + nqueues do
   local queue = KEYS[k]
+  local empty = false
+  if probe and k >= skip_to then
+    local last = math.min(k + SKIM - 1, 4 + nqueues)
+    skip_to = first_existing(k, last) or last + 1
+    probe = skip_to > last
+  end
   if paused[ARGV[k - 1 + nacks]] then
     reply[2] = reply[2] + 1
-  else
+  elseif k >= skip_to then
     while got < want do
       if want - got < MANY then
         local raw = redis.pcall("LMOVE", queue, inprogress, "RIGHT", "LEFT")
@@ -171,7 +216,10 @@ for k = 5, 4 + nqueues do
           if wrong_type(raw.err) then bad[#bad + 1] = queue end
           break
         end
-        if not raw then break end
+        if not raw then
+          empty = true
+          break
+        end
         jobs[#jobs + 1] = queue
         jobs[#jobs + 1] = raw
         got = got + 1
@@ -184,7 +232,10 @@ for k = 5, 4 + nqueues do
           if wrong_type(taken.err) then bad[#bad + 1] = queue end
           break
         end
-        if #taken == 0 then break end
+        if #taken == 0 then
+          empty = true
+          break
+        end
         local moved = {}
         for j = #taken, 1, -1 do
           moved[#moved + 1] = taken[j]
@@ -202,11 +253,15 @@ for k = 5, 4 + nqueues do
         end
         redis.call("LTRIM", queue, 0, -#taken - 1)
         got = got + #taken
-        if got < want then break end  -- the queue is empty now
+        if got < want then  -- the queue is empty now
+          empty = true
+          break
+        end
       end
     end
   end
   if got >= want or refused ~= "" then break end
+  probe = probe or empty
 end
 reply[3] = #bad
 reply[5] = refused

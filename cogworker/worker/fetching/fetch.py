@@ -88,12 +88,17 @@ class UnsupportedError(Exception):
 
 
 def queue_order(spec: QueueSpec, rng: random.Random) -> list[str]:
-    """Queues in the order to try: as given when strict, else a weighted shuffle (like Sidekiq's)."""
+    """Queues in the order to try: as given when strict, else a weighted shuffle (like Sidekiq's: a
+    queue of weight w comes first w times as often as one of weight 1).
+
+    The shuffle sorts by random() ** (1 / weight) (Efraimidis and Spirakis' weighted sampling), one
+    draw per queue: shuffling a list with each queue repeated `weight` times, as Sidekiq does, cost
+    0.7 ms a fetch with 1,000 queues (the number-of-queues curve, issue 38)."""
     if spec.weights is None:
         return list(spec.names)
-    expanded = [name for name, weight in zip(spec.names, spec.weights, strict=True) for _ in range(weight)]
-    rng.shuffle(expanded)
-    return list(dict.fromkeys(expanded))
+    draw = rng.random
+    drawn = [draw() ** (1.0 / weight) for weight in spec.weights]
+    return [spec.names[i] for i in sorted(range(len(drawn)), key=drawn.__getitem__, reverse=True)]
 
 
 # How Redis words a command it refuses to run at all: unknown to it (too old, or renamed away, to a

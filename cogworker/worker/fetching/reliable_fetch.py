@@ -76,6 +76,9 @@ class ReliableFetch:
         self._rng = random.Random()
         self.in_progress_key = keys.in_progress(identity)
         self._wake = WakeListener(blocking_client, frozenset(spec.names))
+        # Each queue's key and suspects list's key, made once: with 1,000 queues, making them for
+        # every fetch cost 0.1 ms of it (issue 38).
+        self._keys_of = {name: (keys.queue(name), keys.suspects(name)) for name in spec.names}
         # fetch.lua's last mode: 1 while this process runs a suspect alone, 2 while one waits on
         # our queues for our list to empty. Either way nothing may block on a queue (can_block).
         self._mode = 0
@@ -85,7 +88,8 @@ class ReliableFetch:
         if limit > 0:  # on the fetcher thread (a final ack flush may come from another)
             self._wake.discard_backlog()
         names = queue_order(self._spec, self._rng)
-        queue_keys = [keys.queue(name) for name in names]
+        keys_of = self._keys_of
+        queue_keys = [keys_of[name][0] for name in names]
         day = today()
         # The counters go in KEYS (a script builds no key names: store/job_keys.py says why). A
         # payload without a jid is counted by its digest; only such a payload costs a hash here.
@@ -110,7 +114,7 @@ class ReliableFetch:
                     keys.STAT_PROCESSED,
                     keys.stat_processed_day(day),
                     *queue_keys,
-                    *(keys.suspects(name) for name in names),
+                    *(keys_of[name][1] for name in names),
                     *counters,
                 ],
                 args,

@@ -28,6 +28,15 @@ from cogworker.worker.settling.settle import file_unsettled
 log = structlog.get_logger("cogworker.poller")
 
 BATCH = 100
+# Between polls, an entry known to fall due before the next one is enqueued this soon after its time
+# (plus up to as much again of jitter, so processes don't race for it): the poll interval (5 s by
+# default) was its lateness, and the schedule's p99 lateness target is 1 s (issue 38). It is also
+# the shortest gap between two such early passes, so a steady stream of due entries costs a process
+# at most 10 passes a second, each one ZRANGEBYSCORE per set and one script per entry moved.
+DUE_GAP_S = 0.1
+# How often, at most, the poller looks at the sets' first entries between polls: an entry pushed
+# after a look, due before the next poll (`perform_in(1)`), waits this long at most, not the poll.
+PEEK_EVERY_S = 1.0
 # However often the guard is asked for, it runs at most this often (a key it can't move aside, an
 # ACL refusing RENAME, must not turn the poller into a busy loop).
 KEY_GUARD_MIN_GAP_S = 1.0
@@ -83,8 +92,44 @@ class Poller:
         while True:
             self.poll_once()
             interval = self._settings.poll_interval_s * (0.5 + self._rng.random())
-            if self._wait(interval):
+            if self._wait_enqueuing_due(interval):
                 return
+
+    def _wait_enqueuing_due(self, seconds: float) -> bool:
+        """Wait until the next poll, enqueuing on time the entries that fall due before it; True
+        once stopped. Only the scheduler runs early: the other steps keep the poll's pace."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            early = self._early_pass_in(left)
+            if early is None:
+                if self._wait(min(left, PEEK_EVERY_S)):
+                    return True
+                continue
+            if self._wait(early):
+                return True
+            if not self._quiet():
+                self._guarded("Scheduler", self.enqueue_due)
+        return self._stop.is_set()
+
+    def _early_pass_in(self, left_s: float) -> float | None:
+        """Seconds until an early pass of the scheduler, when the first entry of the schedule or
+        retry set falls due within `left_s` (and PEEK_EVERY_S); else None. One round trip (a ZRANGE
+        of each set's first entry, whatever the sets' size). A failure waits for the next poll, which
+        reports it."""
+        if left_s <= DUE_GAP_S or self._quiet():
+            return None
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for set_key in (keys.SCHEDULE, keys.RETRY):
+                pipe.zrange(set_key, 0, 0, withscores=True)
+            firsts = pipe.execute()
+        except Exception:
+            return None
+        scores = [float(entries[0][1]) for entries in firsts if entries]
+        if not scores:
+            return None
+        wait_s = max(DUE_GAP_S, min(scores) - time.time()) + DUE_GAP_S * self._rng.random()
+        return wait_s if wait_s < min(left_s, PEEK_EVERY_S) else None
 
     def _wait(self, seconds: float) -> bool:
         """Wait until the next poll, running the key guard early when asked; True once stopped."""
@@ -200,9 +245,13 @@ class Poller:
         return [str(raw) for raw in due]
 
     def _graduate(self, set_key: str, entries: list[str]) -> tuple[int, list[str]]:
-        """Returns how many moved, and the keys of the wrong type that stopped others."""
-        pipe = self._client.pipeline(transaction=False)
+        """Returns how many moved, and the keys of the wrong type that stopped others. The batch
+        moves in one graduate_batch.lua call: entries claimed and pushed in one step, as graduate.lua
+        does for one. A lost reply is a failed poll: the next one finds the moved entries gone from
+        the set and moves the rest."""
         invalid: list[str] = []
+        queue_index: dict[str, int] = {}  # queue name -> its 1-based place among the script's queues
+        moves: list[str | int] = []
         now = time.time()
         for raw in entries:
             job = codec.loads_dict(raw)
@@ -219,19 +268,17 @@ class Poller:
                 # run, and left here it would fail every poll. Dead keeps it, as it was.
                 invalid.append(raw)
                 continue
-            self._scripts.run(
-                "graduate",
-                [set_key, keys.queue(queue), keys.QUEUES, keys.WAKE_CHANNEL],
-                [raw, text, queue],
-                client=pipe,
-            )
+            moves += [raw, text, queue_index.setdefault(queue, len(queue_index) + 1)]
         moved, wrong = 0, []
-        for reply in pipe.execute() if len(pipe) else []:
-            key = key_guard.script_wrong_type(reply)
-            if key is None:
-                moved += int(reply)
-            elif key not in wrong:
-                wrong.append(key)
+        if moves:
+            reply = self._scripts.run(
+                "graduate_batch",
+                [set_key, keys.QUEUES, keys.WAKE_CHANNEL, *(keys.queue(name) for name in queue_index)],
+                [*queue_index, *moves],
+                client=self._client,
+            )
+            moved = int(reply[0])
+            wrong = [key.decode() if isinstance(key, bytes) else str(key) for key in reply[1:]]
         for raw in invalid:
             key = self._bury(set_key, raw)
             if key is not None and key not in wrong:

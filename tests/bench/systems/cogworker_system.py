@@ -85,6 +85,10 @@ class Cogworker(System):
     def push_noop_bulk(self, count: int) -> None:
         self._cogworker.push_bulk(self._jobs.noop, [() for _ in range(count)])
 
+    def push_noop_to(self, queue: str, count: int) -> None:
+        """`count` no-op jobs on `queue` (the queues curve, curves/queues.py)."""
+        self._cogworker.push_bulk(self._jobs.noop, [() for _ in range(count)], queue=queue)
+
     # `empty` in make bench (framework_cost.py): jobs with no body, and the list they wait on.
     queue_key = "cogworker:queue:default"
 

@@ -65,13 +65,20 @@ class Sidekiq(System):
             raise RuntimeError("this Ruby was built without YJIT")
         return done.stdout.strip()
 
-    def worker_argv(self, processes: int = WORKER_PROCESSES, threads: int = THREADS_PER_PROCESS) -> list[str]:
+    def worker_argv(
+        self,
+        processes: int = WORKER_PROCESSES,
+        threads: int = THREADS_PER_PROCESS,
+        queues: tuple[str, ...] = (QUEUE,),
+    ) -> list[str]:
+        """`queues`: one `-q` value each, "name" or "name,weight" (with weights, Sidekiq's order is
+        weighted; without, strict)."""
         return [
             sys.executable, str(MULTIPROC), str(processes),
             *self._ruby(), self._sidekiq,
             "-r", str(JOBS),
             "-c", str(threads),
-            "-q", QUEUE,
+            *(arg for queue in queues for arg in ("-q", queue)),
         ]  # fmt: skip
 
     def many_processes(self, processes: int) -> tuple[list[str], dict[str, str]]:
@@ -90,14 +97,14 @@ class Sidekiq(System):
     def version(self) -> str:
         return self._version
 
-    def _payload(self, job_class: str, args: list[Any]) -> str:
+    def _payload(self, job_class: str, args: list[Any], queue: str = QUEUE) -> str:
         now = time.time()
         return json.dumps(
             {
                 "class": job_class,
                 "args": args,
                 "retry": True,
-                "queue": QUEUE,
+                "queue": queue,
                 "jid": secrets.token_hex(12),
                 "created_at": now,
                 "enqueued_at": now,
@@ -129,6 +136,14 @@ class Sidekiq(System):
             self._push("PacedJob", [pushed_at])
         else:
             self.push_noop_bulk(count, "PacedJob", [pushed_at])
+    def push_noop_to(self, queue: str, count: int) -> None:
+        """`count` no-op jobs on `queue`, in one pipeline (the queues curve, curves/queues.py)."""
+        pipe = self._conn.pipeline(transaction=False)
+        pipe.sadd("queues", queue)
+        for start in range(0, count, BULK_CHUNK):
+            size = min(BULK_CHUNK, count - start)
+            pipe.lpush(f"queue:{queue}", *(self._payload("NoopJob", [], queue) for _ in range(size)))
+        pipe.execute()
 
     # `empty` in make bench (framework_cost.py): jobs with no body, and the list they wait on.
     queue_key = f"queue:{QUEUE}"

@@ -33,7 +33,7 @@ sends it, and what both faults may leave (the same for both unless said):
   runs once.
 - batch_filed.lua around settle.lua (a member filed in dead): counted dead once, on_death and
   on_complete once each, one dead entry and notice.
-- graduate.lua and bury.lua (poller): a scheduled job pushed once; an unusable entry buried once.
+- graduate_batch.lua and bury.lua (poller): a scheduled job pushed once; an unusable entry buried once.
 - heartbeat.lua: the next beat writes again; the worker is never taken for dead.
 - reconcile.lua, after a lost fetch reply: the job goes back once, by the next reconcile if dropped.
 - limit_concurrent.lua acquire (a job's `limit=`): the try fails and is retried (its body never ran);
@@ -209,7 +209,7 @@ def test_batch_member_filed_in_dead(m: Stack, mode: str) -> None:
 @pytest.mark.parametrize("mode", MODES)
 def test_graduate_a_scheduled_job(m: Stack, mode: str) -> None:
     tag = f"graduate-{mode}"
-    rule = m.arm(mode, script="graduate", arg=tag)
+    rule = m.arm(mode, script="graduate_batch", arg=tag)
     matrix_jobs.mark.perform_in(0.2, tag)
     m.proxy.wait_fired(rule)
     m.wait_ran(tag)

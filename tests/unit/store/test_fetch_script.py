@@ -150,3 +150,46 @@ def test_a_refused_lmove_stops_the_moves_and_is_returned_with_the_jobs_moved_bef
         assert r.get(keys.GUARD_REQUESTS) is None
     finally:
         server.close()
+
+
+def inner_commands(r: redis.Redis) -> dict[str, int]:
+    """Commands Redis ran since the last CONFIG RESETSTAT (a script's own commands count by name)."""
+    stats = r.info("commandstats")
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info"}
+
+
+MANY_QUEUES = tuple(f"q{i:04d}" for i in range(1_000))
+
+
+def test_a_fetch_from_many_mostly_empty_queues_costs_a_command_per_skim_not_per_queue(r: redis.Redis) -> None:
+    # Issue 38: an LLEN of every suspects list and a move per empty queue made a fetch from 1,000
+    # queues cost 2,000 commands, most of them on keys that don't exist.
+    r.rpush(keys.queue("q0005"), "early")
+    r.rpush(keys.queue("q0700"), "late2", "late1")
+    r.config_resetstat()
+    reply = fetch(r, 5, [], queues=MANY_QUEUES)
+    calls = inner_commands(r)
+    # In the queues' order, as a command per queue would take them.
+    assert moved(reply) == ["early", "late1", "late2"]
+    assert r.lrange(INPROGRESS, 0, -1) == ["late2", "late1", "early"]
+    assert calls.get("llen", 0) == 1  # our own list's; no suspects list's
+    # About one EXISTS per 32 empty queues, six to find each queue with jobs, three to move its jobs,
+    # and the few every fetch costs (LLEN, SMEMBERS, the suspects' EXISTS, this test's RESETSTAT).
+    assert sum(calls.values()) <= 1_000 // 32 + 2 * (6 + 3) + 4 + 2, calls
+
+
+def test_a_suspect_on_the_last_of_many_queues_is_still_seen(r: redis.Redis) -> None:
+    r.rpush(keys.queue("q0000"), "ordinary")
+    r.rpush(keys.suspects("q0999"), "suspect")
+    reply = fetch(r, 4, [], queues=MANY_QUEUES)
+    assert reply[3] == 1 and moved(reply) == ["suspect"]
+    assert reply[5] == keys.queue("q0999")
+    assert r.lrange(keys.queue("q0000"), 0, -1) == ["ordinary"]
+
+
+def test_a_wrong_type_queue_among_empty_ones_is_named_not_skimmed_over(r: redis.Redis) -> None:
+    r.set(keys.queue("q0040"), "not a list")
+    r.rpush(keys.queue("q0900"), "j1")
+    reply = fetch(r, 2, [], queues=MANY_QUEUES)
+    assert int(reply[2]) == 1 and reply[5] == keys.queue("q0040")  # type: ignore[call-overload]
+    assert moved(reply) == ["j1"]

@@ -90,3 +90,80 @@ def test_a_failed_poll_is_reported_once_and_retried(private_redis: RedisServer) 
     assert components_down == sorted(e["component"] for e in ended)
     assert len(components_down) == len(set(components_down))  # one line per component and outage
     assert "Scheduler" in components_down
+
+
+def test_an_entry_due_before_the_next_poll_is_enqueued_on_time(
+    r: redis.Redis, redis_server: RedisServer
+) -> None:
+    # Issue 38: the poll interval (5 s by default) was a due entry's lateness. Here it is 60 s, and the
+    # first poll has passed when the entry falls due: only the early pass can enqueue it in time.
+    settings = load_settings(redis_url=redis_server.url, poll_interval_s=60.0)
+    parts = components.build(settings)
+    due_at = time.time() + 0.5
+    entry = json.dumps({"class": "demo_jobs.record", "queue": "default", "jid": "soon", "args": []})
+    r.zadd("cogworker:schedule", {entry: due_at})
+    r.zadd("cogworker:retry", {entry.replace("soon", "later"): time.time() + 3_600})
+    parts.poller.start()
+    try:
+        wait_until(lambda: r.llen("cogworker:queue:default") == 1, timeout=5, message="the due entry")
+        enqueued_at = json.loads(r.lindex("cogworker:queue:default", 0))["enqueued_at"]
+    finally:
+        parts.poller.stop()
+    assert due_at <= enqueued_at < due_at + 1.0
+    assert r.zcard("cogworker:retry") == 1  # not due: left where it is
+
+
+def entry(jid: str, queue: str = "default") -> str:
+    return json.dumps({"class": "demo_jobs.record", "queue": queue, "jid": jid, "args": []})
+
+
+def test_a_batch_of_due_entries_costs_about_two_commands_each(r: redis.Redis, settings) -> None:
+    # Issue 38: a script per entry, each with its type checks, SADD and PUBLISH, cost 9 commands a
+    # due job; one call per batch checks and announces each queue once.
+    r.zadd("cogworker:schedule", {entry(str(i), ("a", "b")[i % 2]): i for i in range(200)})
+    parts = components.build(settings)
+    r.config_resetstat()
+    assert parts.poller.enqueue_due() == 200
+    stats = r.info("commandstats")
+    calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info"}
+    assert calls["zscore"] == 200 and calls["zrem"] == 2 and calls["lpush"] == 4  # two batches, two queues
+    assert sum(calls.values()) <= 2 * 200 + 30, calls
+    # Pushed in due order: the oldest is popped first.
+    assert [json.loads(x)["jid"] for x in reversed(r.lrange("cogworker:queue:a", 0, -1))][:3] == [
+        "0",
+        "2",
+        "4",
+    ]
+
+
+def test_entries_for_a_queue_of_the_wrong_type_stay_and_the_others_move(r: redis.Redis, settings) -> None:
+    r.set("cogworker:queue:broken", "not a list")
+    r.zadd("cogworker:schedule", {entry("1"): 1, entry("2", "broken"): 2, entry("3"): 3})
+    parts = components.build(settings)
+    moved, wrong = parts.poller._graduate("cogworker:schedule", r.zrange("cogworker:schedule", 0, -1))
+    assert (moved, wrong) == (2, ["cogworker:queue:broken"])
+    assert r.zrange("cogworker:schedule", 0, -1) == [entry("2", "broken")]
+    assert sorted(json.loads(x)["jid"] for x in r.lrange("cogworker:queue:default", 0, -1)) == ["1", "3"]
+
+
+def test_an_entry_pushed_between_polls_due_soon_waits_a_second_at_most(
+    r: redis.Redis, redis_server: RedisServer
+) -> None:
+    settings = load_settings(redis_url=redis_server.url, poll_interval_s=60.0)
+    parts = components.build(settings)
+    r.config_resetstat()
+    parts.poller.start()
+    try:
+        # The poller has polled and looked at the (empty) sets: its next poll is 30-90 s away.
+        wait_until(
+            lambda: int(r.info("commandstats").get("cmdstat_zrange", {}).get("calls", 0)) >= 2,
+            timeout=5,
+            message="the poller's first look at the sets",
+        )
+        due_at = time.time() + 0.2
+        r.zadd("cogworker:schedule", {entry("soon"): due_at})
+        wait_until(lambda: r.llen("cogworker:queue:default") == 1, timeout=5, message="the due entry")
+        enqueued_at = json.loads(r.lindex("cogworker:queue:default", 0))["enqueued_at"]
+    finally:
+        parts.poller.stop()
+    assert due_at <= enqueued_at < due_at + 1.5
