@@ -84,8 +84,9 @@ def test_error_pages_have_no_summary_bar(client: TestClient) -> None:
 
 
 def test_a_generated_jid_goes_to_its_page_and_text_searches_the_arguments(
-    client: TestClient, r: redis.Redis
+    client: TestClient, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(search_ops, "BUDGET_S", 60.0)  # every place read: the budget is tested below
     jid = "0123456789abcdef01234567"
     response = client.get(f"/search?q={jid}")
     assert response.status_code == 303 and response.headers["location"] == f"/jobs/{jid}"
