@@ -143,9 +143,12 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         # None is the import system's "not importable" mark, which typeshed's type of sys.modules
         # can't express.
         sys.modules["rich"] = None  # type: ignore[assignment]
+    # build_hooks's modules too, while the fork server still imports: imported after its "ready",
+    # they would hold back the first spawn request.
     from cogworker import logs
     from supervisor.config import SwarmConfig
     from supervisor.forkserver_client.keeper import keeper_for
+    from supervisor.integrations import hooks, notify, systemd  # noqa: F401
     from supervisor.swarm import Swarm
 
     logs.configure("info", "auto", role="swarm")  # until the fork server has read the settings
