@@ -77,6 +77,11 @@ class Sidekiq(System):
     def many_processes(self, processes: int) -> tuple[list[str], dict[str, str]]:
         return self.worker_argv(processes), {}
 
+    def one_process_argv(self, jobs: Path = JOBS) -> list[str]:
+        """One `sidekiq` process as its own command, with no multiproc.py (a Python interpreter) in
+        front: the start-up curve times Sidekiq's own launch."""
+        return [*self._ruby(), self._sidekiq, "-r", str(jobs), "-c", str(THREADS_PER_PROCESS), "-q", QUEUE]
+
     def worker_env(self) -> dict[str, str]:
         return {"REDIS_URL": self.redis_url}
 
