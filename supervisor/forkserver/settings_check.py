@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 from collections.abc import Mapping
 
 from cogworker import exitcodes
@@ -57,6 +58,9 @@ class SettingsCheck:
 
 def _check(writing: int, overrides: Mapping[str, object]) -> int:
     die_with_parent()
+    # Under `cogworker run` in a terminal, a Ctrl-C reaches this child too: it ends quietly, and the
+    # parent says what it says. (A fork server's check has it blocked, at its default action already.)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     # The supervisor's socket is the fork server's alone: a copy here would hide its closing. Its two
     # variables are the fork server's too, not settings, which load_or_exit would warn about.
     control_fd = os.environ.pop(CONTROL_FD_VARIABLE, "")
