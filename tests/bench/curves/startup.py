@@ -133,7 +133,7 @@ def run(ctx: Context, say: Callable[[str], None]) -> list[Curve]:
     rounds = QUICK_ROUNDS if ctx.plan.quick else ROUNDS
     curve = Curve(
         name="startup",
-        title="Start-up: launch to the first job done",
+        title="Start-up",
         x_label="app and queue at launch",
         metrics=[
             Metric("startup_s", "launch to first job done", "s", "↓"),
