@@ -143,9 +143,13 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         # None is the import system's "not importable" mark, which typeshed's type of sys.modules
         # can't express.
         sys.modules["rich"] = None  # type: ignore[assignment]
+    # All of these, build_hooks's modules included, while the fork server still imports: imported
+    # after its "ready", they would hold back the first spawn request.
     from cogworker import logs
     from supervisor.config import SwarmConfig
     from supervisor.forkserver_client.keeper import keeper_for
+    from supervisor.integrations import hooks as hooks_module  # noqa: F401
+    from supervisor.integrations import notify, systemd  # noqa: F401
     from supervisor.swarm import Swarm
 
     logs.configure("info", "auto", role="swarm")  # until the fork server has read the settings

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -14,6 +13,7 @@ import orjson
 import redis
 
 from cogworker import codec, exitcodes
+from cogworker.cli.import_path import cwd_first_on_path as cwd_first_on_path
 from cogworker.settings import Settings
 from cogworker.store.lazy_client import LazyClient
 from cogworker.store.scripts import Scripts
@@ -98,15 +98,6 @@ def to_plain(data: Any) -> Any:
     if isinstance(data, list | tuple):
         return [to_plain(v) for v in data]
     return data
-
-
-def cwd_first_on_path() -> None:
-    """As `python -m` and a swarm's fork server have it: the working directory first on sys.path, so
-    the app beside it is importable by `run` and `enqueue` (a console script's sys.path[0] is its
-    bin/ directory)."""
-    cwd = os.getcwd()
-    if sys.path[:1] != [cwd]:
-        sys.path.insert(0, cwd)
 
 
 def json_flag() -> argparse.ArgumentParser:

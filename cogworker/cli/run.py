@@ -9,11 +9,10 @@ never set.
 from __future__ import annotations
 
 import argparse
-from typing import Any, get_args
+from typing import Any, get_args, get_type_hints
 
-from cogworker.cli.common import cwd_first_on_path
-from cogworker.settings import Settings
-from cogworker.settings_fields import parse_queues
+from cogworker.cli.import_path import cwd_first_on_path
+from cogworker.settings_fields import SettingsFields, parse_queues
 
 DESCRIPTION = """\
 Run one worker process: import the modules holding your jobs, then fetch and run jobs from the
@@ -71,7 +70,8 @@ def register(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         help="the Redis to use (COGWORKER_REDIS_URL). A password in it shows in `ps` and shell history "
         "until the worker has booted: give one with --env-file or the environment instead",
     )
-    levels = get_args(Settings.model_fields["log_level"].annotation)
+    # From the plain fields, not the pydantic model: this parser is built without pydantic (run_fast.py).
+    levels = get_args(get_type_hints(SettingsFields)["log_level"])
     parser.add_argument(
         "--log-level",
         metavar="LEVEL",
@@ -104,7 +104,7 @@ def overrides(args: argparse.Namespace) -> dict[str, object]:
     return given
 
 
-def start(settings: Settings) -> int:
+def start(settings: SettingsFields) -> int:
     from cogworker.worker.main import main as run_main
 
     cwd_first_on_path()

@@ -84,6 +84,13 @@ def source(name: str) -> str:
     return with_prelude(body(name))
 
 
+def load_all() -> None:
+    """Read and assemble every script's text now (each is cached): a process that forks workers does
+    it once, before the fork, instead of each worker on the way to its first fetch."""
+    for name in _NAMES:
+        source(name)
+
+
 class ClientScript:
     """One script registered with whichever client last asked for it (redis-py reloads it after
     NOSCRIPT). For code that runs a script on a client it is handed rather than one it owns: the job

@@ -24,6 +24,7 @@ from cogworker import exitcodes, logs
 from cogworker.settings_fields import values_of
 from cogworker.store import keys
 from cogworker.worker.main import BootError, import_app
+from cogworker.worker.warm_up import warm_up
 from supervisor.forkserver import TITLE
 from supervisor.forkserver.server import ForkServer
 from supervisor.forkserver.settings_check import SettingsCheck
@@ -43,6 +44,7 @@ def boot(check: SettingsCheck) -> int:
     die_with_parent()
     if os.getppid() != supervisor_pid:
         return exitcodes.FAILURE  # the supervisor died before PDEATHSIG was armed
+    warm_up()  # while the settings check still runs beside this process (warm_up.py says why)
     settings = check.result()
     if isinstance(settings, int):  # 78 for a bad setting: the supervisor exits with the same code
         return settings

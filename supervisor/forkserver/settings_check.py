@@ -7,7 +7,8 @@ workers hold a PlainSettings (cogworker/settings_fields.py). So main.py forks th
 the child validates the environment with cogworker.settings (a bad setting prints its one line and
 exits 78, as before), writes the values to a pipe as JSON and exits, while its parent runs its own
 imports on the other CPU. boot.py then reads the values, or the child's exit code, which the fork
-server exits with, and the supervisor after it, before READY.
+server exits with, and the supervisor after it, before READY. `cogworker run` checks its settings the
+same way, with its options as overrides (cogworker/cli/run_fast.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+from collections.abc import Mapping
 
 from cogworker import exitcodes
 from cogworker.settings_fields import PlainSettings, values_of
@@ -31,13 +34,14 @@ class SettingsCheck:
         self._reading = reading
 
     @classmethod
-    def start(cls) -> SettingsCheck:
-        """Fork the check. Raises OSError when the fork fails."""
+    def start(cls, overrides: Mapping[str, object] | None = None) -> SettingsCheck:
+        """Fork the check; `overrides` win over the environment (load_settings's keywords). Raises
+        OSError when the fork fails."""
         reading, writing = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(reading)
-            exit_child(lambda: _check(writing))
+            exit_child(lambda: _check(writing, overrides or {}))
         os.close(writing)
         return cls(pid, reading)
 
@@ -52,8 +56,11 @@ class SettingsCheck:
         return PlainSettings(json.loads(written))
 
 
-def _check(writing: int) -> int:
+def _check(writing: int, overrides: Mapping[str, object]) -> int:
     die_with_parent()
+    # Under `cogworker run` in a terminal, a Ctrl-C reaches this child too: it ends quietly, and the
+    # parent says what it says. (A fork server's check has it blocked, at its default action already.)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     # The supervisor's socket is the fork server's alone: a copy here would hide its closing. Its two
     # variables are the fork server's too, not settings, which load_or_exit would warn about.
     control_fd = os.environ.pop(CONTROL_FD_VARIABLE, "")
@@ -64,7 +71,7 @@ def _check(writing: int) -> int:
     from cogworker.settings import load_or_exit
 
     try:
-        settings = load_or_exit()
+        settings = load_or_exit(**overrides)
     except SystemExit as exc:  # the line naming the bad setting is printed; 78 is passed on
         return exc.code if isinstance(exc.code, int) else exitcodes.FAILURE
     with os.fdopen(writing, "wb") as pipe:

@@ -87,6 +87,11 @@ class Sidekiq(System):
     def sized(self, processes: int, threads: int) -> tuple[list[str], dict[str, str]]:
         return self.worker_argv(processes, threads), {}
 
+    def one_process_argv(self, jobs: Path = JOBS) -> list[str]:
+        """One `sidekiq` process as its own command, with no multiproc.py (a Python interpreter) in
+        front: the start-up curve times Sidekiq's own launch."""
+        return [*self._ruby(), self._sidekiq, "-r", str(jobs), "-c", str(THREADS_PER_PROCESS), "-q", QUEUE]
+
     def worker_env(self) -> dict[str, str]:
         return {"REDIS_URL": self.redis_url}
 

@@ -80,11 +80,12 @@ def cogworker(home: Path, env: dict[str, str], *argv: str) -> subprocess.Complet
 class Running:
     """A `cogworker run` started in `home`, its output in a log file; stopped by the test."""
 
-    def __init__(self, home: Path, env: dict[str, str], *argv: str) -> None:
+    def __init__(self, home: Path, env: dict[str, str], *argv: str, env_file: str | None = None) -> None:
         self.log = home.parent / "worker.log"
+        first = ["--env-file", env_file] if env_file is not None else []
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [str(BIN / "cogworker"), "run", *argv],
+                [str(BIN / "cogworker"), *first, "run", *argv],
                 cwd=home,
                 env=env,
                 stdout=out,
@@ -210,3 +211,53 @@ def test_cogworker_swarm_runs_a_job_and_its_workers_log_their_jobs(
     assert (registered["count"], registered["slot"]) == (2, 0)
     swarm.proc.send_signal(signal.SIGTERM)
     assert swarm.proc.wait(timeout=30) == 0, swarm.tail()
+
+
+# What `cogworker run` must not have loaded by the time its first job runs (issue 38): the other verbs'
+# code and the settings model (~0.1 s each on the way to the first job), which the full command line
+# (cli/main.py) imports to build its parser. The settings are checked in a child (cli/run_fast.py).
+HEAVY_AT_FIRST_JOB = (
+    "pydantic",
+    "pydantic_settings",
+    "cogworker.cli.main",
+    "cogworker.cli.common",
+    "cogworker.ops",
+)
+
+LOADED_APP = """\
+import os
+import sys
+
+import redis
+
+from cogworker import job
+
+
+@job(queue="default")
+def loaded() -> None:
+    heavy = [name for name in {heavy!r} if name in sys.modules]
+    client = redis.Redis.from_url(os.environ["TEST_REDIS_URL"], decode_responses=True)
+    client.rpush("test:loaded", " ".join(["pid", str(os.getpid()), *heavy]))
+"""
+
+
+@pytest.mark.parametrize("env_file", [None, "app.env"], ids=["run", "env-file"])
+def test_cogworker_run_reaches_its_first_job_without_the_other_verbs_or_pydantic(
+    home: Path, redis_server: RedisServer, r: redis.Redis, env_file: str | None
+) -> None:
+    (home / "loadedapp.py").write_text(LOADED_APP.format(heavy=HEAVY_AT_FIRST_JOB))
+    (home / "app.env").write_text("COGWORKER_CONCURRENCY=2\n")
+    env = user_env(redis_server.url, COGWORKER_LOG_FORMAT="json")
+    assert cogworker(home, env, "enqueue", "loadedapp.loaded", "[]").returncode == 0
+    worker = Running(home, env, "loadedapp", env_file=env_file)
+    try:
+        line = wait_until(
+            lambda: r.lindex("test:loaded", 0),
+            timeout=30,
+            message=f"the job to run:\n{worker.log.read_text()}",
+        )
+        assert line == f"pid {worker.proc.pid}"  # run by the worker itself, with none of them loaded
+        # The env file is read before the settings are checked, in the child that checks them.
+        assert worker.event("worker_ready")["concurrency"] == (2 if env_file else 10)
+    finally:
+        worker.stop()
