@@ -109,6 +109,8 @@ async def on_run(job: dict[str, Any], call_next: AsyncServerNext) -> None:
     await _write(job, "working")
     try:
         await call_next()
+    except GeneratorExit:  # the job's task destroyed unfinished (given up on by a stop): no await
+        raise
     except JobCancelled:
         await _write(job, "cancelled")
         raise
@@ -164,6 +166,8 @@ async def release_when_done(job: dict[str, Any], call_next: AsyncServerNext) -> 
         return
     try:
         await call_next()
+    except GeneratorExit:
+        raise
     except BaseException as exc:
         if isinstance(exc, JobCancelled) or (
             terminal_failure(job, DEFAULT_RETRIES) and not unique._put_back(job, exc)

@@ -112,6 +112,8 @@ class AsyncLoop:
             current.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
         try:
             value = await task
+        except GeneratorExit:  # this job's task destroyed unfinished (the process is ending)
+            raise
         except BaseException:
             if self._abandoning:
                 await loop.create_future()  # given up on by a stop: see `run`

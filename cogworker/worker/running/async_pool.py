@@ -158,29 +158,34 @@ class AsyncHandoff(abc.ABC):
                     limits=self.limits,
                     slot=slot,
                 )
+        except GeneratorExit:  # destroyed unfinished: given up on by a stop, the process ending
+            raise
         except BaseException:
             failed = True
             log.exception(
                 "job_thread_error",
                 note="requeued counting an orphaning: a job that keeps failing its thread ends in dead",
             )
-        finally:
-            # Let go of the job only now: the settler holds it by now (or it is filed), so a
-            # reconcile never finds it unheld while it is still ours.
-            if failed:
-                self.reconciler.thread_failed(work.raw)
-            else:
-                self.reconciler.release(work.raw)
-            with self._cond:
-                self._reserve.observe(time.monotonic() - began)
-                before = self._room()
-                if self._running.pop(slot, None) is not None:  # None: given up on as stuck
-                    self._async_running -= 1
-                room = self._room()
-                # As a job thread's end (worker/manager.py): wake the fetcher only when it would act.
-                if failed or before <= 0 < room or room == self._async_batch_min or not self._running:
-                    self._cond.notify_all()
-            self._start_waiting()
+        self._ended(slot, work, failed, began)
+
+    def _ended(self, slot: int, work: Work, failed: bool, began: float) -> None:
+        """On the loop, as an async job's task ends: let go of it, start the next one waiting."""
+        # Let go of the job only now: the settler holds it by now (or it is filed), so a
+        # reconcile never finds it unheld while it is still ours.
+        if failed:
+            self.reconciler.thread_failed(work.raw)
+        else:
+            self.reconciler.release(work.raw)
+        with self._cond:
+            self._reserve.observe(time.monotonic() - began)
+            before = self._room()
+            if self._running.pop(slot, None) is not None:  # None: given up on as stuck
+                self._async_running -= 1
+            room = self._room()
+            # As a job thread's end (worker/manager.py): wake the fetcher only when it would act.
+            if failed or before <= 0 < room or room == self._async_batch_min or not self._running:
+                self._cond.notify_all()
+        self._start_waiting()
 
     def _process_on_thread(self, slot: int, work: Work) -> None:
         """A job with a rate limiter, on a bridge thread: the sync path, its body on the loop."""

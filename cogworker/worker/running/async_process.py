@@ -80,7 +80,8 @@ async def process_async(
     features.ensure_installed()
     ttl = results.ttl_s(job)
     kept: list[str] | None = [] if ttl is not None else None
-    current, token = current_job.begin(jid, work.queue, job["class"])
+    current, begun = current_job.begin(jid, work.queue, job["class"])
+    token: Any = begun
 
     async def perform() -> None:
         await _perform(job, work, allowed, current, kept, limits, owner, loop, slot)
@@ -88,6 +89,11 @@ async def process_async(
     try:
         owner = settler.list_of(work.raw)
         await aio_server.run_chain(job, perform, loop.run_sync)
+    except GeneratorExit:
+        # The task was destroyed unfinished: a stop gave up on the job and the process is ending.
+        # Nothing may be awaited or settled now (the stop's requeue puts the job back).
+        token = None
+        raise
     except current_job.JobCancelled:
         elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
         await asyncio.to_thread(_end_unrun, work, job, "cancelled", settler, stats, elapsed_ms=elapsed_ms)
@@ -109,7 +115,8 @@ async def process_async(
         if verbose:
             log.info("job_done", elapsed_ms=round(elapsed * 1000, 2))
     finally:
-        current_job.end(current, token)
+        if token is not None:
+            current_job.end(current, token)
 
 
 async def _perform(

@@ -135,11 +135,20 @@ class TimeLimits:
         armed = Armed(slot, limit_s, work, job, False)
         self._arm(armed)
         try:
-            return await run()
-        finally:
+            value = await run()
+        except GeneratorExit:  # its task destroyed unfinished (the process is ending): no await
+            armed.left = True
+            self._disarm(armed, raised=False)
+            raise
+        except BaseException:
             armed.left = True
             if self._disarm(armed, raised=False) is State.STUCK:
                 await asyncio.get_running_loop().create_future()
+            raise
+        armed.left = True
+        if self._disarm(armed, raised=False) is State.STUCK:
+            await asyncio.get_running_loop().create_future()
+        return value
 
     def call(
         self,
