@@ -12,14 +12,14 @@ from cogworker import job
 
 # What the jobs saw, in the order they ran: (tag, thread name, tenant).
 seen: list[tuple[str, str, str]] = []
-tenant: contextvars.ContextVar[str] = contextvars.ContextVar("loop_jobs_tenant", default="unset")
+current_tenant: contextvars.ContextVar[str] = contextvars.ContextVar("loop_jobs_tenant", default="unset")
 started = threading.Event()
 
 
 @job(status=True, unique="until_executed")
 async def tracked(tag: str) -> str:
     await asyncio.sleep(0)
-    seen.append((tag, threading.current_thread().name, tenant.get()))
+    seen.append((tag, threading.current_thread().name, current_tenant.get()))
     return tag
 
 
@@ -33,7 +33,7 @@ async def boom(tag: str) -> None:
 async def waits(tag: str, seconds: float) -> None:
     started.set()
     await asyncio.sleep(seconds)
-    seen.append((tag, threading.current_thread().name, tenant.get()))
+    seen.append((tag, threading.current_thread().name, current_tenant.get()))
 
 
 @job(timeout_s=0.2, retry=1)
@@ -42,8 +42,13 @@ async def overruns(tag: str) -> None:
 
 
 @job
+async def for_tenant(tag: str, *, tenant: str) -> None:
+    seen.append((tag, threading.current_thread().name, current_tenant.get()))
+
+
+@job
 def plain(tag: str) -> None:
-    seen.append((tag, threading.current_thread().name, tenant.get()))
+    seen.append((tag, threading.current_thread().name, current_tenant.get()))
 
 
 def clear() -> None:

@@ -9,6 +9,7 @@ import asyncio
 import contextvars
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,27 +78,59 @@ def runner(configured: Settings) -> Iterator[LoopRunner]:
     found.close()
 
 
+# The two middleware of docs/guide/jobs.md ("Middleware"), as the page shows them.
+current_tenant = loop_jobs.current_tenant
+timings: list[tuple[str, float]] = []
+
+
+def timed(job: dict[str, Any], call_next: Any) -> None:  # sync: call_next() runs the job
+    started = time.perf_counter()
+    try:
+        call_next()
+    finally:
+        timings.append((job["class"], time.perf_counter() - started))
+
+
+async def tenant(job: dict[str, Any], call_next: Any) -> None:  # async: await call_next()
+    token = current_tenant.set(job["kwargs"].get("tenant", "none"))
+    try:
+        await call_next()
+    finally:
+        current_tenant.reset(token)
+
+
+def test_the_guides_two_middleware_wrap_an_async_job(r: redis.Redis, runner: LoopRunner) -> None:
+    timings.clear()
+    cogworker.server_chain.add(timed)
+    cogworker.server_chain.add(tenant)
+    loop_jobs.for_tenant.perform_async("g1", tenant="acme")
+    runner.run_next()
+    assert loop_jobs.seen == [("g1", "async-loop", "acme")]
+    [(name, seconds)] = timings
+    assert name == "loop_jobs.for_tenant" and seconds > 0
+
+
 def tenant_sync(job: dict[str, Any], call_next: Any) -> None:
     """A sync middleware, as users write them."""
     loop_jobs.seen.append(("sync-mw", threading.current_thread().name, ""))
-    token = loop_jobs.tenant.set(f"sync-{job['args'][0]}")
+    token = loop_jobs.current_tenant.set(f"sync-{job['args'][0]}")
     try:
         call_next()
     except ValueError as exc:
         loop_jobs.seen.append(("sync-mw-saw", str(exc), ""))
         raise
     finally:
-        loop_jobs.tenant.reset(token)
+        loop_jobs.current_tenant.reset(token)
 
 
 async def tenant_async(job: dict[str, Any], call_next: Any) -> None:
     """An async middleware: on the loop around an async job, on a private loop around a sync one."""
     loop_jobs.seen.append(("async-mw", threading.current_thread().name, ""))
-    token = loop_jobs.tenant.set(f"async-{job['args'][0]}")
+    token = loop_jobs.current_tenant.set(f"async-{job['args'][0]}")
     try:
         await call_next()
     finally:
-        loop_jobs.tenant.reset(token)
+        loop_jobs.current_tenant.reset(token)
 
 
 def test_a_tracked_unique_job_runs_middleware_body_and_settle_on_the_loop(
