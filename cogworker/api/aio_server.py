@@ -28,6 +28,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -72,8 +73,17 @@ async def _from(
         return
     entry = entries[index]
     port = PORTS.get(entry)
+    while port is not None and not port.applies(job):
+        # A built-in with nothing to do for this job (no status tracked, no lock held): skipped
+        # here, not awaited as a layer that only calls on (most jobs need neither).
+        index += 1
+        if index == len(entries):
+            await perform()
+            return
+        entry = entries[index]
+        port = PORTS.get(entry)
     if port is not None:
-        await port(job, lambda: _from(entries, index + 1, job, perform, run_sync))
+        await port.run(job, lambda: _from(entries, index + 1, job, perform, run_sync))
         return
     if is_async_middleware(entry):
         await entry(job, lambda: _from(entries, index + 1, job, perform, run_sync))  # type: ignore[arg-type,misc]
@@ -177,7 +187,17 @@ async def release_when_done(job: dict[str, Any], call_next: AsyncServerNext) -> 
     await asyncio.to_thread(unique._release, job)
 
 
-PORTS: dict[Any, Callable[[dict[str, Any], AsyncServerNext], Awaitable[None]]] = {
-    job_status.on_run: on_run,
-    unique.release_when_done: release_when_done,
+@dataclass(frozen=True, slots=True)
+class Port:
+    """A built-in server middleware's async form, and whether it has anything to do for a job."""
+
+    run: Callable[[dict[str, Any], AsyncServerNext], Awaitable[None]]
+    applies: Callable[[dict[str, Any]], bool]
+
+
+PORTS: dict[Any, Port] = {
+    job_status.on_run: Port(on_run, lambda job: client.redis_in_use() and job_status.tracked(job)),
+    unique.release_when_done: Port(
+        release_when_done, lambda job: client.redis_in_use() and bool(held_locks(job))
+    ),
 }

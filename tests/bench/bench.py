@@ -62,6 +62,7 @@ from scaling import table as scaling_table
 from systems.base import MANY_PROCESSES, System
 from throughput import enqueue_rates
 from w1_rounds import w1_rounds
+from w4 import curve as w4_curve
 from w4 import w4_rounds
 from web_pages import run as web_pages
 
@@ -281,7 +282,11 @@ def main(argv: list[str]) -> int:
         if W1 in args.steps:
             drained = w1_rounds(ctx, args.only, lambda system: W1 in system_steps(system), say)
         if W4 in args.steps:
-            for name, found in w4_rounds(ctx, args.only, say).items():
+            async_runs = w4_rounds(ctx, args.only, say)
+            measured = {name: found for name, found in async_runs.items() if found.get("w4")}
+            if measured:
+                drawn["w4"] = [w4_curve(measured)]
+            for name, found in async_runs.items():
                 merged = drained.setdefault(name, {})
                 errors = {**merged.get("errors", {}), **found.pop("errors", {})}
                 merged.update(found)

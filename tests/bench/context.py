@@ -41,7 +41,7 @@ class Plan:
     # W4: async jobs of 5 ms (or one Redis round trip), 2 x 500 at once (w4.py).
     w4_jobs: int = 20_000
     w4_runs: int = 3
-    w4_timeout_s: float = 120.0
+    w4_timeout_s: float = 300.0
     stop_timeout_s: float = 45.0
 
     @classmethod

@@ -39,6 +39,7 @@ W4_PEAK = "bench:w4:peak"
 W4_INCR = "bench:w4:incr"
 W4_SLEEP_S = 0.005
 W4_BODIES = ("sleep", "redis")
+W4_CONNECTIONS = 16  # per process: the async client's pool (aclient)
 
 _local = threading.local()
 
@@ -101,9 +102,18 @@ def aclient() -> redis.asyncio.Redis:
     key = (os.getpid(), id(asyncio.get_running_loop()))
     found = _aclients.get(key)
     if found is None:
-        found = redis.asyncio.Redis.from_url(
-            os.environ["BENCH_REDIS_URL"], protocol=2, driver_info=None, max_connections=None
+        # A bounded pool, its connections opened as jobs need them and kept: with an unbounded one,
+        # the first 500 jobs in flight opened 500 connections at once, and the connects alone
+        # stalled the loop for half a second (the lag W4 measures), more the more jobs a system
+        # kept in flight. A job that finds every connection busy awaits one, off the loop's time.
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            os.environ["BENCH_REDIS_URL"],
+            protocol=2,
+            driver_info=None,
+            max_connections=W4_CONNECTIONS,
+            timeout=None,
         )
+        found = redis.asyncio.Redis(connection_pool=pool)
         _aclients[key] = found
     return found
 

@@ -30,6 +30,7 @@ from typing import Any
 import jobkit
 import systems
 from context import Context
+from curve import Curve, Metric, Target
 from procs import NotRunnable, wait_for
 from redis_server import delta
 from systems.base import ASYNC_PER_PROCESS, WORKER_PROCESSES, System
@@ -217,3 +218,61 @@ def shortfall(result: dict[str, Any]) -> str | None:
         f"a process had at most {result['peak_per_process']} jobs in their body at once (its setting "
         f"allows {ASYNC_PER_PROCESS}): its own fetching never filled every slot"
     )
+
+
+# The series names of the curve (plot.py colours them by these).
+SERIES = {"cogworker": "cogworker", "dramatiq": "Dramatiq AsyncIO", "arq": "arq", "saq": "SAQ"}
+BODY_LABELS = {"sleep": "sleep 5 ms", "redis": "async INCR"}
+TARGET_RATIO = 1.5
+TARGET_LAG_P99_MS = 10.0
+
+
+def curve(found: dict[str, dict[str, Any]]) -> Curve:
+    """W4 as a curve (drawn beside the run's JSON, and on the docs' benchmarks page): one point per
+    run, x the job's body, a series per system; the issue's two targets judged on its medians."""
+    drawn = Curve(
+        name="w4",
+        title="W4: async jobs, 2 processes x 500 at once",
+        x_label="job body",
+        metrics=[
+            Metric("jobs_per_s", "throughput", "jobs/s", "↑"),
+            Metric("lag_p99_ms", "loop lag p99", "ms", "↓", log=True),
+            Metric("lag_p50_ms", "loop lag p50", "ms", "↓", log=True),
+            Metric("workers_cpu_us_per_job", "worker CPU per job", "µs", "↓"),
+            Metric("redis_cpu_us_per_job", "Redis CPU per job", "µs", "↓"),
+            Metric("commands_per_job", "Redis commands per job", "commands", "↓"),
+        ],
+    )
+    for name, result in found.items():
+        for body in jobkit.W4_BODIES:
+            summary = result.get(RESULT_KEYS[body])
+            for run in summary["runs"] if summary else []:
+                drawn.add(
+                    SERIES.get(name, name), BODY_LABELS[body], **{m.key: run[m.key] for m in drawn.metrics}
+                )
+    for body in jobkit.W4_BODIES:
+        x = BODY_LABELS[body]
+        ours = drawn.value("cogworker", x, "jobs_per_s")
+        peers = {
+            s: v for s in drawn.series_names() if s != "cogworker" and (v := drawn.value(s, x, "jobs_per_s"))
+        }
+        best = max(peers, key=lambda s: peers[s]) if peers else None
+        ratio = ours / peers[best] if ours is not None and best is not None else None
+        drawn.targets.append(
+            Target(
+                f"{x}: throughput >= {TARGET_RATIO}x the best peer",
+                None if ratio is None else ratio >= TARGET_RATIO,
+                f"cogworker {ours or 0:,.0f} jobs/s, best peer {best} {peers.get(best or '', 0):,.0f}: "
+                f"{ratio or 0:.2f}x",
+            )
+        )
+        lag = drawn.value("cogworker", x, "lag_p99_ms")
+        drawn.targets.append(
+            Target(
+                f"{x}: cogworker loop lag p99 <= {TARGET_LAG_P99_MS:g} ms",
+                None if lag is None else lag <= TARGET_LAG_P99_MS,
+                f"{lag or 0:.1f} ms",
+            )
+        )
+    drawn.notes.append("Each point is the median of the system's runs, taken in rounds across the systems.")
+    return drawn

@@ -144,8 +144,7 @@ class AsyncHandoff(abc.ABC):
         """One async job's task: run it, let go of it, start the next one waiting."""
         failed, began = False, time.monotonic()
         try:
-            found = registry.resolve(job["class"], allowed=self._allowed)
-            if needs_a_thread(found):
+            if needs_a_thread(registry.resolve(job["class"], allowed=self._allowed)):
                 await self.loop.run_sync(lambda: self._process_on_thread(slot, work))
             else:
                 await process_async(
