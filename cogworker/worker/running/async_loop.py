@@ -53,6 +53,8 @@ class AsyncLoop:
         # Every job task on the loop, with the fields that name its job (touched on the loop only;
         # the watchdog reads one entry).
         self._tasks: dict[asyncio.Task[Any], dict[str, str]] = {}
+        # The job tasks whose body runs in them now (`run_here`), each with what says it has ended.
+        self._unwound: dict[asyncio.Task[Any], asyncio.Future[None]] = {}
         self._abandoning = False
         self._closing = threading.Event()
         # The bridge pool: sync middleware around async jobs, and jobs carried by a thread (`run`).
@@ -99,30 +101,52 @@ class AsyncLoop:
         return await self._bridge.submit(lambda: context.run(call))
 
     async def run_here(self, coro: Coroutine[Any, Any, Any], job: dict[str, Any], queue: str) -> Any:
-        """On the loop, in a job's task: run its body `coro` as a task of its own (what a cancel or a
-        stop cancels) and await it. Returns its result or raises its exception (JobCancelled when a
-        cancel ended it); never returns for a body a stop cancelled (`cancel_all`)."""
+        """On the loop, in a job's task: await its body `coro` in that task. While the body runs, a
+        cancel (`cogworker.cancel`) or a stop (`cancel_all`) cancels the task, and the cancellation is
+        caught here as the body ends: the job ends with JobCancelled, or, given up on by a stop, its
+        task waits for good. A cancel arriving outside the body does nothing to the task (before it,
+        the job's start check raised JobCancelled; after it, the job has ended). Returns the body's
+        result or raises its exception."""
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
         label = {"job": str(job.get("class")), "jid": str(job.get("jid") or ""), "queue": queue}
-        current = running_job()  # cogworker.cancel: cancelling the job cancels its body's task
-        task = loop.create_task(coro, name=f"{label['job']} {label['jid']}")
+        unwound: asyncio.Future[None] = loop.create_future()
         self._tasks[task] = label
-        task.add_done_callback(self._finished)
+        self._unwound[task] = unwound
+        current = running_job()  # cogworker.cancel: cancelling the job cancels its body
+
+        def cancel_body() -> None:
+            if self._unwound.get(task) is unwound:  # only while this body runs
+                task.cancel()
+
         if current is not None:
-            current.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
+            current.on_cancel(lambda: loop.call_soon_threadsafe(cancel_body))
         try:
-            value = await task
+            value = await coro
         except GeneratorExit:  # this job's task destroyed unfinished (the process is ending)
             raise
-        except BaseException:
+        except BaseException as exc:
+            self._body_ended(task, unwound)
             if self._abandoning:
                 await loop.create_future()  # given up on by a stop: see `run`
-            if task.cancelled() and current is not None and current.cancelled:
-                raise JobCancelled(current.jid) from None
+            if task.cancelling():  # ours: the task goes on, into the chain, as the job's end
+                while task.cancelling():
+                    task.uncancel()
+                if isinstance(exc, asyncio.CancelledError) and current is not None and current.cancelled:
+                    raise JobCancelled(current.jid) from None
             raise
+        self._body_ended(task, unwound)
         if self._abandoning:
             await loop.create_future()
+        while task.cancelling():  # a cancel the body caught and returned from: the job succeeded
+            task.uncancel()
         return value
+
+    def _body_ended(self, task: asyncio.Task[Any], unwound: asyncio.Future[None]) -> None:
+        self._tasks.pop(task, None)
+        self._unwound.pop(task, None)
+        unwound.set_result(None)
 
     def run(self, coro: Coroutine[Any, Any, Any], job: dict[str, Any], queue: str) -> Any:
         """On a bridge thread (a job with a rate limiter): run `coro` as a task on the loop, in a copy
@@ -176,10 +200,13 @@ class AsyncLoop:
 
         async def cancel_and_wait() -> int:
             tasks = list(self._tasks)
+            # A body run in its job's task ends when that task's entry says so (the task itself
+            # then waits for good); a body carried by a thread (`run`) is its own task.
+            ends = [self._unwound.get(task, task) for task in tasks]
             for task in tasks:
                 task.cancel()
-            if tasks:
-                await asyncio.wait(tasks, timeout=grace_s)
+            if ends:
+                await asyncio.wait(ends, timeout=grace_s)
             return len(tasks)
 
         future = asyncio.run_coroutine_threadsafe(cancel_and_wait(), loop)
