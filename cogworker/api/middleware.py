@@ -3,7 +3,9 @@
 A client middleware is `mw(job, call_next) -> jid | None`: it may change the payload, call
 `call_next(job)` to go on to the push, or return None to stop the push (a duplicate unique job).
 A server middleware is `mw(job, call_next) -> None` around the job's execution; an exception from
-the job passes through it.
+the job passes through it. It may be `async def mw(job, call_next)`, awaiting `call_next()`: around an
+`async def` job it then runs on the worker's event loop with the job (api/aio_server.py says how
+each kind runs around each kind of job).
 
 A feature that takes something for a job in the client chain (a unique claim, a "queued" status)
 also adds an abandon hook: push_bulk calls the hooks with the jobs that went through the chain but
@@ -13,6 +15,7 @@ PushOutcomeUnknown through the chain: a middleware keeps what it took then (api/
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -139,6 +142,8 @@ def _link(middleware: ClientMiddleware, call_next: ClientNext) -> ClientNext:
 
 
 def run_server_chain(job: dict[str, Any], perform: ServerNext) -> None:
+    """The server chain around `perform`, on this thread. An async middleware (api/aio_server.py)
+    is run to completion here, on a private loop, its `call_next()` running the rest of the chain."""
     entries = server_chain.entries
     if not entries:
         perform()
@@ -147,7 +152,19 @@ def run_server_chain(job: dict[str, Any], perform: ServerNext) -> None:
     def step(index: int) -> None:
         if index == len(entries):
             perform()
-        else:
-            entries[index](job, lambda: step(index + 1))
+            return
+        entry = entries[index]
+        if not inspect.iscoroutinefunction(entry) and not inspect.iscoroutinefunction(
+            getattr(entry, "__call__", None)  # noqa: B004 - a callable object's own method
+        ):
+            entry(job, lambda: step(index + 1))
+            return
+
+        async def call_next() -> None:
+            step(index + 1)
+
+        from cogworker.api.async_jobs import run_to_completion
+
+        run_to_completion(entry(job, call_next))  # type: ignore[arg-type]
 
     step(0)

@@ -9,8 +9,8 @@ runs the job it gets itself. When every queue it reads is paused it blocks on no
 for a wake-up (a push or a resume).
 
 `async def` jobs run beside the threads, up to COGWORKER_ASYNC_CONCURRENCY at once on the process's
-event loop; worker/running/async_pool.py sorts fetched jobs by kind and worker/fetching/job_mix.py
-sizes a fetch for both kinds.
+event loop, each as one task from its start to its settling; worker/running/async_pool.py sorts
+fetched jobs by kind and starts them, and worker/fetching/job_mix.py sizes a fetch for both kinds.
 
 Every job the process holds is in the reconciler's ledger (worker/recovering/reconcile.py): after a
 fetch, BLMOVE or give-back fails (its reply may be lost with the jobs already moved), or a job
@@ -89,13 +89,10 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, Manage
         self._cond = threading.Condition()
         self._queued = 0
         self._running: dict[int, Running] = {}
-        # `async def` jobs (worker/running/async_pool.py): their queue, carrier threads and event loop.
+        # `async def` jobs (worker/running/async_pool.py): those waiting for a slot, and the event loop.
         self._async_capacity = settings.async_concurrency
-        self._async_work: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
-        self._async_queued = 0
-        self._async_running = 0
+        self._init_async()
         self._async_batch_min = max(1, settings.async_concurrency // 2)
-        self._carriers: list[threading.Thread] = []
         self._mix = JobMix(settings.concurrency, settings.async_concurrency, self._allowed)
         self.loop = AsyncLoop(settings.async_lag_threshold_s)
         self._init_time_limits(
@@ -119,7 +116,7 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, Manage
     def start(self) -> None:
         for index in range(self._concurrency):
             thread = threading.Thread(
-                target=self._job_loop, args=(self._work, False), name=f"job-{index}", daemon=True
+                target=self._job_loop, args=(self._work,), name=f"job-{index}", daemon=True
             )
             thread.start()
             self._threads.append(thread)
@@ -136,8 +133,8 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, Manage
             return [(f"t{ident}", r) for ident, r in self._running.items()]
 
     # Threads -------------------------------------------------------------------------------
-    def _job_loop(self, source: queue.SimpleQueue[Any], is_async: bool) -> None:
-        """A job thread (`source`: the work queue) or an async job's carrier (the async work queue)."""
+    def _job_loop(self, source: queue.SimpleQueue[Any]) -> None:
+        """A job thread: takes jobs (or a wait turn) from `source`, the work queue."""
         ident = threading.get_ident()
         while True:
             item = source.get()
@@ -153,11 +150,7 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, Manage
             else:
                 work = item
                 with self._cond:
-                    if is_async:
-                        self._async_queued -= 1
-                        self._async_running += 1
-                    else:
-                        self._queued -= 1
+                    self._queued -= 1
                     self._running[ident] = Running(work, time.time())
             failed, began = False, time.monotonic()
             try:
@@ -179,14 +172,11 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, Manage
                     self._reserve.observe(time.monotonic() - began)
                     before = self._room()
                     del self._running[ident]
-                    if is_async:
-                        self._async_running -= 1
                     # Wake the fetcher only when it would act: the first room for a job (it may be
                     # waiting with none), enough for a full batch, or nothing left running.
                     # Waking it on every finished job costs a thread switch per job.
                     room = self._room()
-                    batch = self._async_batch_min if is_async else self._batch_min
-                    if failed or before <= 0 < room or room == batch or not self._running:
+                    if failed or before <= 0 < room or room == self._batch_min or not self._running:
                         self._cond.notify_all()
 
     def _process(self, work: Work) -> None:
@@ -300,8 +290,8 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, Manage
         if not works:
             return
         self.reconciler.hold(works)
-        works, async_works = self._sort(works)
-        self._hand_to_loop(async_works)
+        works, waiting = self._sort(works)
+        self._hand_to_loop(waiting)
         with self._cond:
             self._queued += len(works)
         for work in works:

@@ -58,7 +58,7 @@ class ManagerStop(abc.ABC):
     def _give_back_async_unstarted(self) -> None: ...
 
     @abc.abstractmethod
-    def _stop_carriers(self, deadline: float) -> None: ...
+    def _stop_async(self, deadline: float) -> None: ...
 
     def quiet(self) -> None:
         with self._cond:
@@ -105,7 +105,7 @@ class ManagerStop(abc.ABC):
         for thread in self._threads:
             if thread.ident not in self._stuck:  # given up on: it may never return
                 thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._stop_carriers(deadline)
+        self._stop_async(deadline)
         self.limits.close()
         # Kept results first: each written one queues its job's ack, which the flush then sends.
         self._settler.retry_pending()

@@ -13,7 +13,7 @@ import demo_jobs  # its jobs are part of this app
 import redis.asyncio
 import structlog
 
-from cogworker import job, server_chain
+from cogworker import current_batch, job, limiter, server_chain
 
 # Set by the server middleware below around every job; the jobs read it to show middleware context
 # reaches the coroutine.
@@ -121,6 +121,25 @@ async def span(tag: str, seconds: float) -> None:
     await _rpush("test:spans", f"+{tag}")
     await asyncio.sleep(seconds)
     await _rpush("test:spans", f"-{tag}")
+
+
+# One at a time: a job holding it runs on a bridge thread (worker/running/async_process.py), its
+# body on the loop.
+ONE_AT_A_TIME = limiter.concurrent("async-test", 1, lease_s=30)
+
+
+@job(limit=ONE_AT_A_TIME)
+async def limited_span(tag: str) -> None:
+    await _rpush("test:spans", f"+{tag}")
+    await asyncio.sleep(0.05)
+    await _rpush("test:spans", f"-{tag}")
+
+
+@job
+async def member(tag: str) -> None:
+    """A batch member: its batch is the coroutine's current_batch()."""
+    batch = current_batch()
+    await _rpush("test:members", f"{tag} {batch.bid if batch is not None else None}")
 
 
 __all__ = ["demo_jobs"]

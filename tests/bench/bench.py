@@ -14,7 +14,8 @@ Usage (through tests/bench/run.sh, which builds .bench-venv/):
     tests/bench/run.sh --only curves     # every curve (curves/): how cost grows with the work
     tests/bench/run.sh --only backlog --docs-images   # one curve, its PNGs also into docs/images/bench/
 
-W1 runs first, in rounds across the systems (w1_rounds.py); then each system runs its other steps.
+W1 runs first, in rounds across the systems (w1_rounds.py), then W4 in rounds (w4.py); then each
+system runs its other steps.
 arq and SAQ run W4 only (they have no sync jobs); rq and celery have no async jobs, so no W4.
 
 Prints one table (each figure per system and cogworker / peer), then the Web UI's page times
@@ -61,9 +62,8 @@ from scaling import table as scaling_table
 from systems.base import MANY_PROCESSES, System
 from throughput import enqueue_rates
 from w1_rounds import w1_rounds
-from w4 import check as w4_check
-from w4 import shortfall as w4_shortfall
-from w4 import w4
+from w4 import curve as w4_curve
+from w4 import w4_rounds
 from web_pages import run as web_pages
 
 WEB = "web"  # not a system: the Web UI's page times, after the systems
@@ -148,22 +148,17 @@ def step_restart(ctx: Context, system: System) -> dict[str, Any]:
     return {"restart": rolling_restart(ctx, system)}
 
 
-def step_w4(ctx: Context, system: System) -> dict[str, Any]:
-    result = w4(ctx, system)
-    return {"w4": result, "w4_problems": w4_check(result), "w4_shortfall": w4_shortfall(result)}
-
-
-# W1 is not among them: it runs first, in rounds across the systems (w1_rounds.py).
+# W1 and W4 are not among them: each runs in rounds across the systems (w1_rounds.py, w4.py).
 W1 = "w1"
+W4 = "w4"
 STEPS: list[tuple[str, Step, bool]] = [  # (name, step, needs running workers)
     ("enqueue", step_enqueue, False),
     ("w2+idle", step_idle, True),
     ("memory", step_memory, True),
     ("w3", step_recovery, True),
-    ("w4", step_w4, True),
     ("restart", step_restart, True),
 ]
-STEP_NAMES = [STEPS[0][0], W1, *(name for name, _, _ in STEPS[1:])]
+STEP_NAMES = [STEPS[0][0], W1, *(name for name, _, _ in STEPS[1:]), W4]
 
 
 def system_steps(system: System) -> tuple[str, ...]:
@@ -175,8 +170,10 @@ def system_steps(system: System) -> tuple[str, ...]:
     )
 
 
-def measure(ctx: Context, name: str, steps: list[str], w1: dict[str, Any]) -> dict[str, Any]:
-    """The system's steps, with `w1` (what w1_rounds found for it, maybe nothing) taken in."""
+def measure(ctx: Context, name: str, steps: list[str], rounds: dict[str, Any]) -> dict[str, Any]:
+    """The system's steps, with `rounds` (what w1_rounds and w4_rounds found for it, maybe nothing)
+    taken in."""
+    w1 = rounds
     result: dict[str, Any] = {"name": name, "errors": dict(w1.get("errors", {}))}
     try:
         system = systems.load(name, ctx.redis.url)
@@ -284,6 +281,17 @@ def main(argv: list[str]) -> int:
         drained: dict[str, dict[str, Any]] = {}
         if W1 in args.steps:
             drained = w1_rounds(ctx, args.only, lambda system: W1 in system_steps(system), say)
+        if W4 in args.steps:
+            async_runs = w4_rounds(ctx, args.only, say)
+            measured = {name: found for name, found in async_runs.items() if found.get("w4")}
+            if measured:
+                drawn["w4"] = [w4_curve(measured)]
+            for name, found in async_runs.items():
+                merged = drained.setdefault(name, {})
+                errors = {**merged.get("errors", {}), **found.pop("errors", {})}
+                merged.update(found)
+                if errors:
+                    merged["errors"] = errors
         for name in args.only:
             results[name] = measure(ctx, name, args.steps, drained.get(name, {}))
         if args.scaling:

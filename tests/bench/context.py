@@ -38,10 +38,10 @@ class Plan:
     # their idle pace (cogworker backs off to 1 s), which is the state W2 means to measure.
     settle_s: float = 3.0
     ready_timeout_s: float = 60.0
-    # W4: async jobs of 0.05 s, the same count in --quick (a run takes seconds).
-    w4_jobs: int = 5_000
+    # W4: async jobs of 5 ms (or one Redis round trip), 2 x 500 at once (w4.py).
+    w4_jobs: int = 20_000
     w4_runs: int = 3
-    w4_timeout_s: float = 120.0
+    w4_timeout_s: float = 300.0
     stop_timeout_s: float = 45.0
 
     @classmethod
@@ -62,6 +62,7 @@ class Plan:
             w3_cap_s=30.0,
             idle_s=4.0,
             settle_s=2.0,
+            w4_jobs=4_000,
             w4_runs=1,
         )
 

@@ -13,6 +13,7 @@ Keys (all in the bench Redis, flushed between steps):
   bench:events            list of "start|end <index> <pid> <epoch>" lines (W3)
   bench:w4:runs           hash index -> how many times W4 job <index> completed (all must be 1)
   bench:w4:lag            list of loop lags in ms, one per W4 job (see w4_job)
+  bench:w4:incr           counter, one INCR per W4 job of the `redis` body (its real round trip)
   bench:w4:pids           hash pid -> W4 jobs completed in that process
   bench:w4:peak           sorted set pid -> most W4 jobs that process had asleep at once
 """
@@ -39,7 +40,10 @@ W4_RUNS = "bench:w4:runs"
 W4_LAG = "bench:w4:lag"
 W4_PIDS = "bench:w4:pids"
 W4_PEAK = "bench:w4:peak"
-W4_SLEEP_S = 0.05
+W4_INCR = "bench:w4:incr"
+W4_SLEEP_S = 0.005
+W4_BODIES = ("sleep", "redis")
+W4_CONNECTIONS = 16  # per process: the async client's pool (aclient)
 IO_WAIT_S = 0.01
 
 _local = threading.local()
@@ -125,34 +129,53 @@ def aclient() -> redis.asyncio.Redis:
     key = (os.getpid(), id(asyncio.get_running_loop()))
     found = _aclients.get(key)
     if found is None:
-        found = redis.asyncio.Redis.from_url(
-            os.environ["BENCH_REDIS_URL"], protocol=2, driver_info=None, max_connections=None
+        # A bounded pool, its connections opened as jobs need them and kept: with an unbounded one,
+        # the first 500 jobs in flight opened 500 connections at once, and the connects alone
+        # stalled the loop for half a second (the lag W4 measures), more the more jobs a system
+        # kept in flight. A job that finds every connection busy awaits one, off the loop's time.
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            os.environ["BENCH_REDIS_URL"],
+            protocol=2,
+            driver_info=None,
+            max_connections=W4_CONNECTIONS,
+            timeout=None,
         )
+        found = redis.asyncio.Redis(connection_pool=pool)
         _aclients[key] = found
     return found
 
 
 async def w4_job(index: int) -> None:
-    """W4's job, the same `async def` body for every system: sleep 0.05 s, then report.
+    """W4's job, the same `async def` body for every system. Its body is chosen by the worker's
+    environment, BENCH_W4_BODY (W4_BODIES): `sleep` awaits asyncio.sleep(0.005); `redis` makes one
+    real round trip instead, an INCR of W4_INCR on the process's async client.
 
-    The loop lag is how late the sleep wakes (loop time after - before - 0.05 s): the time this job's
-    wake-up waited behind the rest of the loop's work (other jobs, the system's own fetch and settle
-    code on the loop, or a thread holding the GIL). It is taken inside the job, the same way for every
-    system. The report is one pipelined round trip on an async client (never blocking the loop), plus
-    two SETs for the first and last completion, as W1's mark_done.
+    The loop lag is how late a timer set by the job wakes, past its time: for `sleep` its own 5 ms
+    sleep (loop time after - before - 0.005 s); for `redis`, a sleep(0) taken just before the INCR
+    (the time its wake-up waited in the loop's ready queue). Either is the time the job waited behind
+    the rest of the loop's work (other jobs, the system's own fetch and settle code on the loop, or a
+    thread holding the GIL), taken inside the job, the same way for every system. The report is one
+    pipelined round trip on the async client (never blocking the loop), plus two SETs for the first
+    and last completion, as W1's mark_done.
     """
     global _asleep, _peak
     loop = asyncio.get_running_loop()
+    body = os.environ.get("BENCH_W4_BODY", "sleep")
     _asleep += 1
     new_peak = _asleep > _peak
     if new_peak:
         _peak = _asleep
     before = loop.time()
     try:
-        await asyncio.sleep(W4_SLEEP_S)
+        if body == "redis":
+            await asyncio.sleep(0)
+            lag_ms = (loop.time() - before) * 1000.0
+            await aclient().incr(W4_INCR)
+        else:
+            await asyncio.sleep(W4_SLEEP_S)
+            lag_ms = (loop.time() - before - W4_SLEEP_S) * 1000.0
     finally:
         _asleep -= 1
-    lag_ms = (loop.time() - before - W4_SLEEP_S) * 1000.0
     now = time.time()
     pipe = aclient().pipeline(transaction=False)
     pipe.incr(DONE)

@@ -1,10 +1,11 @@
 """arq's W4 job and worker settings, as `arq jobs_arq.WorkerSettings` imports them.
 
-Stock settings but for max_jobs=100 (its default is 10): each `arq` process runs up to 100 jobs at
+Stock settings but for max_jobs=500 (its default is 10): each `arq` process runs up to 500 jobs at
 once on its event loop; W4 starts two such processes (multiproc.py). poll_delay stays at its 0.5 s:
-shorter was slower here (one --quick W4 run each: 0.5 s 1,025 jobs/s, 0.05 s 808, 0.01 s 550), as both
-processes then race more often for the same job ids. Its peak jobs at once stays under 100 for that
-reason: each poll reads up to 100 ids and the other process has already taken some.
+shorter was slower here (one --quick run of the old W4, 0.05 s sleeps, 100 at once: 0.5 s 1,025
+jobs/s, 0.05 s 808, 0.01 s 550), as both processes then race more often for the same job ids. Its peak
+jobs at once stays under max_jobs for that reason: each poll reads up to max_jobs ids and the other
+process has already taken some.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import jobkit
 from arq.connections import RedisSettings
 
-MAX_JOBS = 100
+MAX_JOBS = 500
 
 
 async def w4(ctx: dict[str, Any], index: int) -> None:

@@ -3,7 +3,7 @@ the default middleware plus dramatiq's AsyncIO middleware (which runs a process'
 event loop thread). A module apart from jobs_dramatiq.py so the other workloads keep the stock broker.
 
 Under AsyncIO, each worker thread hands its message's coroutine to the loop and waits for it, so the
-number of async actors running at once per process is the worker command's --threads (100 in W4).
+number of async actors running at once per process is the worker command's --threads (500 in W4).
 """
 
 from __future__ import annotations

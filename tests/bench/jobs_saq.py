@@ -1,6 +1,6 @@
 """SAQ's W4 job and worker settings, as `saq jobs_saq.settings --workers 2` imports them.
 
-Stock settings but for concurrency=100 (its default is 10): each worker process runs up to 100 jobs
+Stock settings but for concurrency=500 (its default is 10): each worker process runs up to 500 jobs
 at once on its event loop.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import jobkit
 from saq import Queue
 
-CONCURRENCY = 100
+CONCURRENCY = 500
 
 queue = Queue.from_url(os.environ["BENCH_REDIS_URL"])
 

@@ -1,16 +1,19 @@
 """The worker's event loop for `async def` jobs: one loop, in its own thread, per worker process.
 
-A job's coroutine is created inside the server middleware chain on a carrier thread (worker/manager.py),
-which hands it to the loop (`run`) as a task in a copy of the carrier's context, so the task sees
-the job's structlog values (jid, job, queue) and whatever contextvars the middleware set, and the
-carrier waits for it. The middleware chain and the settling therefore run exactly as for a sync job,
-unchanged; only the job's body runs on the loop, beside up to `COGWORKER_ASYNC_CONCURRENCY` others.
+An async job runs on the loop from its start to its end: decoding, the server middleware chain,
+its body and its settling are one task (worker/running/async_process.py), so its slot is free, and
+filled again from the jobs waiting, the moment it ends. Its body runs as a task of its own
+(`run_here`), in a copy of the job task's context, so it sees the job's structlog values (jid, job,
+queue) and whatever contextvars the middleware set. Sync server middleware and sync Redis work (a
+filing, a unique release) run on threads while the task awaits them: the bridge pool (`run_sync`)
+and asyncio's default executor (api/aio_server.py). A job with a rate limiter still runs on a bridge
+thread as a sync job does, only its body handed to the loop (`run`), as every async job once did.
 
-`cogworker.cancel(jid)` of a running async job cancels its task (through the job's CurrentJob,
-api/current_job.py); its carrier then raises JobCancelled, which ends the job as cancelled.
+`cogworker.cancel(jid)` of a running async job cancels its body's task (through the job's CurrentJob,
+api/current_job.py), which then ends with JobCancelled: the job ends as cancelled.
 
-A stop cancels the tasks still running at its deadline (`cancel_all`): their carriers never come
-back, like a sync job's thread still busy then, so nothing is settled or released and the stop's
+A stop cancels the body tasks still running at its deadline (`cancel_all`): their jobs' tasks never
+go on (like a sync job's thread still busy then), so nothing is settled or released and the stop's
 requeue puts their jobs back on their queues.
 
 A watchdog thread schedules a callback on the loop every half threshold; when it doesn't run within
@@ -27,12 +30,13 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
 
 from cogworker.api.current_job import JobCancelled, running_job
+from cogworker.worker.running.bridge_pool import BridgePool
 
 log = structlog.get_logger("cogworker.async")
 
@@ -49,8 +53,12 @@ class AsyncLoop:
         # Every job task on the loop, with the fields that name its job (touched on the loop only;
         # the watchdog reads one entry).
         self._tasks: dict[asyncio.Task[Any], dict[str, str]] = {}
+        # The job tasks whose body runs in them now (`run_here`), each with what says it has ended.
+        self._unwound: dict[asyncio.Task[Any], asyncio.Future[None]] = {}
         self._abandoning = False
         self._closing = threading.Event()
+        # The bridge pool: sync middleware around async jobs, and jobs carried by a thread (`run`).
+        self._bridge = BridgePool("async-bridge")
 
     @property
     def running_tasks(self) -> int:
@@ -77,10 +85,73 @@ class AsyncLoop:
         loop.call_soon(ready.set)
         loop.run_forever()
 
+    def call_soon(self, callback: Callable[..., object], *args: Any) -> None:
+        """Run `callback(*args)` on the loop (started if need be), from any thread."""
+        self._ensure_started().call_soon_threadsafe(callback, *args)
+
+    def start_task(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """On the loop: run a job's task, in a context of its own (as a new thread's is: empty), so
+        nothing one job binds or sets is seen by the next."""
+        asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
+
+    async def run_sync(self, call: Callable[[], Any]) -> Any:
+        """On the loop: `call()` on a bridge thread (bridge_pool.py), in the calling task's context,
+        awaited."""
+        context = contextvars.copy_context()
+        return await self._bridge.submit(lambda: context.run(call))
+
+    async def run_here(self, coro: Coroutine[Any, Any, Any], job: dict[str, Any], queue: str) -> Any:
+        """On the loop, in a job's task: await its body `coro` in that task. While the body runs, a
+        cancel (`cogworker.cancel`) or a stop (`cancel_all`) cancels the task, and the cancellation is
+        caught here as the body ends: the job ends with JobCancelled, or, given up on by a stop, its
+        task waits for good. A cancel arriving outside the body does nothing to the task (before it,
+        the job's start check raised JobCancelled; after it, the job has ended). Returns the body's
+        result or raises its exception."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        label = {"job": str(job.get("class")), "jid": str(job.get("jid") or ""), "queue": queue}
+        unwound: asyncio.Future[None] = loop.create_future()
+        self._tasks[task] = label
+        self._unwound[task] = unwound
+        current = running_job()  # cogworker.cancel: cancelling the job cancels its body
+
+        def cancel_body() -> None:
+            if self._unwound.get(task) is unwound:  # only while this body runs
+                task.cancel()
+
+        if current is not None:
+            current.on_cancel(lambda: loop.call_soon_threadsafe(cancel_body))
+        try:
+            value = await coro
+        except GeneratorExit:  # this job's task destroyed unfinished (the process is ending)
+            raise
+        except BaseException as exc:
+            self._body_ended(task, unwound)
+            if self._abandoning:
+                await loop.create_future()  # given up on by a stop: see `run`
+            if task.cancelling():  # ours: the task goes on, into the chain, as the job's end
+                while task.cancelling():
+                    task.uncancel()
+                if isinstance(exc, asyncio.CancelledError) and current is not None and current.cancelled:
+                    raise JobCancelled(current.jid) from None
+            raise
+        self._body_ended(task, unwound)
+        if self._abandoning:
+            await loop.create_future()
+        while task.cancelling():  # a cancel the body caught and returned from: the job succeeded
+            task.uncancel()
+        return value
+
+    def _body_ended(self, task: asyncio.Task[Any], unwound: asyncio.Future[None]) -> None:
+        self._tasks.pop(task, None)
+        self._unwound.pop(task, None)
+        unwound.set_result(None)
+
     def run(self, coro: Coroutine[Any, Any, Any], job: dict[str, Any], queue: str) -> Any:
-        """On a carrier thread: run `coro` as a task on the loop, in a copy of this thread's context,
-        and wait for it. Returns its result or raises its exception; never returns for a task a stop
-        cancelled (`cancel_all`)."""
+        """On a bridge thread (a job with a rate limiter): run `coro` as a task on the loop, in a copy
+        of this thread's context, and wait for it. Returns its result or raises its exception; never
+        returns for a task a stop cancelled (`cancel_all`)."""
         try:
             loop = self._ensure_started()
         except BaseException:
@@ -108,7 +179,7 @@ class AsyncLoop:
             raise
         done.wait()
         if self._abandoning:
-            # A stop gave up on it: like a sync job's thread still busy at the deadline, its carrier
+            # A stop gave up on it: like a sync job's thread still busy at the deadline, its thread
             # never returns into the middleware (no status, no unique release, no settle); the stop's
             # requeue puts the job back. The thread is a daemon and ends with the process.
             threading.Event().wait()
@@ -120,8 +191,8 @@ class AsyncLoop:
         self._tasks.pop(task, None)
 
     def cancel_all(self, grace_s: float = CANCEL_GRACE_S) -> int:
-        """At a stop's deadline: cancel every running task and give them `grace_s` to unwind. Their
-        carriers never return (see `run`). Returns how many were cancelled."""
+        """At a stop's deadline: cancel every running body and give them `grace_s` to unwind. Their
+        jobs never go on (see `run_here`, `run`). Returns how many were cancelled."""
         self._abandoning = True
         loop = self._loop
         if loop is None:
@@ -129,10 +200,13 @@ class AsyncLoop:
 
         async def cancel_and_wait() -> int:
             tasks = list(self._tasks)
+            # A body run in its job's task ends when that task's entry says so (the task itself
+            # then waits for good); a body carried by a thread (`run`) is its own task.
+            ends = [self._unwound.get(task, task) for task in tasks]
             for task in tasks:
                 task.cancel()
-            if tasks:
-                await asyncio.wait(tasks, timeout=grace_s)
+            if ends:
+                await asyncio.wait(ends, timeout=grace_s)
             return len(tasks)
 
         future = asyncio.run_coroutine_threadsafe(cancel_and_wait(), loop)
@@ -143,11 +217,12 @@ class AsyncLoop:
             return len(self._tasks)
 
     def close(self) -> None:
-        """Stop the loop (after every carrier returned) and its watchdog."""
+        """Stop the loop (after every async job ended) and its watchdog."""
         self._closing.set()
         loop, thread = self._loop, self._thread
         if loop is None or thread is None or self._abandoning:
             return  # abandoned tasks keep the loop; the process is about to exit
+        self._bridge.close()
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5.0)
         if not thread.is_alive():

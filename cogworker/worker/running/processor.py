@@ -1,9 +1,10 @@
 """Running one fetched job: decode, resolve, run through the server middleware, settle.
 
-An `async def` job takes the same path on its carrier thread: only its body, created inside the
-middleware chain, is handed to the worker's event loop (`run_async`, worker/running/async_loop.py) and
-waited for, so middleware, settling and accounting are a sync job's. A sync job that returns an
-awaitable fails with TypeError (api/async_jobs.py).
+An `async def` job runs on the worker's event loop instead, middleware and settling included
+(worker/running/async_process.py, which shares this module's filing and settling). One with a rate
+limiter takes this path on a bridge thread: only its body is handed to the loop (`run_async`,
+worker/running/async_loop.py) and waited for. A sync job that returns an awaitable fails with
+TypeError (api/async_jobs.py).
 
 Nothing here may kill the job thread: an unreadable payload (not JSON, not UTF-8), a job that can't
 be imported, a job that raises anything (SystemExit and KeyboardInterrupt too) and a payload with odd
@@ -65,10 +66,12 @@ def process(
     allowed: tuple[str, ...],
     run_async: RunAsync = _run_alone,
     limits: TimeLimits | None = None,
+    slot: int | None = None,
 ) -> None:
     """Run one job. `allowed`: the modules (COGWORKER_REQUIRE) whose jobs may be imported on demand;
     `run_async`: how an `async def` job's coroutine is run (the worker's event loop); `limits`: the
-    worker's time-limit watchdog (time_limits.py)."""
+    worker's time-limit watchdog (time_limits.py); `slot`: the job's key among the Manager's running
+    jobs when that is not this thread's ident (an async job on a bridge thread)."""
     job = codec.loads_dict(work.raw)
     if job is None or not isinstance(job.get("class"), str):
         _file_unreadable(work, settler, stats)
@@ -95,7 +98,9 @@ def process(
     current, token = current_job.begin(jid, work.queue, job["class"])
     try:
         owner = settler.list_of(work.raw)
-        run_server_chain(job, lambda: _perform(job, work, allowed, run_async, current, kept, limits, owner))
+        run_server_chain(
+            job, lambda: _perform(job, work, allowed, run_async, current, kept, limits, owner, slot)
+        )
     except current_job.JobCancelled:
         elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
         _end_unrun(work, job, "cancelled", settler, stats, elapsed_ms=elapsed_ms)
@@ -106,14 +111,7 @@ def process(
         if not (getattr(exc, "cogworker_reschedule", False) and _put_back(work, job, exc, settler, stats)):
             _file_failure(work, job, exc, settler, stats, time.perf_counter() - started, ttl)
     else:
-        if "chain" in job:  # a chain step: acked with its successor's push (worker/settling/chain_step.py)
-            _chain_step_done(settler, work, job, kept[0] if kept else None, ttl)
-        elif ttl is not None and kept:
-            settler.after_result(work.raw, jid, kept[0], ttl, lambda: _ack(settler, work.raw, job))
-        elif "bid" in job or "bcb" in job:
-            settler.ack_member(work.raw, job)  # acked with its count in its batch (api/batch.py)
-        else:
-            settler.ack(work.raw, jid)
+        settle_success(settler, work, job, kept, ttl)
         elapsed = time.perf_counter() - started
         stats.processed += 1
         stats.jobs.add(work.queue, job["class"], elapsed)
@@ -122,6 +120,26 @@ def process(
     finally:
         current_job.end(current, token)
         structlog.contextvars.unbind_contextvars("jid", "job", "queue")
+
+
+def acked_alone(job: dict[str, Any], kept: list[str] | None) -> bool:
+    """A succeeded job whose settle is only its acknowledgement (queued for the next fetch, no
+    Redis round trip of its own): no chain step, no result to write, no batch to count it in."""
+    return "chain" not in job and not kept and "bid" not in job and "bcb" not in job
+
+
+def settle_success(
+    settler: Settler, work: Work, job: dict[str, Any], kept: list[str] | None, ttl: float | None
+) -> None:
+    jid = str(job.get("jid") or "")
+    if "chain" in job:  # a chain step: acked with its successor's push (worker/settling/chain_step.py)
+        _chain_step_done(settler, work, job, kept[0] if kept else None, ttl)
+    elif ttl is not None and kept:
+        settler.after_result(work.raw, jid, kept[0], ttl, lambda: _ack(settler, work.raw, job))
+    elif "bid" in job or "bcb" in job:
+        settler.ack_member(work.raw, job)  # acked with its count in its batch (api/batch.py)
+    else:
+        settler.ack(work.raw, jid)
 
 
 def _chain_step_done(
@@ -249,6 +267,7 @@ def _perform(
     kept: list[str] | None,
     limits: TimeLimits | None,
     owner: str,
+    slot: int | None = None,
 ) -> None:
     """Inside the server chain, so middleware sees a job that can't be imported fail like any other
     (and an async job's coroutine is created, and run, in the context the middleware set up).
@@ -268,7 +287,7 @@ def _perform(
     limit = found.options.get("limit")
     held = _limiter_for(limit, args, kwargs) if limit is not None else contextlib.nullcontext()
     with member, held:  # cogworker.current_batch() is the member's batch
-        value = _call(found, args, kwargs, job, work, run_async, limits)
+        value = _call(found, args, kwargs, job, work, run_async, limits, slot)
     if kept is not None:
         kept.append(results.success_record(found.name, value))
 
@@ -281,6 +300,7 @@ def _call(
     work: Work,
     run_async: RunAsync,
     limits: TimeLimits | None,
+    slot: int | None = None,
 ) -> Any:
     """The job's own call, under its time limit if it has one (time_limits.py): armed around this
     call only, never around middleware or settling."""
@@ -291,7 +311,7 @@ def _call(
         if limit is None or limits is None:
             return run_async(coro, job, queue)
         limited = with_limit(coro, limit)
-        return limits.call(limit, work, job, lambda: run_async(limited, job, queue), inject=False)
+        return limits.call(limit, work, job, lambda: run_async(limited, job, queue), inject=False, slot=slot)
     if limit is None or limits is None:
         value = found.func(*args, **kwargs)
     else:

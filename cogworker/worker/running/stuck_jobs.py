@@ -41,7 +41,6 @@ class StuckThreads(abc.ABC):
     _concurrency: int
     _async_capacity: int
     _async_running: int
-    _carriers: list[threading.Thread]
     _settler: Settler
     _settings: SettingsFields
     _outages: Outages
@@ -83,9 +82,8 @@ class StuckThreads(abc.ABC):
             if armed.inject:
                 self._concurrency -= 1  # a fixed pool: one job thread fewer from now on
             else:
-                # Carriers start as jobs need them: this one no longer counts, so a new one can start.
+                # Its slot is given up on with it (its task waits for good): one async slot fewer.
                 self._async_capacity -= 1
-                self._carriers[:] = [c for c in self._carriers if c.ident != armed.tid]
             self._cond.notify_all()
         ttl = results.ttl_s(job)
         if ttl is not None and filing.dead:

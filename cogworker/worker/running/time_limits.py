@@ -4,7 +4,8 @@ listed with that reason in pyproject.toml; the tests prove it by behaviour.)
 
 A sync job past its limit gets `JobTimeout` raised in its thread at its next bytecode boundary
 (`PyThreadState_SetAsyncExc`). An `async def` job is cancelled on the loop instead
-(api/time_limits.py `with_limit`); the watchdog only watches its carrier for the stuck case below.
+(api/time_limits.py `with_limit`); the watchdog only watches it for the stuck case below
+(`call_async`, keyed by its slot: it has no thread of its own).
 
 The exception must land in the job's code, never in cogworker's own middleware or settling, so the
 limit is armed only around the job function's call (`call`). The watchdog fires only a run that has
@@ -41,12 +42,13 @@ returns, `call` parks the thread for good, so it never settles, counts or acknow
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,13 +125,46 @@ class TimeLimits:
         with self._cond:
             return len(self._armed)
 
+    async def call_async(
+        self, limit_s: float, work: Work, job: dict[str, Any], slot: int, run: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        """On the event loop: await `run()` (an async job's body, cancelled at its limit by
+        api/time_limits.py `with_limit`), watched for the stuck case under `slot` (its key among the
+        Manager's running jobs). Never returns for a run the watchdog gave up on as stuck: like a
+        parked thread, its task waits for good, so it never settles, counts or acknowledges the job."""
+        armed = Armed(slot, limit_s, work, job, False)
+        self._arm(armed)
+        try:
+            value = await run()
+        except GeneratorExit:  # its task destroyed unfinished (the process is ending): no await
+            armed.left = True
+            self._disarm(armed, raised=False)
+            raise
+        except BaseException:
+            armed.left = True
+            if self._disarm(armed, raised=False) is State.STUCK:
+                await asyncio.get_running_loop().create_future()
+            raise
+        armed.left = True
+        if self._disarm(armed, raised=False) is State.STUCK:
+            await asyncio.get_running_loop().create_future()
+        return value
+
     def call(
-        self, limit_s: float, work: Work, job: dict[str, Any], func: Callable[[], Any], *, inject: bool
+        self,
+        limit_s: float,
+        work: Work,
+        job: dict[str, Any],
+        func: Callable[[], Any],
+        *,
+        inject: bool,
+        slot: int | None = None,
     ) -> Any:
         """On the job's thread: `func()` under `limit_s`. Returns its result or raises its error;
         raises JobTimeout when the run timed out (see the module's rule); never returns for a run the
-        watchdog gave up on as stuck."""
-        armed = Armed(threading.get_ident(), limit_s, work, job, inject)
+        watchdog gave up on as stuck. `slot`: the run's key among the Manager's running jobs, when it
+        is not this thread's ident (an async job carried by a bridge thread)."""
+        armed = Armed(threading.get_ident() if slot is None else slot, limit_s, work, job, inject)
         result: Any = None
         failure: BaseException | None = None
         returned_at = 0.0

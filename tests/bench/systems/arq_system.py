@@ -1,4 +1,4 @@
-"""arq (W4 only): two `arq jobs_arq.WorkerSettings` processes under multiproc.py, max_jobs=100 each."""
+"""arq (W4 only): two `arq jobs_arq.WorkerSettings` processes under multiproc.py, max_jobs=500 each."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ THREADS_PER_PROCESS = 8
 # The memory step's second size: what a deployment that fills a bigger machine costs.
 MANY_PROCESSES = 8
 # W4: `async def` jobs running at once in each of the WORKER_PROCESSES worker processes.
-ASYNC_PER_PROCESS = 100
+ASYNC_PER_PROCESS = 500
 # The steps bench.py runs for a system that has every workload (W4 only where w4_argv is not None).
 ALL_STEPS = ("enqueue", "w1", "w2+idle", "memory", "w3")
 

@@ -1,4 +1,4 @@
-"""SAQ (W4 only): two `saq jobs_saq.settings` processes under multiproc.py, concurrency=100 each."""
+"""SAQ (W4 only): two `saq jobs_saq.settings` processes under multiproc.py, concurrency=500 each."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ import async_jobs
 import demo_jobs
 import redis
 
+import cogworker
 from cogworker import push_bulk, status
 from cogworker.api.backtrace import lines_of
 from cogworker.ops import processes as process_ops
@@ -249,3 +250,35 @@ def test_a_process_with_async_jobs_shows_its_async_slots_beside_its_threads(
     assert live[sync_only.identity()].capacity == "3" and live[sync_only.identity()].slots == 3
     shown = cli("status")
     assert "0/13 slots busy" in shown.out and "3+7 async" in shown.out
+
+
+def test_an_async_job_with_a_rate_limiter_runs_one_at_a_time_on_a_bridge_thread(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    """Its limiter is held around the body (sync Redis calls), so it takes the sync path on a bridge
+    thread, its body on the loop: the limit holds and each run is settled once."""
+    push_bulk(async_jobs.limited_span, [(f"l{n}",) for n in range(4)])
+    workers.start(**APP, COGWORKER_ASYNC_CONCURRENCY="4")
+    wait_until(lambda: r.llen("test:spans") == 8, timeout=30, message="four spans")
+    running = peak = 0
+    for mark in r.lrange("test:spans", 0, -1):
+        running += 1 if mark.startswith("+") else -1
+        peak = max(peak, running)
+    assert peak == 1
+    wait_until(lambda: r.get("cogworker:stat:processed") == "4", timeout=10, message="four processed")
+
+
+def test_an_async_batch_member_sees_its_batch_and_is_counted(
+    r: redis.Redis, configured: object, workers: WorkerPool
+) -> None:
+    workers.start(**APP)
+    with cogworker.batch("async members") as b:
+        async_jobs.member.perform_async("m1")
+        async_jobs.member.perform_async("m2")
+
+    def counted() -> bool:
+        found = cogworker.batch_status(b.bid)
+        return found is not None and (found.total, found.pending, found.done) == (2, 0, 2)
+
+    wait_until(counted, timeout=15, message="both members counted")
+    assert sorted(r.lrange("test:members", 0, -1)) == [f"m1 {b.bid}", f"m2 {b.bid}"]
