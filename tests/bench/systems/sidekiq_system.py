@@ -141,6 +141,7 @@ class Sidekiq(System):
             self._push("PacedJob", [pushed_at])
         else:
             self.push_noop_bulk(count, "PacedJob", [pushed_at])
+
     def push_noop_to(self, queue: str, count: int) -> None:
         """`count` no-op jobs on `queue`, in one pipeline (the queues curve, curves/queues.py)."""
         pipe = self._conn.pipeline(transaction=False)
