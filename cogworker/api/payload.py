@@ -87,10 +87,21 @@ def build(
     return job
 
 
-def scheduled_text(job: dict[str, Any]) -> str:
-    """A job due later as the schedule set stores it: without `at`, as Sidekiq's client stores it (the
-    entry's score is the time). Client middleware has seen `at` by then; the dict keeps it."""
-    return codec.dumps({key: value for key, value in job.items() if key != "at"})
+def stored(job: dict[str, Any]) -> bytes:
+    """A job due now as its queue stores it: the JSON bytes, sent as they are (no text copy of a big
+    payload). An empty `kwargs` is left out, as Sidekiq's payloads have none: every reader takes a
+    missing `kwargs` for `{}` (the worker gives server middleware the job with it put back). The
+    job dict keeps it."""
+    if job.get("kwargs") == {}:
+        return codec.dumps_bytes({key: value for key, value in job.items() if key != "kwargs"})
+    return codec.dumps_bytes(job)
+
+
+def scheduled_text(job: dict[str, Any]) -> bytes:
+    """A job due later as the schedule set stores it: as `stored`, and without `at`, as Sidekiq's
+    client stores it (the entry's score is the time). Client middleware has seen `at` by then; the
+    dict keeps it."""
+    return stored({key: value for key, value in job.items() if key != "at"})
 
 
 # Counts past this are treated as this: a retry's delay grows as count**4, and a larger count would

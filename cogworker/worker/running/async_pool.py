@@ -64,9 +64,8 @@ class AsyncHandoff(abc.ABC):
         job thread files it as before. Skipped while no async job is registered."""
         if not self._mix.has_async():
             return False
-        job = codec.loads_dict(work.raw)
-        name = job.get("class") if job is not None else None
-        if not isinstance(name, str):
+        name = codec.class_name(work.raw)  # not a whole decode per job: the payload curve's profile
+        if name is None:
             return False
         try:
             return registry.resolve(name, allowed=self._allowed).is_async
