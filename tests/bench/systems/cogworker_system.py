@@ -82,6 +82,10 @@ class Cogworker(System):
     def push_noop_bulk(self, count: int) -> None:
         self._cogworker.push_bulk(self._jobs.noop, [() for _ in range(count)])
 
+    def push_payload_bulk(self, count: int, data: str) -> None:
+        """The payload curve's jobs: `count` jobs whose one argument is `data`."""
+        self._cogworker.push_bulk(self._jobs.payload, [(data,) for _ in range(count)])
+
     # `empty` in make bench (framework_cost.py): jobs with no body, and the list they wait on.
     queue_key = "cogworker:queue:default"
 

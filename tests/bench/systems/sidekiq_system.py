@@ -98,7 +98,8 @@ class Sidekiq(System):
                 "jid": secrets.token_hex(12),
                 "created_at": now,
                 "enqueued_at": now,
-            }
+            },
+            separators=(",", ":"),  # compact, as Sidekiq.dump_json (Ruby's JSON.generate) writes it
         )
 
     def _push(self, job_class: str, args: list[Any]) -> None:
@@ -110,13 +111,19 @@ class Sidekiq(System):
     def push_noop(self) -> None:
         self._push("NoopJob", [])
 
-    def push_noop_bulk(self, count: int, job_class: str = "NoopJob") -> None:
+    def push_noop_bulk(self, count: int, job_class: str = "NoopJob", args: list[Any] | None = None) -> None:
         pipe = self._conn.pipeline(transaction=False)
         pipe.sadd("queues", QUEUE)
         for start in range(0, count, BULK_CHUNK):
             size = min(BULK_CHUNK, count - start)
-            pipe.lpush(f"queue:{QUEUE}", *(self._payload(job_class, []) for _ in range(size)))
+            pipe.lpush(f"queue:{QUEUE}", *(self._payload(job_class, args or []) for _ in range(size)))
+            if args:  # big arguments: a pipeline per chunk, not the whole backlog in one buffer
+                pipe.execute()
         pipe.execute()
+
+    def push_payload_bulk(self, count: int, data: str) -> None:
+        """The payload curve's jobs: `count` jobs whose one argument is `data`."""
+        self.push_noop_bulk(count, "PayloadJob", [data])
 
     # `empty` in make bench (framework_cost.py): jobs with no body, and the list they wait on.
     queue_key = f"queue:{QUEUE}"
