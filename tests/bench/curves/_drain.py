@@ -97,6 +97,8 @@ def drain_window(
         ctx.stop(group)
     first, last = edges
     jobs = last.done - first.done
+    if first.done >= end:
+        raise RuntimeError(f"{system.name}: the window ({start} to {end} jobs) passed between two polls")
     calls = delta(first.stats, last.stats)
     # The harness's own commands in the window: its GETs of the counter, and the jobs' INCR.
     calls[system.done_command] = calls.get(system.done_command, 0) - jobs

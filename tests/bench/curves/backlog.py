@@ -28,14 +28,14 @@ TITLE = "Backlog: drain rate and cost per job with 10k, 100k, 1M and 5M no-op jo
 SAMPLE = 50_000
 ROUNDS = 3
 FULL_SIZES = (10_000, 100_000, 1_000_000, 5_000_000)
-QUICK_SIZES = (2_000, 20_000)
+QUICK_SIZES = (5_000, 50_000)
 FLAT_UP_TO = 1_000_000  # the flatness target's range: 10k to 1M
 FLAT_WITHIN = 0.10
 
 
 def run(ctx: Context, say: Callable[[str], None]) -> list[Curve]:
     sizes = QUICK_SIZES if ctx.plan.quick else FULL_SIZES
-    sample = SAMPLE if not ctx.plan.quick else 2_000
+    sample = SAMPLE if not ctx.plan.quick else 5_000
     rounds = 1 if ctx.plan.quick else ROUNDS
     cost = Curve(
         "backlog",
