@@ -6,8 +6,8 @@ pack and reader...) and again when it returns: a call that left at least nine te
 size more allocated made that many payload-sized copies (hiredis's pack_command makes one buffer of
 every payload the command carries: a batch of pushes or acknowledgements). Each is named with the
 line that called it. Its transient working memory, freed before it returned, is noted apart, as
-"<function> (peak ×)": the most, in payloads, it had allocated at once (orjson's parser takes about
-13 × the text it reads). A call during
+"<function> (peak x)": the most, in payloads, it had allocated at once (orjson's parser takes about
+13 x the text it reads). A call during
 which another thread ran (it let go of the GIL: a socket wait, a lock) is not counted: what was
 allocated meanwhile was not its own. Calls from C back into Python and on into C are counted at the
 innermost call. Only
@@ -50,7 +50,8 @@ def _where(frame: Any) -> str:
     """The calling line, and its caller's when the call is in a helper (codec.py, redis-py)."""
     here = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
     outer = frame.f_back
-    if outer is None or "cogworker" in frame.f_code.co_filename and "codec" not in frame.f_code.co_filename:
+    in_helper = "cogworker" not in frame.f_code.co_filename or "codec" in frame.f_code.co_filename
+    if outer is None or not in_helper:
         return here
     return f"{here} < {os.path.basename(outer.f_code.co_filename)}:{outer.f_lineno}"
 
@@ -79,10 +80,10 @@ def _hook(frame: Any, event: str, arg: Any) -> None:
         now, peak = tracemalloc.get_traced_memory()
         name = f"{_name(arg)} ({_where(frame)})"
         if now - start >= _threshold:
-            # orjson.dumps reserves about 8 × its output and never touches the rest: one copy.
+            # orjson.dumps reserves about 8 x its output and never touches the rest: one copy.
             _tally[name] += 1 if _name(arg) == "orjson.dumps" else round((now - start) / _size)
         if peak - now >= _threshold:
-            _tally[f"{name} (peak ×)"] = max(_tally[f"{name} (peak ×)"], round((peak - start) / _size))
+            _tally[f"{name} (peak x)"] = max(_tally[f"{name} (peak x)"], round((peak - start) / _size))
 
 
 def install(payload_bytes: int) -> None:

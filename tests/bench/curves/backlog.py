@@ -130,7 +130,7 @@ def _flat(curve: Curve, sizes: tuple[int, ...]) -> Target:
     return Target(
         text,
         all(spread <= FLAT_WITHIN for spread in spreads.values()),
-        f"max/min − 1 over {shown[0]:,}..{shown[-1]:,}: {shown_spreads}",
+        f"max/min - 1 over {shown[0]:,}..{shown[-1]:,}: {shown_spreads}",
     )
 
 

@@ -67,7 +67,7 @@ def run(ctx: Context, say: Callable[[str], None]) -> list[Curve]:
                     system.push_payload_bulk(jobs, data)  # type: ignore[attr-defined]
                     queued = used_memory(ctx)
                     found = drain_window(
-                        ctx, system, f"payload-{size}", jobs, jobs // 10, jobs * 9 // 10, 600.0, take_memory=True
+                        ctx, system, f"payload-{size}", jobs, jobs // 10, jobs * 9 // 10, 600.0, True
                     )
                     curve.add(
                         SERIES[name],
@@ -97,7 +97,8 @@ def run(ctx: Context, say: Callable[[str], None]) -> list[Curve]:
 
 
 def _worker_mb(figures: dict[str, Any]) -> float:
-    return float(figures["parent_rss_mb"]) + sum(figures["children_uss_mb"]) + float(figures["helpers_rss_mb"])
+    parent = float(figures["parent_rss_mb"]) + float(figures["helpers_rss_mb"])
+    return parent + sum(figures["children_uss_mb"])
 
 
 def copies(ctx: Context, system: Any, size: int, say: Callable[[str], None]) -> dict[str, Any]:
@@ -123,7 +124,7 @@ def copies(ctx: Context, system: Any, size: int, say: Callable[[str], None]) -> 
     ran: Counter[str] = Counter()
     for found in reports:
         for name, n in found.items():
-            ran[name] = max(ran[name], n) if name.endswith(" (peak ×)") else ran[name] + n
+            ran[name] = max(ran[name], n) if name.endswith(" (peak x)") else ran[name] + n
     ctx.redis.flush()
     push_line = _per_job(pushed, PROFILE_JOBS)
     # The last job's acknowledgement comes after the last report: the run side's figures cover
@@ -136,7 +137,7 @@ def copies(ctx: Context, system: Any, size: int, say: Callable[[str], None]) -> 
         "notes": [
             f"cogworker heap profile ({size:,} B argument, {PROFILE_JOBS} jobs, copyprobe.py): "
             f"payload-sized allocations per job, by the C function that made them. "
-            f"Push (push_bulk): {push_line}. Run (fetch, decode, run, acknowledge; 1 process × 1 thread): "
+            f"Push (push_bulk): {push_line}. Run (fetch, decode, run, acknowledge; 1 process x 1 thread): "
             f"{run_line}."
         ],
         "target": Target(
@@ -150,8 +151,8 @@ def copies(ctx: Context, system: Any, size: int, say: Callable[[str], None]) -> 
 
 
 def _per_job(found: Counter[str], jobs: int) -> str:
-    made = Counter({name: n for name, n in found.items() if not name.endswith(" (peak ×)")})
-    peaks = {name: n for name, n in found.items() if name.endswith(" (peak ×)")}
+    made = Counter({name: n for name, n in found.items() if not name.endswith(" (peak x)")})
+    peaks = {name: n for name, n in found.items() if name.endswith(" (peak x)")}
     shown = ", ".join(f"{name} {n / jobs:.2f}" for name, n in made.most_common()) or "none"
     if peaks:
         shown += "; working memory at most " + ", ".join(f"{name} {n}" for name, n in peaks.items())
