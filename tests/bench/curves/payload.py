@@ -66,9 +66,8 @@ def run(ctx: Context, say: Callable[[str], None]) -> list[Curve]:
                     before = used_memory(ctx)
                     system.push_payload_bulk(jobs, data)  # type: ignore[attr-defined]
                     queued = used_memory(ctx)
-                    found = drain_window(
-                        ctx, system, f"payload-{size}", jobs, jobs // 10, jobs * 9 // 10, 600.0, True
-                    )
+                    label, edges = f"payload-{size}", (jobs // 10, jobs * 9 // 10)
+                    found = drain_window(ctx, system, label, jobs, *edges, 600.0, take_memory=True)
                     curve.add(
                         SERIES[name],
                         size,
