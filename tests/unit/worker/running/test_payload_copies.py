@@ -84,6 +84,14 @@ def test_a_push_sends_the_payload_as_the_bytes_orjson_wrote(configured: object) 
     assert json.loads(sent)["args"] == [BIG]
 
 
+def test_a_stored_job_differs_from_another_of_its_class_before_its_arguments() -> None:
+    """An acknowledgement's LREM compares the payload with in-progress entries: two jobs of one class
+    with the same large argument must differ within their first bytes, not after the argument."""
+    first, second = (payload.stored(takes.build((BIG,), {})) for _ in range(2))
+    differ_at = next(i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b)
+    assert differ_at < 100 < len(BIG)
+
+
 @pytest.mark.parametrize("old_style", [False, True])
 def test_a_job_stored_with_or_without_an_empty_kwargs_runs_and_middleware_sees_it(
     r: redis.Redis, configured: Settings, old_style: bool
