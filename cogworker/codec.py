@@ -29,6 +29,12 @@ def dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+def dumps_bytes(value: Any) -> bytes:
+    """`dumps` as the UTF-8 bytes orjson writes, for a payload sent to Redis as it is (a str would be
+    one more copy of it, encoded again on the way out)."""
+    return orjson.dumps(value)
+
+
 def loads(raw: str | bytes) -> Any:
     return orjson.loads(raw)
 
@@ -40,6 +46,23 @@ def loads_dict(raw: str | bytes) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
+
+
+_CLASS_KEY = '{"class":"'
+
+
+def class_name(raw: str) -> str | None:
+    """The payload's `class` when it is a string, else None, without decoding a large payload: a job
+    cogworker pushed starts with its `class` (orjson writes keys in order) and has no other `"class"`
+    in it. Anything else (a name with escapes, a `"class"` further on, which a duplicate key or an
+    argument could be, or another writer's order) is read by decoding the whole payload."""
+    if raw.startswith(_CLASS_KEY):
+        end = raw.find('"', len(_CLASS_KEY))
+        if end > 0 and "\\" not in raw[len(_CLASS_KEY) : end] and raw.find('"class"', end) < 0:
+            return raw[len(_CLASS_KEY) : end]
+    job = loads_dict(raw)
+    name = job.get("class") if job is not None else None
+    return name if isinstance(name, str) else None
 
 
 def is_utf8(text: str) -> bool:

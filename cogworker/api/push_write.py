@@ -16,7 +16,6 @@ import redis
 import structlog
 from redis.commands.core import Script
 
-from cogworker import codec
 from cogworker.api import payload
 from cogworker.settings_fields import SettingsFields
 from cogworker.store import key_guard, keys, replicas, scripts
@@ -75,7 +74,7 @@ def plan(batch: Sequence[dict[str, Any]], attempt: str) -> tuple[list[str], list
     args: list[Any] = [attempt, MARK_TTL_S * 1000, len(by_queue)]
     markers: list[str] = []
     for name, jobs in by_queue.items():
-        args += [name, len(jobs), *(codec.dumps(job) for job in jobs)]
+        args += [name, len(jobs), *(payload.stored(job) for job in jobs)]
         markers += [keys.pushed(str(job["jid"])) for job in jobs]
     args.append(len(scheduled))
     for job in scheduled:

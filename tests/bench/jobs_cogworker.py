@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copyprobe
 import jobkit
 
 import cogworker
@@ -18,6 +19,20 @@ def noop() -> None:
 @job(queue="default")
 def empty() -> None:
     return None
+
+
+# The payload curve's heap profile (curves/payload.py): a worker started with BENCH_COPY_PROBE counts
+# payload-sized copies (copyprobe.py).
+if copyprobe.enabled():
+    copyprobe.install(copyprobe.enabled())
+
+
+# The payload curve (curves/payload.py): W1's job with one string argument of a given size.
+@job(queue="default")
+def payload(data: str) -> None:
+    if copyprobe.enabled():
+        copyprobe.report(jobkit.client().rpush)
+    jobkit.mark_done()
 
 
 @job(queue="default")

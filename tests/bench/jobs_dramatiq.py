@@ -21,6 +21,12 @@ def noop() -> None:
     jobkit.mark_done()
 
 
+# The payload curve (curves/payload.py): W1's job with one string argument of a given size.
+@dramatiq.actor(queue_name="default")
+def payload(data: str) -> None:
+    jobkit.mark_done()
+
+
 @dramatiq.actor(queue_name="default")
 def pickup(pushed_at: float) -> None:
     jobkit.record_pickup(pushed_at)

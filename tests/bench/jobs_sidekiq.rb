@@ -49,6 +49,18 @@ class EmptyJob
   def perform; end
 end
 
+# The payload curve (curves/payload.py): NoopJob's body with one string argument of a given size.
+class PayloadJob
+  include Sidekiq::Worker
+
+  def perform(_data)
+    now = Bench.now
+    count = Bench.redis.incr("bench:done")
+    Bench.redis.set("bench:t:first", now.to_s) if count == 1
+    Bench.redis.set("bench:t:last", Bench.now.to_s) if count == ENV.fetch("BENCH_TARGET", "0").to_i
+  end
+end
+
 class PickupJob
   include Sidekiq::Worker
 

@@ -84,14 +84,15 @@ class AsyncHandoff(abc.ABC):
         async job is registered."""
         if not self._mix.has_async():
             return None
-        job = codec.loads_dict(work.raw)
-        name = job.get("class") if job is not None else None
-        if not isinstance(name, str):
+        name = codec.class_name(work.raw)  # not a whole decode of every job: the payload curve's profile
+        if name is None:
             return None
         try:
-            return job if registry.resolve(name, allowed=self._allowed).is_async else None
+            if not registry.resolve(name, allowed=self._allowed).is_async:
+                return None
         except BaseException:  # an import's SystemExit too: the job thread files the failure
             return None
+        return codec.loads_dict(work.raw)  # decoded once, for the job's task
 
     def _sort(self, works: list[Work]) -> tuple[list[Work], list[Waiting]]:
         """(sync, async) jobs of one fetch; the mix learns from it."""

@@ -62,6 +62,8 @@ async def process_async(
 ) -> None:
     """Run one async job (`job`: its decoded payload) on the loop. `slot`: its key among the Manager's
     running jobs."""
+    # Stored without an empty `kwargs` (api/payload.py `stored`): middleware sees the job as built.
+    job.setdefault("kwargs", {})
     jid = str(job.get("jid") or "")
     # The task's own context: every line logged while the job runs (ours and its own) carries these.
     structlog.contextvars.bind_contextvars(jid=jid, job=job["class"], queue=work.queue)

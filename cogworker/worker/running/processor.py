@@ -76,6 +76,8 @@ def process(
     if job is None or not isinstance(job.get("class"), str):
         _file_unreadable(work, settler, stats)
         return
+    # Stored without an empty `kwargs` (api/payload.py `stored`): middleware sees the job as built.
+    job.setdefault("kwargs", {})
     jid = str(job.get("jid") or "")
     # Every line logged on this thread while the job runs (ours and the job's own) carries these.
     structlog.contextvars.bind_contextvars(jid=jid, job=job["class"], queue=work.queue)

@@ -89,6 +89,10 @@ class Cogworker(System):
         """`count` no-op jobs on `queue` (the queues curve, curves/queues.py)."""
         self._cogworker.push_bulk(self._jobs.noop, [() for _ in range(count)], queue=queue)
 
+    def push_payload_bulk(self, count: int, data: str) -> None:
+        """The payload curve's jobs: `count` jobs whose one argument is `data`."""
+        self._cogworker.push_bulk(self._jobs.payload, [(data,) for _ in range(count)])
+
     # `empty` in make bench (framework_cost.py): jobs with no body, and the list they wait on.
     queue_key = "cogworker:queue:default"
 

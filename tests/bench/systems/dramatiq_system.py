@@ -55,6 +55,10 @@ class Dramatiq(System):
     def push_noop_bulk(self, count: int) -> None:
         self._dramatiq.group(self._jobs.noop.message() for _ in range(count)).run()
 
+    def push_payload_bulk(self, count: int, data: str) -> None:
+        """The payload curve's jobs: `count` jobs whose one argument is `data`."""
+        self._dramatiq.group(self._jobs.payload.message(data) for _ in range(count)).run()
+
     def push_pickup(self, pushed_at: float) -> None:
         self._jobs.pickup.send(pushed_at)
 

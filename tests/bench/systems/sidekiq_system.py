@@ -113,7 +113,8 @@ class Sidekiq(System):
                 "jid": secrets.token_hex(12),
                 "created_at": now,
                 "enqueued_at": now,
-            }
+            },
+            separators=(",", ":"),  # compact, as Sidekiq.dump_json (Ruby's JSON.generate) writes it
         )
 
     def _push(self, job_class: str, args: list[Any]) -> None:
@@ -131,6 +132,8 @@ class Sidekiq(System):
         for start in range(0, count, BULK_CHUNK):
             size = min(BULK_CHUNK, count - start)
             pipe.lpush(f"queue:{QUEUE}", *(self._payload(job_class, args or []) for _ in range(size)))
+            if args:  # big arguments: a pipeline per chunk, not the whole backlog in one buffer
+                pipe.execute()
         pipe.execute()
 
     def push_io_bulk(self, count: int) -> None:
@@ -150,6 +153,10 @@ class Sidekiq(System):
             size = min(BULK_CHUNK, count - start)
             pipe.lpush(f"queue:{queue}", *(self._payload("NoopJob", [], queue) for _ in range(size)))
         pipe.execute()
+
+    def push_payload_bulk(self, count: int, data: str) -> None:
+        """The payload curve's jobs: `count` jobs whose one argument is `data`."""
+        self.push_noop_bulk(count, "PayloadJob", [data])
 
     # `empty` in make bench (framework_cost.py): jobs with no body, and the list they wait on.
     queue_key = f"queue:{QUEUE}"

@@ -78,6 +78,23 @@ def test_batch_paths_do_what_one_command_per_job_did(
     assert int(r.get(keys.STAT_PROCESSED) or 0) == expected_acked
 
 
+def test_large_acknowledgements_are_taken_off_in_place_not_copied_through_the_script(r: redis.Redis) -> None:
+    """The tail window reads its entries into the script (a copy of each payload, and one more of
+    each it keeps back): above 2 KB a payload on average, each acknowledgement is an LREM instead."""
+    small = [f"s{i}" for i in range(4)]
+    large = [f"{i}" * 10_000 for i in range(4)]
+    for payloads, lranges, lrems in ((small, 1, 0), (large, 0, 4)):
+        r.delete(INPROGRESS)
+        r.rpush(INPROGRESS, *payloads)
+        r.config_resetstat()
+        reply = fetch(r, 0, list(reversed(payloads)))
+        stats = r.info("commandstats")
+        assert int(reply[0]) == 4  # type: ignore[call-overload]
+        assert stats.get("cmdstat_lrange", {}).get("calls", 0) == lranges
+        assert stats.get("cmdstat_lrem", {}).get("calls", 0) == lrems
+        assert r.llen(INPROGRESS) == 0
+
+
 def test_a_batch_move_spans_queues_in_order_and_stops_at_the_limit(r: redis.Redis) -> None:
     r.rpush(keys.queue("a"), "a1", "a2")
     r.rpush(keys.queue("b"), "b1", "b2", "b3", "b4", "b5")
