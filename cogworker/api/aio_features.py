@@ -120,14 +120,23 @@ async def on_push(job: dict[str, Any], call_next: AsyncNext, conn: aredis.Redis)
 
 
 async def _write_queued(conn: aredis.Redis, job: dict[str, Any], extra_ttl_s: float) -> None:
-    """job_status._write_to for "queued": the hash and its TTL, in one round trip."""
+    """job_status._write_to for "queued"."""
+    await write_status(conn, job, "queued", extra_ttl_s)
+
+
+async def write_status(
+    conn: aredis.Redis, job: dict[str, Any], state: str, extra_ttl_s: float = 0.0, **fields: str
+) -> None:
+    """job_status._write_to through an async client: the hash and its TTL in one round trip,
+    best-effort, reported through the same outage tracker."""
     ttl_ms = int((client.settings().status_ttl_s + max(0.0, extra_ttl_s)) * 1000)
     key = keys.status(str(job["jid"]))
     mapping = {
-        "status": "queued",
+        "status": state,
         "class": str(job.get("class")),
         "queue": str(job.get("queue")),
         "updated_at": repr(time.time()),
+        **fields,
     }
     try:
         pipe = conn.pipeline(transaction=False)

@@ -26,18 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
-from cogworker.api import client, job_status, unique
+from cogworker.api import aio_features, client, job_status, unique
 from cogworker.api.current_job import JobCancelled
 from cogworker.api.middleware import ServerMiddleware, server_chain
 from cogworker.api.payload import DEFAULT_RETRIES, error_fields, terminal_failure
-from cogworker.store import async_connection, key_guard, keys
+from cogworker.store import async_connection
 from cogworker.store.locks import held_locks
 
 AsyncServerNext = Callable[[], Awaitable[None]]
@@ -140,32 +137,14 @@ async def on_run(job: dict[str, Any], call_next: AsyncServerNext) -> None:
 
 
 async def _write(job: dict[str, Any], state: str, extra_ttl_s: float = 0.0, **fields: str) -> None:
-    """job_status._write through the loop's client: the hash and its TTL in one round trip,
-    best-effort, reported through the same outage tracker."""
+    """job_status._write through the loop's client (aio_features.write_status); a client that can't
+    be made is an outage like a failed write."""
     try:
         conn = await async_connection.for_loop(client.settings())
-        ttl_ms = int((client.settings().status_ttl_s + max(0.0, extra_ttl_s)) * 1000)
-        key = keys.status(str(job["jid"]))
-        mapping = {
-            "status": state,
-            "class": str(job.get("class")),
-            "queue": str(job.get("queue")),
-            "updated_at": repr(time.time()),
-            **fields,
-        }
-        pipe = conn.pipeline(transaction=False)
-        pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
-        pipe.pexpire(key, max(1, ttl_ms))
-        try:
-            await pipe.execute()
-        except redis.ResponseError as exc:
-            if key_guard.is_wrong_type(exc):
-                await asyncio.to_thread(key_guard.request, client.connection(), key)
-            raise
     except Exception as exc:
         job_status._outages.report(job_status.COMPONENT, exc)
-    else:
-        job_status._outages.recovered(job_status.COMPONENT)
+        return
+    await aio_features.write_status(conn, job, state, extra_ttl_s, **fields)
 
 
 async def release_when_done(job: dict[str, Any], call_next: AsyncServerNext) -> None:
