@@ -2,7 +2,7 @@
 one private Redis.
 
 Usage (through tests/bench/run.sh, which builds .bench-venv/):
-    tests/bench/run.sh                  # the full run, every system (15 to 25 minutes on 2 cores)
+    tests/bench/run.sh                  # the full run, every system and curve (about 1.5 hours on 2 cores)
     tests/bench/run.sh --quick          # a smoke run: small workloads, one W1 run
     tests/bench/run.sh --only cogworker,dramatiq
     tests/bench/run.sh --only web        # only the Web UI's page times (web_pages.py)
