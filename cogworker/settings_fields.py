@@ -146,7 +146,8 @@ class SettingsFields:
     """Seconds a process's presence key lives without a new heartbeat."""
     poll_interval_s: float = 5.0
     """Seconds between polls for due scheduled and retry jobs (randomised by ±50 % so processes don't
-    poll in lockstep)."""
+    poll in lockstep). Between polls each process looks at the sets' first entries once a second, so
+    a job falling due is enqueued within about a second of its time, whatever this is."""
     orphan_check_interval_s: float = 60.0
     """Seconds between checks for jobs left in progress by dead processes."""
     key_guard_interval_s: float = 300.0
