@@ -162,22 +162,7 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, Manage
                     note="requeued counting an orphaning: a job that keeps failing its thread ends in dead",
                 )
             finally:
-                # Let go of the job only now: the settler holds it by now (or it is filed), so a
-                # reconcile never finds it unheld while it is still ours.
-                if failed:
-                    self.reconciler.thread_failed(work.raw)
-                else:
-                    self.reconciler.release(work.raw)
-                with self._cond:
-                    self._reserve.observe(time.monotonic() - began)
-                    before = self._room()
-                    del self._running[ident]
-                    # Wake the fetcher only when it would act: the first room for a job (it may be
-                    # waiting with none), enough for a full batch, or nothing left running.
-                    # Waking it on every finished job costs a thread switch per job.
-                    room = self._room()
-                    if failed or before <= 0 < room or room == self._batch_min or not self._running:
-                        self._cond.notify_all()
+                self._let_go(work, failed, began, lambda: self._running.pop(ident), self._batch_min)
 
     def _process(self, work: Work) -> None:
         run, limits = self.loop.run, self.limits

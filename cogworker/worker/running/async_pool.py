@@ -23,6 +23,7 @@ import collections
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -170,8 +171,23 @@ class AsyncHandoff(abc.ABC):
 
     def _ended(self, slot: int, work: Work, failed: bool, began: float) -> None:
         """On the loop, as an async job's task ends: let go of it, start the next one waiting."""
-        # Let go of the job only now: the settler holds it by now (or it is filed), so a
-        # reconcile never finds it unheld while it is still ours.
+
+        def forget() -> None:
+            if self._running.pop(slot, None) is not None:  # None: given up on as stuck
+                self._async_running -= 1
+
+        self._let_go(work, failed, began, forget, self._async_batch_min)
+        self._start_waiting()
+
+    def _let_go(
+        self, work: Work, failed: bool, began: float, forget: Callable[[], object], batch_min: int
+    ) -> None:
+        """A job's end, on a job thread or the loop. The job is let go of only now: the settler holds
+        it by now (or it is filed), so a reconcile never finds it unheld while it is still ours.
+        `forget` drops it from the running jobs, under the lock. The fetcher is woken only when it
+        would act: the first room for a job (it may be waiting with none), `batch_min` of room for a
+        full batch, or nothing left running; waking it on every finished job costs a thread switch
+        per job."""
         if failed:
             self.reconciler.thread_failed(work.raw)
         else:
@@ -179,13 +195,10 @@ class AsyncHandoff(abc.ABC):
         with self._cond:
             self._reserve.observe(time.monotonic() - began)
             before = self._room()
-            if self._running.pop(slot, None) is not None:  # None: given up on as stuck
-                self._async_running -= 1
+            forget()
             room = self._room()
-            # As a job thread's end (worker/manager.py): wake the fetcher only when it would act.
-            if failed or before <= 0 < room or room == self._async_batch_min or not self._running:
+            if failed or before <= 0 < room or room == batch_min or not self._running:
                 self._cond.notify_all()
-        self._start_waiting()
 
     def _process_on_thread(self, slot: int, work: Work) -> None:
         """A job with a rate limiter, on a bridge thread: the sync path, its body on the loop."""
