@@ -116,3 +116,15 @@ def check_prefix(prefix: str) -> None:
             f"{prefix!r}): every cogworker script and queue move touches several keys, and Redis Cluster "
             "runs those only when all of them are in one slot"
         )
+
+
+def check_sharded_prefix(prefix: str) -> None:
+    """COGWORKER_CLUSTER_SHARDING=queues's rule for COGWORKER_KEY_PREFIX: no hash tag, since the layout
+    tags each queue partition (and the home slot) itself, and a tag in the prefix would put them all in
+    one slot again."""
+    if "{" in prefix or "}" in prefix:
+        raise ValueError(
+            f"COGWORKER_CLUSTER_SHARDING=queues needs COGWORKER_KEY_PREFIX without a hash tag (it is "
+            f"{prefix!r}): the layout gives each queue partition a hash tag of its own, e.g. "
+            "cogworker:{default#0}:queue"
+        )

@@ -20,7 +20,7 @@ from cogworker.config_error import ConfigError as ConfigError
 from cogworker.log_levels import parse_log_levels
 from cogworker.prefix_rule import check_key_prefix
 from cogworker.redact import safe_url
-from cogworker.settings_fields import SettingsFields, parse_queues
+from cogworker.settings_fields import SettingsFields, parse_partitions, parse_queues
 
 _SCHEMES = ("redis", "rediss", "unix", *redis_sentinel.SCHEMES)
 # A password holding one of these characters ends the URL's host part early, and the rest of it
@@ -89,6 +89,12 @@ class Settings(BaseSettings, SettingsFields):
     @classmethod
     def _check_prefix(cls, value: str) -> str:
         return check_key_prefix(value)
+
+    @field_validator("queue_partitions")
+    @classmethod
+    def _check_partitions(cls, value: str) -> str:
+        parse_partitions(value)
+        return value
 
     @field_validator("queues")
     @classmethod
@@ -185,7 +191,15 @@ class Settings(BaseSettings, SettingsFields):
                 cluster_url.seeds(self.redis_url)
             except ValueError as exc:
                 raise ValueError(f"COGWORKER_REDIS_CLUSTER=true: COGWORKER_REDIS_URL {exc}") from None
-            cluster_url.check_prefix(self.key_prefix)
+            if self.cluster_sharding == "queues":
+                cluster_url.check_sharded_prefix(self.key_prefix)
+            else:
+                cluster_url.check_prefix(self.key_prefix)
+        elif self.cluster_sharding != "off":
+            raise ValueError(
+                "COGWORKER_CLUSTER_SHARDING=queues spreads queues over a Redis Cluster's masters: it needs "
+                "a redis+cluster:// COGWORKER_REDIS_URL (or COGWORKER_REDIS_CLUSTER=true)"
+            )
         if bool(self.web_username) != bool(self.web_password.get_secret_value()):
             raise ValueError("set both COGWORKER_WEB_USERNAME and COGWORKER_WEB_PASSWORD, or neither")
         # The Sentinel forms agree (one line naming the variables), and a WAIT ends before the client

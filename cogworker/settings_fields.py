@@ -62,6 +62,47 @@ def parse_queues(text: str) -> QueueSpec:
     return QueueSpec(tuple(names), tuple(weights) if all(weighted) else None)
 
 
+# More partitions than this buys nothing on any cluster Redis documents (its masters top out far below),
+# and every fetcher, poller and reader walks each one.
+MAX_PARTITIONS = 64
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """COGWORKER_QUEUE_PARTITIONS parsed: a count for every queue, with per-queue exceptions."""
+
+    default: int = 1
+    per_queue: tuple[tuple[str, int], ...] = ()
+
+    def count(self, queue: str) -> int:
+        return dict(self.per_queue).get(queue, self.default)
+
+
+def parse_partitions(text: str) -> PartitionSpec:
+    """`4` (every queue), `default=4,reports=2` (the rest one), or empty (one each)."""
+    text = text.strip()
+    if not text:
+        return PartitionSpec()
+
+    def number(part: str, value: str) -> int:
+        if not value.strip().isdigit() or not 1 <= int(value) <= MAX_PARTITIONS:
+            raise ValueError(f"{part!r}: a partition count is a whole number from 1 to {MAX_PARTITIONS}")
+        return int(value)
+
+    if "=" not in text:
+        return PartitionSpec(default=number(text, text))
+    per_queue: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or not is_queue_name(name):
+            raise ValueError(f"{part!r} is not <queue>=<count> ({QUEUE_NAME_RULE})")
+        if name in per_queue:
+            raise ValueError(f"queue {name!r} is given twice")
+        per_queue[name] = number(part, value)
+    return PartitionSpec(per_queue=tuple(sorted(per_queue.items())))
+
+
 class SettingsFields:
     """The settings' names, types and defaults; read-only for every process (both subclasses are frozen)."""
 
@@ -228,6 +269,16 @@ class SettingsFields:
     """The start of every key and channel name (store/keys.py), so apps with different prefixes share one
     Redis unseen by each other. A hash tag in it (`{myapp}:`) puts every key in one Redis Cluster slot,
     which cluster mode needs: a script's keys must share a slot. Changing it strands the old keys' jobs."""
+    cluster_sharding: Literal["off", "queues"] = "off"
+    """With a Redis Cluster, `queues` spreads the deployment over the cluster's masters: each queue (or
+    each partition of one, `queue_partitions`) keeps its jobs, in-progress lists, sets and counters in a
+    slot of its own, and everything else in one home slot (store/shards.py). Needs a `key_prefix` with no
+    hash tag. `off` keeps the whole deployment in the prefix's one slot."""
+    queue_partitions: str = ""
+    """With `cluster_sharding=queues`, how many partitions each queue has: `4` (every queue), or
+    `default=4,reports=2` (the rest have one). Pushes spread over a queue's partitions and fetchers read
+    them all. Raising it later is safe; lowering it leaves the old partitions read until they are empty
+    (the count recorded in Redis only grows)."""
     cpu_affinity: Literal["auto", "none", "spread"] = "auto"
     """Whether the swarm pins each worker to one CPU (supervisor/forkserver/cpu_affinity.py). `spread`:
     slot N's worker runs on the Nth CPU the swarm may use; `auto`: the same when there is one worker per
@@ -265,6 +316,11 @@ class SettingsFields:
     def queue_spec(self) -> QueueSpec:
         """COGWORKER_QUEUES parsed: the queues a worker fetches from, weighted or in strict order."""
         return parse_queues(self.queues)
+
+    @property
+    def partition_spec(self) -> PartitionSpec:
+        """COGWORKER_QUEUE_PARTITIONS parsed (store/shards.py uses it only with cluster_sharding=queues)."""
+        return parse_partitions(self.queue_partitions)
 
     @property
     def require_modules(self) -> tuple[str, ...]:

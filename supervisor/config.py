@@ -47,6 +47,9 @@ class SwarmConfig:
     metrics_job_labels: bool  # label job counts by class, or count them all under job="(all)"
     metrics_max_job_labels: int  # past this many classes, further ones count under job="(other)"
     key_prefix: str  # the metrics scrape reads this deployment's keys only (cogworker/store/keys.py)
+    # The key layout (cogworker/store/shards.py): the scrape and the fork server's requeue name keys by it.
+    cluster_sharding: str
+    queue_partitions: str
     log_level: str
     log_format: str
 

@@ -35,7 +35,7 @@ LOGS = ROOT / ".test-artifacts" / "streams"
 # of a 30-minute CI budget). Measured with four: 23.2, 21.0, 10.2 and 21.7 min before e2e/worker
 # moved from the first to the third.
 STREAMS: list[list[str]] = [
-    ["e2e/cluster", "e2e/sentinel", "e2e/hosts", "e2e/tls", "e2e/package"],
+    ["e2e/cluster", "e2e/sharded", "e2e/sentinel", "e2e/hosts", "e2e/tls", "e2e/package"],
     ["e2e/swarm", "e2e/systemd", "e2e/faults", "e2e/lost_reply"],
     ["e2e/web", "e2e/prefix", "e2e/worker"],
 ]

@@ -19,7 +19,7 @@ from cogworker.api import middleware, payload, push_outcome, push_write
 from cogworker.api.middleware import abandon, compose_client_chain, run_client_chain
 from cogworker.api.retry_filters import WORKER_SIDE
 from cogworker.settings_fields import SettingsFields
-from cogworker.store import keys, replicas
+from cogworker.store import replicas, shards
 from cogworker.store.connection import connect
 
 BULK_BATCH = 1000
@@ -58,7 +58,7 @@ def configure(settings: SettingsFields | None = None, client: redis.Redis | None
     global _settings, _redis
     new_settings = settings or _from_environment()
     # The prefix is the process's, not the client's: a worker's own keys and its jobs' pushes must agree.
-    keys.use_prefix(new_settings.key_prefix)
+    shards.use_settings(new_settings)
     new_client = client or connect(new_settings)
     with _lock:
         _settings, _redis = new_settings, new_client
@@ -116,7 +116,7 @@ def settings() -> SettingsFields:
             # its keys must carry the configured prefix from the first one. Under the lock, so no
             # thread sees these settings before their prefix; use_prefix only rebinds names, so it
             # can't reach `configure()`.
-            keys.use_prefix(loaded.key_prefix)
+            shards.use_settings(loaded)
         return _settings
 
 

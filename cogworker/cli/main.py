@@ -40,7 +40,7 @@ from cogworker.env_file import load_env_file
 from cogworker.ops import OpsError
 from cogworker.redact import safe_url
 from cogworker.settings import ConfigError, load_or_exit
-from cogworker.store import key_guard, keys
+from cogworker.store import key_guard, shards
 from cogworker.store.connection import is_unavailable
 
 VERB_GROUPS = (
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_or_exit(**overrides)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else exitcodes.CONFIG_ERROR
-    keys.use_prefix(settings.key_prefix)  # every verb, `run` too, reads and writes this deployment's keys
+    shards.use_settings(settings)  # every verb, `run` too, reads and writes this deployment's keys
     if args.verb == "run":
         return run.start(settings)
     # Logs go to stderr: stdout carries the verb's output (--json must stay parseable).

@@ -80,7 +80,7 @@ def main(argv: Sequence[str]) -> int:
     # still collects, and then only what the app and it have made since.
     gc.disable()
     try:
-        from cogworker.store import keys
+        from cogworker.store import shards
         from cogworker.worker import main as worker_main  # noqa: F401 - imported here, beside the check
         from cogworker.worker.warm_up import warm_up
 
@@ -91,7 +91,7 @@ def main(argv: Sequence[str]) -> int:
     settings = check.result()
     if isinstance(settings, int):  # 78 for a bad setting: the check printed which
         return settings
-    keys.use_prefix(settings.key_prefix)
+    shards.use_settings(settings)
     return run.start(settings)
 
 

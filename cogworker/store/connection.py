@@ -18,6 +18,7 @@ from cogworker.redis_tls import client_options
 from cogworker.settings_fields import SettingsFields
 from cogworker.store import sentinel_pool
 from cogworker.store.cluster_pool import cluster_client
+from cogworker.store.shards import home_prefix
 
 CONNECT_TIMEOUT_S = 2.0
 # Bytes that aren't UTF-8 (a payload written by something else) decode to lone surrogates instead
@@ -71,7 +72,15 @@ def text_options() -> dict[str, Any]:
 
 
 def connect(settings: SettingsFields, *, extra_timeout_s: float = 0.0) -> redis.Redis:
-    """A client with a small pool. redis-py's own retries are off: callers decide what a failure means.
+    """The deployment's client (in the sharded layout, the home slot's): see pinned_client."""
+    return pinned_client(settings, None, extra_timeout_s=extra_timeout_s)
+
+
+def pinned_client(
+    settings: SettingsFields, prefix: str | None, *, extra_timeout_s: float = 0.0
+) -> redis.Redis:
+    """A client with a small pool; on a Redis Cluster pinned to the slot of `prefix`'s hash tag (None:
+    the deployment's). redis-py's own retries are off: callers decide what a failure means.
     A command may wait `redis_timeout_s` for Redis; a blocking one adds its block time (`extra_timeout_s`).
     A `rediss://` URL gets the COGWORKER_REDIS_SSL_* files; every connection of the pool has them (the
     fetch loop's own DirectConnection is made by this pool, so it has them too).
@@ -88,7 +97,12 @@ def connect(settings: SettingsFields, *, extra_timeout_s: float = 0.0) -> redis.
         **text_options(),
     )
     if cluster_url.is_cluster(settings):
-        return cluster_client(cluster_url.seeds(settings.redis_url), settings.key_prefix, **options)
+        # The sharded layout's client for everything but a queue partition's keys: the home slot
+        # (store/shards.py). Partitions have clients of their own (store/shard_clients.py).
+        pinned = prefix or settings.key_prefix
+        if prefix is None and settings.cluster_sharding == "queues":
+            pinned = home_prefix(settings.key_prefix)
+        return cluster_client(cluster_url.seeds(settings.redis_url), pinned, **options)
     target = redis_sentinel.target(settings)
     if target is not None:
         password = settings.redis_sentinel_password.get_secret_value()

@@ -20,7 +20,7 @@ from starlette.staticfiles import StaticFiles
 
 from cogworker.redact import safe_url
 from cogworker.settings import Settings, load_settings
-from cogworker.store import keys
+from cogworker.store import shards
 from cogworker.store.connection import is_unavailable
 from cogworker.web import audit, batches, busy, dashboard, jobs, metrics_pages, periodic, queues, search, sets
 from cogworker.web.render import page
@@ -57,7 +57,7 @@ def create_app(
     `user_of` names the user an action is recorded under when the host's login isn't Starlette's
     `request.user` (see web/audit.py); it is called on a worker thread, so it may block."""
     settings = settings if settings is not None else load_settings()
-    keys.use_prefix(settings.key_prefix)  # the pages show (and act on) this deployment's keys only
+    shards.use_settings(settings)  # the pages show (and act on) this deployment's keys only
     state = WebState(settings, read_only, user_of)
     middleware = [Middleware(StateAndHeaders, state=state)]
     if settings.web_username:

@@ -22,7 +22,7 @@ from setproctitle import setproctitle
 
 from cogworker import exitcodes, logs
 from cogworker.settings_fields import values_of
-from cogworker.store import keys
+from cogworker.store import shards
 from cogworker.worker.main import BootError, import_app
 from cogworker.worker.warm_up import warm_up
 from supervisor.forkserver import TITLE
@@ -49,7 +49,7 @@ def boot(check: SettingsCheck) -> int:
     if isinstance(settings, int):  # 78 for a bad setting: the supervisor exits with the same code
         return settings
     # Before anything forks: the requeues done here and every child use this deployment's keys.
-    keys.use_prefix(settings.key_prefix)
+    shards.use_settings(settings)
     logs.configure(settings.log_level, settings.log_format, settings.log_levels, role="forkserver")
     setproctitle(TITLE)
     app_loaded = False

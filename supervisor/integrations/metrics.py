@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cogworker.store import keys
+from cogworker.store import shards
 from supervisor.children.child import Child, ExitOutcome
 from supervisor.config import SwarmConfig
 from supervisor.integrations.hooks import SwarmHooks
@@ -131,7 +131,7 @@ class SwarmMetrics:
         self.settings = settings
         # The supervisor's only reader of keys is the scrape: it must count this deployment's queues
         # and sets, not another app's sharing the Redis.
-        keys.use_prefix(settings.key_prefix)
+        shards.use_settings(settings)
         self.request_timeout_s = request_timeout_s
         self.max_connections = max_connections
         self.registry = CollectorRegistry(auto_describe=True)
