@@ -93,6 +93,7 @@ VALIDATOR_RULES = {
     "_readable_file": "a file this process can read (checked at start)",
     "_check_prefix": "see [Sharing one Redis](../deployment/redis.md#sharing-one-redis-the-key-prefix)",
     "_check_queues": "`a:3,b:1` (weighted) or `a,b` (strict order), not a mix",
+    "_check_partitions": "`4` (every queue) or `default=4,reports=2`; each count from 1 to 64",
     "_check_log_levels": "`logger=level` pairs, comma-separated; levels `debug` to `critical`, each logger once",
     "_can_pin": "`spread` needs a platform that can pin a process to a CPU",
     "_not_negative": "0 or more",
