@@ -17,9 +17,9 @@ from starlette.testclient import TestClient
 from cogworker import codec
 from cogworker import settings as settings_module
 from cogworker.cli.main import main
+from cogworker.ops import NotFound, stats
 from cogworker.ops import processes as process_ops
 from cogworker.ops import queues as queue_ops
-from cogworker.ops import stats
 from cogworker.store import connection, keys, shards
 from cogworker.web import create_app
 from tests.support.web_requests import SAME_ORIGIN
@@ -173,7 +173,7 @@ def test_a_page_of_jobs_reads_the_partitions_in_turn_and_deletes_from_the_right_
     deleted = queue_ops.delete_job(home, "reports", str(target.jid), target.index, target.partition)
     assert deleted.jid == "reports-2-1"
     assert cluster.llen(shards.queue_key(shards.Partition("reports", 2))) == 2
-    with pytest.raises(queue_ops.NotFound):
+    with pytest.raises(NotFound):
         queue_ops.delete_job(home, "reports", str(target.jid), target.index, target.partition)
 
 
