@@ -6,7 +6,7 @@ process reads on its next beat (heartbeat.lua).
 
 In the sharded layout (store/shards.py) a process keeps one in-progress list per partition of the
 queues it reads, each in its partition's slot: what it holds is their lengths summed, read in one
-fan-out (ops/fanout.py) after the home slot's presence hashes.
+fan-out (store/fanout.py) after the home slot's presence hashes.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any, cast
 import redis
 
 from cogworker import codec
-from cogworker.ops import NotFound, OpsError, fanout, redis_time
+from cogworker.ops import NotFound, OpsError, redis_time
 from cogworker.ops import queues as queue_ops
 from cogworker.settings import Settings
-from cogworker.store import keys, shards
+from cogworker.store import fanout, keys, shards
 from cogworker.store.locks import Locks
 from cogworker.store.outage import Outages
 from cogworker.store.redis_context import RedisContext

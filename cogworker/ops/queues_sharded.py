@@ -20,9 +20,9 @@ from typing import Any, cast
 
 import redis
 
-from cogworker.ops import NotFound, fanout
+from cogworker.ops import NotFound
 from cogworker.ops.queue_types import DELETE_WINDOW, QueuedJob, QueueInfo, latency_of, queued_job
-from cogworker.store import keys, shards
+from cogworker.store import fanout, keys, shards
 
 
 def _partitions(client: redis.Redis, names: Iterable[str]) -> list[shards.Partition]:

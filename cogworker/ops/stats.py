@@ -6,7 +6,7 @@ and every failure filing; a history of N days is one MGET per counter, whatever 
 
 In the sharded layout (store/shards.py) each queue partition keeps its own counters in its slot, written
 by the scripts that move its jobs; a reading is the home slot's counters (anything counted outside a
-partition) plus every partition's, the same MGETs sent to every partition at once (ops/fanout.py).
+partition) plus every partition's, the same MGETs sent to every partition at once (store/fanout.py).
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Any
 
 import redis
 
-from cogworker.ops import fanout
-from cogworker.store import keys, shards
+from cogworker.store import fanout, keys, shards
 
 MIN_DAYS = 7
 MAX_DAYS = 180

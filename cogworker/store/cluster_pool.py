@@ -62,7 +62,7 @@ class SlotOwner:
 
     def sibling(self, slot: int) -> SlotOwner:
         """An owner finder for another slot of the same cluster: the same seeds and options, and the
-        nodes already seen (a reader fanning out over the sharded layout's partitions, ops/fanout.py)."""
+        nodes already seen (a reader fanning out over the sharded layout's partitions, store/fanout.py)."""
         other = SlotOwner(self._given, slot, self._options)
         with self._lock:
             other._known = list(self._known)

@@ -8,7 +8,7 @@ and each known queue's length. It reads the presence hash's `busy` and `info` fi
 work hashes `ops.processes.processes` also reads for the Busy page's running jobs.
 
 In the sharded layout (store/shards.py) the queues' lengths and the retry and dead sets' sizes are
-their partitions', summed: one more fan-out (ops/fanout.py), one pipeline per partition slot at once.
+their partitions', summed: one more fan-out (store/fanout.py), one pipeline per partition slot at once.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from typing import Any
 import redis
 
 from cogworker import codec
-from cogworker.ops import fanout
-from cogworker.store import keys, shards
+from cogworker.store import fanout, keys, shards
 
 
 @dataclass(frozen=True, slots=True)

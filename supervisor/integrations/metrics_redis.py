@@ -95,7 +95,7 @@ class RedisCollector(Collector):
             if cluster_url.is_cluster(self._settings):
                 # Pinned to the master owning the deployment's slot, as every worker is; in the sharded
                 # layout the home slot's, and the queue partitions' clients are derived from it
-                # (ops/fanout.py), with these same short timeouts.
+                # (store/fanout.py), with these same short timeouts.
                 seeds = cluster_url.seeds(url)
                 prefix = self._settings.key_prefix
                 if self._settings.cluster_sharding == "queues":

@@ -23,7 +23,8 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import redis
 from redis.crc import key_slot
@@ -38,6 +39,7 @@ MAX_PARALLEL = 8
 
 # What `build` returns is ignored (a lambda may answer the pipeline it queued on).
 Build = Callable[[Any, shards.Partition], object]
+Item = TypeVar("Item", shards.Partition, str)
 
 
 class PartitionClients:
@@ -135,28 +137,51 @@ def pipelined(
     can't be reached raises either way (the reader's Redis is unavailable). `transaction=True` wraps each
     client's pipeline in MULTI (its partitions are in one slot, or on one master that owns them all)."""
     clients = clients_of(home)
-    groups: dict[int, tuple[redis.Redis, list[shards.Partition]]] = {}
-    for partition in dict.fromkeys(partitions):
-        client = clients.of(partition)
-        groups.setdefault(id(client), (client, []))[1].append(partition)
+    return _fan_out(list(partitions), clients.of, build, raise_on_error, transaction)
 
-    def send(group: tuple[redis.Redis, list[shards.Partition]]) -> dict[shards.Partition, list[Any]]:
+
+def keyed(
+    home: redis.Redis,
+    names: Sequence[str],
+    build: Callable[[Any, str], object],
+    *,
+    raise_on_error: bool = True,
+) -> dict[str, list[Any]]:
+    """As `pipelined`, for keys of either kind: each key's commands go to its slot's client (a home key's
+    to `home`), one pipeline per client. Outside the sharded layout: one pipeline on `home`."""
+    clients = clients_of(home)
+    return _fan_out(list(names), clients.for_key, build, raise_on_error, False)
+
+
+def _fan_out(
+    items: list[Item],
+    client_of: Callable[[Item], redis.Redis],
+    build: Callable[[Any, Item], object],
+    raise_on_error: bool,
+    transaction: bool,
+) -> dict[Item, list[Any]]:
+    groups: dict[int, tuple[redis.Redis, list[Item]]] = {}
+    for item in dict.fromkeys(items):
+        client = client_of(item)
+        groups.setdefault(id(client), (client, []))[1].append(item)
+
+    def send(group: tuple[redis.Redis, list[Item]]) -> dict[Item, list[Any]]:
         client, members = group
         pipe = client.pipeline(transaction=transaction)
         counts = []
-        for partition in members:
+        for item in members:
             before = len(pipe.command_stack)
-            build(pipe, partition)
+            build(pipe, item)
             counts.append(len(pipe.command_stack) - before)
         replies: list[Any] = pipe.execute(raise_on_error=raise_on_error) if pipe.command_stack else []
-        answered: dict[shards.Partition, list[Any]] = {}
+        answered: dict[Item, list[Any]] = {}
         at = 0
-        for partition, count in zip(members, counts, strict=True):
-            answered[partition] = replies[at : at + count]
+        for item, count in zip(members, counts, strict=True):
+            answered[item] = replies[at : at + count]
             at += count
         return answered
 
-    found: dict[shards.Partition, list[Any]] = {}
+    found: dict[Item, list[Any]] = {}
     work = list(groups.values())
     if len(work) <= 1:
         for group in work:
@@ -168,3 +193,54 @@ def pipelined(
         for answered in pool.map(send, work):
             found.update(answered)
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class Master:
+    """A master of the cluster as CLUSTER SLOTS describes it."""
+
+    address: str  # host:port
+    node_id: str
+    ranges: tuple[tuple[int, int], ...]  # slot ranges it serves, inclusive
+    replicas: tuple[str, ...]  # host:port of each replica CLUSTER SLOTS lists (failed ones are not)
+
+    @property
+    def slots(self) -> int:
+        return sum(end - start + 1 for start, end in self.ranges)
+
+    def serves(self, slot: int) -> bool:
+        return any(start <= slot <= end for start, end in self.ranges)
+
+
+def masters(home: redis.Redis) -> list[Master]:
+    """Every master serving slots, from the node `home` is connected to (CLUSTER SLOTS), by address."""
+    reply: list[Any] = home.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+    found: dict[str, tuple[str, list[tuple[int, int]], list[str]]] = {}
+    for start, end, master, *replicas in reply:
+        address = f"{master[0]}:{master[1]}"
+        node_id = str(master[2]) if len(master) > 2 else address
+        entry = found.setdefault(address, (node_id, [], []))
+        entry[1].append((int(start), int(end)))
+        entry[2].extend(f"{r[0]}:{r[1]}" for r in replicas if f"{r[0]}:{r[1]}" not in entry[2])
+    return [
+        Master(address, node_id, tuple(sorted(ranges)), tuple(replicas))
+        for address, (node_id, ranges, replicas) in sorted(found.items())
+    ]
+
+
+def master_clients(home: redis.Redis) -> list[tuple[Master, redis.Redis]]:
+    """A client for each master (pinned to the first slot it serves), for what must ask every master:
+    a SCAN, an INFO. Outside the sharded layout: `home` alone, with no master named."""
+    if not shards.is_sharded():
+        return []
+    clients = clients_of(home)
+    return [(m, clients.for_slot(m.ranges[0][0])) for m in masters(home) if m.ranges]
+
+
+def scan_all(home: redis.Redis, match: str, count: int = 1000) -> list[str]:
+    """Every key matching `match` on every master (sharded layout), or on `home`'s Redis (otherwise)."""
+    targets = [client for _, client in master_clients(home)] or [home]
+    found: set[str] = set()
+    for client in targets:
+        found.update(str(k) for k in client.scan_iter(match=match, count=count))
+    return sorted(found)
