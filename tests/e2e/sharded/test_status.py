@@ -142,6 +142,23 @@ def test_pause_writes_every_partitions_flag_and_resume_clears_them(
     assert queue_ops.paused_queues(home) == set()
 
 
+def test_a_pause_one_partition_refused_is_completed_by_sending_it_again(
+    home: redis.Redis, cluster: redis.RedisCluster
+) -> None:
+    """The write never ran on one partition (its flag key refused it): the others are paused, the
+    error reaches the operator, and the same pause sent again writes the one left."""
+    seed_queue(cluster, "reports", [0, 0, 0], [1.0, 1.0, 1.0])
+    flags = [shards.paused(shards.Partition("reports", i)) for i in range(3)]
+    cluster.set(flags[2], "in the way")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        queue_ops.pause(home, "reports")
+    assert [cluster.sismember(flag, "reports") for flag in flags[:2]] == [1, 1]
+    cluster.delete(flags[2])  # the key guard's work (tests/e2e/sharded/test_doctor.py)
+    assert queue_ops.pause(home, "reports") is True
+    assert [cluster.smembers(flag) for flag in flags] == [{"reports"}] * 3
+    assert queue_ops.pause(home, "reports") is False
+
+
 def test_clear_empties_every_partition(home: redis.Redis, cluster: redis.RedisCluster) -> None:
     seed_queue(cluster, "reports", [2, 3, 1], [1.0, 1.0, 1.0])
     suspects = shards.suspects(shards.Partition("reports", 2))
