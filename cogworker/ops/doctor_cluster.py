@@ -24,7 +24,7 @@ from redis.crc import key_slot
 from cogworker import cluster_url
 from cogworker.ops.doctor_check import Check, listed
 from cogworker.settings import Settings
-from cogworker.store import fanout, shards
+from cogworker.store import fanout, master_routes, shards
 
 SLOTS = 16384
 
@@ -59,12 +59,12 @@ def check_cluster_slots(client: redis.Redis, settings: Settings) -> Check:
             f"{served}, {pfail + fail} on a master another node can't reach (pfail {pfail}, fail "
             f"{fail}): its queues stall if it is down",
         )
-    masters = fanout.masters(client)
+    masters = master_routes.masters(client)
     return Check("cluster slots", "OK", f"{served}, served by {len(masters)} master(s)")
 
 
 def check_cluster_replicas(client: redis.Redis, settings: Settings) -> Check:
-    masters = fanout.masters(client)
+    masters = master_routes.masters(client)
     lonely = [m for m in masters if not m.replicas]
     if not lonely:
         fewest = min((len(m.replicas) for m in masters), default=0)
@@ -96,7 +96,7 @@ def check_sharded_layout(client: redis.Redis, settings: Settings) -> Check:
             "layout tags each queue partition itself, so give the prefix none",
         )
     home = int(key_slot(shards.HOME_TAG.encode()))
-    owner = next((m.address for m in fanout.masters(client) if m.serves(home)), "no master")
+    owner = next((m.address for m in master_routes.masters(client) if m.serves(home)), "no master")
     return Check(
         "sharded layout",
         "OK",
@@ -106,7 +106,7 @@ def check_sharded_layout(client: redis.Redis, settings: Settings) -> Check:
 
 
 def _partitions_by_master(
-    client: redis.Redis, masters: list[fanout.Master]
+    client: redis.Redis, masters: list[master_routes.Master]
 ) -> dict[str, list[shards.Partition]]:
     held: dict[str, list[shards.Partition]] = {m.address: [] for m in masters}
     for p in fanout.known_partitions(client):
@@ -118,7 +118,7 @@ def _partitions_by_master(
 
 
 def check_partition_spread(client: redis.Redis, settings: Settings) -> Check:
-    masters = fanout.masters(client)
+    masters = master_routes.masters(client)
     held = _partitions_by_master(client, masters)
     total = sum(len(parts) for parts in held.values())
     if not total:

@@ -5,9 +5,10 @@ scrape and the key guard.
 The readers are handed the deployment's one client (in the sharded layout, the home slot's). From it,
 `clients_of` derives a client per partition slot, with the same options and pool size (a scrape's short
 timeouts stay short), pinned like the home one (store/cluster_pool.py), so a MOVED re-pins only that
-slot. `pipelined` then sends one pipeline per distinct client, the clients' pipelines at once from a few
-threads, and hands back each partition's replies: a read costs about one round trip however many
-partitions there are.
+slot. `pipelined` groups the partitions by the master serving their slots (store/master_routes.py) and
+sends one pipeline per master, the masters' pipelines at once from a few threads, then hands back each
+partition's replies: a read costs about one round trip however many partitions there are. What a master
+didn't run (its reply is a redirect: the slot moved) is sent again through the slot's pinned client.
 
 Outside the sharded layout every partition's client is the given one, so `pipelined` sends exactly one
 pipeline, with the commands the one-slot readers always sent; those readers keep their own code path
@@ -24,14 +25,15 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import redis
 from redis.crc import key_slot
 
 from cogworker.cluster_url import hash_tag
-from cogworker.store import keys, shards
+from cogworker.store import keys, master_routes, shards
 from cogworker.store.cluster_pool import sibling_client
+from cogworker.store.master_routes import REDIRECTS, MasterRoutes, masters
 
 # Pipelines in flight at once: enough to hide the round trips of a few masters' worth of partitions,
 # few enough that a page or a scrape never opens a crowd of connections.
@@ -49,6 +51,7 @@ class PartitionClients:
 
     def __init__(self, home: redis.Redis) -> None:
         self.home = home
+        self.routes = MasterRoutes(home)
         self._by_slot: dict[int, redis.Redis] = {}
         self._lock = threading.Lock()
 
@@ -130,14 +133,15 @@ def pipelined(
     raise_on_error: bool = True,
     transaction: bool = False,
 ) -> dict[shards.Partition, list[Any]]:
-    """Queue `build(pipe, p)`'s commands for every partition on its slot's client, send one pipeline per
-    client (at once, from up to MAX_PARALLEL threads) and answer each partition's replies in order.
+    """Queue `build(pipe, p)`'s commands for every partition, send one pipeline per master (at once,
+    from up to MAX_PARALLEL threads) and answer each partition's replies in order.
 
-    With `raise_on_error=False` a refused command's error comes back in place of its reply; a client that
+    With `raise_on_error=False` a refused command's error comes back in place of its reply; a master that
     can't be reached raises either way (the reader's Redis is unavailable). `transaction=True` wraps each
-    client's pipeline in MULTI (its partitions are in one slot, or on one master that owns them all)."""
+    partition slot's commands in a MULTI of their own (one pipeline per slot then)."""
     clients = clients_of(home)
-    return _fan_out(list(partitions), clients.of, build, raise_on_error, transaction)
+    route = _Route(clients, clients.of, slot_of)
+    return _fan_out(list(partitions), route, build, raise_on_error, transaction)
 
 
 def keyed(
@@ -147,23 +151,80 @@ def keyed(
     *,
     raise_on_error: bool = True,
 ) -> dict[str, list[Any]]:
-    """As `pipelined`, for keys of either kind: each key's commands go to its slot's client (a home key's
-    to `home`), one pipeline per client. Outside the sharded layout: one pipeline on `home`."""
+    """As `pipelined`, for keys of either kind (a home key's go to the home slot's master). Outside the
+    sharded layout: one pipeline on `home`."""
     clients = clients_of(home)
-    return _fan_out(list(names), clients.for_key, build, raise_on_error, False)
+    route = _Route(
+        clients, clients.for_key, lambda key: int(key_slot(key.encode("utf-8", "surrogateescape")))
+    )
+    return _fan_out(list(names), route, build, raise_on_error, False)
+
+
+def _key_slot(key: str) -> int:
+    return int(key_slot(key.encode("utf-8", "surrogateescape")))
+
+
+@dataclass(frozen=True, slots=True)
+class _Route(Generic[Item]):
+    clients: PartitionClients
+    pinned: Callable[[Item], redis.Redis]  # the item's slot's own client
+    slot: Callable[[Item], int]
 
 
 def _fan_out(
     items: list[Item],
-    client_of: Callable[[Item], redis.Redis],
+    route: _Route[Item],
     build: Callable[[Any, Item], object],
     raise_on_error: bool,
     transaction: bool,
 ) -> dict[Item, list[Any]]:
+    items = list(dict.fromkeys(items))
+    routes = route.clients.routes
+    if transaction or not shards.is_sharded() or not routes.usable:
+        return _send_all(_by_client(items, route.pinned), build, raise_on_error, transaction)
+    by_master: dict[str, list[Item]] = {}
+    for item in items:
+        owner = routes.owner(route.slot(item))
+        by_master.setdefault(owner or "", []).append(item)
+    by_master.pop("", None)  # no master mapped: sent through the slot's pinned client below
+    groups = [(routes.client(address), members) for address, members in by_master.items()]
+    found = _send_all(groups, build, False, False, tolerate=True)
+    # Sent again through their slots' pinned clients: what a master didn't run (the slot moved or is
+    # moving), what a master that can't be reached may not have run, and what no master was mapped to.
+    again = [
+        item for item in items if item not in found or any(isinstance(r, REDIRECTS) for r in found[item])
+    ]
+    if again:
+        routes.forget()
+        found.update(_send_all(_by_client(again, route.pinned), build, False, False))
+    if raise_on_error:
+        for item in items:
+            error = next((r for r in found[item] if isinstance(r, redis.ResponseError)), None)
+            if error is not None:
+                raise error
+    return found
+
+
+def _by_client(
+    items: list[Item], client_of: Callable[[Item], redis.Redis]
+) -> list[tuple[redis.Redis, list[Item]]]:
     groups: dict[int, tuple[redis.Redis, list[Item]]] = {}
-    for item in dict.fromkeys(items):
+    for item in items:
         client = client_of(item)
         groups.setdefault(id(client), (client, []))[1].append(item)
+    return list(groups.values())
+
+
+def _send_all(
+    groups: list[tuple[redis.Redis, list[Item]]],
+    build: Callable[[Any, Item], object],
+    raise_on_error: bool,
+    transaction: bool,
+    *,
+    tolerate: bool = False,
+) -> dict[Item, list[Any]]:
+    """One pipeline per group, at once; `tolerate`: a group whose client can't be reached is left out of
+    the answer (for the caller to send again) instead of raising."""
 
     def send(group: tuple[redis.Redis, list[Item]]) -> dict[Item, list[Any]]:
         client, members = group
@@ -173,7 +234,12 @@ def _fan_out(
             before = len(pipe.command_stack)
             build(pipe, item)
             counts.append(len(pipe.command_stack) - before)
-        replies: list[Any] = pipe.execute(raise_on_error=raise_on_error) if pipe.command_stack else []
+        try:
+            replies: list[Any] = pipe.execute(raise_on_error=raise_on_error) if pipe.command_stack else []
+        except (redis.ConnectionError, redis.TimeoutError):
+            if tolerate:
+                return {}
+            raise
         answered: dict[Item, list[Any]] = {}
         at = 0
         for item, count in zip(members, counts, strict=True):
@@ -182,53 +248,19 @@ def _fan_out(
         return answered
 
     found: dict[Item, list[Any]] = {}
-    work = list(groups.values())
-    if len(work) <= 1:
-        for group in work:
+    if len(groups) <= 1:
+        for group in groups:
             found.update(send(group))
         return found
     # Threads made per call, not kept: a forked worker (the key guard runs in its poller) must never
     # inherit a pool whose threads are gone.
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(work))) as pool:
-        for answered in pool.map(send, work):
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(groups))) as pool:
+        for answered in pool.map(send, groups):
             found.update(answered)
     return found
 
 
-@dataclass(frozen=True, slots=True)
-class Master:
-    """A master of the cluster as CLUSTER SLOTS describes it."""
-
-    address: str  # host:port
-    node_id: str
-    ranges: tuple[tuple[int, int], ...]  # slot ranges it serves, inclusive
-    replicas: tuple[str, ...]  # host:port of each replica CLUSTER SLOTS lists (failed ones are not)
-
-    @property
-    def slots(self) -> int:
-        return sum(end - start + 1 for start, end in self.ranges)
-
-    def serves(self, slot: int) -> bool:
-        return any(start <= slot <= end for start, end in self.ranges)
-
-
-def masters(home: redis.Redis) -> list[Master]:
-    """Every master serving slots, from the node `home` is connected to (CLUSTER SLOTS), by address."""
-    reply: list[Any] = home.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
-    found: dict[str, tuple[str, list[tuple[int, int]], list[str]]] = {}
-    for start, end, master, *replicas in reply:
-        address = f"{master[0]}:{master[1]}"
-        node_id = str(master[2]) if len(master) > 2 else address
-        entry = found.setdefault(address, (node_id, [], []))
-        entry[1].append((int(start), int(end)))
-        entry[2].extend(f"{r[0]}:{r[1]}" for r in replicas if f"{r[0]}:{r[1]}" not in entry[2])
-    return [
-        Master(address, node_id, tuple(sorted(ranges)), tuple(replicas))
-        for address, (node_id, ranges, replicas) in sorted(found.items())
-    ]
-
-
-def master_clients(home: redis.Redis) -> list[tuple[Master, redis.Redis]]:
+def master_clients(home: redis.Redis) -> list[tuple[master_routes.Master, redis.Redis]]:
     """A client for each master (pinned to the first slot it serves), for what must ask every master:
     a SCAN, an INFO. Outside the sharded layout: `home` alone, with no master named."""
     if not shards.is_sharded():

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from redis.crc import key_slot
 from starlette.testclient import TestClient
 
 from cogworker import codec
@@ -20,8 +21,9 @@ from cogworker.cli.main import main
 from cogworker.ops import NotFound, stats
 from cogworker.ops import processes as process_ops
 from cogworker.ops import queues as queue_ops
-from cogworker.store import connection, keys, shards
+from cogworker.store import connection, fanout, keys, shards
 from cogworker.web import create_app
+from tests.support.redis_cluster import RedisCluster
 from tests.support.web_requests import SAME_ORIGIN
 
 DAY = stats.today()
@@ -192,6 +194,27 @@ def test_a_page_of_jobs_reads_the_partitions_in_turn_and_deletes_from_the_right_
     assert cluster.llen(shards.queue_key(shards.Partition("reports", 2))) == 2
     with pytest.raises(NotFound):
         queue_ops.delete_job(home, "reports", str(target.jid), target.index, target.partition)
+
+
+def test_reads_and_a_pause_follow_a_slot_that_moved_since_the_map_was_read(
+    home: redis.Redis, cluster: redis.RedisCluster, redis_cluster: RedisCluster
+) -> None:
+    """A fan-out groups partitions by master from a slot map it keeps: a slot migrated since answers
+    MOVED (not run), and those partitions are sent again through their slots' own clients."""
+    seed_queue(cluster, "reports", [2, 3], [1.0, 1.0])
+    assert queue_ops.size(home, "reports") == 5  # the map is read and kept
+    routes = fanout.clients_of(home).routes
+    slot = key_slot(b"reports#1")
+    source, target = redis_cluster.migrate(slot)
+    assert routes.owner(slot) == f"127.0.0.1:{source}"  # stale
+    [info] = queue_ops.queue_infos(home, ["reports"])
+    assert info.size == 5
+    assert routes.owner(slot) == f"127.0.0.1:{target}"  # the MOVED made it read the map again
+    assert queue_ops.pause(home, "reports") is True
+    assert [cluster.smembers(shards.paused(shards.Partition("reports", i))) for i in range(2)] == [
+        {"reports"}
+    ] * 2
+    assert stats.totals(home).processed == 0
 
 
 def presence(cluster: redis.RedisCluster, identity: str, queues: list[str]) -> None:
