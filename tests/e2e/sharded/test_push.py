@@ -326,3 +326,20 @@ def test_an_awaitable_bulk_push_dropped_raises_and_writes_nothing(
     # Fenced off in the partition's slot: the attempt can't land later.
     fences = [cluster.get(k) for k in cluster.keys("cw:{lossy#0}:pushed:*", target_nodes=cluster.PRIMARIES)]
     assert len(fences) == 2 and all(str(f).startswith("x:") for f in fences)
+
+
+def test_a_partition_key_of_the_wrong_type_is_named_and_sent_to_the_key_guards(
+    api: None, cluster: redis.RedisCluster
+) -> None:
+    p = shards.Partition("plain", 0)
+    cluster.set(shards.queue_key(p), "not a list")
+    with pytest.raises(key_guard.WrongTypeKey) as raised:
+        spread_job.set(queue="plain").perform_async(1)
+    assert (raised.value.key, raised.value.found) == (shards.queue_key(p), "string")
+    assert cluster.smembers(keys.GUARD_REQUESTS) == {shards.queue_key(p)}  # asked in the home slot
+    # The partition's registry of the wrong type: the job is written all the same, the registry reported.
+    cluster.delete(shards.queue_key(p), keys.GUARD_REQUESTS)
+    cluster.set(shards.registry(p), "not a set")
+    jid = spread_job.set(queue="plain").perform_async(2)
+    assert queued(cluster, p) == [jid]
+    assert cluster.smembers(keys.GUARD_REQUESTS) == {shards.registry(p)}
