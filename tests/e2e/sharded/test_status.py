@@ -276,6 +276,10 @@ def test_the_web_ui_dashboard_and_queues_page_show_the_sums(
         form = {"name": "reports", "jid": "reports-2-1", "index": "1", "partition": "2"}
         assert ui.post("/queues/delete", data=form, headers=SAME_ORIGIN).status_code in (200, 303)
         assert cluster.llen(shards.queue_key(shards.Partition("reports", 2))) == 3
+        presence(cluster, "host:1:aa", ["reports"])
+        busy = ui.get("/busy")
+        assert busy.status_code == 200 and "host:1:aa" in busy.text
+        assert ui.get("/metrics").status_code == 200
         assert ui.post("/queues/pause", data={"name": "reports"}, headers=SAME_ORIGIN).status_code in (
             200,
             303,
