@@ -219,6 +219,8 @@ def check_unsettled(client: redis.Redis, settings: Settings) -> Check:
     if not _is(client, keys.UNSETTLED, "list"):
         return Check("unsettled", "FAIL", f"{keys.UNSETTLED} has the wrong type (see key types)")
     backlog = client.llen(keys.UNSETTLED)
+    if shards.is_sharded():
+        backlog += doctor_sharded.unsettled_backlog(client)
     if not backlog:
         return Check("unsettled", "OK", "no backlog")
     return Check(

@@ -4,6 +4,8 @@ reads on its one master is read on every master, or over every queue partition.
 - `per_master`: a check of the server itself (version, eviction policy, persistence) made on each
   master: an evicting or unpersisted master loses the jobs of the queues in its slots, whichever
   master the home slot is on. Outside the sharded layout it is the one check, unchanged;
+- `unsettled_backlog`: the filings stopping processes handed over into each partition's `unsettled`
+  list (worker/settling/shard_route.py), summed;
 - `queue_sizes`: the queues the unread-queues check looks at (the home slot's registry and recorded
   counts, and every partition queue key a SCAN of each master finds), each one's waiting jobs summed
   over its partitions, and its live-queue stamp.
@@ -18,6 +20,7 @@ import redis
 
 from cogworker.ops.doctor_check import Check, worst
 from cogworker.store import fanout, keys, shards
+from cogworker.worker.settling.shard_route import unsettled
 
 
 def per_master(client: redis.Redis, check: Callable[[redis.Redis], Check]) -> Check:
@@ -35,6 +38,18 @@ def per_master(client: redis.Redis, check: Callable[[redis.Redis], Check]) -> Ch
     first = next((address, c) for address, c in found if c.level == level)
     details = [f"{address}: {c.level} {c.message}" for address, c in found]
     return Check(name, level, f"{first[0]}: {first[1].message}", details)
+
+
+def unsettled_backlog(client: redis.Redis) -> int:
+    """Entries on every known partition's unsettled list (one of the wrong type counts as none: the
+    key types check names it)."""
+    found = fanout.pipelined(
+        client,
+        fanout.known_partitions(client),
+        lambda pipe, p: pipe.llen(unsettled(p)),
+        raise_on_error=False,
+    )
+    return sum(n for (n,) in found.values() if isinstance(n, int))
 
 
 def queue_sizes(client: redis.Redis) -> tuple[list[str], dict[str, int], dict[str, Any]]:

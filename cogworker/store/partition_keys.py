@@ -27,6 +27,8 @@ FAMILIES = {
     "deaths": "list",
     "paused": "set",
     "queues": "set",
+    # A stopping process's filings handed over in the job's slot (worker/settling/shard_route.py).
+    "unsettled": "list",
 }
 # The families with a name after them (an identity, a jid, a digest, a counter's name and day).
 PREFIX_FAMILIES = {
@@ -36,6 +38,8 @@ PREFIX_FAMILIES = {
     "orphanings-raw:": "string",
     "pushed:": "string",
     "handed-over:": "string",
+    # A cancel's answer kept in the job's partition (ops/cancel_shards.py).
+    "cancelled:": "string",
 }
 QUARANTINE_FAMILY = "quarantine:"
 
@@ -80,7 +84,7 @@ def keys_to_check(home: redis.Redis, queue_names: tuple[str, ...]) -> list[str]:
     counters = ("processed", "failed", *keys.COUNTED_OUTCOMES)
     for p in fanout.known_partitions(home, queue_names):
         checked += [shards.queue_key(p), shards.suspects(p), *shards.job_sets(p).values()]
-        checked += [shards.deaths(p), shards.paused(p), shards.registry(p)]
+        checked += [shards.deaths(p), shards.paused(p), shards.registry(p), p.prefix + "unsettled"]
         checked += [shards.stat(p, name) for name in counters]
         checked += [shards.stat_day(p, name, day) for name in counters]
         checked += [shards.in_progress(p, identity) for identity in identities]

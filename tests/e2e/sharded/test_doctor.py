@@ -228,3 +228,16 @@ def test_a_wrong_type_error_names_what_a_partition_key_holds(
     error = key_guard.wrong_type_error(home, wrong)
     assert error.found == "string"
     assert cluster.smembers(keys.GUARD_REQUESTS) == {wrong}
+
+
+def test_the_unsettled_backlog_counts_every_partitions_list(
+    home: redis.Redis, cluster: redis.RedisCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed(cluster, "reports")
+    cluster.hset(shards.partitions_key(), "reports", 2)
+    cluster.lpush("cw:{reports#1}:unsettled", "a", "b")
+    cluster.lpush(keys.UNSETTLED, "c")
+    _, checks = doctor(capsys)
+    assert checks["unsettled"]["level"] == "WARN"
+    assert checks["unsettled"]["message"].startswith("3 retry/dead filing(s)")
+    assert key_guard.expected_type("cw:{reports#1}:unsettled") == "list"
