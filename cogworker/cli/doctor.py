@@ -21,7 +21,10 @@ def register(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         description="Checks, each with an OK, WARN or FAIL line: Redis version (6.2+ for reliable fetch); "
         "maxmemory-policy (must be noeviction); persistence (RDB/AOF); clock skew between this host and "
         "Redis; keys of the wrong type; live processes; queues no live process reads; in-progress jobs "
-        "of dead processes; quarantined records; the unsettled backlog. Without --fix it changes nothing; "
+        "of dead processes; quarantined records; the unsettled backlog. On a Redis Cluster: every slot "
+        "served and a replica per master; with COGWORKER_CLUSTER_SHARDING=queues also the home slot's "
+        "master, each master's share of the queue partitions and partition counts above the configured "
+        "ones (and the server checks on every master). Without --fix it changes nothing; "
         "--fix first moves keys of the wrong type aside. Exit 1 when any check FAILs.",
     )
     parser.add_argument(

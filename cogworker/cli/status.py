@@ -7,12 +7,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+
 from cogworker.cli.common import Context, short, table
 from cogworker.formats import duration, size_bytes
 from cogworker.ops import processes as process_ops
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
 from cogworker.ops import stats
+from cogworker.store import shards
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +52,18 @@ def collect(ctx: Context) -> Status:
         processes=live,
         orphaned=process_ops.orphaned_lists(client, {p.identity for p in live}),
         queues=queue_ops.queue_infos(client, queue_ops.known_queues(client, read), now),
-        sets={name: set_ops.size(client, name) for name in set_ops.SETS},
+        sets=_set_sizes(client),
         processed=totals.processed,
         failed=totals.failed,
         ended={outcome: total for outcome, (total, _today) in totals.ended.items()},
     )
+
+
+def _set_sizes(client: redis.Redis) -> dict[str, int]:
+    """The retry, scheduled and dead sizes; in the sharded layout summed over every partition."""
+    if not shards.is_sharded():
+        return {name: set_ops.size(client, name) for name in set_ops.SETS}
+    return stats.job_set_sizes(client)
 
 
 def status(ctx: Context) -> int:

@@ -9,33 +9,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Any, cast
 
 import redis
 
+from cogworker.ops import doctor_cluster, doctor_sharded, redis_time
 from cogworker.ops import processes as process_ops
-from cogworker.ops import redis_time
+from cogworker.ops.doctor_check import Check, listed
 from cogworker.settings import Settings
-from cogworker.store import key_guard, keys
+from cogworker.store import fanout, key_guard, keys, shards
 from cogworker.worker.fetching.fetch import MIN_RELIABLE_VERSION, parse_version
 
-Level = Literal["OK", "WARN", "FAIL"]
-
 CLOCK_SKEW_WARN_S = 1.0
-SHOWN = 10  # details listed per check; the rest are counted
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    name: str
-    level: Level
-    message: str
-    details: list[str] = field(default_factory=list)
-
-
-def _listed(items: list[str]) -> list[str]:
-    return items[:SHOWN] + ([f"... and {len(items) - SHOWN} more"] if len(items) > SHOWN else [])
 
 
 def version_check(version: str) -> Check:
@@ -53,11 +38,19 @@ def version_check(version: str) -> Check:
 
 
 def check_version(client: redis.Redis, settings: Settings) -> Check:
+    return doctor_sharded.per_master(client, _version)
+
+
+def _version(client: redis.Redis) -> Check:
     info = client.info("server")
     return version_check(str(info.get("redis_version", "?")))
 
 
 def check_eviction(client: redis.Redis, settings: Settings) -> Check:
+    return doctor_sharded.per_master(client, _eviction)
+
+
+def _eviction(client: redis.Redis) -> Check:
     info = client.info("memory")
     policy = str(info.get("maxmemory_policy", "?"))
     if policy == "noeviction":
@@ -71,6 +64,10 @@ def check_eviction(client: redis.Redis, settings: Settings) -> Check:
 
 
 def check_persistence(client: redis.Redis, settings: Settings) -> Check:
+    return doctor_sharded.per_master(client, _persistence)
+
+
+def _persistence(client: redis.Redis) -> Check:
     try:
         save = str(cast(dict[str, str], client.config_get("save")).get("save", ""))
     except redis.ResponseError as exc:
@@ -107,11 +104,8 @@ def check_key_types(client: redis.Redis, settings: Settings) -> Check:
     if _is(client, keys.PROCESSES, "set"):
         for identity in sorted(cast(set[str], client.smembers(keys.PROCESSES))):
             candidates += [keys.process(identity), keys.work(identity), keys.signals(identity)]
-    pipe = client.pipeline(transaction=False)
-    for key in candidates:
-        pipe.type(key)
     wrong = []
-    for key, kind in zip(candidates, pipe.execute(), strict=True):
+    for key, kind in zip(candidates, key_guard.types_of(client, candidates), strict=True):
         want = key_guard.expected_type(key)
         if kind != "none" and want is not None and kind != want:
             wrong.append(f"{key} is a {kind}, should be a {want}")
@@ -122,7 +116,7 @@ def check_key_types(client: redis.Redis, settings: Settings) -> Check:
         "FAIL",
         f"{len(wrong)} key(s) of the wrong type: every command on them fails; the workers' key guard "
         "moves them under cogworker:quarantine:* for a human",
-        _listed(wrong),
+        listed(wrong),
     )
 
 
@@ -144,24 +138,9 @@ def check_unread_queues(client: redis.Redis, settings: Settings) -> Check:
     """Queues whose `cogworker:live-queues` stamp is missing or older than the live-queue window
     (2 x presence TTL): no live process has said lately that it reads them."""
     window = 2 * settings.presence_ttl_s
-    names: set[str] = set()
-    if _is(client, keys.QUEUES, "set"):
-        names = {str(n) for n in cast(set[str], client.smembers(keys.QUEUES))}
-    for key in client.scan_iter(match=keys.QUEUE_PREFIX + "*", count=1000):
-        names.add(keys.queue_name(str(key)))
-    ordered = sorted(names)
     now = redis_time(client)
-    pipe = client.pipeline(transaction=False)
-    for name in ordered:
-        pipe.zscore(keys.LIVE_QUEUES, name)
-        pipe.type(keys.queue(name))
-    replies = pipe.execute()
-    stamps = dict(zip(ordered, replies[0::2], strict=True))
-    lists = [name for name, kind in zip(ordered, replies[1::2], strict=True) if kind == "list"]
-    pipe = client.pipeline(transaction=False)
-    for name in lists:
-        pipe.llen(keys.queue(name))
-    sizes = dict(zip(lists, (int(n) for n in pipe.execute()), strict=True)) if lists else {}
+    gather = doctor_sharded.queue_sizes if shards.is_sharded() else _queue_sizes
+    ordered, sizes, stamps = gather(client)
     waiting, idle = [], []
     for name in ordered:
         stamp = stamps[name]
@@ -178,13 +157,36 @@ def check_unread_queues(client: redis.Redis, settings: Settings) -> Check:
             "FAIL",
             f"{len(waiting)} queue(s) with jobs that no live process reads: those jobs never run; "
             "add the queue to some worker's COGWORKER_QUEUES",
-            _listed(waiting + idle),
+            listed(waiting + idle),
         )
     if idle:
         return Check(
-            "unread queues", "WARN", f"{len(idle)} known queue(s) no live process reads", _listed(idle)
+            "unread queues", "WARN", f"{len(idle)} known queue(s) no live process reads", listed(idle)
         )
     return Check("unread queues", "OK", f"all {len(ordered)} queue(s) read by a live process")
+
+
+def _queue_sizes(client: redis.Redis) -> tuple[list[str], dict[str, int], dict[str, Any]]:
+    """Every queue the registry names or a queue key holds, the waiting jobs of each that is a list,
+    and each one's live-queue stamp."""
+    names: set[str] = set()
+    if _is(client, keys.QUEUES, "set"):
+        names = {str(n) for n in cast(set[str], client.smembers(keys.QUEUES))}
+    for key in client.scan_iter(match=keys.QUEUE_PREFIX + "*", count=1000):
+        names.add(keys.queue_name(str(key)))
+    ordered = sorted(names)
+    pipe = client.pipeline(transaction=False)
+    for name in ordered:
+        pipe.zscore(keys.LIVE_QUEUES, name)
+        pipe.type(keys.queue(name))
+    replies = pipe.execute()
+    stamps = dict(zip(ordered, replies[0::2], strict=True))
+    lists = [name for name, kind in zip(ordered, replies[1::2], strict=True) if kind == "list"]
+    pipe = client.pipeline(transaction=False)
+    for name in lists:
+        pipe.llen(keys.queue(name))
+    sizes = dict(zip(lists, (int(n) for n in pipe.execute()), strict=True)) if lists else {}
+    return ordered, sizes, stamps
 
 
 def _expiry(ttl_s: int) -> str:
@@ -201,18 +203,15 @@ def check_quarantine(client: redis.Redis, settings: Settings) -> Check:
     found = key_guard.quarantined(client)
     if not found:
         return Check("quarantine", "OK", "nothing quarantined")
-    pipe = client.pipeline(transaction=False)
-    for key in found:
-        pipe.type(key)
-        pipe.ttl(key)
-    replies = pipe.execute()
-    details = [f"{key} ({replies[2 * i]}, {_expiry(int(replies[2 * i + 1]))})" for i, key in enumerate(found)]
+    # One pipeline outside the sharded layout; in it, one per slot (a partition's records are in its own).
+    replies = fanout.keyed(client, found, lambda pipe, key: (pipe.type(key), pipe.ttl(key)))
+    details = [f"{key} ({replies[key][0]}, {_expiry(int(replies[key][1]))})" for key in found]
     return Check(
         "quarantine",
         "WARN",
         f"{len(found)} record(s) moved aside for a human (wrong-type keys, unusable records); "
         "look at them before their TTL runs out",
-        _listed(details),
+        listed(details),
     )
 
 
@@ -220,6 +219,8 @@ def check_unsettled(client: redis.Redis, settings: Settings) -> Check:
     if not _is(client, keys.UNSETTLED, "list"):
         return Check("unsettled", "FAIL", f"{keys.UNSETTLED} has the wrong type (see key types)")
     backlog = client.llen(keys.UNSETTLED)
+    if shards.is_sharded():
+        backlog += doctor_sharded.unsettled_backlog(client)
     if not backlog:
         return Check("unsettled", "OK", "no backlog")
     return Check(
@@ -248,7 +249,7 @@ def check_orphans(client: redis.Redis, settings: Settings) -> Check:
         f"{jobs} job(s) on the in-progress lists of {len(lists)} process(es) that are not live; they "
         f"are requeued after {settings.orphan_threshold_s:.0f} s of silence, or now with "
         "`cogworker recover-orphans`",
-        _listed(details),
+        listed(details),
     )
 
 
@@ -267,11 +268,11 @@ CHECKS: list[Callable[[redis.Redis, Settings], Check]] = [
 
 
 def run_checks(client: redis.Redis, settings: Settings) -> list[Check]:
-    """Every check; an unreachable Redis raises (the caller reports it once), a refused command
-    makes that one check a WARN."""
+    """Every check (with a Redis Cluster's, ops/doctor_cluster.py); an unreachable Redis raises (the
+    caller reports it once), a refused command makes that one check a WARN."""
     client.ping()
     results = []
-    for check in CHECKS:
+    for check in [*CHECKS, *doctor_cluster.checks(settings)]:
         try:
             results.append(check(client, settings))
         except redis.ResponseError as exc:

@@ -3,13 +3,17 @@
 A process is live while its presence hash (`cogworker:process:<identity>`, refreshed on every beat
 with the presence TTL) exists. Remote commands go onto `cogworker:signals:<identity>`, which the
 process reads on its next beat (heartbeat.lua).
+
+In the sharded layout (store/shards.py) a process keeps one in-progress list per partition of the
+queues it reads, each in its partition's slot: what it holds is their lengths summed, read in one
+fan-out (store/fanout.py) after the home slot's presence hashes.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import redis
@@ -18,7 +22,7 @@ from cogworker import codec
 from cogworker.ops import NotFound, OpsError, redis_time
 from cogworker.ops import queues as queue_ops
 from cogworker.settings import Settings
-from cogworker.store import keys
+from cogworker.store import fanout, keys, shards
 from cogworker.store.locks import Locks
 from cogworker.store.outage import Outages
 from cogworker.store.redis_context import RedisContext
@@ -169,7 +173,29 @@ def processes(client: redis.Redis, now: float | None = None) -> list[ProcessInfo
         presence, work, in_progress = replies[3 * index : 3 * index + 3]
         if presence:  # no presence hash: not live (its TTL ran out, or it stopped)
             found.append(_process_info(identity, presence, work, int(in_progress), now, clock))
+    if shards.is_sharded():
+        found = _partition_holdings(client, found)
     return sorted(found, key=lambda p: (p.hostname, p.pid or 0, p.identity))
+
+
+def _partition_holdings(client: redis.Redis, live: list[ProcessInfo]) -> list[ProcessInfo]:
+    """Each process with `in_progress` summed over its lists in every partition of the queues it
+    reads (max of recorded and configured partitions, as its fetcher covers them)."""
+    _, counts = fanout.recorded(client)
+    readers: dict[shards.Partition, list[str]] = {}
+    for process in live:
+        for partition in shards.every_partition(list(dict.fromkeys(process.queues)), counts):
+            readers.setdefault(partition, []).append(process.identity)
+
+    def lengths(pipe: Any, p: shards.Partition) -> None:
+        for identity in readers[p]:
+            pipe.llen(shards.in_progress(p, identity))
+
+    held = dict.fromkeys((p.identity for p in live), 0)
+    for partition, sizes in fanout.pipelined(client, list(readers), lengths).items():
+        for identity, size in zip(readers[partition], sizes, strict=True):
+            held[identity] += int(size)
+    return [replace(p, in_progress=p.in_progress + held[p.identity]) for p in live]
 
 
 def queue_readers(live: Iterable[ProcessInfo]) -> dict[str, queue_ops.Readers]:
@@ -218,12 +244,30 @@ def orphaned_lists(client: redis.Redis, live: set[str] | None = None) -> list[Or
         pipe.llen(keys.in_progress(identity))
         pipe.hget(keys.LAST_BEAT, identity)
     replies = pipe.execute()
+    held = _orphan_holdings(client, candidates) if shards.is_sharded() else {}
     found = []
     for index, identity in enumerate(candidates):
-        size, beat = int(replies[2 * index]), _number(replies[2 * index + 1])
+        size, beat = int(replies[2 * index]) + held.get(identity, 0), _number(replies[2 * index + 1])
         if size:
             found.append(OrphanedList(identity, size, max(0.0, clock - beat) if beat is not None else None))
     return found
+
+
+def _orphan_holdings(client: redis.Redis, identities: list[str]) -> dict[str, int]:
+    """Jobs on each identity's in-progress lists in every known partition (sharded layout): a process
+    that is gone no longer says which queues it read."""
+    if not identities:
+        return {}
+
+    def lengths(pipe: Any, p: shards.Partition) -> None:
+        for identity in identities:
+            pipe.llen(shards.in_progress(p, identity))
+
+    held = dict.fromkeys(identities, 0)
+    for sizes in fanout.pipelined(client, fanout.known_partitions(client), lengths).values():
+        for identity, size in zip(identities, sizes, strict=True):
+            held[identity] += int(size)
+    return held
 
 
 def tell(client: redis.Redis, command: str, identities: list[str] | None = None) -> list[ProcessInfo]:

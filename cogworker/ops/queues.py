@@ -1,28 +1,25 @@
 """Queues: their sizes and latencies, pausing and resuming them, clearing one, and one page of a
-queue's jobs with the deletion of one of them."""
+queue's jobs with the deletion of one of them.
+
+In the sharded layout a queue is the sum of its partitions: each function hands over to
+ops/queues_sharded.py, and the one-slot and single-Redis paths below keep their commands."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import redis
 
-from cogworker import codec
 from cogworker.ops import NotFound
-from cogworker.store import keys
+from cogworker.ops import queues_sharded as sharded
+from cogworker.ops.queue_types import DELETE_WINDOW, QueuedJob, QueueInfo, latency_of, queued_job
+from cogworker.store import keys, shards
 
-
-@dataclass(frozen=True, slots=True)
-class QueueInfo:
-    name: str
-    size: int
-    # Age of the job popped next (the right end: the oldest), from its `enqueued_at`. None when
-    # the queue is empty or that job is unreadable.
-    latency_s: float | None
-    paused: bool
+# Their home is ops/queue_types.py; every reader names them through this module.
+__all__ = ["DELETE_WINDOW", "QueueInfo", "QueuedJob", "latency_of", "queued_job"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +63,8 @@ def served(infos: Iterable[QueueInfo], readers: Mapping[str, Readers]) -> list[S
 
 def known_queues(client: redis.Redis, extra: Iterable[str] = ()) -> list[str]:
     """Every queue ever pushed to, every paused queue, and `extra` (queues processes say they read)."""
+    if shards.is_sharded():
+        return sharded.known_queues(client, extra)
     pipe = client.pipeline(transaction=False)
     pipe.smembers(keys.QUEUES)
     pipe.smembers(keys.PAUSED)
@@ -74,26 +73,17 @@ def known_queues(client: redis.Redis, extra: Iterable[str] = ()) -> list[str]:
 
 
 def paused_queues(client: redis.Redis) -> set[str]:
+    if shards.is_sharded():
+        return sharded.paused_queues(client)
     return {str(n) for n in cast(set[str], client.smembers(keys.PAUSED))}
-
-
-def latency_of(raw: str | None, now: float) -> float | None:
-    """How long the job `raw` has been waiting: now minus its `enqueued_at` (else `created_at`)."""
-    if raw is None:
-        return None
-    job = codec.loads_dict(raw)
-    if job is None:
-        return None
-    stamp: Any = job.get("enqueued_at", job.get("created_at"))
-    if isinstance(stamp, bool) or not isinstance(stamp, int | float):
-        return None
-    return max(0.0, now - float(stamp))
 
 
 def queue_infos(
     client: redis.Redis, names: Iterable[str] | None = None, now: float | None = None
 ) -> list[QueueInfo]:
     """Size, latency and paused flag of each queue (default: every known queue), in one round trip."""
+    if shards.is_sharded():
+        return sharded.queue_infos(client, names, now)
     chosen = sorted(set(names)) if names is not None else known_queues(client)
     now = time.time() if now is None else now
     pipe = client.pipeline(transaction=False)
@@ -112,11 +102,15 @@ def queue_infos(
 
 def pause(client: redis.Redis, name: str) -> bool:
     """Fetchers skip a paused queue. True when it was not paused before."""
+    if shards.is_sharded():
+        return sharded.pause(client, name)
     return bool(client.sadd(keys.PAUSED, name))
 
 
 def resume(client: redis.Redis, name: str) -> bool:
     """True when it was paused before. Idle workers reading the queue are woken to fetch at once."""
+    if shards.is_sharded():
+        return sharded.resume(client, name)
     pipe = client.pipeline(transaction=False)
     pipe.srem(keys.PAUSED, name)
     pipe.publish(keys.WAKE_CHANNEL, name)
@@ -126,6 +120,8 @@ def resume(client: redis.Redis, name: str) -> bool:
 
 def size(client: redis.Redis, name: str) -> int:
     """Jobs waiting in the queue, with those on its suspects list (worker/recovering/recovery.py)."""
+    if shards.is_sharded():
+        return sharded.size(client, name)
     pipe = client.pipeline(transaction=False)
     pipe.llen(keys.queue(name))
     pipe.llen(keys.suspects(name))
@@ -138,6 +134,8 @@ def clear(client: redis.Redis, name: str) -> int:
 
     The name leaves `cogworker:queues` too (the next push lists it again). Jobs already fetched sit
     on in-progress lists and are not touched."""
+    if shards.is_sharded():
+        return sharded.clear(client, name)
     # LTRIM, not DEL: a transaction runs every command after a failed one, and a DEL would delete a
     # key of another type that the LLEN refused (LTRIM refuses it too; the key guard moves it aside).
     pipe = client.pipeline(transaction=True)
@@ -147,35 +145,6 @@ def clear(client: redis.Redis, name: str) -> int:
     pipe.srem(keys.QUEUES, name)
     queued, _, suspects, _, _ = pipe.execute()
     return int(queued) + int(suspects)
-
-
-# How far from the index a job was shown at `delete_job` looks for it: the queue moves while the
-# operator reads the page (pushes at the left shift every index up, pops at the right don't).
-DELETE_WINDOW = 50
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedJob:
-    index: int  # its LRANGE index when read (0: the newest, pushed last)
-    raw: str  # the payload text exactly as stored: what LREM needs to remove this one job
-    jid: str | None
-    job: str | None  # the job's registered name; None when the payload is unreadable
-    args: list[Any]
-    enqueued_at: float | None
-
-
-def _queued_job(index: int, raw: str) -> QueuedJob:
-    job = codec.loads_dict(raw) or {}
-    jid, name, args = job.get("jid"), job.get("class"), job.get("args")
-    stamp = job.get("enqueued_at", job.get("created_at"))
-    return QueuedJob(
-        index=index,
-        raw=raw,
-        jid=jid if isinstance(jid, str) and jid else None,
-        job=name if isinstance(name, str) else None,
-        args=args if isinstance(args, list) else [],
-        enqueued_at=float(stamp) if isinstance(stamp, int | float) and not isinstance(stamp, bool) else None,
-    )
 
 
 def jobs_page(
@@ -188,30 +157,37 @@ def jobs_page(
     `next_first` reads from the right end, which every fetch pops first (fetch.lua's LMOVE ...
     RIGHT, basic fetch's BRPOP): the first job listed is the one a worker takes next. Each job keeps
     its index from the left, which `delete_job` needs; for the right end that index is the queue's
-    length minus the position, so the length is read in the same MULTI."""
+    length minus the position, so the length is read in the same MULTI.
+
+    In the sharded layout the partitions are read one after another (ops/queues_sharded.py)."""
+    if shards.is_sharded():
+        return sharded.jobs_page(client, name, start, count, next_first)
     if count <= 0:
         return []
     start = max(0, start)
     key = keys.queue(name)
     if not next_first:
         raws = cast(list[str], client.lrange(key, start, start + count - 1))
-        return [_queued_job(start + offset, str(raw)) for offset, raw in enumerate(raws)]
+        return [queued_job(start + offset, str(raw)) for offset, raw in enumerate(raws)]
     pipe = client.pipeline(transaction=True)
     pipe.llen(key)
     pipe.lrange(key, -(start + count), -(start + 1))
     length, raws = pipe.execute()
     # LRANGE gives the slice left to right; the rightmost (the next to run) is listed first.
     first = int(length) - 1 - start
-    return [_queued_job(first - offset, str(raw)) for offset, raw in enumerate(reversed(raws))]
+    return [queued_job(first - offset, str(raw)) for offset, raw in enumerate(reversed(raws))]
 
 
-def delete_job(client: redis.Redis, name: str, jid: str, near_index: int) -> QueuedJob:
+def delete_job(client: redis.Redis, name: str, jid: str, near_index: int, partition: int = 0) -> QueuedJob:
     """Delete the job `jid` from the queue, looking for it only within DELETE_WINDOW of the index it
     was shown at (never a scan of the whole queue), and removing exactly that payload (LREM 1).
-    NotFound when it isn't there: it ran, moved or was deleted meanwhile."""
+    NotFound when it isn't there: it ran, moved or was deleted meanwhile. `partition`: the queue
+    partition it was shown in (the sharded layout's; 0 otherwise)."""
+    if shards.is_sharded():
+        return sharded.delete_job(client, name, jid, near_index, partition)
     first = max(0, near_index - DELETE_WINDOW)
     raws = cast(list[str], client.lrange(keys.queue(name), first, max(0, near_index) + DELETE_WINDOW))
-    matches = [j for j in (_queued_job(first + i, str(raw)) for i, raw in enumerate(raws)) if j.jid == jid]
+    matches = [j for j in (queued_job(first + i, str(raw)) for i, raw in enumerate(raws)) if j.jid == jid]
     if matches:
         found = min(matches, key=lambda j: abs(j.index - near_index))
         # LREM compares the whole text: another job can't be taken for this one. It returns 0 when a

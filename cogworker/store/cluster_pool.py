@@ -50,6 +50,7 @@ class SlotOwner:
 
     def __init__(self, seeds: Seeds, slot: int, discovery_options: dict[str, Any]) -> None:
         self.slot = slot
+        self._given = seeds
         self._seeds = seeds.addresses
         self._options = discovery_options
         self._lock = threading.Lock()
@@ -58,6 +59,14 @@ class SlotOwner:
         self._known: list[tuple[str, int]] = []
         self.changes = 0  # how often the owner changed (the tests read it)
         self._on_change: Callable[[], None] = lambda: None
+
+    def sibling(self, slot: int) -> SlotOwner:
+        """An owner finder for another slot of the same cluster: the same seeds and options, and the
+        nodes already seen (a reader fanning out over the sharded layout's partitions, store/fanout.py)."""
+        other = SlotOwner(self._given, slot, self._options)
+        with self._lock:
+            other._known = list(self._known)
+        return other
 
     def on_change(self, callback: Callable[[], None]) -> None:
         """`callback()` after the owner changed (not under this object's lock)."""
@@ -188,6 +197,22 @@ class PinnedPool(redis.ConnectionPool):
 def _close_idle(pool: PinnedPool | None) -> None:
     if pool is not None:
         pool.disconnect(inuse_connections=False)
+
+
+def sibling_client(client: redis.Redis, slot: int) -> redis.Redis | None:
+    """A client like `client` (its options, its pool's size) pinned to `slot` instead; None when
+    `client` isn't pinned to a cluster slot (a single Redis, or Sentinel)."""
+    pool = client.connection_pool
+    if not isinstance(pool, PinnedPool):
+        return None
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k != "slot_owner"}
+    sibling = PinnedPool(
+        pool.slot_owner.sibling(slot),
+        connection_class=pool.connection_class,
+        max_connections=pool.max_connections,
+        **kwargs,
+    )
+    return redis.Redis(connection_pool=sibling)
 
 
 def slot_of(prefix: str) -> int:

@@ -9,6 +9,10 @@ suspects lists) and the in-progress lists. Any component that meets a wrong-type
 script's `{"wrongtype", key}` reply, a WRONGTYPE error) asks for a check at once with `request`: the
 key goes into `cogworker:key-guard:requests`, which every poller reads on each poll, so the guard
 runs within a poll interval even when the one who saw it is a client with no poller of its own.
+
+In the sharded layout (store/shards.py) the guard also knows each queue partition's keys
+(store/partition_keys.py): it checks them through their own slots' clients (store/fanout.py) and moves a
+wrong-type one aside within its slot; a key outside cogworker's families is never touched.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import redis
 import structlog
 
 from cogworker.settings_fields import SettingsFields
-from cogworker.store import keys, scripts
+from cogworker.store import fanout, keys, partition_keys, scripts, shards
 
 log = structlog.get_logger("cogworker.key_guard")
 
@@ -112,7 +116,7 @@ def request(client: redis.Redis, *names: str) -> bool:
 def wrong_type_error(client: redis.Redis, key: str) -> WrongTypeKey:
     """The error to raise for `key`, naming what it holds; the key guards are asked to act."""
     try:
-        found: str | None = str(client.type(key))
+        found: str | None = str(fanout.clients_of(client).for_key(key).type(key))
     except redis.RedisError:
         found = None
     request(client, key)
@@ -132,6 +136,8 @@ def set_local_poller(nudge: Callable[[], None] | None) -> None:
 
 
 def expected_type(key: str) -> str | None:
+    if shards.partition_of_key(key) is not None:
+        return partition_keys.expected_type(key)
     if key in keys.EXPECTED_TYPES:
         return keys.EXPECTED_TYPES[key]
     for prefix, kind in keys.EXPECTED_PREFIX_TYPES.items():
@@ -149,10 +155,25 @@ def keys_to_check(client: redis.Redis, queue_names: tuple[str, ...]) -> list[str
     # failure, and would stop at a wrong-type one.
     checked = [*keys.EXPECTED_TYPES, keys.stat_processed_day(day), keys.stat_failed_day(day)]
     checked += [keys.stat_day(outcome, day) for outcome in keys.ENDED_UNRUN]
+    if shards.is_sharded():
+        # The queues' lists and the in-progress lists are the partitions' (the home slot has none).
+        return checked + partition_keys.keys_to_check(client, tuple(sorted(names)))
     checked += [key for n in sorted(names) for key in (keys.queue(n), keys.suspects(n))]
     if client.type(keys.IN_PROGRESS_IDENTITIES) == "set":
         checked += [keys.in_progress(str(i)) for i in client.smembers(keys.IN_PROGRESS_IDENTITIES)]
     return checked
+
+
+def types_of(client: redis.Redis, names: list[str]) -> list[str]:
+    """TYPE of each key, in order: one pipeline on `client`, or in the sharded layout one per slot's
+    client (store/fanout.py), sent at once."""
+    if not shards.is_sharded():
+        pipe = client.pipeline(transaction=False)
+        for key in names:
+            pipe.type(key)
+        return [str(kind) for kind in pipe.execute()]
+    found = fanout.keyed(client, names, lambda pipe, key: pipe.type(key))
+    return [str(found[key][0]) for key in names]
 
 
 def check(
@@ -165,17 +186,16 @@ def check(
     keys someone found of the wrong type (only cogworker's own, with a known type, are checked)."""
     candidates = keys_to_check(client, queue_names)
     candidates += [k for k in dict.fromkeys(extra) if expected_type(k) is not None and k not in candidates]
-    pipe = client.pipeline(transaction=False)
-    for key in candidates:
-        pipe.type(key)
     moved: list[str] = []
     move = client.register_script(scripts.source("quarantine"))
-    for key, kind in zip(candidates, pipe.execute(), strict=True):
+    for key, kind in zip(candidates, types_of(client, candidates), strict=True):
         want = expected_type(key)
         if kind == "none" or want is None or kind == want:
             continue
-        target = keys.quarantine(f"{key.removeprefix(keys.PREFIX)}:{time.time():.6f}")
-        found = move(keys=[key, target], args=[want, int(settings.quarantine_ttl_s)], client=client)
+        # In the key's own slot: the home slot's quarantine, or (sharded layout) its partition's.
+        target = partition_keys.quarantine_key(key, f"{time.time():.6f}")
+        owner = fanout.clients_of(client).for_key(key)
+        found = move(keys=[key, target], args=[want, int(settings.quarantine_ttl_s)], client=owner)
         if found is None:
             continue  # moved by another process's guard first (and maybe made anew, rightly typed)
         log.error("wrong_type_key_quarantined", key=key, found=str(found), expected=want, moved_to=target)
@@ -184,4 +204,7 @@ def check(
 
 
 def quarantined(client: redis.Redis) -> list[str]:
+    """Every record moved aside; in the sharded layout on every master (the partitions' too)."""
+    if shards.is_sharded():
+        return fanout.scan_all(client, partition_keys.quarantine_pattern(), count=500)
     return sorted(str(k) for k in client.scan_iter(match=keys.QUARANTINE_PREFIX + "*", count=500))

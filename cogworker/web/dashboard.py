@@ -14,6 +14,7 @@ from cogworker.ops import processes as process_ops
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
 from cogworker.ops import stats
+from cogworker.store import shards
 from cogworker.web import charts
 from cogworker.web.render import page
 from cogworker.web.state import state_of
@@ -59,7 +60,10 @@ def dashboard(request: Request) -> Response:
         days=days,
         day_choices=(7, 30, 90, 180),
         vitals=stats.redis_vitals(client),
-        sets={name: set_ops.size(client, name) for name in set_ops.SETS},
+        # The sharded layout's sets are per partition: summed (one fan-out).
+        sets=stats.job_set_sizes(client)
+        if shards.is_sharded()
+        else {name: set_ops.size(client, name) for name in set_ops.SETS},
         queue_count=len(queues),
         enqueued=sum(q.size for q in queues),
         slowest=slowest,

@@ -107,9 +107,11 @@ def delete(request: Request, state: WebState, form: FormData) -> str:
     name, jid = _queue_name(form), field(form, "jid")
     try:
         index = int(field(form, "index"))
+        # The queue partition the job was shown in (the sharded layout's; 0, or absent, otherwise).
+        partition = int(str(form.get("partition") or 0))
     except ValueError:
         raise OpsError("the form sent no valid index") from None
-    job = queue_ops.delete_job(state.client, name, jid, index)
+    job = queue_ops.delete_job(state.client, name, jid, index, partition)
     return f"Job {jid} ({job.job or 'unreadable'}) deleted from queue {name}."
 
 

@@ -6,6 +6,9 @@ It is read on every page (and every Live refresh), so it costs two pipelined rou
 the page: the registries and the set sizes first, then each registered process's presence fields
 and each known queue's length. It reads the presence hash's `busy` and `info` fields only, not the
 work hashes `ops.processes.processes` also reads for the Busy page's running jobs.
+
+In the sharded layout (store/shards.py) the queues' lengths and the retry and dead sets' sizes are
+their partitions', summed: one more fan-out (store/fanout.py), one pipeline per partition slot at once.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 import redis
 
 from cogworker import codec
-from cogworker.store import keys
+from cogworker.store import fanout, keys, shards
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,17 +66,41 @@ def read(client: redis.Redis) -> Summary:
     pipe = client.pipeline(transaction=False)
     for identity in identities:
         pipe.hmget(keys.process(identity), ["busy", "info"])
-    for name in names:
+    sharded = shards.is_sharded()
+    for name in [] if sharded else names:
         pipe.llen(keys.queue(name))
     replies = pipe.execute(raise_on_error=False)
     # No presence fields: not live (its TTL ran out, or it stopped), as ops.processes counts them.
     fields = replies[: len(identities)]
     presence = [r for r in fields if isinstance(r, list) and any(v is not None for v in r)]
+    enqueued = sum(_count(n) for n in replies[len(identities) :] if isinstance(n, int))
+    retries, dead = (
+        _count(retries) if isinstance(retries, int) else 0,
+        _count(dead) if isinstance(dead, int) else 0,
+    )
+    if sharded:
+        queued, retrying, dying = _partitions(client)
+        enqueued, retries, dead = enqueued + queued, retries + retrying, dead + dying
     return Summary(
         processes=len(presence),
         busy=sum(_count(busy) for busy, _ in presence),
         slots=sum(_slots(info) for _, info in presence),
-        enqueued=sum(_count(n) for n in replies[len(identities) :] if isinstance(n, int)),
-        retries=_count(retries) if isinstance(retries, int) else 0,
-        dead=_count(dead) if isinstance(dead, int) else 0,
+        enqueued=enqueued,
+        retries=retries,
+        dead=dead,
     )
+
+
+def _partitions(client: redis.Redis) -> tuple[int, int, int]:
+    """Jobs waiting, retrying and dead in every known partition (sharded layout)."""
+
+    def sizes(pipe: Any, p: shards.Partition) -> None:
+        pipe.llen(shards.queue_key(p))
+        pipe.zcard(shards.retry(p))
+        pipe.zcard(shards.dead(p))
+
+    found = fanout.pipelined(client, fanout.known_partitions(client), sizes, raise_on_error=False)
+    totals = [0, 0, 0]
+    for replies in found.values():
+        totals = [t + (_count(n) if isinstance(n, int) else 0) for t, n in zip(totals, replies, strict=True)]
+    return totals[0], totals[1], totals[2]

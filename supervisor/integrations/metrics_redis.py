@@ -22,8 +22,9 @@ from prometheus_client.registry import Collector
 from cogworker import cluster_url, codec, redis_sentinel
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
+from cogworker.ops import stats
 from cogworker.redis_tls import TlsSettings, client_options
-from cogworker.store import sentinel_pool
+from cogworker.store import sentinel_pool, shards
 from cogworker.store.cluster_pool import cluster_client
 from cogworker.store.connection import text_options
 from cogworker.store.outage import Outages
@@ -43,6 +44,8 @@ class ScrapeSettings(TlsSettings, cluster_url.ClusterSettings, redis_sentinel.Se
 
     @property
     def key_prefix(self) -> str: ...
+    @property
+    def cluster_sharding(self) -> str: ...
     @property
     def redis_sentinel_password(self) -> str: ...
 
@@ -90,9 +93,14 @@ class RedisCollector(Collector):
             url = self._settings.redis_url
             target = redis_sentinel.target(self._settings)
             if cluster_url.is_cluster(self._settings):
-                # Pinned to the master owning the deployment's slot, as every worker is.
+                # Pinned to the master owning the deployment's slot, as every worker is; in the sharded
+                # layout the home slot's, and the queue partitions' clients are derived from it
+                # (store/fanout.py), with these same short timeouts.
                 seeds = cluster_url.seeds(url)
-                self._client = cluster_client(seeds, self._settings.key_prefix, **options)
+                prefix = self._settings.key_prefix
+                if self._settings.cluster_sharding == "queues":
+                    prefix = shards.home_prefix(prefix)
+                self._client = cluster_client(seeds, prefix, **options)
             elif target is not None:
                 password = self._settings.redis_sentinel_password
                 self._client = sentinel_pool.client(target, password, **options)
@@ -112,10 +120,15 @@ class RedisCollector(Collector):
         try:
             client = self._connection()
             infos = queue_ops.queue_infos(client)
-            pipe = client.pipeline(transaction=False)
-            for name in set_ops.SETS:
-                pipe.zcard(set_ops.set_key(name))
-            sizes = tuple((name, int(n)) for name, n in zip(set_ops.SETS, pipe.execute(), strict=True))
+            if shards.is_sharded():
+                # Summed over the home slot and every queue partition (one fan-out).
+                found = stats.job_set_sizes(client)
+                sizes = tuple((name, found[name]) for name in set_ops.SETS)
+            else:
+                pipe = client.pipeline(transaction=False)
+                for name in set_ops.SETS:
+                    pipe.zcard(set_ops.set_key(name))
+                sizes = tuple((name, int(n)) for name, n in zip(set_ops.SETS, pipe.execute(), strict=True))
         except Exception as exc:
             # Never a failed scrape: redis_up says 0, and the log says so once per outage.
             self._outages.report("Metrics scrape", exc)
