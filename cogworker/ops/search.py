@@ -15,15 +15,16 @@ reads the places as they are then.
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
 from cogworker import codec
-from cogworker.ops import locate
+from cogworker.ops import locate, set_merge
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
 
@@ -83,6 +84,24 @@ def _read_set(client: redis.Redis, place: str, offset: int, count: int) -> list[
     ]
 
 
+class _MergedSets:
+    """The sharded layout's set reader: every partition's set read on in the merged order
+    (ops/set_merge.py), the position found once per place and request rather than once a slice."""
+
+    def __init__(self) -> None:
+        self._place: str | None = None
+        self._stream: Iterator[set_merge.Item] = iter(())
+
+    def __call__(self, client: redis.Redis, place: str, offset: int, count: int) -> list[Match]:
+        if place != self._place:
+            self._place, self._stream = place, set_merge.stream(client, place, offset, True, count)[0]
+        found = []
+        for raw, score, partition in itertools.islice(self._stream, count):
+            e = set_ops.parse_entry(place, raw, score, partition)
+            found.append(Match(place, e.jid, e.job, e.args, e.kwargs, entry=e))
+        return found
+
+
 def _read_queue(client: redis.Redis, place: str, offset: int, count: int) -> list[Match]:
     found = []
     for queued in queue_ops.jobs_page(client, place[len(locate.QUEUE_PLACE) :], offset, count):
@@ -118,9 +137,10 @@ def search(
     index = order.index(cursor.place) if cursor is not None else 0
     offset = max(0, cursor.offset) if cursor is not None else 0
     deadline = clock() + budget_s
+    read_set = _MergedSets() if set_ops.sharded() else _read_set
     while index < len(order):
         place = order[index]
-        reader = _read_set if place in locate.SET_PLACES else _read_queue
+        reader = read_set if place in locate.SET_PLACES else _read_queue
         try:
             chunk = reader(client, place, offset, slice_size)
         except redis.ResponseError:

@@ -1,0 +1,175 @@
+"""The retry, scheduled and dead sets in the sharded layout, on a real 3-master cluster: every queue
+partition's set read as one (ops/set_merge.py), and every action run on the partition holding the
+entry (ops/set_actions.py). Entries are seeded by ZADD with redis-py's cluster client."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+
+from cogworker import codec
+from cogworker import settings as settings_module
+from cogworker.ops import NotFound, set_actions, set_fanout, set_groups, set_search
+from cogworker.ops import search as search_ops
+from cogworker.ops import sets as set_ops
+from cogworker.settings import Settings
+from cogworker.store import keys, shards
+from cogworker.store.lazy_client import LazyClient
+from cogworker.store.scripts import Scripts
+
+QUEUES = {"default": 4, "reports": 2, "mail": 1}
+
+
+@dataclass
+class Layout:
+    settings: Settings
+    lazy: LazyClient
+
+    @property
+    def home(self) -> redis.Redis:
+        return self.lazy.client
+
+    @property
+    def scripts(self) -> Scripts:
+        return self.lazy.scripts
+
+
+@pytest.fixture
+def layout(
+    env: dict[str, str], cluster: redis.RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Layout]:
+    # After `cluster`: it flushes the cluster first.
+    monkeypatch.setenv("COGWORKER_QUEUE_PARTITIONS", ",".join(f"{q}={n}" for q, n in QUEUES.items()))
+    loaded = settings_module.load_settings()
+    shards.use_settings(loaded)
+    lazy = LazyClient(loaded)
+    for queue in QUEUES:
+        shards.record_partitions(lazy.client, queue)
+    yield Layout(loaded, lazy)
+    lazy.close()
+
+
+def payload(jid: str, queue: str, **extra: Any) -> str:
+    job = {"class": "app.Report" if queue == "reports" else "app.Job", "queue": queue, "jid": jid}
+    job |= {"args": [jid], "error_class": "Boom", "error_message": "it broke", "retry_count": 1}
+    return codec.dumps(job | extra)
+
+
+def every_partition() -> list[shards.Partition]:
+    return sorted(p for q, n in QUEUES.items() for p in shards.partitions(q, n))
+
+
+def seed(
+    cluster: redis.RedisCluster, set_name: str, count: int, *, ties: bool = False, seed_: int = 7
+) -> list[tuple[float, int, str]]:
+    """`count` entries spread over every partition (scores clustered so some are equal when `ties`);
+    answers (score, partition's sort index, text) of each."""
+    rng = random.Random(seed_)
+    parts = every_partition()
+    seeded = []
+    by_key: dict[str, dict[str, float]] = {}
+    for n in range(count):
+        index = rng.randrange(len(parts))
+        p = parts[index]
+        score = float(rng.randrange(20)) if ties else 1_700_000_000 + rng.random() * 1000
+        raw = payload(f"jid-{n:05d}", p.queue)
+        by_key.setdefault(set_ops.set_key(set_name, p), {})[raw] = score
+        seeded.append((score, index, raw))
+    for key, members in by_key.items():
+        cluster.zadd(key, members)
+    return seeded
+
+
+def expected(seeded: list[tuple[float, int, str]], desc: bool) -> list[str]:
+    """The merged order: by score, ties partition by partition, then Redis's order (by text; reversed
+    when listing highest first)."""
+    ordered = sorted(seeded, key=lambda e: e[2], reverse=desc)
+    ordered.sort(key=lambda e: (-e[0] if desc else e[0], e[1]))
+    return [codec.loads_dict(raw)["jid"] for _, _, raw in ordered]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_every_partitions_entries_list_in_score_order_with_the_right_total(
+    layout: Layout, cluster: redis.RedisCluster, ties: bool
+) -> None:
+    seeded = seed(cluster, "retry", 700, ties=ties)
+    assert set_ops.size(layout.home, "retry") == 700
+    used = {index for _, index, _ in seeded}
+    assert len(used) == len(every_partition())  # every partition holds some
+    for desc in (False, True):
+        want = expected(seeded, desc)
+        for start in (0, 1, 24, 25, 333, 650, 690, 699, 700):
+            page = set_ops.page(layout.home, "retry", start, 25, desc)
+            assert [e.jid for e in page] == want[start : start + 25], (desc, start)
+            assert all(e.partition is not None and e.partition.queue == e.queue for e in page)
+    listed = set_ops.entries(layout.home, "retry")
+    assert [e.jid for e in listed] == expected(seeded, False)
+
+
+def test_a_filtered_search_goes_on_from_a_position_across_partitions(
+    layout: Layout, cluster: redis.RedisCluster
+) -> None:
+    seeded = seed(cluster, "dead", 1200)
+    want = [j for j in expected(seeded, True) if j.endswith("7")]
+    match = set_ops.Filter(job="Job", args="7\"")
+    found: list[str] = []
+    start = 0
+    while True:
+        result = set_search.search(layout.home, "dead", match, start, limit=25, desc=True)
+        assert result.total == 1200
+        found += [e.jid for e in result.found if e.jid is not None]
+        if result.finished:
+            break
+        start = result.end
+    reports = {codec.loads_dict(raw)["jid"] for _, _, raw in seeded if '"reports"' in raw}  # type: ignore[index]
+    assert found == [j for j in want if j not in reports]
+
+
+def test_groups_count_every_partition(layout: Layout, cluster: redis.RedisCluster) -> None:
+    seeded = seed(cluster, "retry", 300)
+    grouping = set_groups.groups(layout.home, "retry")
+    assert grouping.complete and grouping.total == 300
+    counts = {(g.job, g.error_class): g.count for g in grouping.groups}
+    reports = sum(1 for _, _, raw in seeded if '"reports"' in raw)
+    assert counts == {("app.Report", "Boom"): reports, ("app.Job", "Boom"): 300 - reports}
+
+
+def test_an_entry_is_found_by_jid_and_by_its_key_in_its_partition(
+    layout: Layout, cluster: redis.RedisCluster
+) -> None:
+    seeded = seed(cluster, "scheduled", 200)
+    score, index, raw = seeded[123]
+    jid = codec.loads_dict(raw)["jid"]  # type: ignore[index]
+    found = set_ops.get(layout.home, "scheduled", jid)
+    assert found.partition == every_partition()[index] and found.score == score
+    by_key = set_ops.at_score(layout.home, "scheduled", score, jid)
+    assert by_key is not None and by_key.partition == found.partition
+    assert set_ops.at_score(layout.home, "scheduled", score + 1, jid) is None
+    with pytest.raises(NotFound):
+        set_ops.get(layout.home, "scheduled", "jid-nope")
+
+
+def test_the_header_search_finds_entries_across_partitions(
+    layout: Layout, cluster: redis.RedisCluster
+) -> None:
+    seed(cluster, "retry", 400)
+    seed(cluster, "dead", 400, seed_=9)
+    found = search_ops.search(layout.home, "jid-0012", budget_s=5.0, limit=100)
+    places = sorted((m.place, m.jid) for m in found.matches)
+    jids = [f"jid-{n:05d}" for n in range(120, 130)]
+    assert places == sorted([("dead", j) for j in jids] + [("retry", j) for j in jids])
+    assert found.next is None
+    assert all(m.entry is not None and m.entry.partition is not None for m in found.matches)
+
+
+def test_the_registry_answers_the_home_client_outside_the_sharded_layout(layout: Layout) -> None:
+    assert set_fanout.client_of(layout.home, None) is layout.home
+    p = every_partition()[0]
+    assert set_fanout.client_of(layout.home, p) is set_fanout.clients(layout.home).of(p)
+    assert set_actions.KILLABLE == ("retry", "scheduled")
+    assert keys.QUEUES.startswith("cw:{home}")
