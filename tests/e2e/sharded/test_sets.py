@@ -173,3 +173,110 @@ def test_the_registry_answers_the_home_client_outside_the_sharded_layout(layout:
     assert set_fanout.client_of(layout.home, p) is set_fanout.clients(layout.home).of(p)
     assert set_actions.KILLABLE == ("retry", "scheduled")
     assert keys.QUEUES.startswith("cw:{home}")
+
+
+def one_per_partition(cluster: redis.RedisCluster, set_name: str) -> dict[shards.Partition, str]:
+    """One entry in every partition's `set_name`: partition -> its jid."""
+    placed = {}
+    for n, p in enumerate(every_partition()):
+        jid = f"one-{p.queue}-{p.index}"
+        cluster.zadd(set_ops.set_key(set_name, p), {payload(jid, p.queue): 1_700_000_000.0 + n})
+        placed[p] = jid
+    return placed
+
+
+def test_retry_now_puts_each_entry_on_its_own_partitions_queue_once(
+    layout: Layout, cluster: redis.RedisCluster
+) -> None:
+    placed = one_per_partition(cluster, "retry")
+    for p, jid in placed.items():
+        moved = set_actions.retry_now(layout.home, layout.scripts, "retry", jid)
+        assert moved.partition == p
+        queued = cluster.lrange(shards.queue_key(p), 0, -1)
+        assert [codec.loads_dict(q)["jid"] for q in queued] == [jid]  # type: ignore[index]
+        assert cluster.zcard(shards.retry(p)) == 0
+        # Asked again (a reply lost after it ran): nothing there, nothing pushed a second time.
+        with pytest.raises(NotFound):
+            set_actions.retry_now(layout.home, layout.scripts, "retry", jid)
+        assert cluster.llen(shards.queue_key(p)) == 1
+    assert set_ops.size(layout.home, "retry") == 0
+
+
+def test_the_move_script_sent_twice_moves_once_in_every_partition(
+    layout: Layout, cluster: redis.RedisCluster
+) -> None:
+    """The lost reply, per partition: graduate.lua and bury.lua run again with the same arguments
+    (what a client resending the write would do) answer 0 and change nothing."""
+    placed = one_per_partition(cluster, "scheduled")
+    for p, jid in placed.items():
+        entry = set_ops.get(layout.home, "scheduled", jid)
+        holder = set_fanout.client_of(layout.home, p)
+        keys_ = [shards.schedule(p), shards.queue_key(p), shards.registry(p), shards.wake_channel(p)]
+        args = [entry.raw, codec.dumps(entry.payload), p.queue]
+        assert layout.scripts.run("graduate", keys_, args, client=holder) == 1
+        assert layout.scripts.run("graduate", keys_, args, client=holder) == 0
+        assert cluster.llen(shards.queue_key(p)) == 1
+    placed = one_per_partition(cluster, "retry")
+    for p, jid in placed.items():
+        entry = set_ops.get(layout.home, "retry", jid)
+        holder = set_fanout.client_of(layout.home, p)
+        keys_ = [shards.retry(p), shards.dead(p), shards.stat(p, "failed"), shards.deaths(p)]
+        args = [entry.raw, 1.0, "dead-text", "0", 0, 0, "notice", 10]
+        assert layout.scripts.run("bury", keys_, args, client=holder) == 1
+        assert layout.scripts.run("bury", keys_, args, client=holder) == 0
+        assert cluster.zcard(shards.dead(p)) == 1 and cluster.llen(shards.deaths(p)) == 1
+
+
+def test_kill_and_delete_act_on_the_partition_holding_the_entry_exactly_once(
+    layout: Layout, cluster: redis.RedisCluster
+) -> None:
+    placed = one_per_partition(cluster, "retry")
+    parts = list(placed)
+    killed, deleted = parts[::2], parts[1::2]
+    for p in killed:
+        entry = set_actions.kill(layout.home, layout.scripts, layout.settings, "retry", placed[p])
+        assert entry.partition == p
+        dead = cluster.zrange(shards.dead(p), 0, -1)
+        assert [codec.loads_dict(d)["jid"] for d in dead] == [placed[p]]  # type: ignore[index]
+        assert cluster.llen(shards.deaths(p)) == 1  # the on_death hooks hear of it, in its partition
+        with pytest.raises(NotFound):
+            set_actions.kill(layout.home, layout.scripts, layout.settings, "retry", placed[p])
+        assert cluster.zcard(shards.dead(p)) == 1
+    for p in deleted:
+        entry = set_ops.get(layout.home, "retry", placed[p])
+        found = set_actions.delete(layout.home, "retry", placed[p], entry.score)
+        assert found.partition == p and cluster.zcard(shards.retry(p)) == 0
+        with pytest.raises(NotFound):
+            set_actions.delete(layout.home, "retry", placed[p], entry.score)
+    assert set_ops.size(layout.home, "retry") == 0
+    assert set_ops.size(layout.home, "dead") == len(killed)
+    assert not cluster.exists(keys.DEAD, keys.RETRY)  # the home slot's sets are never written
+
+
+def test_bulk_actions_cover_every_partition(layout: Layout, cluster: redis.RedisCluster) -> None:
+    seed(cluster, "retry", 300)
+    reports = set_ops.Filter(queue="reports")
+    in_reports = len(set_ops.entries(layout.home, "retry", reports))
+    result = set_actions.kill_all(layout.home, layout.scripts, layout.settings, "retry", reports)
+    assert (result.done, result.gone) == (in_reports, 0)
+    for p in shards.partitions("reports", 2):
+        assert cluster.zcard(shards.retry(p)) == 0
+    assert set_ops.size(layout.home, "dead") == in_reports
+    again = set_actions.retry_all(layout.home, layout.scripts, "retry")
+    assert again.done == 300 - in_reports
+    queued = sum(cluster.llen(shards.queue_key(p)) for p in every_partition())
+    assert queued == 300 - in_reports
+    cleared = set_actions.delete_all(layout.home, "dead")
+    assert cleared.done == in_reports and set_ops.size(layout.home, "dead") == 0
+
+
+def test_an_entry_naming_another_queue_is_not_moved_across_slots(
+    layout: Layout, cluster: redis.RedisCluster
+) -> None:
+    p = shards.Partition("default", 1)
+    cluster.zadd(shards.retry(p), {payload("stray", "mail"): 5.0})
+    with pytest.raises(set_actions.NotRetryable, match="only go back to the queue whose partition"):
+        set_actions.retry_now(layout.home, layout.scripts, "retry", "stray")
+    assert cluster.zcard(shards.retry(p)) == 1
+    killed = set_actions.kill(layout.home, layout.scripts, layout.settings, "retry", "stray")
+    assert killed.partition == p and cluster.zcard(shards.dead(p)) == 1
