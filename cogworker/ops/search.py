@@ -19,14 +19,15 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
 
 from cogworker import codec
-from cogworker.ops import locate, set_merge
+from cogworker.ops import locate, places, set_fanout, set_merge
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
+from cogworker.store import shards
 
 # Elements one read takes: a ZRANGE or LRANGE of 500 payloads is well under a millisecond of Redis.
 SLICE = 500
@@ -50,8 +51,9 @@ class Match:
 
     @property
     def queue(self) -> str | None:
-        if self.place.startswith(locate.QUEUE_PLACE):
-            return self.place[len(locate.QUEUE_PLACE) :]
+        queue = places.queue_of(self.place)
+        if queue is not None:
+            return queue
         return self.entry.queue if self.entry is not None else None
 
 
@@ -103,8 +105,11 @@ class _MergedSets:
 
 
 def _read_queue(client: redis.Redis, place: str, offset: int, count: int) -> list[Match]:
+    logical, partition = places.split(place)
+    if partition is not None:
+        return _read_queue_partition(client, place, partition, offset, count)
     found = []
-    for queued in queue_ops.jobs_page(client, place[len(locate.QUEUE_PLACE) :], offset, count):
+    for queued in queue_ops.jobs_page(client, logical[len(locate.QUEUE_PLACE) :], offset, count):
         kwargs = (codec.loads_dict(queued.raw) or {}).get("kwargs")
         found.append(
             Match(
@@ -119,6 +124,42 @@ def _read_queue(client: redis.Redis, place: str, offset: int, count: int) -> lis
     return found
 
 
+def _read_queue_partition(
+    client: redis.Redis, place: str, partition: shards.Partition, offset: int, count: int
+) -> list[Match]:
+    """A queue partition's list (the sharded layout), on its own client, newest first as
+    `queues.jobs_page` reads a one-slot queue."""
+    holder = set_fanout.client_of(client, partition)
+    raws = cast(list[str], holder.lrange(shards.queue_key(partition), offset, offset + count - 1))
+    found = []
+    for n, raw in enumerate(raws):
+        job = codec.loads_dict(str(raw)) or {}
+        jid, name, args, kwargs = job.get("jid"), job.get("class"), job.get("args"), job.get("kwargs")
+        found.append(
+            Match(
+                place,
+                jid if isinstance(jid, str) else None,
+                name if isinstance(name, str) else None,
+                args if isinstance(args, list) else [],
+                kwargs if isinstance(kwargs, dict) else {},
+                index=offset + n,
+            )
+        )
+    return found
+
+
+def _order(client: redis.Redis) -> list[str]:
+    """The places searched: the sets (each read as one, every partition's merged, in the sharded
+    layout) and the queues (each partition's list in the sharded layout: ops/places.py)."""
+    queues = queue_ops.known_queues(client)
+    order = locate.search_order((), queues)
+    if not set_ops.sharded():
+        return order
+    parts = sorted(set(set_fanout.partitions(client)) | set(shards.every_partition(queues, {})))
+    queue_places = [places.of_partition(locate.QUEUE_PLACE + p.queue, p) for p in parts]
+    return [p for p in order if p in locate.SET_PLACES] + queue_places
+
+
 def search(
     client: redis.Redis,
     text: str,
@@ -130,7 +171,7 @@ def search(
 ) -> Found:
     """Matches for `text` from `cursor` (None: the start) until `limit` are found, every place is
     read or `budget_s` has passed (at least one element is read per request, so each moves on)."""
-    order = locate.search_order((), queue_ops.known_queues(client))
+    order = _order(client)
     found = Found(text, order)
     if cursor is not None and cursor.place not in order:
         found.restarted, cursor = True, None

@@ -14,7 +14,17 @@ import redis
 
 from cogworker import codec
 from cogworker import settings as settings_module
-from cogworker.ops import NotFound, set_actions, set_fanout, set_groups, set_search
+from cogworker.ops import (
+    NotFound,
+    cancel_shards,
+    locate,
+    places,
+    set_actions,
+    set_fanout,
+    set_groups,
+    set_search,
+)
+from cogworker.ops import cancel as cancel_ops
 from cogworker.ops import search as search_ops
 from cogworker.ops import sets as set_ops
 from cogworker.settings import Settings
@@ -116,7 +126,7 @@ def test_a_filtered_search_goes_on_from_a_position_across_partitions(
 ) -> None:
     seeded = seed(cluster, "dead", 1200)
     want = [j for j in expected(seeded, True) if j.endswith("7")]
-    match = set_ops.Filter(job="Job", args="7\"")
+    match = set_ops.Filter(job="Job", args='7"')
     found: list[str] = []
     start = 0
     while True:
@@ -280,3 +290,83 @@ def test_an_entry_naming_another_queue_is_not_moved_across_slots(
     assert cluster.zcard(shards.retry(p)) == 1
     killed = set_actions.kill(layout.home, layout.scripts, layout.settings, "retry", "stray")
     assert killed.partition == p and cluster.zcard(shards.dead(p)) == 1
+
+
+def test_locate_finds_a_job_in_any_partitions_set_or_queue(
+    layout: Layout, cluster: redis.RedisCluster
+) -> None:
+    seed(cluster, "dead", 500)
+    target = shards.Partition("default", 3)
+    cluster.lpush(shards.queue_key(target), payload("waiting-1", "default"))
+    where = locate.locate(layout.home, layout.scripts, "waiting-1")
+    assert where.search is not None and [(q.queue, q.partition) for q in where.search.queued] == [
+        ("default", target)
+    ]
+    assert where.payload is not None and where.payload["jid"] == "waiting-1"
+    dead = locate.locate(layout.home, layout.scripts, "jid-00321")
+    assert dead.search is not None and [e.set for e in dead.search.entries] == ["dead"]
+    assert dead.search.entries[0].partition is not None
+    nowhere = locate.locate(layout.home, layout.scripts, "nowhere-1")
+    while nowhere.search is not None and nowhere.search.next is not None:
+        nowhere = locate.locate(layout.home, layout.scripts, "nowhere-1", nowhere.search.next)
+    assert nowhere.search is not None and not nowhere.found
+    assert nowhere.search.total == 501 and nowhere.search.queue_count == len(QUEUES)
+    # A cursor is a partition's place, and survives a round trip through a link.
+    assert {places.split(p)[1] for p in nowhere.search.order} == set(every_partition())
+
+
+def test_the_header_search_reads_every_queue_partition(layout: Layout, cluster: redis.RedisCluster) -> None:
+    for p in every_partition():
+        cluster.lpush(shards.queue_key(p), payload(f"q-{p.queue}-{p.index}", p.queue, args=["needle"]))
+    found = search_ops.search(layout.home, "needle", budget_s=5.0)
+    assert sorted(m.jid for m in found.matches if m.jid) == sorted(
+        f"q-{p.queue}-{p.index}" for p in every_partition()
+    )
+    assert {m.queue for m in found.matches} == set(QUEUES)
+
+
+def test_cancel_takes_a_waiting_job_off_its_partition_once(
+    layout: Layout, cluster: redis.RedisCluster
+) -> None:
+    queued_in, scheduled_in = shards.Partition("default", 2), shards.Partition("reports", 1)
+    cluster.lpush(shards.queue_key(queued_in), payload("c-queued", "default"))
+    cluster.zadd(shards.schedule(scheduled_in), {payload("c-later", "reports"): 10.0})
+    cluster.hset(keys.status("c-later"), mapping={"status": "queued", "queue": "reports"})
+    first = cancel_ops.cancel(layout.home, layout.scripts, "c-queued")
+    assert (first.case, first.queue) == ("queued", "default")
+    assert cluster.llen(shards.queue_key(queued_in)) == 0
+    assert cluster.get(shards.stat(queued_in, "cancelled")) == "1"
+    assert cluster.zscore(keys.CANCELS, "c-queued") is None  # nothing left running to stop
+    later = cancel_ops.cancel(layout.home, layout.scripts, "c-later")
+    assert later.case == "scheduled" and cluster.zcard(shards.schedule(scheduled_in)) == 0
+    assert cluster.hget(keys.status("c-later"), "status") == "cancelled"
+    # Asked again: the same answer, counted once.
+    again = cancel_ops.cancel(layout.home, layout.scripts, "c-queued")
+    assert again.case == "queued" and cluster.get(shards.stat(queued_in, "cancelled")) == "1"
+
+
+def test_a_cancel_whose_home_step_was_lost_answers_the_same_and_finishes_it(
+    layout: Layout, cluster: redis.RedisCluster
+) -> None:
+    """Step 2 ran in the partition (the job is off its queue, counted, its answer kept there) and the
+    home step never did (the reply lost, the process gone): the next cancel answers from the
+    partition, counts nothing again, and completes the home step."""
+    p = shards.Partition("default", 1)
+    raw = payload("c-lost", "default")
+    cluster.lpush(shards.queue_key(p), raw)
+    cancel_ops.record(layout.home, layout.scripts, "c-lost")
+    kept = codec.dumps({"case": "queued", "job": "app.Job", "queue": "default"})
+    removed = cancel_shards.remove(
+        layout.home, layout.scripts, p, "c-lost", shards.queue_key(p), False, raw, kept, 60
+    )
+    assert removed
+    # Sent again (a resend after a lost reply): nothing left to remove, nothing counted.
+    assert not cancel_shards.remove(
+        layout.home, layout.scripts, p, "c-lost", shards.queue_key(p), False, raw, kept, 60
+    )
+    assert cluster.get(shards.stat(p, "cancelled")) == "1"
+    assert cluster.zscore(keys.CANCELS, "c-lost") is not None and not cluster.exists(keys.cancelled("c-lost"))
+    outcome = cancel_ops.cancel(layout.home, layout.scripts, "c-lost")
+    assert outcome.case == "queued"
+    assert cluster.zscore(keys.CANCELS, "c-lost") is None and cluster.exists(keys.cancelled("c-lost"))
+    assert cluster.get(shards.stat(p, "cancelled")) == "1"
