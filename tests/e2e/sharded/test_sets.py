@@ -226,7 +226,7 @@ def test_the_move_script_sent_twice_moves_once_in_every_partition(
         entry = set_ops.get(layout.home, "scheduled", jid)
         holder = set_fanout.client_of(layout.home, p)
         keys_ = [shards.schedule(p), shards.queue_key(p), shards.registry(p), shards.wake_channel(p)]
-        args = [entry.raw, codec.dumps(entry.payload), p.queue]
+        args: list[Any] = [entry.raw, codec.dumps(entry.payload), p.queue]
         assert layout.scripts.run("graduate", keys_, args, client=holder) == 1
         assert layout.scripts.run("graduate", keys_, args, client=holder) == 0
         assert cluster.llen(shards.queue_key(p)) == 1
@@ -235,7 +235,7 @@ def test_the_move_script_sent_twice_moves_once_in_every_partition(
         entry = set_ops.get(layout.home, "retry", jid)
         holder = set_fanout.client_of(layout.home, p)
         keys_ = [shards.retry(p), shards.dead(p), shards.stat(p, "failed"), shards.deaths(p)]
-        args: list[Any] = [entry.raw, 1.0, "dead-text", "0", 0, 0, "notice", 10]
+        args = [entry.raw, 1.0, "dead-text", "0", 0, 0, "notice", 10]
         assert layout.scripts.run("bury", keys_, args, client=holder) == 1
         assert layout.scripts.run("bury", keys_, args, client=holder) == 0
         assert cluster.zcard(shards.dead(p)) == 1 and cluster.llen(shards.deaths(p)) == 1
