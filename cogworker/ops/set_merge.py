@@ -122,40 +122,63 @@ def page(
 Item = tuple[str, float, Partition]  # an entry's text, score and partition
 
 
+# Entries a partition's stream reads at least per call: a merged slice of `batch` takes about
+# batch / partitions from each, so each reads twice its share (fewer calls when one partition holds
+# a run of the slice), not `batch` each: the first slices would otherwise move partitions x batch
+# entries over the network to list `batch`.
+MIN_PARTITION_SLICE = 64
+
+
 def _partition_stream(
-    client: redis.Redis, p: Partition, set_name: str, start: int, desc: bool, batch: int
+    client: redis.Redis,
+    p: Partition,
+    set_name: str,
+    start: int,
+    desc: bool,
+    batch: int,
+    first: list[tuple[str, float]],
 ) -> Iterator[Item]:
-    """One partition's entries from `start`, read in slices."""
+    """One partition's entries from `start`, read in slices (`first`: the first, read already)."""
     key = set_ops.set_key(set_name, p)
-    position = start
+    position, chunk = start, first
     while True:
-        chunk = cast(
-            list[tuple[str, float]],
-            client.zrange(key, position, position + batch - 1, desc=desc, withscores=True),
-        )
         for raw, score in chunk:
             yield raw, float(score), p
         if len(chunk) < batch:
             return
         position += batch
+        chunk = cast(
+            list[tuple[str, float]],
+            client.zrange(key, position, position + batch - 1, desc=desc, withscores=True),
+        )
 
 
 def stream(
     home: redis.Redis, set_name: str, start: int = 0, desc: bool = False, batch: int = 500
 ) -> tuple[Iterator[Item], int]:
     """The merged set from position `start` (text, score and partition of each entry, not decoded:
-    a search skips decoding what can't match), read `batch` a partition at a time (sets.BATCH); and
-    its size."""
+    a search skips decoding what can't match), for a caller reading about `batch` at a time
+    (sets.BATCH); and its size. Every partition's first slice is read at once (one fan-out), the
+    next ones as the merge reaches them."""
     parts = set_fanout.partitions(home)
     if not parts:
         return iter(()), 0
     lens = sizes(home, parts, set_name)
     offsets = offsets_at(home, parts, set_name, start, desc, lens)
     index_of = {p: i for i, p in enumerate(parts)}
+    per = max(MIN_PARTITION_SLICE, -(-2 * batch // len(parts)))
+    offset_of = dict(zip(parts, offsets, strict=True))
+    live = [p for p, at, n in zip(parts, offsets, lens, strict=True) if at < n]
+    firsts = set_fanout.fan_out(
+        home,
+        live,
+        lambda pipe, p: pipe.zrange(
+            set_ops.set_key(set_name, p), offset_of[p], offset_of[p] + per - 1, desc=desc, withscores=True
+        ),
+    )
     streams = [
-        _partition_stream(set_fanout.client_of(home, p), p, set_name, at, desc, batch)
-        for p, at, n in zip(parts, offsets, lens, strict=True)
-        if at < n
+        _partition_stream(set_fanout.client_of(home, p), p, set_name, offset_of[p], desc, per, first)
+        for p, (first,) in zip(live, firsts, strict=True)
     ]
 
     def order(item: Item) -> tuple[float, int]:
