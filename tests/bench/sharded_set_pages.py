@@ -19,12 +19,12 @@ from starlette.testclient import TestClient
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from cogworker import codec  # noqa: E402
-from cogworker.ops import sets as set_ops  # noqa: E402
-from cogworker.settings import load_settings  # noqa: E402
-from cogworker.store import shards  # noqa: E402
-from cogworker.web import create_app  # noqa: E402
-from tests.support.redis_cluster import RedisCluster  # noqa: E402
+from cogworker import codec
+from cogworker.ops import sets as set_ops
+from cogworker.settings import load_settings
+from cogworker.store import shards
+from cogworker.web import create_app
+from tests.support.redis_cluster import RedisCluster
 
 QUEUES = {"default": 4, "reports": 2, "mail": 1}
 PER_PAGE = 25
@@ -93,7 +93,8 @@ def main() -> None:
         shards.use_settings(settings)
         started = time.perf_counter()
         picked = seed(cluster, count)
-        print(f"seeded {count:,} entries in each set over 7 partitions in {time.perf_counter() - started:.0f} s")
+        took = time.perf_counter() - started
+        print(f"seeded {count:,} entries in each set over 7 partitions in {took:.0f} s")
         last = (count + PER_PAGE - 1) // PER_PAGE
         pages = [
             "/retries",
