@@ -374,3 +374,17 @@ def test_a_cancel_whose_home_step_was_lost_answers_the_same_and_finishes_it(
     assert outcome.case == "queued"
     assert cluster.zscore(keys.CANCELS, "c-lost") is None and cluster.exists(keys.cancelled("c-lost"))
     assert cluster.get(shards.stat(p, "cancelled")) == "1"
+
+
+def test_the_job_apis_cancel_reaches_the_partition(layout: Layout, cluster: redis.RedisCluster) -> None:
+    import cogworker
+    from cogworker.api import client as api_client
+
+    p = shards.Partition("reports", 1)
+    cluster.lpush(shards.queue_key(p), payload("api-1", "reports"))
+    api_client.configure(layout.settings)
+    try:
+        outcome = cogworker.cancel("api-1")
+    finally:
+        api_client.configure(None)
+    assert outcome.case == "queued" and cluster.llen(shards.queue_key(p)) == 0
