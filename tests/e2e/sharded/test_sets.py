@@ -388,3 +388,41 @@ def test_the_job_apis_cancel_reaches_the_partition(layout: Layout, cluster: redi
     finally:
         api_client.configure(None)
     assert outcome.case == "queued" and cluster.llen(shards.queue_key(p)) == 0
+
+
+class _Faulty:
+    """The scripts, with cancel.lua's reply lost: `ran` says whether it reached Redis first."""
+
+    def __init__(self, scripts: Scripts, *, ran: bool) -> None:
+        self._scripts, self._ran = scripts, ran
+
+    def run(self, name: str, keys_: list[str], args: list[Any], client: Any = None) -> Any:
+        if name != "cancel" or args[1] != "remove":
+            return self._scripts.run(name, keys_, args, client=client)
+        if self._ran:
+            self._scripts.run(name, keys_, args, client=client)
+        raise redis.ConnectionError("reply lost (injected)")
+
+
+def test_a_cancel_whose_partition_reply_was_lost_after_it_ran_answers_removed(
+    layout: Layout, cluster: redis.RedisCluster
+) -> None:
+    p = shards.Partition("default", 0)
+    cluster.lpush(shards.queue_key(p), payload("lost-ran", "default"))
+    faulty = _Faulty(layout.scripts, ran=True)
+    outcome = cancel_ops.cancel(layout.home, faulty, "lost-ran")  # type: ignore[arg-type]
+    assert outcome.case == "queued" and cluster.llen(shards.queue_key(p)) == 0
+    assert cluster.get(shards.stat(p, "cancelled")) == "1" and cluster.exists(keys.cancelled("lost-ran"))
+
+
+def test_a_cancel_whose_partition_step_never_ran_raises_and_the_next_one_removes_it(
+    layout: Layout, cluster: redis.RedisCluster
+) -> None:
+    p = shards.Partition("default", 0)
+    cluster.lpush(shards.queue_key(p), payload("lost-not-ran", "default"))
+    with pytest.raises(redis.ConnectionError):
+        cancel_ops.cancel(layout.home, _Faulty(layout.scripts, ran=False), "lost-not-ran")  # type: ignore[arg-type]
+    assert cluster.llen(shards.queue_key(p)) == 1 and not cluster.exists(shards.stat(p, "cancelled"))
+    assert cluster.zscore(keys.CANCELS, "lost-not-ran") is not None  # a worker fetching it won't run it
+    assert cancel_ops.cancel(layout.home, layout.scripts, "lost-not-ran").case == "queued"
+    assert cluster.llen(shards.queue_key(p)) == 0 and cluster.get(shards.stat(p, "cancelled")) == "1"
