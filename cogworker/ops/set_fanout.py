@@ -45,6 +45,13 @@ def register(home: redis.Redis, settings: SettingsFields) -> ShardClients:
         return found
 
 
+def adopt(clients_: ShardClients) -> None:
+    """Use a process's own partition clients for readers given its home client (a worker, say,
+    that has a ShardClients already)."""
+    with _lock:
+        _registry[clients_.home] = clients_
+
+
 def release(home: redis.Redis) -> None:
     """Close the partition clients registered with `home` (the home client is its owner's to close)."""
     with _lock:
@@ -58,7 +65,8 @@ def clients(home: redis.Redis) -> ShardClients:
     if found is None:
         raise RuntimeError(
             "no partition clients registered for this Redis client: in the sharded layout a set reader "
-            "needs ops.set_fanout.register(home, settings) (store/lazy_client.py does it)"
+            "needs ops.set_fanout.register(home, settings) or adopt(shard_clients) (store/lazy_client.py "
+            "does it for the CLI and the Web UI)"
         )
     return found
 

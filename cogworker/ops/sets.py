@@ -112,8 +112,9 @@ class Entry:
 
     @property
     def summary(self) -> dict[str, Any]:
-        """The fields a listing shows (everything but the whole payload and raw text)."""
-        return {
+        """The fields a listing shows (everything but the whole payload and raw text); in the sharded
+        layout also the queue partition holding it (`default#2`)."""
+        fields = {
             "ref": self.ref,
             "set": self.set,
             "score": self.score,
@@ -128,6 +129,9 @@ class Entry:
             "failed_at": self.failed_at,
             "readable": self.readable,
         }
+        if self.partition is not None:
+            fields["partition"] = str(self.partition)
+        return fields
 
 
 def set_key(name: str, partition: Partition | None = None) -> str:

@@ -64,6 +64,10 @@ def test_the_cli_lists_every_partition_and_acts_where_the_entry_is(
     listing = cli("dead", "list", "--json", "--limit", "10").json()
     assert listing["size"] == 30
     assert [e["jid"] for e in listing["entries"]] == jids[::-1][:10]  # newest death first
+    parts = every_partition()
+    assert [e["partition"] for e in listing["entries"]] == [
+        str(parts[i % len(parts)]) for i in range(29, 19, -1)
+    ]
     retried = cli("dead", "retry", "e007")
     assert retried.code == 0, retried.err
     p = every_partition()[7 % len(every_partition())]
@@ -97,7 +101,11 @@ def test_the_web_pages_list_every_partition_and_act_where_the_entry_is(
     second = re.findall(r'<tr data-jid="([^"]+)"', web.get("/retries?page=2").text)
     assert second == jids[25:50]
     key = set_ops.entry_key(T0 + 41, "e041")
-    assert "e041" in web.get(f"/retries/{key}").text
+    entry_page = web.get(f"/retries/{key}").text
+    assert "e041" in entry_page
+    assert (
+        f"<dt>partition</dt><dd><code>{every_partition()[41 % len(every_partition())]}</code>" in entry_page
+    )
     done = web.post("/retries/retry", data={"key": key, "back": "/retries"}, headers=SAME_ORIGIN).text
     assert "Retried job e041" in done
     late = web.post("/retries/retry", data={"key": key, "back": "/retries"}, headers=SAME_ORIGIN).text
