@@ -37,13 +37,14 @@ def sizes(home: redis.Redis, parts: Sequence[Partition], set_name: str) -> list[
     return [int(r[0]) for r in replies]
 
 
-def _score_at(home: redis.Redis, p: Partition, set_name: str, index: int, desc: bool) -> float:
+def _score_at(home: redis.Redis, p: Partition, set_name: str, index: int, desc: bool) -> float | None:
+    """The score at `index` of the partition's set; None when the set has shrunk past it."""
     client = set_fanout.client_of(home, p)
     found = cast(
         list[tuple[str, float]],
         client.zrange(set_ops.set_key(set_name, p), index, index, desc=desc, withscores=True),
     )
-    return float(found[0][1]) if found else float("inf") if not desc else float("-inf")
+    return float(found[0][1]) if found else None
 
 
 def offsets_at(
@@ -61,6 +62,8 @@ def offsets_at(
         if widths[widest] <= 0:
             return lo
         pivot = _score_at(home, parts[widest], set_name, (lo[widest] + hi[widest]) // 2, desc)
+        if pivot is None:
+            return lo  # entries left meanwhile: a page near the position asked for
 
         def counts(pipe: Any, p: Partition, pivot: float = pivot) -> None:
             key = set_ops.set_key(set_name, p)
