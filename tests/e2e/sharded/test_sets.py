@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -62,6 +63,14 @@ def layout(
         shards.record_partitions(lazy.client, queue)
     yield Layout(loaded, lazy)
     lazy.close()
+    one_slot()
+
+
+def one_slot() -> None:
+    """This process's names back to the one-slot layout (the next test module may expect it)."""
+    shards.use_settings(
+        SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
+    )
 
 
 def payload(jid: str, queue: str, **extra: Any) -> str:

@@ -16,7 +16,7 @@ from cogworker import settings as settings_module
 from cogworker.ops import sets as set_ops
 from cogworker.store import shards
 from cogworker.web import create_app
-from tests.e2e.sharded.test_sets import QUEUES, every_partition, payload
+from tests.e2e.sharded.test_sets import QUEUES, every_partition, one_slot, payload
 from tests.support.cli_runner import CLI
 from tests.support.web_requests import SAME_ORIGIN
 
@@ -26,12 +26,16 @@ T0 = float(int(time.time()) - 3600)
 
 
 @pytest.fixture
-def sharded(env: dict[str, str], cluster: redis.RedisCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+def sharded(
+    env: dict[str, str], cluster: redis.RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
     monkeypatch.setenv("COGWORKER_QUEUE_PARTITIONS", PARTITIONS)
     shards.use_settings(settings_module.load_settings())
     for queue, n in QUEUES.items():
         cluster.sadd("cw:{home}:queues", queue)
         cluster.hset(shards.partitions_key(), queue, n)
+    yield
+    one_slot()
 
 
 @pytest.fixture
