@@ -126,3 +126,20 @@ def test_the_web_pages_list_every_partition_and_act_where_the_entry_is(
     assert sorted(set(re.findall(r'data-jid="(e05\d)"', found))) == [f"e05{i}" for i in range(10)]
     job = web.get("/jobs/e041").text
     assert "queued" in job and p.queue in job
+
+
+def test_the_web_bulk_actions_cover_every_partition(web: TestClient, cluster: redis.RedisCluster) -> None:
+    spread(cluster, "retry", 21)
+    listing = web.get("/retries").text
+    assert 'name="count" value="21"' in listing
+    form = {"job": "app.Report", "count": "21", "back": "/retries?job=app.Report", "confirm": "yes"}
+    done = web.post("/retries/kill-all", data=form, headers=SAME_ORIGIN).text
+    # Entries 5, 6, 12, 13, 19, 20 fall in the reports partitions (sorted 6th and 7th).
+    assert "Killed 6 entries to dead" in done
+    assert sum(cluster.zcard(shards.dead(p)) for p in every_partition()) == 6
+    retried = web.post("/retries/retry-all", data={"confirm": "yes", "back": "/retries"}, headers=SAME_ORIGIN)
+    assert "Retried 15 entries onto their queues" in retried.text
+    assert sum(cluster.llen(shards.queue_key(p)) for p in every_partition()) == 15
+    cleared = web.post("/dead/delete-all", data={"confirm": "yes", "back": "/dead"}, headers=SAME_ORIGIN)
+    assert "Deleted 6 entries from the dead set" in cleared.text
+    assert sum(cluster.zcard(shards.dead(p)) for p in every_partition()) == 0
