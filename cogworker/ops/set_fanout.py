@@ -23,6 +23,7 @@ import redis
 
 from cogworker.settings_fields import SettingsFields
 from cogworker.store import keys, shards
+from cogworker.store.cluster_pool import SlotUnavailable
 from cogworker.store.shard_clients import ShardClients
 
 # Partition clients asked at once. A read is a few small commands each, so threads past the masters'
@@ -103,21 +104,31 @@ def fan_out(
     home: redis.Redis, parts: Sequence[shards.Partition], build: Build, *, raise_on_error: bool = True
 ) -> list[list[Any]]:
     """Each partition's replies to the commands `build(pipe, partition)` queues, in `parts` order:
-    one pipeline per partition client, every client asked at once."""
+    one pipeline per partition client, every client asked at once. For reads only: a pipeline
+    refused because its slot moved is sent again once."""
     groups: dict[int, tuple[redis.Redis, list[int]]] = {}
     for index, partition in enumerate(parts):
         client = client_of(home, partition)
         groups.setdefault(id(client), (client, []))[1].append(index)
 
     def run(client: redis.Redis, members: list[int]) -> list[tuple[int, list[Any]]]:
-        pipe = client.pipeline(transaction=False)
-        spans = []
-        for index in members:
-            before = len(pipe)
-            build(pipe, parts[index])
-            spans.append((index, before, len(pipe)))
-        replies = pipe.execute(raise_on_error=raise_on_error) if len(pipe) else []
-        return [(index, replies[a:b]) for index, a, b in spans]
+        for attempt in range(2):
+            pipe = client.pipeline(transaction=False)
+            spans = []
+            for index in members:
+                before = len(pipe)
+                build(pipe, parts[index])
+                spans.append((index, before, len(pipe)))
+            try:
+                replies = pipe.execute(raise_on_error=raise_on_error) if len(pipe) else []
+            except SlotUnavailable:
+                # The slot moved (a failover, a reshard): its client is pinned to the new master
+                # already, and a read sent again is the same read. Once.
+                if attempt:
+                    raise
+                continue
+            return [(index, replies[a:b]) for index, a, b in spans]
+        raise AssertionError("unreachable")
 
     out: list[list[Any]] = [[] for _ in parts]
     work = list(groups.values())

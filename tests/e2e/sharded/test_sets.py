@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis.crc import key_slot
 
 from cogworker import codec
 from cogworker import settings as settings_module
@@ -32,6 +33,7 @@ from cogworker.settings import Settings
 from cogworker.store import keys, shards
 from cogworker.store.lazy_client import LazyClient
 from cogworker.store.scripts import Scripts
+from tests.support.redis_cluster import RedisCluster
 
 QUEUES = {"default": 4, "reports": 2, "mail": 1}
 
@@ -435,3 +437,19 @@ def test_a_cancel_whose_partition_step_never_ran_raises_and_the_next_one_removes
     assert cluster.zscore(keys.CANCELS, "lost-not-ran") is not None  # a worker fetching it won't run it
     assert cancel_ops.cancel(layout.home, layout.scripts, "lost-not-ran").case == "queued"
     assert cluster.llen(shards.queue_key(p)) == 0 and cluster.get(shards.stat(p, "cancelled")) == "1"
+
+
+def test_the_sets_read_on_after_a_partitions_master_fails_over(
+    layout: Layout, cluster: redis.RedisCluster, redis_cluster: RedisCluster
+) -> None:
+    seeded = seed(cluster, "retry", 200)
+    want = expected(seeded, False)
+    assert [e.jid for e in set_ops.page(layout.home, "retry", 0, 25, False)] == want[:25]
+    moved = shards.Partition("default", 1)
+    redis_cluster.failover(key_slot(f"{moved.queue}#{moved.index}".encode()))
+    # The first reads after it meet MOVED on the old master, re-pin that partition and read again.
+    assert set_ops.size(layout.home, "retry") == 200
+    assert [e.jid for e in set_ops.page(layout.home, "retry", 100, 25, False)] == want[100:125]
+    entry = next(e for e in set_ops.entries(layout.home, "retry") if e.partition == moved)
+    set_actions.retry_now(layout.home, layout.scripts, "retry", entry.ref)
+    assert cluster.llen(shards.queue_key(moved)) == 1
