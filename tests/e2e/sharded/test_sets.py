@@ -453,3 +453,23 @@ def test_the_sets_read_on_after_a_partitions_master_fails_over(
     entry = next(e for e in set_ops.entries(layout.home, "retry") if e.partition == moved)
     set_actions.retry_now(layout.home, layout.scripts, "retry", entry.ref)
     assert cluster.llen(shards.queue_key(moved)) == 1
+
+
+def test_every_position_of_a_small_set_in_two_partitions_pages_right(
+    layout: Layout, cluster: redis.RedisCluster
+) -> None:
+    """Most partitions empty, scores tied in runs: every start position and both orders."""
+    parts = every_partition()
+    used = [parts[1], parts[5]]
+    seeded = []
+    for n in range(60):
+        index = parts.index(used[n % 2])
+        raw = payload(f"jid-{n:05d}", parts[index].queue)
+        score = float(n // 7)
+        cluster.zadd(shards.dead(parts[index]), {raw: score})
+        seeded.append((score, index, raw))
+    for desc in (False, True):
+        want = expected(seeded, desc)
+        for start in range(61):
+            got = [e.jid for e in set_ops.page(layout.home, "dead", start, 5, desc)]
+            assert got == want[start : start + 5], (desc, start)
