@@ -72,6 +72,9 @@ def test_the_cli_lists_every_partition_and_acts_where_the_entry_is(
     assert [e["partition"] for e in listing["entries"]] == [
         str(parts[i % len(parts)]) for i in range(29, 19, -1)
     ]
+    text = cli("dead", "list", "--limit", "3").out
+    assert "PARTITION" in text
+    assert re.search(rf"^e029 +app\.Job +default +{re.escape(str(parts[29 % len(parts)]))} ", text, re.M)
     retried = cli("dead", "retry", "e007")
     assert retried.code == 0, retried.err
     p = every_partition()[7 % len(every_partition())]
