@@ -5,6 +5,10 @@ Every change takes an entry out by its exact text (ZREM), in the same atomic ste
 writes, and only after that write: two operators (or an operator and a poller) acting on one entry
 at once can't both win, so a job is never enqueued twice by a "retry now" nor filed twice in dead by
 a "kill", and a key of the wrong type stops the step before anything changed.
+
+In the sharded layout an entry lies in one queue partition's set (`Entry.partition`), and every
+action runs there, on that partition's client, with that partition's keys: "retry now" pushes onto
+the partition's own queue, "kill" files in its own dead set, so each step stays atomic in one slot.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ An entry is named by its payload's `jid`; one with no jid (an unreadable payload
 `raw-` and a digest of its text. The Web UI names it by its key, `<score>-<ref>`, so it can find it
 with one ZRANGEBYSCORE instead of a scan; its pages read one slice (`page`), or search the set for a
 bounded time (set_search.py), going on from a position the next request is given.
+
+In the sharded layout (store/shards.py) each queue partition has its own three sets: every reader
+here covers them all as one set (ops/set_merge.py: merged by score, paged by position), and each
+entry says which partition holds it (`Entry.partition`), where the actions run (set_actions.py).
 """
 
 from __future__ import annotations
@@ -287,6 +291,8 @@ def at_score(client: redis.Redis, set_name: str, score: float, ref: str) -> Entr
 def at_score_in(
     client: redis.Redis, set_name: str, score: float, ref: str, partition: Partition | None, offset: int = 0
 ) -> Entry | None:
+    """`at_score` in one set: the one-slot layout's, or `partition`'s (on that partition's client),
+    from `offset` among the entries of that score."""
     key = set_key(set_name, partition)
     while True:
         chunk = cast(
