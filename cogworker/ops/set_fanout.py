@@ -13,6 +13,7 @@ them here.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -35,6 +36,16 @@ _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
 Build = Callable[[Any, shards.Partition], None]
+
+
+def _after_fork() -> None:
+    # A forked child has none of the parent's threads: a pool copied over would wait on workers that
+    # don't exist there, and the lock may have been held at the fork. The child makes its own.
+    global _pool, _lock
+    _pool, _lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def register(home: redis.Redis, settings: SettingsFields) -> ShardClients:
