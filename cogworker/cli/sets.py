@@ -124,6 +124,7 @@ def list_entries(ctx: Context) -> int:
         if not found:
             return out
         rows = []
+        sharded = set_ops.sharded()
         for e in found:
             error = f"{e.error_class}: {e.error_message}" if e.error_class else "-"
             rows.append(
@@ -131,13 +132,16 @@ def list_entries(ctx: Context) -> int:
                     e.ref,
                     e.job or "(unreadable)",
                     e.queue or "-",
+                    *([str(e.partition)] if sharded else []),
                     timestamp(e.score),
                     "-" if e.retry_count is None else e.retry_count,
                     short(e.args, 30),
                     short(error, 50),
                 ]
             )
-        headers = ["JID", "JOB", "QUEUE", _when_label(set_name), "RETRIES", "ARGS", "ERROR"]
+        # The sharded layout's entries each lie in a queue partition (the one the actions run on).
+        place = ["PARTITION"] if sharded else []
+        headers = ["JID", "JOB", "QUEUE", *place, _when_label(set_name), "RETRIES", "ARGS", "ERROR"]
         return [*out, *table(headers, rows)]
 
     ctx.emit(data, lines)

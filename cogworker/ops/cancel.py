@@ -31,10 +31,11 @@ import redis
 import structlog
 
 from cogworker import codec
-from cogworker.ops import locate
-from cogworker.store import key_guard, keys, outcomes
+from cogworker.ops import cancel_shards, locate, places
+from cogworker.store import key_guard, keys, outcomes, shards
 from cogworker.store.locks import held_locks
 from cogworker.store.scripts import Scripts
+from cogworker.store.shards import Partition
 
 log = structlog.get_logger("cogworker.cancel")
 
@@ -104,16 +105,32 @@ def _forget(client: redis.Redis, scripts: Scripts, jid: str) -> None:
 
 
 def _remove(
-    client: redis.Redis, scripts: Scripts, jid: str, place: str, raw: str, payload: Any, answer: CancelOutcome
+    client: redis.Redis,
+    scripts: Scripts,
+    jid: str,
+    place: str,
+    raw: str,
+    payload: Any,
+    answer: CancelOutcome,
+    partition: Partition | None = None,
 ) -> CancelOutcome | None:
     """Take the job off `place` and count it, answering `answer`; None when it wasn't there. The
-    answer is kept with the removal (cancel.lua), so when the reply is lost it is read back."""
+    answer is kept with the removal (cancel.lua), so when the reply is lost it is read back. In the
+    sharded layout the job is in `partition`'s slot: cancel_shards.py's steps."""
     locks = [key for key, _owner in held_locks(payload)] if isinstance(payload, dict) else []
     kind = "z" if place in locate.SET_PLACES else "l"
+    kept = codec.dumps({"case": answer.case, "job": answer.job, "queue": answer.queue})
+    if partition is not None:
+        where = places.key(places.of_partition(place, partition))
+        if not cancel_shards.remove(
+            client, scripts, partition, jid, where, kind == "z", raw, kept, CANCEL_KEEP_S
+        ):
+            return None
+        _finish_in_home(client, jid, kept, locks)
+        return answer
     day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     names = [keys.CANCELS, locate.place_key(place), keys.status(jid), keys.cancelled(jid)]
     names += [keys.stat("cancelled"), keys.stat_day("cancelled", day), *locks]
-    kept = codec.dumps({"case": answer.case, "job": answer.job, "queue": answer.queue})
     args = [jid, "remove", kind, raw, kept, CANCEL_KEEP_S, outcomes.DAY_COUNTER_TTL_S]
     try:
         removed = _run(client, scripts, names, args)
@@ -126,11 +143,25 @@ def _remove(
     return answer if removed else None
 
 
+def _finish_in_home(client: redis.Redis, jid: str, kept: str, locks: list[str]) -> None:
+    """The home slot's part of a sharded cancel (cancel_shards.finish). The job is off its queue
+    already: a failure here is logged, and the next cancel of the jid finishes it."""
+    try:
+        cancel_shards.finish(client, jid, kept, CANCEL_KEEP_S, locks)
+    except redis.RedisError as exc:
+        log.warning("cancel_home_step_failed", jid=jid, error=f"{type(exc).__name__}: {exc}")
+
+
 def _earlier(client: redis.Redis, jid: str) -> CancelOutcome | None:
     """The answer of a cancel that took the job off its queue or set, if one did (within
-    CANCEL_KEEP_S); None when none did or Redis can't be asked."""
+    CANCEL_KEEP_S); None when none did or Redis can't be asked. In the sharded layout a partition's
+    answer counts too (its home step is run again: cancel_shards.py)."""
     try:
         kept = client.get(keys.cancelled(jid))
+        if kept is None and shards.is_sharded():
+            kept = cancel_shards.earlier(client, jid)
+            if kept is not None:
+                _finish_in_home(client, jid, str(kept), [])
     except redis.RedisError:
         return None
     try:
@@ -197,12 +228,12 @@ def _act(client: redis.Redis, scripts: Scripts, jid: str, where: locate.Location
                 job=entry.job, queue=entry.queue,
             )  # fmt: skip
         answer = _removed(jid, REMOVED[entry.set], entry.job, entry.queue)
-        return _remove(client, scripts, jid, entry.set, entry.raw, entry.payload, answer)
+        return _remove(client, scripts, jid, entry.set, entry.raw, entry.payload, answer, entry.partition)
     for queued in search.queued if search is not None else []:
         name = queued.payload.get("class")
         answer = _removed(jid, "queued", name if isinstance(name, str) else None, queued.queue)
         place = locate.QUEUE_PLACE + queued.queue
-        return _remove(client, scripts, jid, place, queued.raw, queued.payload, answer)
+        return _remove(client, scripts, jid, place, queued.raw, queued.payload, answer, queued.partition)
     if status.get("status") in FINISHED_STATUSES:
         _forget(client, scripts, jid)
         return CancelOutcome(

@@ -27,11 +27,13 @@ from typing import Any, cast
 import redis
 
 from cogworker import codec
+from cogworker.ops import places, set_fanout
 from cogworker.ops import processes as process_ops
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
-from cogworker.store import keys
+from cogworker.store import keys, shards
 from cogworker.store.scripts import Scripts
+from cogworker.store.shards import Partition
 
 # Elements one script call reads at most: about 2.2 ms of Redis time with 300-byte payloads on the
 # 2-core machine this was measured on (1.1 µs an element; 2,000 dead entries: median 2.2 ms, max
@@ -54,8 +56,9 @@ JID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
 
 # The places searched: the three sets by name, each queue as "queue:<name>".
 # Names only: the keys come from keys.job_sets() when used, so they carry the prefix in force.
-SET_PLACES = ("retry", "scheduled", "dead")
-QUEUE_PLACE = "queue:"
+# In the sharded layout each partition's: ops/places.py names them.
+SET_PLACES = places.SET_PLACES
+QUEUE_PLACE = places.QUEUE_PLACE
 # Where a job with this status most likely is, searched first ("queue": the queue its status
 # names). A scheduled job's status is "queued" too; a "working" job not running in a live process
 # was put back in its queue (or is waiting for its retry) when its process died; a "retrying" job
@@ -86,6 +89,7 @@ class Queued:
     size: int
     payload: dict[str, Any]
     raw: str = ""  # the payload exactly as stored (what taking it off the queue matches)
+    partition: Partition | None = None  # the queue partition whose list holds it (sharded layout)
 
     @property
     def ahead(self) -> int:
@@ -134,7 +138,7 @@ class Search:
 
     @property
     def queue_count(self) -> int:
-        return sum(1 for place in self.order if place.startswith(QUEUE_PLACE))
+        return len({q for q in map(places.queue_of, self.order) if q is not None})
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,29 +196,38 @@ def search_order(first: tuple[str, ...], queues: list[str]) -> list[str]:
 
 
 def place_key(place: str) -> str:
-    return keys.job_sets()[place] if place in SET_PLACES else keys.queue(place[len(QUEUE_PLACE) :])
+    return places.key(place)
 
 
-def _sizes(client: redis.Redis, order: list[str]) -> dict[str, int]:
-    """Each place's length in one round trip; a key of the wrong type counts as empty."""
-    pipe = client.pipeline(transaction=False)
-    for place in order:
-        (pipe.zcard if place in SET_PLACES else pipe.llen)(place_key(place))
-    replies = pipe.execute(raise_on_error=False)
-    return {p: n if isinstance(n, int) else 0 for p, n in zip(order, replies, strict=True)}
+def full_order(first: tuple[str, ...], queues: list[str], parts: list[Partition] | None) -> list[str]:
+    """`search_order`, made of every partition's places in the sharded layout (`parts`)."""
+    order = search_order(first, queues)
+    return order if parts is None else places.sharded_order(order, parts)
+
+
+def _partitions(client: redis.Redis, queues: list[str]) -> list[Partition] | None:
+    """Every partition of `queues` and of the queues the home slot records (None: one-slot layout)."""
+    if not shards.is_sharded():
+        return None
+    known = set_fanout.partitions(client)
+    return sorted(set(known) | set(shards.every_partition(queues, {})))
 
 
 def _confirm(search: Search, jid: str, place: str, position: str, raw: str, length: int) -> None:
     """Keep a candidate only if its payload's jid is exactly `jid`."""
-    if place in SET_PLACES:
-        entry = set_ops.parse_entry(place, raw, float(position))
+    logical, partition = places.split(place)
+    if logical in SET_PLACES:
+        entry = set_ops.parse_entry(logical, raw, float(position), partition)
         # A set read in slices can show an element twice when entries arrive between calls.
-        if entry.jid == jid and all(e.raw != raw or e.set != place for e in search.entries):
+        if entry.jid == jid and all(
+            e.raw != raw or e.set != logical or e.partition != partition for e in search.entries
+        ):
             search.entries.append(entry)
         return
     payload = codec.loads_dict(raw)
     if payload is not None and payload.get("jid") == jid:
-        search.queued.append(Queued(place[len(QUEUE_PLACE) :], int(position), length, payload, raw))
+        queue = logical[len(QUEUE_PLACE) :]
+        search.queued.append(Queued(queue, int(position), length, payload, raw, partition))
 
 
 def search(
@@ -227,35 +240,44 @@ def search(
     max_wall_s: float = MAX_WALL_S,
     slice_size: int = SLICE,
     clock: Callable[[], float] = time.monotonic,
+    parts: list[Partition] | None = None,
 ) -> Search:
     """Search on from `cursor` until a place is confirmed, every place is searched, `max_calls`
     script calls are made or `max_wall_s` has passed. `cursor.first` keeps only real places; a
-    place that isn't one starts from the beginning (`locate` tells the caller so)."""
-    order = search_order(cursor.first, queues)
-    cursor = Cursor(cursor.place, cursor.offset, tuple(p for p in dict.fromkeys(cursor.first) if p in order))
+    place that isn't one starts from the beginning (`locate` tells the caller so). In the sharded
+    layout (`parts`: every partition) a call reads one partition's places, on its client."""
+    logical = search_order(cursor.first, queues)
+    order = full_order(cursor.first, queues, parts)
+    cursor = Cursor(
+        cursor.place, cursor.offset, tuple(p for p in dict.fromkeys(cursor.first) if p in logical)
+    )
     if cursor.place not in order:
         cursor = Cursor(order[0], 0, cursor.first)
-    found = Search(order, _sizes(client, order))
+    found = Search(order, places.lengths(client, order))
     all_keys = [place_key(p) for p in order]
-    kinds = "".join("z" if p in SET_PLACES else "l" for p in order)
+    kinds = "".join("z" if places.is_set(p) else "l" for p in order)
     index, offset = order.index(cursor.place), min(max(0, cursor.offset), found.sizes[cursor.place])
     deadline = clock() + max_wall_s
     while index < len(order) and found.calls < max(1, max_calls):
+        # One call reads places of one slot: every place in the one-slot layout (one call as before),
+        # one partition's in the sharded one. Indices in the call are relative to its first place.
+        first, end = (0, len(order)) if parts is None else (index, places.run_end(order, index))
+        holder = client if parts is None else set_fanout.client_of(client, places.split(order[first])[1])
         reply = scripts.run(
             "locate",
-            all_keys,
-            [jid, kinds, index + 1, offset, slice_size, HIT_CAP, KEY_COST],
-            client=client,
+            all_keys[first:end],
+            [jid, kinds[first:end], index - first + 1, offset, slice_size, HIT_CAP, KEY_COST],
+            client=holder,
         )
         hits, notes, next_index, offset, read = cast(
             tuple[list[list[Any]], list[list[Any]], int, int, int], reply
         )
-        found.calls, found.read, index = found.calls + 1, found.read + int(read), int(next_index) - 1
+        found.calls, found.read = found.calls + 1, found.read + int(read)
+        index = first + int(next_index) - 1
         for key_index, position, raw, length in hits:
-            _confirm(found, jid, order[int(key_index) - 1], str(position), str(raw), int(length))
-        found.wrong_type.extend(
-            all_keys[int(n[0]) - 1] for n in notes if all_keys[int(n[0]) - 1] not in found.wrong_type
-        )
+            _confirm(found, jid, order[first + int(key_index) - 1], str(position), str(raw), int(length))
+        named = [all_keys[first + int(n[0]) - 1] for n in notes]
+        found.wrong_type.extend(k for k in named if k not in found.wrong_type)
         if found.found or clock() >= deadline:
             break
     found.next = Cursor(order[index], int(offset), cursor.first) if index < len(order) else None
@@ -288,8 +310,9 @@ def locate(
         Running(p.identity, p.hostname, p.pid, job) for p in live for job in p.running if job.jid == jid
     ]
     queues = queue_ops.known_queues(client, {queue for p in live for queue in p.queues})
+    parts = _partitions(client, queues)
     first = first_places(status, queues, set_sizes)
-    start = Cursor(search_order(first, queues)[0], 0, first)
+    start = Cursor(full_order(first, queues, parts)[0], 0, first)
     skipped: str | None = None
     if not searching:
         skipped = "not asked"
@@ -298,10 +321,12 @@ def locate(
     elif cursor is None and status.get("status") == "complete":
         skipped = "complete"
     # A cursor naming no place there is (a queue since forgotten, a hand-edited link) restarts.
-    restarted = cursor is not None and cursor.place not in search_order(cursor.first, queues)
+    restarted = cursor is not None and cursor.place not in full_order(cursor.first, queues, parts)
     found = None
     if not skipped:
-        found = search(client, scripts, jid, start if cursor is None or restarted else cursor, queues)
+        found = search(
+            client, scripts, jid, start if cursor is None or restarted else cursor, queues, parts=parts
+        )
         found.restarted = restarted
     return Location(
         jid=jid,

@@ -15,17 +15,19 @@ reads the places as they are then.
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
 
 from cogworker import codec
-from cogworker.ops import locate
+from cogworker.ops import locate, places, set_fanout, set_merge
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
+from cogworker.store import shards
 
 # Elements one read takes: a ZRANGE or LRANGE of 500 payloads is well under a millisecond of Redis.
 SLICE = 500
@@ -49,8 +51,9 @@ class Match:
 
     @property
     def queue(self) -> str | None:
-        if self.place.startswith(locate.QUEUE_PLACE):
-            return self.place[len(locate.QUEUE_PLACE) :]
+        queue = places.queue_of(self.place)
+        if queue is not None:
+            return queue
         return self.entry.queue if self.entry is not None else None
 
 
@@ -83,9 +86,30 @@ def _read_set(client: redis.Redis, place: str, offset: int, count: int) -> list[
     ]
 
 
+class _MergedSets:
+    """The sharded layout's set reader: every partition's set read on in the merged order
+    (ops/set_merge.py), the position found once per place and request rather than once a slice."""
+
+    def __init__(self) -> None:
+        self._place: str | None = None
+        self._stream: Iterator[set_merge.Item] = iter(())
+
+    def __call__(self, client: redis.Redis, place: str, offset: int, count: int) -> list[Match]:
+        if place != self._place:
+            self._place, self._stream = place, set_merge.stream(client, place, offset, True, count)[0]
+        found = []
+        for raw, score, partition in itertools.islice(self._stream, count):
+            e = set_ops.parse_entry(place, raw, score, partition)
+            found.append(Match(place, e.jid, e.job, e.args, e.kwargs, entry=e))
+        return found
+
+
 def _read_queue(client: redis.Redis, place: str, offset: int, count: int) -> list[Match]:
+    logical, partition = places.split(place)
+    if partition is not None:
+        return _read_queue_partition(client, place, partition, offset, count)
     found = []
-    for queued in queue_ops.jobs_page(client, place[len(locate.QUEUE_PLACE) :], offset, count):
+    for queued in queue_ops.jobs_page(client, logical[len(locate.QUEUE_PLACE) :], offset, count):
         kwargs = (codec.loads_dict(queued.raw) or {}).get("kwargs")
         found.append(
             Match(
@@ -100,6 +124,42 @@ def _read_queue(client: redis.Redis, place: str, offset: int, count: int) -> lis
     return found
 
 
+def _read_queue_partition(
+    client: redis.Redis, place: str, partition: shards.Partition, offset: int, count: int
+) -> list[Match]:
+    """A queue partition's list (the sharded layout), on its own client, newest first as
+    `queues.jobs_page` reads a one-slot queue."""
+    holder = set_fanout.client_of(client, partition)
+    raws = cast(list[str], holder.lrange(shards.queue_key(partition), offset, offset + count - 1))
+    found = []
+    for n, raw in enumerate(raws):
+        job = codec.loads_dict(str(raw)) or {}
+        jid, name, args, kwargs = job.get("jid"), job.get("class"), job.get("args"), job.get("kwargs")
+        found.append(
+            Match(
+                place,
+                jid if isinstance(jid, str) else None,
+                name if isinstance(name, str) else None,
+                args if isinstance(args, list) else [],
+                kwargs if isinstance(kwargs, dict) else {},
+                index=offset + n,
+            )
+        )
+    return found
+
+
+def _order(client: redis.Redis) -> list[str]:
+    """The places searched: the sets (each read as one, every partition's merged, in the sharded
+    layout) and the queues (each partition's list in the sharded layout: ops/places.py)."""
+    queues = queue_ops.known_queues(client)
+    order = locate.search_order((), queues)
+    if not set_ops.sharded():
+        return order
+    parts = sorted(set(set_fanout.partitions(client)) | set(shards.every_partition(queues, {})))
+    queue_places = [places.of_partition(locate.QUEUE_PLACE + p.queue, p) for p in parts]
+    return [p for p in order if p in locate.SET_PLACES] + queue_places
+
+
 def search(
     client: redis.Redis,
     text: str,
@@ -111,16 +171,17 @@ def search(
 ) -> Found:
     """Matches for `text` from `cursor` (None: the start) until `limit` are found, every place is
     read or `budget_s` has passed (at least one element is read per request, so each moves on)."""
-    order = locate.search_order((), queue_ops.known_queues(client))
+    order = _order(client)
     found = Found(text, order)
     if cursor is not None and cursor.place not in order:
         found.restarted, cursor = True, None
     index = order.index(cursor.place) if cursor is not None else 0
     offset = max(0, cursor.offset) if cursor is not None else 0
     deadline = clock() + budget_s
+    read_set = _MergedSets() if set_ops.sharded() else _read_set
     while index < len(order):
         place = order[index]
-        reader = _read_set if place in locate.SET_PLACES else _read_queue
+        reader = read_set if place in locate.SET_PLACES else _read_queue
         try:
             chunk = reader(client, place, offset, slice_size)
         except redis.ResponseError:

@@ -5,6 +5,10 @@ Every change takes an entry out by its exact text (ZREM), in the same atomic ste
 writes, and only after that write: two operators (or an operator and a poller) acting on one entry
 at once can't both win, so a job is never enqueued twice by a "retry now" nor filed twice in dead by
 a "kill", and a key of the wrong type stops the step before anything changed.
+
+In the sharded layout an entry lies in one queue partition's set (`Entry.partition`), and every
+action runs there, on that partition's client, with that partition's keys: "retry now" pushes onto
+the partition's own queue, "kill" files in its own dead set, so each step stays atomic in one slot.
 """
 
 from __future__ import annotations
@@ -19,13 +23,14 @@ import redis
 from cogworker import codec
 from cogworker.api import death
 from cogworker.api.job_status import record_failed
-from cogworker.ops import NotFound, OpsError
-from cogworker.ops.sets import BATCH, UNREADABLE, Entry, Filter, entries, get, set_key
+from cogworker.ops import NotFound, OpsError, set_fanout, set_places
+from cogworker.ops.sets import BATCH, UNREADABLE, Entry, Filter, entries, get, set_key, sharded
 from cogworker.settings import Settings
-from cogworker.store import key_guard, keys
+from cogworker.store import key_guard, keys, shards
 from cogworker.store.locks import Locks
 from cogworker.store.outage import Outages
 from cogworker.store.scripts import Scripts
+from cogworker.store.shards import Partition
 
 # An entry replaced while we act on it (the poison-pill swap in worker/recovering/recovery.py) is
 # looked up again.
@@ -44,11 +49,14 @@ class WrongTypeKey(OpsError):
     """A key the action writes has the wrong type: nothing changed (the workers' guard is asked)."""
 
 
-def _check_reply(client: redis.Redis, reply: Any) -> Any:
-    """A script's reply, or WrongTypeKey naming the key when it reported one."""
+def _check_reply(client: redis.Redis, reply: Any, entry: Entry | None = None) -> Any:
+    """A script's reply, or WrongTypeKey naming the key when it reported one (its type read where
+    it lives: `entry`'s partition in the sharded layout; the guard asked in the home slot)."""
     key = key_guard.script_wrong_type(reply)
     if key is not None:
-        raise WrongTypeKey(str(key_guard.wrong_type_error(client, key)))
+        if entry is None or entry.partition is None:
+            raise WrongTypeKey(str(key_guard.wrong_type_error(client, key)))
+        raise WrongTypeKey(str(set_places.wrong_type(client, entry.partition, str(key))))
     return reply
 
 
@@ -83,6 +91,23 @@ def requeued_text(entry: Entry, now: float) -> str:
         ) from exc
 
 
+def _graduate_keys(entry: Entry) -> list[str]:
+    """graduate.lua's keys for putting `entry` back on its queue: in the sharded layout the queue of
+    the partition whose set holds it, so the move stays in that partition's slot."""
+    assert entry.queue is not None
+    p = entry.partition
+    if p is None:
+        return [set_key(entry.set), keys.queue(entry.queue), keys.QUEUES, keys.WAKE_CHANNEL]
+    if entry.queue != p.queue:
+        # Its own queue's partitions are other slots: the move could not be one step there.
+        raise NotRetryable(
+            f"job {entry.ref} in the {entry.set} set of queue partition {p} names queue {entry.queue!r}: "
+            "in the sharded layout it can only go back to the queue whose partition holds it "
+            "(push it again, or delete it)"
+        )
+    return [set_key(entry.set, p), shards.queue_key(p), shards.registry(p), shards.wake_channel(p)]
+
+
 def retry_now(
     client: redis.Redis, scripts: Scripts, set_name: str, ref: str, score: float | None = None
 ) -> Entry:
@@ -96,11 +121,11 @@ def retry_now(
         assert entry.queue is not None
         moved = scripts.run(
             "graduate",
-            [set_key(set_name), keys.queue(entry.queue), keys.QUEUES, keys.WAKE_CHANNEL],
+            _graduate_keys(entry),
             [entry.raw, text, entry.queue],
-            client=client,
+            client=set_places.holder(client, entry),
         )
-        if _check_reply(client, moved):
+        if _check_reply(client, moved, entry):
             return entry
     raise NotFound(f"job {ref} in the {set_name} set changed while being retried: try again")
 
@@ -109,7 +134,7 @@ def delete(client: redis.Redis, set_name: str, ref: str, score: float | None = N
     """Remove the entry; returns it. NotFound if it is gone (someone else acted on it first)."""
     for _ in range(ATTEMPTS):
         entry = get(client, set_name, ref, score)
-        if client.zrem(set_key(set_name), entry.raw):
+        if set_places.holder(client, entry).zrem(set_key(set_name, entry.partition), entry.raw):
             return entry
     raise NotFound(f"job {ref} in the {set_name} set changed while being deleted: try again")
 
@@ -125,35 +150,33 @@ class BulkResult:
 def retry_all(
     client: redis.Redis, scripts: Scripts, set_name: str, match: Filter | None = None
 ) -> BulkResult:
-    """Retry now every entry that matches; unreadable ones stay where they are."""
-    key = set_key(set_name)
+    """Retry now every entry that matches; unreadable ones stay where they are. In the sharded layout
+    each partition's entries go back in pipelines on that partition's client."""
     chosen = entries(client, set_name, match)
     done = gone = unreadable = 0
     now = time.time()
-    for start in range(0, len(chosen), BATCH):
-        pipe = client.pipeline(transaction=False)
-        for entry in chosen[start : start + BATCH]:
-            if not entry.readable or entry.queue is None:
-                unreadable += 1
-                continue
-            try:
-                text = requeued_text(entry, now)
-            except NotRetryable:
-                unreadable += 1
-                continue
-            scripts.run(
-                "graduate",
-                [key, keys.queue(entry.queue), keys.QUEUES, keys.WAKE_CHANNEL],
-                [entry.raw, text, entry.queue],
-                client=pipe,
-            )
-        replies = pipe.execute() if len(pipe) else []
-        moved = [int(r) for r in replies if key_guard.script_wrong_type(r) is None]
-        done += sum(moved)
-        gone += moved.count(0)
-        wrong = _wrong_type_keys(client, replies)
-        if wrong:
-            return BulkResult(done, unreadable, gone, wrong)
+    for group in set_places.by_partition(chosen):
+        holder = set_places.holder(client, group[0])
+        for start in range(0, len(group), BATCH):
+            pipe = holder.pipeline(transaction=False)
+            for entry in group[start : start + BATCH]:
+                if not entry.readable or entry.queue is None:
+                    unreadable += 1
+                    continue
+                try:
+                    text = requeued_text(entry, now)
+                    names = _graduate_keys(entry)
+                except NotRetryable:
+                    unreadable += 1
+                    continue
+                scripts.run("graduate", names, [entry.raw, text, entry.queue], client=pipe)
+            replies = pipe.execute() if len(pipe) else []
+            moved = [int(r) for r in replies if key_guard.script_wrong_type(r) is None]
+            done += sum(moved)
+            gone += moved.count(0)
+            wrong = _wrong_type_keys(client, replies)
+            if wrong:
+                return BulkResult(done, unreadable, gone, wrong)
     return BulkResult(done, unreadable, gone)
 
 
@@ -166,23 +189,37 @@ def _wrong_type_keys(client: redis.Redis, replies: list[Any]) -> tuple[str, ...]
 
 
 def delete_all(client: redis.Redis, set_name: str, match: Filter | None = None) -> BulkResult:
-    """Delete every entry that matches (without a filter: the whole set, in one step)."""
-    key = set_key(set_name)
+    """Delete every entry that matches (without a filter: the whole set, in one step; in the sharded
+    layout one step per partition)."""
     if match is None or match.empty:
-        # One command that counts what it removes and refuses a key of another type. (MULTI with
-        # ZCARD then DEL ran the DEL after the ZCARD failed, deleting a key that wasn't the set.)
-        try:
-            removed = client.zremrangebyrank(key, 0, -1)
-        except redis.ResponseError as exc:
-            if key_guard.is_wrong_type(exc):
-                raise WrongTypeKey(str(key_guard.wrong_type_error(client, key))) from exc
-            raise
-        return BulkResult(int(removed), 0, 0)
-    chosen = [e.raw for e in entries(client, set_name, match)]
+        places = set_fanout.partitions(client) if sharded() else [None]
+        removed = 0
+        for partition in places:
+            removed += _clear(client, set_name, partition)
+        return BulkResult(removed, 0, 0)
+    chosen = entries(client, set_name, match)
     done = 0
-    for start in range(0, len(chosen), BATCH):
-        done += client.zrem(key, *chosen[start : start + BATCH])
+    for group in set_places.by_partition(chosen):
+        holder, key = set_places.holder(client, group[0]), set_key(set_name, group[0].partition)
+        texts = [e.raw for e in group]
+        for start in range(0, len(texts), BATCH):
+            done += holder.zrem(key, *texts[start : start + BATCH])
     return BulkResult(done, 0, len(chosen) - done)
+
+
+def _clear(client: redis.Redis, set_name: str, partition: Partition | None) -> int:
+    """Empty one set (a partition's in the sharded layout). One command that counts what it removes
+    and refuses a key of another type. (MULTI with ZCARD then DEL ran the DEL after the ZCARD failed,
+    deleting a key that wasn't the set.)"""
+    key = set_key(set_name, partition)
+    try:
+        return int(set_fanout.client_of(client, partition).zremrangebyrank(key, 0, -1))
+    except redis.ResponseError as exc:
+        if key_guard.is_wrong_type(exc):
+            if partition is None:
+                raise WrongTypeKey(str(key_guard.wrong_type_error(client, key))) from exc
+            raise WrongTypeKey(str(set_places.wrong_type(client, partition, key))) from exc
+        raise
 
 
 def killed_payload(entry: Entry, now: float) -> dict[str, Any]:
@@ -200,9 +237,16 @@ def _kill_script(scripts: Scripts, settings: Settings, entry: Entry, now: float,
     """bury.lua: written to dead, then taken out of its set, only if it is still there."""
     # Lenient: an entry JSON can't hold as it is (nested too deep) is still killed, sanitised.
     text = codec.dumps_lenient(killed_payload(entry, now))[0]
+    p = entry.partition
+    # In the sharded layout the partition's own dead set, counter and death notices: one slot.
+    names = (
+        [set_key(entry.set), keys.DEAD, keys.STAT_FAILED, keys.DEATHS]
+        if p is None
+        else [set_key(entry.set, p), shards.dead(p), shards.stat(p, "failed"), shards.deaths(p)]
+    )
     return scripts.run(
         "bury",
-        [set_key(entry.set), keys.DEAD, keys.STAT_FAILED, keys.DEATHS],
+        names,
         [
             entry.raw,
             now,
@@ -246,7 +290,8 @@ def kill(
     _killable(set_name)
     for _ in range(ATTEMPTS):
         entry = get(client, set_name, ref, score)
-        if _check_reply(client, _kill_script(scripts, settings, entry, time.time(), client)):
+        reply = _kill_script(scripts, settings, entry, time.time(), set_places.holder(client, entry))
+        if _check_reply(client, reply, entry):
             _after_kill(client, scripts, settings, entry)
             return entry
     raise NotFound(f"job {ref} in the {set_name} set changed while being killed: try again")
@@ -259,22 +304,24 @@ def kill_all(
     _killable(set_name)
     chosen = entries(client, set_name, match)
     done = gone = 0
-    for start in range(0, len(chosen), BATCH):
-        batch = chosen[start : start + BATCH]
-        now = time.time()
-        pipe = client.pipeline(transaction=False)
-        for entry in batch:
-            _kill_script(scripts, settings, entry, now, pipe)
-        replies = pipe.execute()
-        for entry, reply in zip(batch, replies, strict=True):
-            if key_guard.script_wrong_type(reply) is not None:
-                continue
-            if reply:
-                done += 1
-                _after_kill(client, scripts, settings, entry)
-            else:
-                gone += 1
-        wrong = _wrong_type_keys(client, replies)
-        if wrong:
-            return BulkResult(done, 0, gone, wrong)
+    for group in set_places.by_partition(chosen):
+        holder = set_places.holder(client, group[0])
+        for start in range(0, len(group), BATCH):
+            batch = group[start : start + BATCH]
+            now = time.time()
+            pipe = holder.pipeline(transaction=False)
+            for entry in batch:
+                _kill_script(scripts, settings, entry, now, pipe)
+            replies = pipe.execute()
+            for entry, reply in zip(batch, replies, strict=True):
+                if key_guard.script_wrong_type(reply) is not None:
+                    continue
+                if reply:
+                    done += 1
+                    _after_kill(client, scripts, settings, entry)
+                else:
+                    gone += 1
+            wrong = _wrong_type_keys(client, replies)
+            if wrong:
+                return BulkResult(done, 0, gone, wrong)
     return BulkResult(done, 0, gone)

@@ -11,14 +11,16 @@ one, never shown as the whole.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
 
 from cogworker import codec
-from cogworker.ops.sets import BATCH, set_key
+from cogworker.ops import set_fanout, set_merge
+from cogworker.ops.sets import BATCH, set_key, sharded
+from cogworker.store.shards import Partition
 
 # Distinct groups kept: past that, entries of new groups are counted together (`Grouping.others`),
 # so a set whose every error class differs can't grow the page without bound.
@@ -88,15 +90,12 @@ def groups(
 ) -> Grouping:
     """The set's entries grouped by (job class, error class), counting slice by slice until the set
     is done or `budget_s` has passed (checked between slices; the first is always read)."""
-    key = set_key(set_name)
-    total = client.zcard(key)
     found: dict[tuple[str | None, str | None], Group] = {}
     scanned = others = 0
     deadline = clock() + budget_s
-    while scanned < total and (scanned == 0 or clock() < deadline):
-        # Decoded without building an Entry: counting a large set is mostly this loop.
-        chunk = cast(list[str], client.zrange(key, scanned, scanned + BATCH - 1))
-        if not chunk:
+    slices, total = _slices(client, set_name)
+    for chunk in slices:
+        if scanned > 0 and clock() >= deadline:
             break
         for raw in chunk:
             payload = codec.loads_dict(raw) or {}
@@ -111,3 +110,27 @@ def groups(
         scanned += len(chunk)
     ordered = sorted(found.values(), key=lambda g: (-g.count, -(g.last_failed_at or 0.0)))
     return Grouping(ordered, min(scanned, total), total, others)
+
+
+def _slices(client: redis.Redis, set_name: str) -> tuple[Iterator[list[str]], int]:
+    """The set's entries a slice at a time, in no particular order, and its size when counting
+    started: the one-slot set's, or every partition's one after the other (the sharded layout)."""
+    places: list[Partition | None] = [None]
+    if sharded():
+        places = list(set_fanout.partitions(client))
+        sizes = set_merge.sizes(client, [p for p in places if p is not None], set_name)
+    else:
+        sizes = [client.zcard(set_key(set_name))]
+
+    def read() -> Iterator[list[str]]:
+        for partition, size in zip(places, sizes, strict=True):
+            holder, key, done = set_fanout.client_of(client, partition), set_key(set_name, partition), 0
+            while done < size:
+                # Decoded without building an Entry: counting a large set is mostly this loop.
+                chunk = cast(list[str], holder.zrange(key, done, done + BATCH - 1))
+                if not chunk:
+                    break
+                done += len(chunk)
+                yield chunk
+
+    return read(), sum(sizes)

@@ -12,7 +12,8 @@ from typing import cast
 
 import redis
 
-from cogworker.ops.sets import BATCH, Entry, Filter, parse_entry, set_key
+from cogworker.ops import set_merge
+from cogworker.ops.sets import BATCH, Entry, Filter, parse_entry, set_key, sharded
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,8 @@ def search(
     the set is exhausted, `budget` entries were examined or `budget_s` seconds have passed (checked
     between slices; the first slice is always read, so every call moves on). A filter over a set
     of millions costs a bounded time per call, and the caller goes on from `end`."""
+    if sharded():
+        return _search_merged(client, set_name, match, max(0, start), budget, limit, desc, budget_s, clock)
     key = set_key(set_name)
     total = client.zcard(key)
     found: list[Entry] = []
@@ -67,4 +70,40 @@ def search(
                 found.append(entry)
                 if len(found) >= limit:
                     break
+    return Search(found, start, position, total, out_of_time)
+
+
+def _search_merged(
+    client: redis.Redis,
+    set_name: str,
+    match: Filter,
+    start: int,
+    budget: int | None,
+    limit: int,
+    desc: bool,
+    budget_s: float | None,
+    clock: Callable[[], float],
+) -> Search:
+    """`search` over every partition's set (the sharded layout), in the merged order: positions are
+    the merged set's (set_merge.py), so `end` goes on as in the one-slot layout. The budget is
+    checked every BATCH entries, as the one-slot search checks it between slices."""
+    merged, total = set_merge.stream(client, set_name, start, desc, BATCH)
+    found: list[Entry] = []
+    position = start
+    stop = total if budget is None else min(total, start + max(0, budget))
+    deadline = None if budget_s is None else clock() + budget_s
+    out_of_time = False
+    for raw, score, partition in merged:
+        if position >= stop or len(found) >= limit:
+            break
+        at_slice = position > start and (position - start) % BATCH == 0
+        if deadline is not None and at_slice and clock() >= deadline:
+            out_of_time = True
+            break
+        position += 1
+        if not match.may_match(raw):
+            continue
+        entry = parse_entry(set_name, raw, score, partition)
+        if match(entry):
+            found.append(entry)
     return Search(found, start, position, total, out_of_time)

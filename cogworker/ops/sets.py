@@ -5,6 +5,10 @@ An entry is named by its payload's `jid`; one with no jid (an unreadable payload
 `raw-` and a digest of its text. The Web UI names it by its key, `<score>-<ref>`, so it can find it
 with one ZRANGEBYSCORE instead of a scan; its pages read one slice (`page`), or search the set for a
 bounded time (set_search.py), going on from a position the next request is given.
+
+In the sharded layout (store/shards.py) each queue partition has its own three sets: every reader
+here covers them all as one set (ops/set_merge.py: merged by score, paged by position), and each
+entry says which partition holds it (`Entry.partition`), where the actions run (set_actions.py).
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import redis
 
 from cogworker import codec
 from cogworker.api import backtrace
-from cogworker.ops import NotFound, OpsError
-from cogworker.store import keys
+from cogworker.ops import NotFound, OpsError, set_fanout, set_merge
+from cogworker.store import keys, shards
+from cogworker.store.shards import Partition
 
 # Names only: set_key gives the key, built with the prefix in force (store/keys.py).
 SETS = ("retry", "scheduled", "dead")
@@ -94,6 +99,9 @@ class Entry:
     readable: bool  # False: the payload isn't a job this code can put back on a queue
     payload: dict[str, Any] | None  # the whole decoded payload (None when it isn't a JSON object)
     raw: str  # the entry exactly as stored
+    # The queue partition whose set holds it (the sharded layout; None: the one-slot layout's set).
+    # Every action on the entry runs there (set_actions.py).
+    partition: Partition | None = None
 
     @property
     def backtrace(self) -> list[str] | None:
@@ -108,8 +116,9 @@ class Entry:
 
     @property
     def summary(self) -> dict[str, Any]:
-        """The fields a listing shows (everything but the whole payload and raw text)."""
-        return {
+        """The fields a listing shows (everything but the whole payload and raw text); in the sharded
+        layout also the queue partition holding it (`default#2`)."""
+        fields = {
             "ref": self.ref,
             "set": self.set,
             "score": self.score,
@@ -124,13 +133,22 @@ class Entry:
             "failed_at": self.failed_at,
             "readable": self.readable,
         }
+        if self.partition is not None:
+            fields["partition"] = str(self.partition)
+        return fields
 
 
-def set_key(name: str) -> str:
+def set_key(name: str, partition: Partition | None = None) -> str:
+    """The set's key: the one-slot layout's, or (sharded layout) `partition`'s own."""
     try:
-        return keys.job_sets()[name]
+        return keys.job_sets()[name] if partition is None else shards.job_sets(partition)[name]
     except KeyError:
         raise OpsError(f"unknown set {name!r}: use one of {', '.join(SETS)}") from None
+
+
+def sharded() -> bool:
+    """Whether the sets are every queue partition's (ops/set_merge.py reads them as one)."""
+    return shards.is_sharded()
 
 
 # A float as repr writes it (what `entry_key` puts first), then "-" and the ref. Not a plain split at
@@ -166,7 +184,7 @@ def _float_or_none(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def parse_entry(set_name: str, raw: str, score: float) -> Entry:
+def parse_entry(set_name: str, raw: str, score: float, partition: Partition | None = None) -> Entry:
     job = codec.loads_dict(raw)
     payload = job or {}
     name = _str_or_none(payload.get("class"))
@@ -190,18 +208,27 @@ def parse_entry(set_name: str, raw: str, score: float) -> Entry:
         readable=job is not None and name is not None and name != UNREADABLE and queue is not None,
         payload=job,
         raw=raw,
+        partition=partition,
     )
 
 
 def size(client: redis.Redis, set_name: str) -> int:
+    if sharded():
+        return sum(set_merge.sizes(client, set_fanout.partitions(client), set_name))
     return client.zcard(set_key(set_name))
 
 
 def _scan(client: redis.Redis, set_name: str, match: Filter | None = None) -> Iterator[Entry]:
     """Every entry in listing order: dead newest first, retry and scheduled soonest due first (only
     those whose stored text may match `match`: the others aren't decoded)."""
-    key = set_key(set_name)
     newest_first = set_name == "dead"
+    if sharded():
+        merged, _total = set_merge.stream(client, set_name, desc=newest_first)
+        for raw, score, partition in merged:
+            if match is None or match.may_match(raw):
+                yield parse_entry(set_name, raw, score, partition)
+        return
+    key = set_key(set_name)
     start = 0
     while True:
         page = cast(
@@ -235,18 +262,20 @@ def _glob_escape(text: str) -> str:
 
 def find(client: redis.Redis, set_name: str, ref: str) -> Entry | None:
     """The entry named `ref` (a jid, or raw-<digest>); the soonest-due one if several share it."""
-    key = set_key(set_name)
     found: list[Entry] = []
     if ref.startswith(RAW_REF_PREFIX):
         found = [e for e in _scan(client, set_name) if e.jid is None and raw_ref(e.raw) == ref]
     else:
         # ZSCAN's MATCH narrows the search to entries whose text holds the jid; the decoded payload
-        # decides.
+        # decides. The sharded layout scans every partition's set.
         pattern = f"*{_glob_escape(ref)}*"
-        for raw, score in client.zscan_iter(key, match=pattern, count=BATCH):
-            entry = parse_entry(set_name, str(raw), float(score))
-            if entry.jid == ref:
-                found.append(entry)
+        places = set_fanout.partitions(client) if sharded() else [None]
+        for partition in places:
+            holder = set_fanout.client_of(client, partition)
+            for raw, score in holder.zscan_iter(set_key(set_name, partition), match=pattern, count=BATCH):
+                entry = parse_entry(set_name, str(raw), float(score), partition)
+                if entry.jid == ref:
+                    found.append(entry)
     return min(found, key=lambda e: e.score) if found else None
 
 
@@ -254,15 +283,24 @@ def at_score(client: redis.Redis, set_name: str, score: float, ref: str) -> Entr
     """The entry named `ref` among those scored exactly `score` (ZRANGEBYSCORE score score): no scan.
     Entries sharing a score are read in slices, so even a thousand scheduled for one instant stay
     cheap to look through."""
-    key = set_key(set_name)
-    offset = 0
+    if sharded():
+        return set_merge.at_score(client, set_name, score, ref)
+    return at_score_in(client, set_name, score, ref, None)
+
+
+def at_score_in(
+    client: redis.Redis, set_name: str, score: float, ref: str, partition: Partition | None, offset: int = 0
+) -> Entry | None:
+    """`at_score` in one set: the one-slot layout's, or `partition`'s (on that partition's client),
+    from `offset` among the entries of that score."""
+    key = set_key(set_name, partition)
     while True:
         chunk = cast(
             list[tuple[str, float]],
             client.zrangebyscore(key, score, score, start=offset, num=BATCH, withscores=True),
         )
         for raw, found_score in chunk:
-            entry = parse_entry(set_name, raw, found_score)
+            entry = parse_entry(set_name, raw, found_score, partition)
             if entry.ref == ref:
                 return entry
         if len(chunk) < BATCH:
@@ -274,6 +312,8 @@ def page(client: redis.Redis, set_name: str, start: int, count: int, desc: bool 
     """One slice of the set in score order (desc: highest score first), from position `start`."""
     if count < 1:
         return []
+    if sharded():
+        return set_merge.page(client, set_name, start, count, desc)[0]
     chunk = cast(
         list[tuple[str, float]],
         client.zrange(set_key(set_name), start, start + count - 1, desc=desc, withscores=True),

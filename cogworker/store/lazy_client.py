@@ -30,7 +30,13 @@ class LazyClient:
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    self._client = connect(self.settings)
+                    client = connect(self.settings)
+                    if self.settings.cluster_sharding == "queues":
+                        # The set readers' partition clients (ops/set_fanout.py), found by this client.
+                        from cogworker.ops import set_fanout
+
+                        set_fanout.register(client, self.settings)
+                    self._client = client
         return self._client
 
     @property
@@ -44,4 +50,7 @@ class LazyClient:
 
     def close(self) -> None:
         if self._client is not None:
+            from cogworker.ops import set_fanout
+
+            set_fanout.release(self._client)
             self._client.close()
