@@ -230,7 +230,7 @@ def test_a_stopped_master_stalls_only_its_own_queues(
     port = master_of(redis_cluster, stalled_p)
     node = next(n for n in redis_cluster.nodes if n.port == port)
     assert node.proc is not None
-    start(workers, redis_cluster, out, f"{stalled},{running}", COGWORKER_REDIS_TIMEOUT_S="2")
+    worker = start(workers, redis_cluster, out, f"{stalled},{running}", COGWORKER_REDIS_TIMEOUT_S="2")
     seed(cluster, stalled_p, "mark", "before")
     wait_until(lambda: events(out, "ran"), timeout=30, message="the worker runs")
     # Jobs waiting on the stalled master's queue when it stops (seeded first: its slot is then away).
@@ -259,3 +259,22 @@ def test_a_stopped_master_stalls_only_its_own_queues(
     redis_cluster.wait_ok()
     ran = Counter(tag for tag, _pid in events(out, "ran"))
     assert all(n == 1 for n in ran.values()), ran
+    # The fetcher met the outage and skipped the partition, then found it served again.
+    assert {e["partition"] for e in worker.events_named("partition_unavailable")} == {f"{stalled}#0"}
+    assert worker.events_named("partition_available")
+
+
+def test_an_expired_job_is_counted_in_its_partition_and_not_run(
+    layout: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: Path
+) -> None:
+    p = shards.Partition("cold")
+    job = build("sharded_jobs.mark", ["late"], {}, queue="cold", retry=True, extra={"expires_at": 1.0})
+    cluster.lpush(shards.queue_key(p), codec.dumps(job))
+    cluster.sadd(keys.QUEUES, "cold")
+    seed(cluster, p, "mark", "on-time")
+    start(workers, redis_cluster, out, "cold")
+    wait_until(lambda: events(out, "ran"), timeout=30, message="the other job ran")
+    wait_until(lambda: cluster.get(shards.stat(p, "expired")) == "1", timeout=15, message="counted expired")
+    assert [tag for tag, _pid in events(out, "ran")] == ["on-time"]
+    assert cluster.get(keys.stat("expired")) is None  # nothing in the home slot
+    wait_until(lambda: not any(in_progress_lists(cluster, [p]).values()), timeout=15, message="acked")
