@@ -13,8 +13,9 @@ a queue evenly. The first partition that gives jobs ends the fetch, as the first
 fetch.lua's walk. A queue has max(configured, recorded) partitions; the recorded counts (home hash
 `partitions`, only growing) are read at start and every REFRESH_S.
 
-Acknowledgements go to the partition each job came from (placements.py), grouped: one call per
-partition that has acknowledgements or is tried for jobs.
+Acknowledgements go to the partition each job came from (placements.py), grouped: with the call that
+tries the partition for jobs, or, when the fetch ended before reaching it, in a call of their own once
+ACK_BATCH have gathered or the oldest has waited ACK_DELAY_S (each call costs its master a script run).
 
 One partition's master failing does not stop the others: the call's acknowledgements go back to the
 settler, a reconcile is made due (its reply may have been lost with jobs moved), and the partition is
@@ -65,6 +66,10 @@ log = structlog.get_logger("cogworker.fetch")
 REFRESH_S = 5.0
 
 Acks = list[tuple[str, str]]
+# A partition's acks sent in a call of their own (its fetch having ended elsewhere) once this many have
+# gathered, or the oldest has waited ACK_DELAY_S: a late ack only risks a re-run after a crash.
+ACK_BATCH = 8
+ACK_DELAY_S = 0.1
 
 
 class PatternWakeListener(WakeListener):
@@ -107,6 +112,7 @@ class ShardedFetch:
         # fetch.lua's last mode per partition (1: a suspect runs here alone; 2: one waits for our list
         # to empty). A suspect anywhere stops fetching everywhere (isolation is per process).
         self._modes: dict[Partition, int] = {}
+        self._deferred_since: dict[Partition, float] = {}  # acks held back since (_defer)
 
     # Partitions -------------------------------------------------------------------------------
     def partitions(self) -> list[Partition]:
@@ -167,6 +173,9 @@ class ShardedFetch:
             want = limit if partition in in_order and not result.works else 0
             if isolating and self._modes.get(partition) != 1:
                 want = 0  # a suspect runs here: nothing else is taken, anywhere
+            if want <= 0 and mine and limit > 0 and self._defer(partition, mine):
+                result.unsent_acks += mine  # with a later call to this partition (ACK_BATCH)
+                continue
             if want <= 0 and not mine:
                 continue
             if self._health.is_down(partition):
@@ -183,6 +192,7 @@ class ShardedFetch:
                 self._health.failed(partition, exc)
                 continue
             answered += 1
+            self._deferred_since.pop(partition, None)
             for raw, _jid in mine:
                 self._placements.take(raw)
             paused += self._read(partition, reply, want > 0, result)
@@ -190,6 +200,16 @@ class ShardedFetch:
             raise errors[0]  # nothing answered: a failed fetch like any (the caller resends the acks)
         result.all_paused = limit > 0 and tried > 0 and paused == tried
         return result
+
+    def _defer(self, partition: Partition, mine: Acks) -> bool:
+        """Whether `partition`'s acks wait for a later call: a call of their own costs its master a
+        script run, so a busy fetcher (its fetch ended at another partition) lets a few gather, for at
+        most ACK_DELAY_S. An idle fetch, and a flush (limit 0), send every one."""
+        if len(mine) >= ACK_BATCH:
+            return False
+        now = time.monotonic()
+        since = self._deferred_since.setdefault(partition, now)
+        return now - since < ACK_DELAY_S
 
     def _read(self, partition: Partition, reply: Any, fetching: bool, result: FetchResult) -> int:
         """Add one partition's reply to `result`; 1 when the partition is paused."""
