@@ -22,17 +22,19 @@ settler, a reconcile is made due (its reply may have been lost with jobs moved),
 skipped until it answers a probe (partition_health.py). Only when no partition answered is the fetch a
 failure, as a one-slot fetch's.
 
-Idle: one PSUBSCRIBE on the home client to every partition's wake channel (`shards.wake_pattern()`;
-Redis Cluster forwards every PUBLISH to every node), then a fetch round. No blocking move: a BLMOVE
-can wait on one partition only, and a process reading several would take jobs from that one alone
-while idle. The wake-up costs nothing per idle second beyond one fetch round per BLOCK_TIMEOUT_S.
+Idle: one SUBSCRIBE on the home client to the wake channel of every partition read
+(`shards.wake_channel`; Redis Cluster forwards every PUBLISH to every node), then a fetch round. A
+SUBSCRIBE naming the channels, not a PSUBSCRIBE to `shards.wake_pattern()`: the README's ACL command
+list (the one-slot layout's) holds SUBSCRIBE only, and the channels match its `&<prefix>*` pattern.
+No blocking move: a BLMOVE can wait on one partition only, and a process reading several would take
+jobs from that one alone while idle. Idle, a process costs one fetch round per BLOCK_TIMEOUT_S.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
@@ -70,14 +72,20 @@ Acks = list[tuple[str, str]]
 # gathered, or the oldest has waited ACK_DELAY_S: a late ack only risks a re-run after a crash.
 ACK_BATCH = 8
 ACK_DELAY_S = 0.1
+REFUSED_LOG_S = 60.0
 
 
-class PatternWakeListener(WakeListener):
-    """Wake-ups of every partition, by one pattern subscription (the push script's message is the
-    queue's name, as in the one-slot layout)."""
+class ChannelsWakeListener(WakeListener):
+    """Wake-ups of every partition read, by one subscription naming their channels (the push script's
+    message is the queue's name, as in the one-slot layout). Made again (closed, then subscribed at
+    the next wait) when the partitions read change."""
+
+    def __init__(self, client: redis.Redis, names: frozenset[str], channels: Callable[[], list[str]]) -> None:
+        super().__init__(client, names)
+        self._channels = channels
 
     def _subscribe(self, pubsub: PubSub) -> None:
-        pubsub.psubscribe(shards.wake_pattern())
+        pubsub.subscribe(*self._channels())
 
 
 class ShardedFetch:
@@ -103,7 +111,11 @@ class ShardedFetch:
         # The home slot's name for this process's list: what reads a list by identity alone (the
         # heartbeat's registration) finds it there; the jobs are on the per-partition lists.
         self.in_progress_key = keys.in_progress(identity)
-        self._wake = PatternWakeListener(clients.home, frozenset(spec.names))
+        self._wake = ChannelsWakeListener(
+            clients.home,
+            frozenset(spec.names),
+            lambda: [shards.wake_channel(p) for p in self.partitions()],
+        )
         self._recorded: dict[str, int] = {}
         self._next_refresh = 0.0
         self._of_queue: dict[str, tuple[Partition, ...]] = {}
@@ -113,6 +125,7 @@ class ShardedFetch:
         # to empty). A suspect anywhere stops fetching everywhere (isolation is per process).
         self._modes: dict[Partition, int] = {}
         self._deferred_since: dict[Partition, float] = {}  # acks held back since (_defer)
+        self._refused_logged: dict[Partition, float] = {}
 
     # Partitions -------------------------------------------------------------------------------
     def partitions(self) -> list[Partition]:
@@ -131,9 +144,10 @@ class ShardedFetch:
             log.debug("partition_counts_unread", error=f"{type(exc).__name__}: {exc}")
             # Read on the fetcher thread: a stopped home master must not cost every REFRESH_S a timeout.
             self._next_refresh = now + REFRESH_S * 6
-        self._of_queue = {
-            name: shards.partitions(name, self._recorded.get(name, 0)) for name in self._spec.names
-        }
+        of_queue = {name: shards.partitions(name, self._recorded.get(name, 0)) for name in self._spec.names}
+        if self._of_queue and of_queue != self._of_queue:
+            self._wake.close()  # subscribed again, to the new partitions' channels too, at the next wait
+        self._of_queue = of_queue
 
     def _order(self) -> list[Partition]:
         order: list[Partition] = []
@@ -231,7 +245,9 @@ class ShardedFetch:
                     mode=("off", "running a suspect alone", "draining for a suspect")[mode],
                 )
             self._modes[partition] = mode
-        if stopped:
+        if stopped and refused(stopped):
+            self._refused(partition, stopped)
+        elif stopped:
             # Another error of a move (a full memory): its acks were taken, the jobs moved before it run.
             log.warning("fetch_stopped_by_error", error=stopped, moved=len(works), partition=str(partition))
         self._placements.add(works)
@@ -261,9 +277,24 @@ class ShardedFetch:
             return self._lines.run(partition, "fetch", script_keys, args, wait=bool(acks))
         except redis.ResponseError as exc:
             if refused(exc):
-                # No basic fetch to fall back to here (config.py refuses it): a plain error.
-                log.error("fetch_refused", partition=str(partition), error=str(exc))
+                self._refused(partition, str(exc))
             raise
+
+    def _refused(self, partition: Partition, error: str) -> None:
+        """Redis refused a command reliable fetch needs (LMOVE renamed, or denied to the ACL user). The
+        one-slot layout falls back to basic fetch; this one has none (a BRPOP can't wait on several
+        slots), so it is an error, logged once a minute per partition, and that partition gives nothing."""
+        now = time.monotonic()
+        if self._refused_logged.get(partition, -REFUSED_LOG_S) > now - REFUSED_LOG_S:
+            return
+        self._refused_logged[partition] = now
+        log.error(
+            "fetch_refused_in_sharded_layout",
+            partition=str(partition),
+            error=error,
+            note="COGWORKER_CLUSTER_SHARDING=queues needs reliable fetch (LMOVE allowed to the ACL user); "
+            "there is no fallback to basic fetch in this layout",
+        )
 
     # Waiting ----------------------------------------------------------------------------------
     def wait(self, timeout_s: float) -> Waited:

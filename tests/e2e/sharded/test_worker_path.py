@@ -28,6 +28,7 @@ from cogworker.store import keys, shards
 from tests.e2e.sharded.conftest import sharded_env
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
+from tests.support.tls_redis import APP_COMMANDS
 from tests.support.workers import WorkerPool
 
 
@@ -278,3 +279,53 @@ def test_an_expired_job_is_counted_in_its_partition_and_not_run(
     assert [tag for tag, _pid in events(out, "ran")] == ["on-time"]
     assert cluster.get(keys.stat("expired")) is None  # nothing in the home slot
     wait_until(lambda: not any(in_progress_lists(cluster, [p]).values()), timeout=15, message="acked")
+
+
+def acl_user(redis_cluster: RedisCluster, name: str, commands: str) -> str:
+    """An ACL user limited to the sharded deployment's keys and channels (`cw:*`) on every node; the URL
+    to use it."""
+    for port in redis_cluster.ports:
+        client = redis_cluster.client(port)
+        try:
+            allowed = [f"+{command}" for command in commands.split()]
+            client.execute_command(
+                *("ACL", "SETUSER", name, "reset", "on", ">Sharded-pw-7", "~cw:*", "&cw:*", "-@all"),
+                *allowed,
+            )
+            client.execute_command("ACL", "LOG", "RESET")
+        finally:
+            client.close()
+    return redis_cluster.url().replace("://", f"://{name}:Sharded-pw-7@", 1)
+
+
+def test_the_documented_acl_commands_cover_the_sharded_job_path(
+    layout: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: Path
+) -> None:
+    url = acl_user(redis_cluster, "app", APP_COMMANDS + " cluster|slots")
+    hot = [shards.Partition("hot", i) for i in range(2)]
+    seed(cluster, hot[0], "mark", "m")
+    seed(cluster, hot[1], "fails", "f")
+    seed(cluster, hot[1], "dies", "d")
+    worker = start(
+        workers, redis_cluster, out, "hot", COGWORKER_QUEUE_PARTITIONS="hot=2", COGWORKER_REDIS_URL=url
+    )
+    wait_until(lambda: events(out, "death"), timeout=30, message="the death notice handled")
+    wait_until(lambda: cluster.zcard(shards.retry(hot[1])) == 1, timeout=30, message="the retry filed")
+    assert [tag for tag, _pid in events(out, "ran")] == ["m"]
+    assert worker.stop() == 0
+    assert redis_cluster.refused("app") == []
+
+
+def test_a_refused_lmove_is_an_error_not_a_fallback_to_basic_fetch(
+    layout: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: Path
+) -> None:
+    url = acl_user(redis_cluster, "nolmove", APP_COMMANDS.replace(" lmove ", " ") + " cluster|slots")
+    seed(cluster, shards.Partition("cold"), "mark", "never")
+    # One thread: fetch.lua moves a single job with LMOVE (several with LRANGE and LPUSH).
+    worker = start(workers, redis_cluster, out, "cold", COGWORKER_REDIS_URL=url, COGWORKER_CONCURRENCY="1")
+    wait_until(
+        lambda: worker.events_named("fetch_refused_in_sharded_layout"), timeout=30, message="the refusal"
+    )
+    assert not worker.events_named("reliable_fetch_unsupported")  # no fallback to BRPOP
+    assert events(out, "ran") == []
+    assert cluster.llen(shards.queue_key(shards.Partition("cold"))) == 1
