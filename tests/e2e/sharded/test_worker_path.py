@@ -329,3 +329,28 @@ def test_a_refused_lmove_is_an_error_not_a_fallback_to_basic_fetch(
     assert not worker.events_named("reliable_fetch_unsupported")  # no fallback to BRPOP
     assert events(out, "ran") == []
     assert cluster.llen(shards.queue_key(shards.Partition("cold"))) == 1
+
+
+def test_an_idle_worker_waits_on_its_partitions_wake_channels_and_a_wake_up_starts_a_job(
+    layout: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: Path
+) -> None:
+    hot = [shards.Partition("hot", i) for i in range(3)]
+    start(workers, redis_cluster, out, "hot,cold", COGWORKER_QUEUE_PARTITIONS="hot=3")
+    expected = {shards.wake_channel(p) for p in [*hot, shards.Partition("cold")]}
+
+    def subscribed() -> set[str]:
+        found: set[str] = set()
+        for port in redis_cluster.ports:
+            client = redis_cluster.client(port)
+            try:
+                found |= {str(c) for c in client.pubsub_channels("cw:*")}
+            finally:
+                client.close()
+        return found
+
+    wait_until(
+        lambda: subscribed() == expected, timeout=30, message="one SUBSCRIBE to every partition's channel"
+    )
+    seed(cluster, hot[2], "mark", "woken")
+    cluster.publish(shards.wake_channel(hot[2]), "hot")  # as the push script does
+    wait_until(lambda: events(out, "ran"), timeout=10, message="the job ran")
