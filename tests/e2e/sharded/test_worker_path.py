@@ -354,3 +354,14 @@ def test_an_idle_worker_waits_on_its_partitions_wake_channels_and_a_wake_up_star
     seed(cluster, hot[2], "mark", "woken")
     cluster.publish(shards.wake_channel(hot[2]), "hot")  # as the push script does
     wait_until(lambda: events(out, "ran"), timeout=10, message="the job ran")
+
+
+def test_a_worker_follows_a_queues_recorded_partition_count_as_it_grows(
+    layout: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: Path
+) -> None:
+    worker = start(workers, redis_cluster, out, "hot")  # configured: one partition
+    worker.identity()
+    # A pusher configured with three raised the recorded count, and pushed to the third.
+    cluster.hset(shards.partitions_key(), "hot", 3)
+    seed(cluster, shards.Partition("hot", 2), "mark", "third")
+    wait_until(lambda: events(out, "ran"), timeout=30, message="the third partition read within a refresh")
