@@ -365,3 +365,24 @@ def test_a_worker_follows_a_queues_recorded_partition_count_as_it_grows(
     cluster.hset(shards.partitions_key(), "hot", 3)
     seed(cluster, shards.Partition("hot", 2), "mark", "third")
     wait_until(lambda: events(out, "ran"), timeout=30, message="the third partition read within a refresh")
+
+
+def test_a_failover_of_one_partitions_master_mid_run_loses_and_repeats_nothing(
+    layout: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: Path
+) -> None:
+    first, other = queues_on_two_masters(redis_cluster)
+    parts = [shards.Partition(first), shards.Partition(other)]
+    tags = []
+    for n in range(60):
+        tag = f"{parts[n % 2].queue}.{n}"
+        seed(cluster, parts[n % 2], "mark", tag, 0.05)
+        tags.append(tag)
+    start(workers, redis_cluster, out, f"{first},{other}", COGWORKER_CONCURRENCY="4")
+    wait_until(lambda: len(events(out, "ran")) >= 10, timeout=30, message="jobs running")
+    # A coordinated failover (no write lost) while jobs of that partition run and wait for their acks.
+    redis_cluster.failover(key_slot(f"{first}#0".encode()))
+    wait_until(lambda: len(events(out, "ran")) >= len(tags), timeout=60, message="every job ran")
+    ran = Counter(tag for tag, _pid in events(out, "ran"))
+    assert ran == Counter(tags)
+    wait_until(lambda: stat_sum(cluster, parts, "processed") == len(tags), timeout=30, message="all acked")
+    wait_until(lambda: not any(in_progress_lists(cluster, parts).values()), timeout=15, message="lists empty")
