@@ -50,7 +50,7 @@ def layout(env: dict[str, str]) -> Iterator[None]:
 
 
 # Each job's retry option, as its client writes it in the payload (@job(retry=...)).
-RETRY: dict[str, bool | int] = {"mark": True, "fails": 2, "dies": False}
+RETRY: dict[str, bool | int] = {"mark": True, "fails": 2, "dies": False, "amark": False}
 
 
 def seed(cluster: redis.RedisCluster, partition: shards.Partition, name: str, *args: Any) -> str:
@@ -386,3 +386,18 @@ def test_a_failover_of_one_partitions_master_mid_run_loses_and_repeats_nothing(
     assert ran == Counter(tags)
     wait_until(lambda: stat_sum(cluster, parts, "processed") == len(tags), timeout=30, message="all acked")
     wait_until(lambda: not any(in_progress_lists(cluster, parts).values()), timeout=15, message="lists empty")
+
+
+def test_async_jobs_are_acked_and_filed_in_their_partitions_from_the_event_loop(
+    layout: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: Path
+) -> None:
+    hot = [shards.Partition("hot", i) for i in range(2)]
+    for n in range(10):
+        seed(cluster, hot[n % 2], "amark", f"a{n}")
+    seed(cluster, hot[1], "amark", "bad", True)
+    start(workers, redis_cluster, out, "hot", COGWORKER_QUEUE_PARTITIONS="hot=2")
+    wait_until(lambda: len(events(out, "ran")) == 10, timeout=30, message="the async jobs ran")
+    wait_until(lambda: cluster.zcard(shards.dead(hot[1])) == 1, timeout=15, message="the failure filed")
+    wait_until(lambda: stat_sum(cluster, hot, "processed") == 10, timeout=15, message="acked")
+    assert [int(cluster.get(shards.stat(p, "processed")) or 0) for p in hot] == [5, 5]
+    wait_until(lambda: not any(in_progress_lists(cluster, hot).values()), timeout=15, message="lists empty")
