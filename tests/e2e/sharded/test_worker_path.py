@@ -174,3 +174,28 @@ def test_async_jobs_are_acked_and_filed_in_their_partitions_from_the_event_loop(
     wait_until(lambda: stat_sum(cluster, hot, "processed") == 10, timeout=15, message="acked")
     assert [int(cluster.get(shards.stat(p, "processed")) or 0) for p in hot] == [5, 5]
     wait_until(lambda: not any(in_progress_lists(cluster, hot).values()), timeout=15, message="lists empty")
+
+
+def test_a_stopping_worker_acks_what_ran_and_gives_back_what_did_not_start_in_each_partition(
+    layout: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: Path
+) -> None:
+    hot = [shards.Partition("hot", i) for i in range(2)]
+    tags = []
+    for n in range(24):
+        tags.append(f"{n}")
+        seed(cluster, hot[n % 2], "mark", f"{n}", 0.3)
+    worker = start(
+        workers, redis_cluster, out, "hot", COGWORKER_QUEUE_PARTITIONS="hot=2", COGWORKER_CONCURRENCY="4"
+    )
+    wait_until(lambda: len(events(out, "ran")) >= 4, timeout=30, message="jobs running")
+    assert worker.stop() == 0
+    ran = [tag for tag, _pid in events(out, "ran")]
+    waiting = [
+        str((codec.loads_dict(raw) or {})["args"][0])
+        for p in hot
+        for raw in cluster.lrange(shards.queue_key(p), 0, -1)
+    ]
+    # Every job either ran (once, acknowledged) or is back on its partition's queue, unstarted.
+    assert sorted(ran + waiting, key=int) == tags
+    assert stat_sum(cluster, hot, "processed") == len(ran)
+    assert not any(in_progress_lists(cluster, hot).values())
