@@ -35,3 +35,11 @@ def dies(tag: str) -> None:
 @on_death
 def noted(job: dict[str, Any], death: Any) -> None:
     _note(f"death {job.get('jid')} {death.cause}")
+
+
+@job(retry=False)
+async def amark(tag: str, fail: bool = False) -> None:
+    """An `async def` job: runs on the worker's event loop, settled from there."""
+    if fail:
+        raise ValueError(f"{tag} fails on the loop")
+    _note(f"ran {tag} {os.getpid()}")

@@ -228,6 +228,11 @@ class Settler(PendingSettles):
             return True
         filing = storable(filing, raw)
         listed = self.list_for(raw)
+        if self._route is not None and self._route.health.is_down(self._route.partition_of(listed, raw)):
+            # Its partition's master is known away: kept at once, not a client timeout on this thread.
+            with self._lock:
+                self._pending.append(PendingFiling(raw, filing, listed, run_id))
+            return False
         try:
             filed = self._file_now(raw, filing, listed, run_id)
         except Exception as exc:

@@ -1,109 +1,32 @@
 """The worker's job path in the sharded layout on a real 3-master cluster: fetch from every partition
 of the queues it reads, ack and settle in each job's partition, death notices from every partition's
-list, and one master stopped while the others' queues keep running (worker/fetching/sharded_fetch.py,
-worker/settling/shard_route.py).
-
-Jobs are seeded as a pusher of this layout writes them: the payload LPUSHed onto the partition's queue
-key (the client's push is h39-push's), the queue added to the home registry."""
+list (worker/fetching/sharded_fetch.py, worker/settling/shard_route.py)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
-import pytest
 import redis
-from redis.crc import key_slot
 
 from cogworker import codec
-from cogworker import settings as settings_module
 from cogworker.api.payload import build
 from cogworker.store import keys, shards
-from tests.e2e.sharded.conftest import sharded_env
+from tests.e2e.sharded import worker_support
+from tests.e2e.sharded.worker_support import (
+    events,
+    in_progress_lists,
+    seed,
+    start,
+    stat_sum,
+)
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
 
-
-@pytest.fixture
-def out(tmp_path: Path) -> Path:
-    path = tmp_path / "events"
-    path.touch()
-    return path
-
-
-@pytest.fixture
-def layout(env: dict[str, str]) -> Iterator[None]:
-    """This (the test's) process names keys as the sharded deployment does; the one-slot layout after."""
-    shards.use_settings(settings_module.load_settings())
-    yield
-    shards.use_settings(
-        SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
-    )
-
-
-# Each job's retry option, as its client writes it in the payload (@job(retry=...)).
-RETRY: dict[str, bool | int] = {"mark": True, "fails": 2, "dies": False}
-
-
-def seed(cluster: redis.RedisCluster, partition: shards.Partition, name: str, *args: Any) -> str:
-    job = build(f"sharded_jobs.{name}", list(args), {}, queue=partition.queue, retry=RETRY[name])
-    job.pop("kwargs")
-    job["enqueued_at"] = time.time()
-    cluster.lpush(shards.queue_key(partition), codec.dumps(job))
-    cluster.sadd(keys.QUEUES, partition.queue)
-    return str(job["jid"])
-
-
-def events(out: Path, kind: str) -> list[list[str]]:
-    return [line.split()[1:] for line in out.read_text().splitlines() if line.startswith(kind + " ")]
-
-
-def start(workers: WorkerPool, redis_cluster: RedisCluster, out: Path, queues: str, **extra: str) -> Any:
-    env = sharded_env(
-        redis_cluster,
-        COGWORKER_REQUIRE="sharded_jobs",
-        COGWORKER_QUEUES=queues,
-        SHARDED_TEST_OUT=str(out),
-        COGWORKER_LOG_LEVEL="info",
-        **extra,
-    )
-    return workers.start(env.pop("COGWORKER_REDIS_URL"), **env)
-
-
-def master_of(redis_cluster: RedisCluster, partition: shards.Partition) -> int:
-    return redis_cluster.owner(key_slot(f"{partition.queue}#{partition.index}".encode()))[0]
-
-
-def queues_on_two_masters(redis_cluster: RedisCluster) -> tuple[str, str]:
-    names = [f"q{i}" for i in range(40)]
-    first = names[0]
-    other = next(
-        n
-        for n in names[1:]
-        if master_of(redis_cluster, shards.Partition(n)) != master_of(redis_cluster, shards.Partition(first))
-    )
-    return first, other
-
-
-def in_progress_lists(cluster: redis.RedisCluster, partitions: list[shards.Partition]) -> dict[str, int]:
-    found: dict[str, int] = {}
-    for p in partitions:
-        prefix = p.prefix + "inprogress:"
-        node = cluster.get_node_from_key(prefix)
-        for key in cluster.scan_iter(match=prefix + "*", target_nodes=node):
-            found[str(key)] = int(cluster.llen(key))
-    return found
-
-
-def stat_sum(cluster: redis.RedisCluster, partitions: list[shards.Partition], name: str) -> int:
-    return sum(int(cluster.get(shards.stat(p, name)) or 0) for p in partitions)
+# The shared fixtures, used here by name.
+layout = worker_support.layout
+out = worker_support.out
 
 
 def test_jobs_of_several_queues_and_partitions_run_once_and_leave_no_list_behind(
@@ -222,40 +145,57 @@ def test_a_batch_or_chain_payload_is_not_run_but_filed_in_dead_with_its_reason(
     wait_until(lambda: not any(in_progress_lists(cluster, [p]).values()), timeout=15, message="list empty")
 
 
-def test_a_stopped_master_stalls_only_its_own_queues(
+def test_an_expired_job_is_counted_in_its_partition_and_not_run(
     layout: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: Path
 ) -> None:
-    stalled, running = queues_on_two_masters(redis_cluster)
-    stalled_p, running_p = shards.Partition(stalled), shards.Partition(running)
-    port = master_of(redis_cluster, stalled_p)
-    node = next(n for n in redis_cluster.nodes if n.port == port)
-    assert node.proc is not None
-    start(workers, redis_cluster, out, f"{stalled},{running}", COGWORKER_REDIS_TIMEOUT_S="2")
-    seed(cluster, stalled_p, "mark", "before")
-    wait_until(lambda: events(out, "ran"), timeout=30, message="the worker runs")
-    # Jobs waiting on the stalled master's queue when it stops (seeded first: its slot is then away).
-    for n in range(5):
-        seed(cluster, stalled_p, "mark", f"stalled.{n}")
-    os.kill(node.proc.pid, signal.SIGSTOP)
-    try:
-        began = time.monotonic()
-        for n in range(20):
-            seed(cluster, running_p, "mark", f"running.{n}")
-        wait_until(
-            lambda: sum(tag.startswith("running.") for tag, _pid in events(out, "ran")) == 20,
-            timeout=20,
-            message="the other master's queue kept running",
-        )
-        # Within a couple of client timeouts, not stalled until the failover (or the master's return).
-        assert time.monotonic() - began < 12
-    finally:
-        os.kill(node.proc.pid, signal.SIGCONT)
-    # The stopped master's replica takes over (or the master comes back): its jobs run then, once.
-    wait_until(
-        lambda: sum(tag.startswith("stalled.") for tag, _pid in events(out, "ran")) == 5,
-        timeout=60,
-        message="the stalled queue's jobs ran once its slot was served again",
+    p = shards.Partition("cold")
+    job = build("sharded_jobs.mark", ["late"], {}, queue="cold", retry=True, extra={"expires_at": 1.0})
+    cluster.lpush(shards.queue_key(p), codec.dumps(job))
+    cluster.sadd(keys.QUEUES, "cold")
+    seed(cluster, p, "mark", "on-time")
+    start(workers, redis_cluster, out, "cold")
+    wait_until(lambda: events(out, "ran"), timeout=30, message="the other job ran")
+    wait_until(lambda: cluster.get(shards.stat(p, "expired")) == "1", timeout=15, message="counted expired")
+    assert [tag for tag, _pid in events(out, "ran")] == ["on-time"]
+    assert cluster.get(keys.stat("expired")) is None  # nothing in the home slot
+    wait_until(lambda: not any(in_progress_lists(cluster, [p]).values()), timeout=15, message="acked")
+
+
+def test_async_jobs_are_acked_and_filed_in_their_partitions_from_the_event_loop(
+    layout: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: Path
+) -> None:
+    hot = [shards.Partition("hot", i) for i in range(2)]
+    for n in range(10):
+        seed(cluster, hot[n % 2], "amark", f"a{n}")
+    seed(cluster, hot[1], "amark", "bad", True)
+    start(workers, redis_cluster, out, "hot", COGWORKER_QUEUE_PARTITIONS="hot=2")
+    wait_until(lambda: len(events(out, "ran")) == 10, timeout=30, message="the async jobs ran")
+    wait_until(lambda: cluster.zcard(shards.dead(hot[1])) == 1, timeout=15, message="the failure filed")
+    wait_until(lambda: stat_sum(cluster, hot, "processed") == 10, timeout=15, message="acked")
+    assert [int(cluster.get(shards.stat(p, "processed")) or 0) for p in hot] == [5, 5]
+    wait_until(lambda: not any(in_progress_lists(cluster, hot).values()), timeout=15, message="lists empty")
+
+
+def test_a_stopping_worker_acks_what_ran_and_gives_back_what_did_not_start_in_each_partition(
+    layout: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: Path
+) -> None:
+    hot = [shards.Partition("hot", i) for i in range(2)]
+    tags = []
+    for n in range(24):
+        tags.append(f"{n}")
+        seed(cluster, hot[n % 2], "mark", f"{n}", 0.3)
+    worker = start(
+        workers, redis_cluster, out, "hot", COGWORKER_QUEUE_PARTITIONS="hot=2", COGWORKER_CONCURRENCY="4"
     )
-    redis_cluster.wait_ok()
-    ran = Counter(tag for tag, _pid in events(out, "ran"))
-    assert all(n == 1 for n in ran.values()), ran
+    wait_until(lambda: len(events(out, "ran")) >= 4, timeout=30, message="jobs running")
+    assert worker.stop() == 0
+    ran = [tag for tag, _pid in events(out, "ran")]
+    waiting = [
+        str((codec.loads_dict(raw) or {})["args"][0])
+        for p in hot
+        for raw in cluster.lrange(shards.queue_key(p), 0, -1)
+    ]
+    # Every job either ran (once, acknowledged) or is back on its partition's queue, unstarted.
+    assert sorted(ran + waiting, key=int) == tags
+    assert stat_sum(cluster, hot, "processed") == len(ran)
+    assert not any(in_progress_lists(cluster, hot).values())

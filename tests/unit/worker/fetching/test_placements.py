@@ -1,0 +1,41 @@
+"""Which partition each fetched copy came from (worker/fetching/placements.py), and which payloads the
+sharded layout files in dead unrun (worker/settling/unsharded.py)."""
+
+from __future__ import annotations
+
+from cogworker import codec
+from cogworker.store.shards import Partition
+from cogworker.worker.fetching.fetch import Work
+from cogworker.worker.fetching.placements import Placements
+from cogworker.worker.settling import unsharded
+
+
+def test_copies_of_one_payload_are_placed_oldest_first() -> None:
+    placements = Placements()
+    a, b = Partition("q", 0), Partition("q", 1)
+    placements.add([Work("q", "x", partition=a), Work("q", "y", partition=b), Work("q", "x", partition=b)])
+    assert placements.assign(["x", "x", "y", "x"]) == [a, b, b, None]  # nothing taken
+    assert placements.peek("x") == a
+    assert placements.take("x") == a
+    assert placements.take("x") == b
+    assert placements.take("x") is None
+    assert len(placements) == 1
+
+
+def test_a_work_without_a_partition_is_not_placed() -> None:
+    placements = Placements()
+    placements.add([Work("q", "x")])  # the one-slot layout's
+    assert placements.peek("x") is None and len(placements) == 0
+
+
+def test_only_batch_and_chain_payloads_are_refused() -> None:
+    plain = codec.dumps({"class": "m.f", "jid": "j1", "args": ["bid"], "queue": "q"})
+    assert unsharded.refusal(plain) is None  # the word in an argument is not the field
+    assert unsharded.refusal('not json with "bid"') is None  # an unreadable payload is the processor's
+    for field, feature in (("bid", "batches"), ("bcb", "batch callbacks"), ("chain", "chains")):
+        filing = unsharded.refusal(
+            codec.dumps({"class": "m.f", "jid": "j2", "queue": "q", field: {"id": "x"}})
+        )
+        assert filing is not None and filing.dead
+        assert filing.payload["error_class"] == "cogworker.NotShardedYet"
+        assert feature in filing.payload["error_message"] and filing.payload[field] == {"id": "x"}
