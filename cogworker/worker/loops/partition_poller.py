@@ -16,6 +16,9 @@ protocol, and a dead member's share would wait for it to be noticed). The cost o
   however many partitions the deployment has;
 - a partition whose master doesn't answer is reported (once per outage, by its own name), left out of
   the looks until the next poll, and tried again at each poll; the other partitions are polled as usual.
+  In a worker, the fetcher's partition health (worker/fetching/partition_health.py) is told too: the
+  partition is then skipped by polls as well until its probe sees the master answer, so no poll waits
+  on a master known to be down.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.loops import poller as poller_module
 from cogworker.worker.loops.graduation import SetPlace
-from cogworker.worker.recovering.partitions import Known, PartitionScripts
+from cogworker.worker.recovering.partitions import Health, Known, PartitionScripts
 
 # Partitions looked at per look between polls (one round trip each, two ZRANGEs).
 PEEK_PARTITIONS = 8
@@ -38,8 +41,14 @@ PEEK_PARTITIONS = 8
 
 class PartitionPoller:
     def __init__(
-        self, poller: poller_module.Poller, ctx: RedisContext, clients: ShardClients, rng: random.Random
+        self,
+        poller: poller_module.Poller,
+        ctx: RedisContext,
+        clients: ShardClients,
+        rng: random.Random,
+        health: Health | None = None,
     ) -> None:
+        self._health = health
         self._poller = poller
         self._outages = ctx.outages
         self._poll_interval_s = ctx.settings.poll_interval_s
@@ -64,7 +73,9 @@ class PartitionPoller:
         partitions = list(self._due_soon) if early else self._known.get()
         moved = 0
         for partition in partitions:
-            if early and self._is_down(partition):
+            if (early and self._is_down(partition)) or (
+                self._health is not None and self._health.is_down(partition)
+            ):
                 continue
             now = time.time()
             try:
@@ -73,6 +84,8 @@ class PartitionPoller:
             except redis.RedisError as exc:
                 self._down_until[partition] = time.monotonic() + self._poll_interval_s
                 self._outages.report(f"Scheduler {partition}", exc)
+                if self._health is not None and isinstance(exc, redis.ConnectionError):
+                    self._health.failed(partition, exc)  # probed from now on; skipped until it answers
                 continue
             if self._down_until.pop(partition, None) is not None:
                 self._outages.recovered(f"Scheduler {partition}")

@@ -21,6 +21,7 @@ from cogworker import settings as settings_module
 from cogworker.store import keys, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
+from cogworker.worker.fetching.partition_health import PartitionHealth
 from cogworker.worker.loops import partition_poller
 from cogworker.worker.loops.poller import Poller
 from cogworker.worker.recovering.recovery import Recovery
@@ -45,7 +46,7 @@ class Setup:
     ctx: RedisContext
     clients: ShardClients
 
-    def poller(self, clients: ShardClients | None = None) -> Poller:
+    def poller(self, clients: ShardClients | None = None, health: PartitionHealth | None = None) -> Poller:
         clients = clients or self.clients
         return Poller(
             self.ctx,
@@ -53,6 +54,7 @@ class Setup:
             quiet=lambda: False,
             scan_at_boot=False,
             shard_clients=clients,
+            shard_health=health,
         )
 
 
@@ -188,3 +190,24 @@ def test_a_look_between_polls_reads_a_bounded_number_of_partitions(
         shards.use_settings(
             SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
         )
+
+
+def test_a_partition_found_down_by_a_poll_is_probed_and_skipped_until_it_answers(
+    setup: Setup, cluster: redis.RedisCluster
+) -> None:
+    """In a worker the poll tells the fetcher's partition health: no later poll waits on that master,
+    and the fetcher skips it too, until a probe sees it answer."""
+    down = OneMasterDown(setup.settings, setup.ctx.client, part(1))
+    health = PartitionHealth(down, probe_s=60)
+    poller = setup.poller(down, health)
+    try:
+        cluster.zadd(shards.schedule(part(1)), {entry("waits"): time.time() - 1})
+        cluster.zadd(shards.schedule(part(2)), {entry("runs"): time.time() - 1})
+        assert poller.enqueue_due() == 1
+        assert health.is_down(part(1))
+        cluster.zadd(shards.schedule(part(0)), {entry("next"): time.time() - 1})
+        assert poller.enqueue_due() == 1  # partition 1 skipped without a connect
+        assert cluster.zcard(shards.schedule(part(1))) == 1
+    finally:
+        health.close()
+        down.close()
