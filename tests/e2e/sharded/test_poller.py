@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import redis
+from redis.crc import key_slot
 
 from cogworker import codec
 from cogworker import settings as settings_module
@@ -211,3 +212,24 @@ def test_a_partition_found_down_by_a_poll_is_probed_and_skipped_until_it_answers
     finally:
         health.close()
         down.close()
+
+
+def test_a_partition_whose_master_fails_over_is_polled_on_its_new_master(
+    setup: Setup, cluster: redis.RedisCluster, redis_cluster: RedisCluster
+) -> None:
+    """CLUSTER FAILOVER of one partition's master: its next poll may meet MOVED (reported, nothing
+    moved), the one after graduates on the promoted replica; the other partitions never wait."""
+    poller = setup.poller()
+    cluster.zadd(shards.schedule(part(1)), {entry("before"): time.time() - 1})
+    assert poller.enqueue_due() == 1  # the partition's client is pinned to its master now
+    redis_cluster.failover(key_slot(b"alpha#1"))
+    cluster.zadd(shards.schedule(part(1)), {entry("after"): time.time() - 1})
+    cluster.zadd(shards.schedule(part(2)), {entry("elsewhere"): time.time() - 1})
+
+    def polled() -> bool:
+        poller.enqueue_due()
+        return cluster.llen(shards.queue_key(part(1))) == 2
+
+    wait_until(polled, timeout=30, message="the entry graduated on the new master")
+    assert [job["jid"] for job in queued(cluster, part(2))] == ["elsewhere"]
+    assert cluster.zcard(shards.schedule(part(1))) == 0
