@@ -24,6 +24,7 @@ from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.fetching.partition_health import PartitionHealth
 from cogworker.worker.loops import partition_poller
+from cogworker.worker.loops import poller as poller_module
 from cogworker.worker.loops.poller import Poller
 from cogworker.worker.recovering.recovery import Recovery
 from tests.e2e.sharded.down_partition import OneMasterDown
@@ -171,20 +172,27 @@ def test_a_look_between_polls_reads_a_bounded_number_of_partitions(
         poller = made.poller()
         assert poller._partitions is not None
         nodes = [redis_cluster.client(port) for port in redis_cluster.ports]
+
+        def zranges() -> int:
+            stats = [node.info("commandstats") for node in nodes]
+            return sum(int(s.get("cmdstat_zrange", {}).get("calls", 0)) for s in stats)
+
         for node in nodes:
             node.config_resetstat()
-        poller._partitions.early_pass_in(5.0)
-        calls = 0
-        for node in nodes:
-            stats = node.info("commandstats")
-            calls += int(stats.get("cmdstat_zrange", {}).get("calls", 0))
-            node.close()
+        looks = poller._partitions
+        looks.early_pass_in(5.0)
         # 20 partitions, yet one look reads the first entries of 8 partitions' two sets.
-        assert calls == 2 * partition_poller.PEEK_PARTITIONS
-        # The next look takes the next 8: every partition is looked at within 3 looks.
-        poller._partitions.early_pass_in(5.0)
-        poller._partitions.early_pass_in(5.0)
-        assert poller._partitions._turn == 24
+        assert zranges() == 2 * partition_poller.PEEK_PARTITIONS
+        looks.early_pass_in(5.0)  # again within the second: no new turn of looks
+        assert zranges() == 2 * partition_poller.PEEK_PARTITIONS
+        # A second later the next 8, and so on: every partition is looked at within 3 seconds.
+        for _ in range(2):
+            looks._looked_at -= poller_module.PEEK_EVERY_S
+            looks.early_pass_in(5.0)
+        assert looks._turn == 24
+        assert zranges() == 3 * 2 * partition_poller.PEEK_PARTITIONS
+        for node in nodes:
+            node.close()
     finally:
         made.clients.close()
         made.ctx.client.close()
