@@ -13,26 +13,28 @@ a queue evenly. The first partition that gives jobs ends the fetch, as the first
 fetch.lua's walk. A queue has max(configured, recorded) partitions; the recorded counts (home hash
 `partitions`, only growing) are read at start and every REFRESH_S.
 
-Acknowledgements go to the partition each job came from (placements.py), grouped: one call per
-partition that has acknowledgements or is tried for jobs.
+Acknowledgements go to the partition each job came from (placements.py), grouped: with the call that
+tries the partition for jobs, or, when the fetch ended before reaching it, in a call of their own once
+ACK_BATCH have gathered or the oldest has waited ACK_DELAY_S (each call costs its master a script run).
 
 One partition's master failing does not stop the others: the call's acknowledgements go back to the
 settler, a reconcile is made due (its reply may have been lost with jobs moved), and the partition is
 skipped until it answers a probe (partition_health.py). Only when no partition answered is the fetch a
 failure, as a one-slot fetch's.
 
-Idle: one PSUBSCRIBE on the home client to every partition's wake channel (`shards.wake_pattern()`;
-Redis Cluster forwards every PUBLISH to every node), then a fetch round. No blocking move: a BLMOVE
-can wait on one partition only, and a process reading several would take jobs from that one alone
-while idle. The wake-up costs nothing per idle second beyond one fetch round per BLOCK_TIMEOUT_S.
+Idle: one SUBSCRIBE on the home client to the wake channel of every partition read
+(`shards.wake_channel`; Redis Cluster forwards every PUBLISH to every node), then a fetch round. A
+SUBSCRIBE naming the channels, not a PSUBSCRIBE to `shards.wake_pattern()`: the README's ACL command
+list (the one-slot layout's) holds SUBSCRIBE only, and the channels match its `&<prefix>*` pattern.
+No blocking move: a BLMOVE can wait on one partition only, and a process reading several would take
+jobs from that one alone while idle. Idle, a process costs one fetch round per BLOCK_TIMEOUT_S.
 """
 
 from __future__ import annotations
 
 import random
-import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
@@ -40,8 +42,7 @@ import structlog
 from redis.client import PubSub
 
 from cogworker.settings_fields import QueueSpec
-from cogworker.store import job_keys, keys, shards
-from cogworker.store.direct_connection import DirectConnection
+from cogworker.store import job_keys, key_guard, keys, shards
 from cogworker.store.replicas import AckWait
 from cogworker.store.scripts import Scripts
 from cogworker.store.shard_clients import ShardClients
@@ -57,8 +58,9 @@ from cogworker.worker.fetching.fetch import (
     today,
 )
 from cogworker.worker.fetching.partition_health import PartitionHealth
+from cogworker.worker.fetching.partition_lines import PartitionLines
 from cogworker.worker.fetching.placements import Placements
-from cogworker.worker.fetching.sharded_reconcile import reconcile_partition
+from cogworker.worker.fetching.sharded_reconcile import Every, list_every, reconcile_every
 
 log = structlog.get_logger("cogworker.fetch")
 
@@ -66,24 +68,24 @@ log = structlog.get_logger("cogworker.fetch")
 REFRESH_S = 5.0
 
 Acks = list[tuple[str, str]]
+# A partition's acks sent in a call of their own (its fetch having ended elsewhere) once this many have
+# gathered, or the oldest has waited ACK_DELAY_S: a late ack only risks a re-run after a crash.
+ACK_BATCH = 8
+ACK_DELAY_S = 0.1
+REFUSED_LOG_S = 60.0
 
 
-class PatternWakeListener(WakeListener):
-    """Wake-ups of every partition, by one pattern subscription (the push script's message is the
-    queue's name, as in the one-slot layout)."""
+class ChannelsWakeListener(WakeListener):
+    """Wake-ups of every partition read, by one subscription naming their channels (the push script's
+    message is the queue's name, as in the one-slot layout). Made again (closed, then subscribed at
+    the next wait) when the partitions read change."""
+
+    def __init__(self, client: redis.Redis, names: frozenset[str], channels: Callable[[], list[str]]) -> None:
+        super().__init__(client, names)
+        self._channels = channels
 
     def _subscribe(self, pubsub: PubSub) -> None:
-        pubsub.psubscribe(shards.wake_pattern())
-
-
-class _Line:
-    """The fetcher thread's own connection to one partition client's master (DirectConnection)."""
-
-    __slots__ = ("direct", "lock")
-
-    def __init__(self, client: redis.Redis) -> None:
-        self.direct = DirectConnection(client)
-        self.lock = threading.Lock()
+        pubsub.subscribe(*self._channels())
 
 
 class ShardedFetch:
@@ -105,20 +107,25 @@ class ShardedFetch:
         self._spec = spec
         self._placements = placements
         self._health = health
-        self._ack_wait = ack_wait
         self._rng = random.Random()
         # The home slot's name for this process's list: what reads a list by identity alone (the
         # heartbeat's registration) finds it there; the jobs are on the per-partition lists.
         self.in_progress_key = keys.in_progress(identity)
-        self._wake = PatternWakeListener(clients.home, frozenset(spec.names))
+        self._wake = ChannelsWakeListener(
+            clients.home,
+            frozenset(spec.names),
+            lambda: [shards.wake_channel(p) for p in self.partitions()],
+        )
         self._recorded: dict[str, int] = {}
         self._next_refresh = 0.0
         self._of_queue: dict[str, tuple[Partition, ...]] = {}
         self._turn: dict[str, int] = {}  # each queue's rotation
-        self._lines: dict[int, _Line] = {}  # by id() of the partition's client
+        self._lines = PartitionLines(clients, scripts, ack_wait)
         # fetch.lua's last mode per partition (1: a suspect runs here alone; 2: one waits for our list
         # to empty). A suspect anywhere stops fetching everywhere (isolation is per process).
         self._modes: dict[Partition, int] = {}
+        self._deferred_since: dict[Partition, float] = {}  # acks held back since (_defer)
+        self._refused_logged: dict[Partition, float] = {}
 
     # Partitions -------------------------------------------------------------------------------
     def partitions(self) -> list[Partition]:
@@ -135,9 +142,12 @@ class ShardedFetch:
             self._recorded = shards.recorded_partitions(self._clients.home)
         except Exception as exc:  # the home master away: the counts known stay (configured at least)
             log.debug("partition_counts_unread", error=f"{type(exc).__name__}: {exc}")
-        self._of_queue = {
-            name: shards.partitions(name, self._recorded.get(name, 0)) for name in self._spec.names
-        }
+            # Read on the fetcher thread: a stopped home master must not cost every REFRESH_S a timeout.
+            self._next_refresh = now + REFRESH_S * 6
+        of_queue = {name: shards.partitions(name, self._recorded.get(name, 0)) for name in self._spec.names}
+        if self._of_queue and of_queue != self._of_queue:
+            self._wake.close()  # subscribed again, to the new partitions' channels too, at the next wait
+        self._of_queue = of_queue
 
     def _order(self) -> list[Partition]:
         order: list[Partition] = []
@@ -177,6 +187,9 @@ class ShardedFetch:
             want = limit if partition in in_order and not result.works else 0
             if isolating and self._modes.get(partition) != 1:
                 want = 0  # a suspect runs here: nothing else is taken, anywhere
+            if want <= 0 and mine and limit > 0 and self._defer(partition, mine):
+                result.unsent_acks += mine  # with a later call to this partition (ACK_BATCH)
+                continue
             if want <= 0 and not mine:
                 continue
             if self._health.is_down(partition):
@@ -193,6 +206,7 @@ class ShardedFetch:
                 self._health.failed(partition, exc)
                 continue
             answered += 1
+            self._deferred_since.pop(partition, None)
             for raw, _jid in mine:
                 self._placements.take(raw)
             paused += self._read(partition, reply, want > 0, result)
@@ -201,13 +215,23 @@ class ShardedFetch:
         result.all_paused = limit > 0 and tried > 0 and paused == tried
         return result
 
+    def _defer(self, partition: Partition, mine: Acks) -> bool:
+        """Whether `partition`'s acks wait for a later call: a call of their own costs its master a
+        script run, so a busy fetcher (its fetch ended at another partition) lets a few gather, for at
+        most ACK_DELAY_S. An idle fetch, and a flush (limit 0), send every one."""
+        if len(mine) >= ACK_BATCH:
+            return False
+        now = time.monotonic()
+        since = self._deferred_since.setdefault(partition, now)
+        return now - since < ACK_DELAY_S
+
     def _read(self, partition: Partition, reply: Any, fetching: bool, result: FetchResult) -> int:
         """Add one partition's reply to `result`; 1 when the partition is paused."""
         n_bad, mode, stopped = int(reply[2]), int(reply[3]), str(reply[4])
         if n_bad:
             result.wrong_type_queues.append(partition.queue)
         first = 5 + n_bad
-        run_id = self._line(partition).direct.run_id
+        run_id = self._lines.run_id(partition)
         works = [
             Work(partition.queue, str(reply[i + 1]), run_id, mode == 1, partition)
             for i in range(first, len(reply), 2)
@@ -221,7 +245,9 @@ class ShardedFetch:
                     mode=("off", "running a suspect alone", "draining for a suspect")[mode],
                 )
             self._modes[partition] = mode
-        if stopped:
+        if stopped and refused(stopped):
+            self._refused(partition, stopped)
+        elif stopped:
             # Another error of a move (a full memory): its acks were taken, the jobs moved before it run.
             log.warning("fetch_stopped_by_error", error=stopped, moved=len(works), partition=str(partition))
         self._placements.add(works)
@@ -248,47 +274,27 @@ class ShardedFetch:
         ]
         args: list[str | int] = [want, len(acks), *(raw for raw, _jid in acks), 1, partition.queue, isolating]
         try:
-            return self._run_script(partition, "fetch", script_keys, args, wait=bool(acks))
+            return self._lines.run(partition, "fetch", script_keys, args, wait=bool(acks))
         except redis.ResponseError as exc:
             if refused(exc):
-                # No basic fetch to fall back to here (config.py refuses it): a plain error.
-                log.error("fetch_refused", partition=str(partition), error=str(exc))
+                self._refused(partition, str(exc))
             raise
 
-    def _line(self, partition: Partition) -> _Line:
-        client = self._clients.of(partition)
-        line = self._lines.get(id(client))
-        if line is None:
-            line = self._lines[id(client)] = _Line(client)
-        return line
-
-    def _run_script(
-        self,
-        partition: Partition,
-        name: str,
-        script_keys: list[str],
-        args: list[str | int],
-        wait: bool = False,
-    ) -> Any:
-        """On the fetcher thread's own connection to the partition's master; a second caller (a final
-        ack flush) goes through the client's pool. A WAIT for replicas goes to the same master."""
-        client = self._clients.of(partition)
-        line = self._line(partition)
-        ack_wait = self._ack_wait if wait else None
-        command = ack_wait.command_now() if ack_wait is not None else None
-        if not line.lock.acquire(blocking=False):
-            reply = self._scripts.run(name, script_keys, args, client=client)
-            if ack_wait is not None and command is not None:
-                ack_wait.observe(client.execute_command(*command))  # type: ignore[no-untyped-call]
-            return reply
-        try:
-            if ack_wait is None or command is None:
-                return self._scripts.run_direct(line.direct, name, script_keys, args)
-            reply, waited = self._scripts.run_direct_then(line.direct, name, script_keys, args, command)
-            ack_wait.observe(waited)
-            return reply
-        finally:
-            line.lock.release()
+    def _refused(self, partition: Partition, error: str) -> None:
+        """Redis refused a command reliable fetch needs (LMOVE renamed, or denied to the ACL user). The
+        one-slot layout falls back to basic fetch; this one has none (a BRPOP can't wait on several
+        slots), so it is an error, logged once a minute per partition, and that partition gives nothing."""
+        now = time.monotonic()
+        if self._refused_logged.get(partition, -REFUSED_LOG_S) > now - REFUSED_LOG_S:
+            return
+        self._refused_logged[partition] = now
+        log.error(
+            "fetch_refused_in_sharded_layout",
+            partition=str(partition),
+            error=error,
+            note="COGWORKER_CLUSTER_SHARDING=queues needs reliable fetch (LMOVE allowed to the ACL user); "
+            "there is no fallback to basic fetch in this layout",
+        )
 
     # Waiting ----------------------------------------------------------------------------------
     def wait(self, timeout_s: float) -> Waited:
@@ -318,55 +324,28 @@ class ShardedFetch:
         partition = work.partition or Partition(work.queue)
         self._placements.take(work.raw)
         queue_key = shards.suspects(partition) if work.suspect else shards.queue_key(partition)
+        client = self._clients.of(partition)
         moved = self._scripts.run(
-            "give_back",
-            [shards.in_progress(partition, self._identity), queue_key],
-            [work.raw],
-            client=self._clients.of(partition),
+            "give_back", [shards.in_progress(partition, self._identity), queue_key], [work.raw], client=client
         )
-        return bool(moved) if not isinstance(moved, list) else False
+        wrong = key_guard.script_wrong_type(moved)
+        if wrong is not None:
+            # Nothing changed: the job stays in progress (requeued at stop, or by recovery).
+            raise key_guard.wrong_type_error(client, wrong)
+        return bool(moved)
 
     def reconcile(self, held: Iterable[str], failed: Iterable[str], max_orphanings: int) -> Reconciled:
-        """reconcile.lua on each partition's list (sharded_reconcile.py). A partition that is down is
-        left for the next reconcile, which this one's failure makes due soon."""
-        held, failed = list(held), list(failed)
-        total = Reconciled()
-        skipped: list[Partition] = []
-        for partition in self.partitions():
-            if self._health.is_down(partition):
-                skipped.append(partition)
-                continue
-            client = self._clients.of(partition)
-            try:
-                one = reconcile_partition(
-                    client, self._scripts, partition, self._identity, held, failed, max_orphanings
-                )
-            except redis.ConnectionError as exc:
-                self._health.failed(partition, exc)
-                skipped.append(partition)
-                continue
-            total.requeued += one.requeued
-            total.kept += one.kept
-            total.wrong_type_keys += one.wrong_type_keys
-            total.buried += one.buried
-        if skipped:
-            raise redis.ConnectionError(f"partitions not reconciled (master unavailable): {skipped}")
-        return total
+        """reconcile.lua on each partition's list (sharded_reconcile.py)."""
+        return reconcile_every(self._every(), list(held), list(failed), max_orphanings)
 
     def listed(self) -> list[str]:
         """Every entry of this process's in-progress lists (the reconciler's look at what is listed)."""
-        found: list[str] = []
-        for partition in self.partitions():
-            client = self._clients.of(partition)
-            found += [str(raw) for raw in client.lrange(shards.in_progress(partition, self._identity), 0, -1)]
-        return found
+        return list_every(self._every())
+
+    def _every(self) -> Every:
+        return Every(self.partitions(), self._clients, self._scripts, self._identity, self._health)
 
     def close(self) -> None:
-        for line in list(self._lines.values()):
-            if line.lock.acquire(blocking=False):
-                try:
-                    line.direct.close()
-                finally:
-                    line.lock.release()
+        self._lines.close()
         self._wake.close()
         self._health.close()
