@@ -163,17 +163,10 @@ class Launcher:
         self.cancels = CancelWatch(self.ctx)
         self.cancels.start()
         self.manager.reconciler.on_buried = self.recovery.complete_burials
-        if self.recovery.sharded is not None:
-            # The sharded layout: one in-progress list per queue partition, each reconciled in its slot.
-            from cogworker.worker.recovering.partition_lists import PartitionLists
-
-            self.manager.reconciler.partition_lists = PartitionLists(
-                self.recovery.sharded.clients,
-                self.identity,
-                self.settings.queue_spec.names,
-                on_buried=self.recovery.complete_burials,
-                health=self.route.health if self.route is not None else None,
-            )
+        # Sharded: this process's list in each queue partition, each reconciled in its own slot.
+        self.manager.reconciler.partition_lists = self.recovery.own_lists(
+            self.route.health if self.route else None
+        )
         # What is loaded by now lives as long as the process. Out of the collector's reach, a full
         # collection no longer walks ~50,000 objects (over 20 ms, a stall every job would feel), and a
         # forked child stops copying the pages it shares with the supervisor when it collects.

@@ -36,6 +36,8 @@ from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.recovering.burials import Burials
 
 if TYPE_CHECKING:
+    from cogworker.worker.recovering.partition_lists import PartitionLists
+    from cogworker.worker.recovering.partitions import Health
     from cogworker.worker.recovering.sharded_recovery import ShardedRecovery
 
 log = structlog.get_logger("cogworker.recovery")
@@ -123,6 +125,16 @@ class Recovery:
             keys.LIVE_QUEUES,
             keys.CANCELS,
         )
+
+    def own_lists(self, health: Health | None = None) -> PartitionLists | None:
+        """This process's in-progress lists, one per partition, for its reconciler (sharded layout;
+        None in the one-slot one). `health`: the fetcher's view of the partitions that are down."""
+        if self.sharded is None:
+            return None
+        from cogworker.worker.recovering.partition_lists import PartitionLists
+
+        names = self._settings.queue_spec.names
+        return PartitionLists(self.sharded.clients, self._identity, names, self.complete_burials, health)
 
     def requeue(self, identity: str, *, if_dead_for: float | None, count_orphans: bool) -> RequeueResult:
         """Requeue `identity`'s in-progress list (in the sharded layout, every partition's).
