@@ -54,6 +54,8 @@ class ShardedRecovery:
         self._known = Known(self._home, ctx.settings.queue_spec.names)
         # Partitions a keyspace scan found an identity's list in that no registry names (scan()).
         self._scanned: dict[str, set[shards.Partition]] = {}
+        # Identities whose last requeue here left some partitions for later after seeing several jobs.
+        self._partial: set[str] = set()
 
     def list_keys(self, partition: shards.Partition, identity: str) -> ListKeys:
         """requeue.lua's fixed keys for `identity`'s list in `partition`: the home slot's presence,
@@ -100,8 +102,9 @@ class ShardedRecovery:
             except redis.RedisError:
                 unreachable.append(str(partition))
         # Alone over all of the owner's lists: a job alone in one partition shared the death with the
-        # jobs of the others.
-        shared = sum(sizes.values()) > 1
+        # jobs of the others. A list that couldn't be read, or an earlier requeue here that moved some
+        # lists and not others, may hide the others: then nobody is alone.
+        shared = sum(sizes.values()) > 1 or bool(unreachable) or identity in self._partial
         moved_queues: set[str] = set()
         for partition, size in sizes.items():
             if size == 0:
@@ -124,6 +127,10 @@ class ShardedRecovery:
             if result.moved:
                 moved_queues.add(partition.queue)
         total.unlisted = self._unread(identity, moved_queues)
+        if unreachable and shared:
+            self._partial.add(identity)
+        elif not unreachable:
+            self._partial.discard(identity)
         if unreachable:
             raise PartitionsUnreachable(
                 f"the in-progress lists of {identity} in {', '.join(unreachable)} could not be requeued "

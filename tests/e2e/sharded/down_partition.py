@@ -15,11 +15,15 @@ from cogworker.store.shard_clients import ShardClients
 class OneMasterDown(ShardClients):
     def __init__(self, settings: SettingsFields, home: redis.Redis, down: shards.Partition) -> None:
         super().__init__(settings, home=home)
-        self._down = down
+        self._down: shards.Partition | None = down
         self._nowhere = redis.Redis(port=1, socket_connect_timeout=0.5, decode_responses=True)
 
     def of(self, partition: shards.Partition) -> redis.Redis:
         return self._nowhere if partition == self._down else super().of(partition)
+
+    def answer_again(self) -> None:
+        """The master is back: the partition gets its real client."""
+        self._down = None
 
     def close(self) -> None:
         super().close()

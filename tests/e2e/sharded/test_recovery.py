@@ -216,3 +216,26 @@ def test_a_dead_owners_list_on_a_master_that_failed_over_is_recovered_on_the_new
     assert sum(moved) == 2
     assert queued(cluster, part(1)) == [job("moved")]
     assert queued(cluster, part(0)) == [job("warm"), job("stays")]  # each requeue at the popped end
+
+
+def test_a_death_seen_in_part_because_a_master_was_down_convicts_nobody(
+    recovery: Recovery, cluster: redis.RedisCluster
+) -> None:
+    """The owner died holding a job in each of two partitions, one of them on a master that was down:
+    the job requeued later, alone by then on the owner's lists, still shared the death."""
+    ctx = RedisContext(
+        recovery._client, recovery._scripts, recovery._settings, recovery._outages, recovery._locks
+    )
+    down = OneMasterDown(recovery._settings, recovery._client, part(1))
+    recoverer = Recovery(ctx, "host:2:live", down)
+    pill = job("pill")
+    cluster.set(shards.orphanings(part(1), "pill"), recovery._settings.max_orphanings)
+    seed(cluster, part(0), job("beside"))
+    seed(cluster, part(1), pill)
+    with pytest.raises(PartitionsUnreachable):
+        recoverer.requeue_dead(DEAD_OWNER)
+    down.answer_again()
+    assert recoverer.requeue_dead(DEAD_OWNER).buried == []
+    assert cluster.zcard(shards.dead(part(1))) == 0
+    assert [str(r) for r in cluster.lrange(shards.suspects(part(1)), 0, -1)] == [pill]
+    down.close()
