@@ -200,3 +200,39 @@ def test_a_live_worker_puts_back_an_entry_on_its_partition_list_it_doesnt_hold(
     assert no_queued(cluster)
     assert lines(out, "ran") == Counter(["stray"])
     assert worker.stop() == 0
+
+
+@pytest.mark.timeout(90)
+def test_a_job_cancelled_while_its_process_died_is_requeued_and_not_run(
+    layout: None,
+    cluster: redis.RedisCluster,
+    redis_cluster: RedisCluster,
+    workers: WorkerPool,
+    tmp_path: Path,
+) -> None:
+    """The cancel record is in the home slot, out of the partition's requeue script's reach: the job
+    goes back to its partition's queue, and the worker that fetches it knows the cancel and ends it
+    unrun (docs/sharding.md "Recovery and schedules")."""
+    out = tmp_path / "runs"
+    (tmp_path / "runs.cancelled.held").touch()  # were it run, it would run through and say so
+    job = build("sharded_recovery_jobs.hold_first", [str(out), "cancelled"], {}, queue=QUEUE, retry=True)
+    job.pop("kwargs")
+    dead_owner = "host:1:gone"
+    cluster.lpush(shards.in_progress(part(1), dead_owner), codec.dumps(job))
+    cluster.sadd(keys.IN_PROGRESS_IDENTITIES, dead_owner)
+    cluster.zadd(keys.CANCELS, {str(job["jid"]): int(cluster.time()[0])})
+    env = worker_env(redis_cluster, **QUICK)
+    worker = workers.start(env.pop("COGWORKER_REDIS_URL"), **env)
+    identity = worker.identity()
+    wait_until(
+        lambda: (
+            not cluster.sismember(keys.IN_PROGRESS_IDENTITIES, dead_owner)
+            and no_queued(cluster)
+            and lists_of(cluster, identity) == [0] * PARTITIONS
+        ),
+        timeout=30,
+        message="the job requeued, fetched and ended",
+    )
+    assert worker.events_named("job_cancelled")
+    assert lines(out, "ran") == Counter()
+    assert worker.stop() == 0
