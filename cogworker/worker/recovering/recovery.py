@@ -12,24 +12,33 @@ that shared one may be an innocent beside a poison pill, so a shared death burie
 orphaned `suspect_at` times instead goes to its queue's suspects list (`keys.suspects`), and a process
 runs a suspect alone (fetch.lua): its next death is its own, and convicts it past the limit. One
 death is an accident (the OOM killer, a lost host) and costs nothing new; the second, a pattern.
+
+In the sharded layout (store/shards.py) a process has one list per queue partition, each in its
+partition's slot: worker/recovering/sharded_recovery.py runs the same script once per partition, with
+that partition's keys (`ListKeys`), and a job goes back to the partition it was taken from.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import structlog
 
 from cogworker import codec
-from cogworker.api import death, retry
-from cogworker.api.job_status import record_failed
 from cogworker.api.payload import DEFAULT_QUEUE
-from cogworker.store import job_keys, key_guard, keys, outcomes
+from cogworker.store import job_keys, key_guard, keys, outcomes, shards
 from cogworker.store.redis_context import RedisContext
+from cogworker.store.scripts import Scripts
+from cogworker.store.shard_clients import ShardClients
+from cogworker.worker.recovering.burials import Burials
+
+if TYPE_CHECKING:
+    from cogworker.worker.recovering.partition_lists import PartitionLists
+    from cogworker.worker.recovering.partitions import Health
+    from cogworker.worker.recovering.sharded_recovery import ShardedRecovery
 
 log = structlog.get_logger("cogworker.recovery")
 
@@ -46,6 +55,15 @@ def suspect_at(max_orphanings: int) -> int:
     return max(1, min(SUSPECT_AT, max_orphanings))
 
 
+class PartitionsUnreachable(redis.ConnectionError):
+    """Sharded: some partitions' lists could not be requeued (their master did not answer); the others
+    were. `result` is what was done."""
+
+    def __init__(self, message: str, result: RequeueResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 @dataclass
 class RequeueResult:
     moved: int = 0
@@ -59,31 +77,97 @@ class RequeueResult:
     seen: int = 0  # jobs the script found on the list
 
 
+@dataclass(frozen=True, slots=True)
+class ListKeys:
+    """One in-progress list and the fixed keys requeue.lua is given with it: the one-slot layout's, or
+    (sharded) those of the list's partition, where the home slot's presence, beats, registry and
+    cancels can't be reached (sharded_recovery.py names stand-ins and checks death in the home slot)."""
+
+    client: redis.Redis
+    scripts: Scripts
+    in_progress: str
+    presence: str
+    last_beat: str
+    dead: str
+    registry: str
+    live_queues: str
+    cancels: str
+    default_queue: str = DEFAULT_QUEUE
+    partition: shards.Partition | None = None
+
+
 class Recovery:
-    def __init__(self, ctx: RedisContext, identity: str = "") -> None:
+    def __init__(
+        self, ctx: RedisContext, identity: str = "", shard_clients: ShardClients | None = None
+    ) -> None:
         self._client = ctx.client
         self._scripts = ctx.scripts
         self._settings = ctx.settings
         self._outages = ctx.outages
         self._locks = ctx.locks
         self._identity = identity
-        self._pending_burials: list[str] = []
-        self._mutex = threading.Lock()
+        self.sharded: ShardedRecovery | None = None
+        if shards.is_sharded():
+            from cogworker.worker.recovering.sharded_recovery import ShardedRecovery
+
+            self.sharded = ShardedRecovery(self, ctx, shard_clients)
+        self.burials = Burials(ctx, self.sharded.scripts.of if self.sharded is not None else None)
+
+    def one_slot_list(self, identity: str) -> ListKeys:
+        return ListKeys(
+            self._client,
+            self._scripts,
+            keys.in_progress(identity),
+            keys.process(identity),
+            keys.LAST_BEAT,
+            keys.DEAD,
+            keys.QUEUES,
+            keys.LIVE_QUEUES,
+            keys.CANCELS,
+        )
+
+    def own_lists(self, health: Health | None = None) -> PartitionLists | None:
+        """This process's in-progress lists, one per partition, for its reconciler (sharded layout;
+        None in the one-slot one). `health`: the fetcher's view of the partitions that are down."""
+        if self.sharded is None:
+            return None
+        from cogworker.worker.recovering.partition_lists import PartitionLists
+
+        names = self._settings.queue_spec.names
+        return PartitionLists(self.sharded.clients, self._identity, names, self.complete_burials, health)
 
     def requeue(self, identity: str, *, if_dead_for: float | None, count_orphans: bool) -> RequeueResult:
-        """Requeue `identity`'s in-progress list. `if_dead_for=None` skips the death check (the
-        caller knows the owner is dead, or is the owner shutting down).
+        """Requeue `identity`'s in-progress list (in the sharded layout, every partition's).
+        `if_dead_for=None` skips the death check (the caller knows the owner is dead, or is the owner
+        shutting down)."""
+        if self.sharded is not None:
+            return self.sharded.requeue(identity, if_dead_for=if_dead_for, count_orphans=count_orphans)
+        return self.requeue_list(self.one_slot_list(identity), identity, if_dead_for, count_orphans)
 
-        The list is read first, to declare the keys its jobs need (store/job_keys.py); a job the
-        script had no keys for (it came after the read) stays on the list, and one more pass
-        declares what the script named."""
+    def requeue_list(
+        self,
+        where: ListKeys,
+        identity: str,
+        if_dead_for: float | None,
+        count_orphans: bool,
+        *,
+        shared: bool = False,
+    ) -> RequeueResult:
+        """Requeue one list. The list is read first, to declare the keys its jobs need
+        (store/job_keys.py); a job the script had no keys for (it came after the read) stays on the
+        list, and one more pass declares what the script named. `shared`: the owner died holding more
+        than one job (counted over every list it had), so the death convicts nobody."""
         declared = job_keys.Declared()
         total = RequeueResult()
-        shared = False
         for _ in range(job_keys.MAX_PASSES):
-            raws = [str(raw) for raw in self._client.lrange(keys.in_progress(identity), 0, -1)]
-            declared.add_jobs(raws, DEFAULT_QUEUE)
-            result, left, needs = self._requeue_pass(identity, declared, if_dead_for, count_orphans, shared)
+            raws = [str(raw) for raw in where.client.lrange(where.in_progress, 0, -1)]
+            if not raws and where.partition is not None:
+                # Sharded: most partitions' lists are empty; the script would find nothing to move.
+                return total
+            declared.add_jobs(raws, where.default_queue)
+            result, left, needs = self._requeue_pass(
+                where, identity, declared, if_dead_for, count_orphans, shared
+            )
             if result.alive:
                 # Nothing touched in this pass; what an earlier one moved (the owner beat since) stands.
                 total.alive = True
@@ -105,6 +189,7 @@ class Recovery:
 
     def _requeue_pass(
         self,
+        where: ListKeys,
         identity: str,
         declared: job_keys.Declared,
         if_dead_for: float | None,
@@ -114,23 +199,23 @@ class Recovery:
         """One run of requeue.lua: its result, how many jobs it left for want of keys, and the
         (kind, name) pairs it named for them."""
         s = self._settings
-        job_key_list, job_key_args = declared.keys_and_args()
-        batch_key_list, batch_key_args = declared.batch_keys_and_args()
-        reply: list[Any] = self._scripts.run(
+        job_key_list, job_key_args = declared.keys_and_args(where.partition)
+        batch_key_list, batch_key_args = declared.batch_keys_and_args(where.partition)
+        reply: list[Any] = where.scripts.run(
             "requeue",
             [
-                keys.in_progress(identity),
-                keys.process(identity),
-                keys.LAST_BEAT,
-                keys.DEAD,
-                keys.QUEUES,
-                keys.LIVE_QUEUES,
-                keys.CANCELS,
+                where.in_progress,
+                where.presence,
+                where.last_beat,
+                where.dead,
+                where.registry,
+                where.live_queues,
+                where.cancels,
                 *job_key_list,
                 *batch_key_list,
             ],
             [
-                DEFAULT_QUEUE,
+                where.default_queue,
                 identity,
                 "" if if_dead_for is None else if_dead_for,
                 "1" if count_orphans else "",
@@ -144,7 +229,7 @@ class Recovery:
                 *job_key_args,
                 *batch_key_args,
             ],
-            client=self._client,
+            client=where.client,
         )
         moved, failed, n_unlisted, n_wrong, n_cancelled, left, n_needs, n_suspects = (
             int(n) for n in reply[:8]
@@ -164,6 +249,10 @@ class Recovery:
         )
         result.seen = moved + failed + left + n_cancelled + len(result.buried)
         self._end_cancelled(identity, result.cancelled)
+        if where.partition is not None:
+            # The script's registry and live-queue reads were the partition's stand-ins: whether a
+            # live process reads the queue is asked of the home slot (sharded_recovery.py).
+            result.unlisted = []
         if result.unlisted:
             log.warning(
                 "requeued_onto_unread_queues",
@@ -182,7 +271,7 @@ class Recovery:
             )
         if result.wrong_type:
             key_guard.request(self._client, *result.wrong_type)
-        self.complete_burials(result.buried)
+        self.complete_burials(result.buried, where.partition)
         return result, left, reply[needs_at : needs_at + 2 * n_needs]
 
     def _end_cancelled(self, identity: str, raws: list[str]) -> None:
@@ -219,6 +308,12 @@ class Recovery:
                 result = self.requeue(
                     identity, if_dead_for=self._settings.orphan_threshold_s, count_orphans=True
                 )
+            except PartitionsUnreachable as exc:
+                # Sharded: the partitions that answered were requeued; the rest wait for the next
+                # check, and the other owners' jobs don't wait for them.
+                self._outages.report("Orphan recovery", exc)
+                moved += exc.result.moved
+                continue
             except redis.ResponseError as exc:
                 if not key_guard.is_wrong_type(exc):
                     raise
@@ -244,13 +339,22 @@ class Recovery:
 
     def candidates(self, *, scan: bool) -> set[str]:
         found = {str(m) for m in self._client.smembers(keys.IN_PROGRESS_IDENTITIES)}
-        if scan:
+        if scan and self.sharded is not None:
+            found |= self.sharded.scan()
+        elif scan:
             for key in self._client.scan_iter(match=keys.IN_PROGRESS_PREFIX + "*", count=500):
                 found.add(str(key).removeprefix(keys.IN_PROGRESS_PREFIX))
         return found
 
     def forget_if_empty(self, identity: str) -> None:
-        if self._client.llen(keys.in_progress(identity)) == 0:
+        """Forget a dead identity once its list is empty (sharded: every partition's list, read after
+        the requeue; one that doesn't answer keeps it registered for the next check)."""
+        empty = (
+            self.sharded.all_empty(identity)
+            if self.sharded is not None
+            else self._client.llen(keys.in_progress(identity)) == 0
+        )
+        if empty:
             pipe = self._client.pipeline(transaction=False)
             pipe.srem(keys.IN_PROGRESS_IDENTITIES, identity)
             pipe.hdel(keys.LAST_BEAT, identity)
@@ -258,93 +362,17 @@ class Recovery:
             pipe.delete(keys.work(identity))
             pipe.execute()
 
-    # Poison pills: requeue.lua files them raw in dead; here they get a proper dead entry.
-    def complete_burials(self, raws: list[str]) -> None:
-        for raw in raws:
-            try:
-                self._complete_burial(raw)
-            except Exception as exc:
-                with self._mutex:
-                    if raw not in self._pending_burials:
-                        self._pending_burials.append(raw)
-                self._outages.report("Orphan recovery", exc)
-                if isinstance(exc, key_guard.WrongTypeKey):
-                    key_guard.request(self._client, exc.key)
-                elif key_guard.is_wrong_type(exc):
-                    key_guard.request(self._client, keys.DEAD)
-            else:
-                with self._mutex:
-                    if raw in self._pending_burials:
-                        self._pending_burials.remove(raw)
-
-    def _complete_burial(self, raw: str) -> None:
-        job: dict[str, Any] = codec.loads_dict(raw) or {
-            "class": "cogworker.UnreadablePayload",
-            **codec.raw_fields(raw),  # bytes that aren't UTF-8 kept escaped, and exactly in base64
-        }
-        now = time.time()
-        job.update(
-            {
-                "error_class": "cogworker.ProcessDied",
-                "error_message": (
-                    f"its process died while running it more than {self._settings.max_orphanings} times, "
-                    "the last time running it alone (killed for memory? SIGKILL? a crash in native "
-                    "code?): not retried again"
-                ),
-                "failed_at": job.get("failed_at", now),
-                "died_at": now,
-            }
-        )
-        # Encoded before the Redis call, sanitised if JSON can't hold it: an encoding error retried
-        # as if Redis had failed would never succeed.
-        filing, text = retry.encoded(retry.Filing(keys.DEAD, now, job), raw)
-        job = filing.payload
-        # Its death notice (api/death.py) goes with the proper entry, in the same swap.
-        args = [raw, now, text, death.notice(death.POISON_PILL, text), self._settings.death_notices_max]
-        if "bid" in job or "bcb" in job:
-            # A batch member: counted dead in its batch by the same swap (loaded only for one).
-            from cogworker.worker.settling.batch_settle import run_filed
-
-            swapped = run_filed(
-                self._client, self._settings, "swap_dead", [keys.DEAD, keys.DEATHS], args, job
-            )
-        else:
-            swapped = self._scripts.run("swap_dead", [keys.DEAD, keys.DEATHS], args, client=self._client)
-        wrong = key_guard.script_wrong_type(swapped)
-        if wrong is not None:
-            raise key_guard.WrongTypeKey(wrong, None)
-        if swapped:
-            log.error("poison_pill_to_dead", jid=job.get("jid"), job=job.get("class"))
-            self._locks.release_terminal(job)
-            jid = job.get("jid")
-            counter = (
-                keys.orphanings(jid) if isinstance(jid, str) else keys.orphanings_raw(job_keys.digest(raw))
-            )
-            pipe = self._client.pipeline(transaction=False)
-            pipe.delete(counter)
-            pipe.incr(keys.STAT_FAILED)
-            pipe.execute()
-            self._record_failed(job)
-
-    def _record_failed(self, job: dict[str, Any]) -> None:
-        """Best-effort, like every status write: a tracked pill's status says "failed", not
-        "working" (its last word, written when it started the run that killed its process)."""
-        try:
-            record_failed(self._client, self._settings.status_ttl_s, job)
-        except Exception as exc:
-            self._outages.report("Status", exc)
+    # Poison pills: requeue.lua files them raw in dead; burials.py gives them a proper dead entry.
+    def complete_burials(self, raws: list[str], partition: shards.Partition | None = None) -> None:
+        """`partition`: the sharded layout's partition whose dead set holds them (None: keys.DEAD)."""
+        self.burials.complete(raws, partition)
 
     def retry_burials(self) -> None:
-        with self._mutex:
-            pending = list(self._pending_burials)
-        if pending:
-            self.complete_burials(pending)
+        self.burials.retry()
 
     @property
     def pending_burials(self) -> int:
-        with self._mutex:
-            return len(self._pending_burials)
+        return self.burials.pending
 
     def reset(self) -> None:
-        with self._mutex:
-            self._pending_burials.clear()
+        self.burials.reset()
