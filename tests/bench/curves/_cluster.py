@@ -47,19 +47,33 @@ class BenchCluster:
     def __init__(self, node_timeout_ms: int = 3000) -> None:
         self.cluster = RedisCluster(node_timeout_ms=node_timeout_ms)
         self._clients: dict[int, redis.Redis] = {}
+        self._dead: set[int] = set()
 
     def url(self) -> str:
         return self.cluster.url()
 
     def client(self, port: int) -> redis.Redis:
         if port not in self._clients:
-            self._clients[port] = self.cluster.client(port)
+            self._clients[port] = redis.Redis(
+                host="127.0.0.1", port=port, decode_responses=True, socket_timeout=2, socket_connect_timeout=1
+            )
         return self._clients[port]
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node; it is asked nothing after (its replica, if it was a master, takes over)."""
+        node = next(n for n in self.cluster.nodes if n.port == port)
+        assert node.proc is not None
+        node.proc.kill()
+        node.proc.wait(timeout=10)
+        self._dead.add(port)
+        dropped = self._clients.pop(port, None)
+        if dropped is not None:
+            dropped.close()
 
     def slot_owners(self) -> list[tuple[int, int, int, list[int]]]:
         """(first slot, last slot, master port, replica ports) as the first node that answers sees it."""
         for node in self.cluster.nodes:
-            if node.proc is None or node.proc.poll() is not None:
+            if node.proc is None or node.proc.poll() is not None or node.port in self._dead:
                 continue
             try:
                 ranges: list[Any] = self.client(node.port).execute_command("CLUSTER SLOTS")

@@ -41,7 +41,9 @@ class Layout:
         env = {
             "COGWORKER_REDIS_URL": url,
             "COGWORKER_KEY_PREFIX": SHARDED_PREFIX if self.sharded else ONE_SLOT_PREFIX,
-            "COGWORKER_QUEUES": ",".join(self.queues),
+            # Equal weights: each fetch takes the queues in a new random order, so they drain side by
+            # side (listed bare, they would be strict: one queue, so one master, at a time).
+            "COGWORKER_QUEUES": ",".join(f"{queue}:1" for queue in self.queues),
         }
         if self.sharded:
             env["COGWORKER_CLUSTER_SHARDING"] = "queues"
