@@ -32,11 +32,11 @@ from typing import Any
 
 import redis.asyncio as aredis
 
-from cogworker.api import aio_features, aio_write, client, middleware, push_outcome
+from cogworker.api import aio_features, aio_write, client, middleware, push_outcome, push_shards
 from cogworker.api.aio_features import AsyncNext
 from cogworker.api.middleware import ClientMiddleware
 from cogworker.api.push_outcome import may_be_queued
-from cogworker.store import async_connection, replicas
+from cogworker.store import async_connection, replicas, shards
 
 
 async def send(job: dict[str, Any]) -> str | None:
@@ -161,24 +161,70 @@ async def write_settled(
     conn: aredis.Redis, jobs: list[dict[str, Any]], *, abandon_chain: bool = False
 ) -> None:
     """client._write_settled, awaitable: write `jobs`; on failure, with `abandon_chain`, give back
-    what the chain took only for the jobs known not to be written."""
+    what the chain took only for the jobs known not to be written. In the sharded layout, one write
+    per queue partition on the loop's client for it (api/push_settle.py's rules)."""
+    if shards.is_sharded():
+        await _write_partitions(conn, jobs, abandon_chain=abandon_chain)
+        return
+    await _write_group(conn, conn, jobs, abandon_chain=abandon_chain, partition=None)
+
+
+async def _write_group(
+    home: aredis.Redis,
+    conn: aredis.Redis,
+    jobs: list[dict[str, Any]],
+    *,
+    abandon_chain: bool,
+    partition: shards.Partition | None,
+) -> None:
+    """One write of `jobs` on `conn` (`partition`'s client), settled; `home` holds what is given back."""
     settings = client.settings()
     attempt = push_outcome.new_attempt()
     try:
-        await aio_write.write(conn, settings, jobs, attempt)
+        await aio_write.write(conn, settings, jobs, attempt, partition)
         return
     except replicas.NotReplicated:
         raise  # written: it stands
     except BaseException as exc:
         # Raises PushOutcomeUnknown, undoing nothing, when whether they were written can't be known.
-        lost = await aio_write.unwritten(conn, jobs, attempt, exc)
+        lost = await aio_write.unwritten(conn, jobs, attempt, exc, partition)
         if not lost:
             unconfirmed = replicas.unconfirmed(settings, [str(job["jid"]) for job in jobs])
             if unconfirmed is not None:
                 raise unconfirmed from exc
             return
         if abandon_chain:
-            await aio_features.give_back_claims(conn, lost)
-            await aio_features.forget_statuses(conn, lost)
-            abandon_sync(lost)
+            await _give_back(home, lost)
         raise
+
+
+async def _write_partitions(home: aredis.Redis, jobs: list[dict[str, Any]], *, abandon_chain: bool) -> None:
+    """push_settle._write_partitions, awaitable: the queues recorded on their first push (on the sync
+    home client, on a thread: once per queue and process), then one settled write per partition, in
+    order, the first that fails stopping the push."""
+    settings = client.settings()
+    groups = push_shards.split(jobs)
+    try:
+        new_queues = push_shards.to_record(jobs)
+        if new_queues:
+            await asyncio.to_thread(push_shards.record, client.connection(), new_queues)
+    except BaseException:
+        if abandon_chain:
+            await _give_back(home, jobs)  # nothing was sent
+        raise
+    for index, (partition, group) in enumerate(groups):
+        try:
+            conn = await async_connection.for_partition(settings, partition)
+            await _write_group(home, conn, group, abandon_chain=abandon_chain, partition=partition)
+        except BaseException as exc:
+            later = push_shards.never_sent(groups[index + 1 :])
+            if later and abandon_chain:
+                await _give_back(home, later)
+            push_shards.note_written(exc, push_shards.never_sent(groups[:index]))
+            raise
+
+
+async def _give_back(home: aredis.Redis, lost: list[dict[str, Any]]) -> None:
+    await aio_features.give_back_claims(home, lost)
+    await aio_features.forget_statuses(home, lost)
+    abandon_sync(lost)

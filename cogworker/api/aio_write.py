@@ -10,6 +10,9 @@ BaseException) is an interruption: the write may have run, so nothing is undone 
 The script text is the one the sync client loads (store/scripts.py: the prelude's helpers in front,
 the SHA over both), sent as EVALSHA and, after NOSCRIPT, as EVAL. The rare replies that name a
 wrong-type key are turned into WrongTypeKey by the sync key guard on a thread, off the loop.
+
+In the sharded layout a write and its check go to one queue partition, on that partition's
+`redis.asyncio` client (store/async_connection.py), naming its keys (api/push_write.py).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import structlog
 
 from cogworker.api import client, push_outcome, push_write
 from cogworker.settings_fields import SettingsFields
-from cogworker.store import key_guard, keys, replicas, scripts
+from cogworker.store import key_guard, replicas, scripts, shards
 from cogworker.store.connection import ENCODING, ENCODING_ERRORS
 
 _log = structlog.get_logger("cogworker.client")
@@ -64,28 +67,38 @@ async def run_script(
 
 
 async def write(
-    conn: aredis.Redis, settings: SettingsFields, batch: Sequence[dict[str, Any]], attempt: str
+    conn: aredis.Redis,
+    settings: SettingsFields,
+    batch: Sequence[dict[str, Any]],
+    attempt: str,
+    partition: shards.Partition | None = None,
 ) -> None:
-    """push_write.write on `conn`: every job of `batch` or none; a jid written before isn't again."""
+    """push_write.write on `conn`: every job of `batch` or none; a jid written before isn't again.
+    With `partition`, `conn` is that partition's client and every job is of its queue."""
     if not batch:
         return
-    script_keys, args = push_write.plan(batch, attempt)
+    script_keys, args = push_write.plan(batch, attempt, partition)
     wait = replicas.wait_command(settings)
     reply, waited = await run_script(conn, "push_batch", script_keys, args, wait)
     if isinstance(reply, list) and len(reply) == 2 and reply[0] == "unlisted":
         # Written, so the push stands; only the queues' listing waits for the key guard.
-        await asyncio.to_thread(key_guard.request, client.connection(), keys.QUEUES)
-        _log.error("push_bookkeeping_failed", key=keys.QUEUES, jids=[str(j["jid"]) for j in batch][:10])
+        registry = script_keys[0]
+        await asyncio.to_thread(key_guard.request, client.connection(), registry)
+        _log.error("push_bookkeeping_failed", key=registry, jids=[str(j["jid"]) for j in batch][:10])
     else:
         wrong = key_guard.script_wrong_type(reply)
         if wrong is not None:
-            raise await asyncio.to_thread(key_guard.wrong_type_error, client.connection(), wrong)
+            raise await asyncio.to_thread(_wrong_type_error, wrong, partition)
     if wait is not None:
         replicas.check_push(settings, waited, [str(job["jid"]) for job in batch])
 
 
 async def unwritten(
-    conn: aredis.Redis, jobs: Sequence[dict[str, Any]], attempt: str, failure: BaseException
+    conn: aredis.Redis,
+    jobs: Sequence[dict[str, Any]],
+    attempt: str,
+    failure: BaseException,
+    partition: shards.Partition | None = None,
 ) -> list[dict[str, Any]]:
     """push_outcome.unwritten on `conn`: the jobs known not to be written; PushOutcomeUnknown when
     that can't be known, the interruption itself (marked) when the write was interrupted."""
@@ -93,16 +106,25 @@ async def unwritten(
     if jids is None:
         return list(jobs)
     try:
-        codes = await _check(conn, jids, attempt)
+        codes = await _check(conn, jids, attempt, partition)
     except Exception as exc:
         raise push_outcome.unknown(jids, failure, exc) from failure
     return push_outcome.sorted_out(jobs, codes, failure)
 
 
-async def _check(conn: aredis.Redis, jids: list[str], attempt: str) -> list[int]:
-    markers = [keys.pushed(jid) for jid in jids]
+async def _check(
+    conn: aredis.Redis, jids: list[str], attempt: str, partition: shards.Partition | None
+) -> list[int]:
+    markers = push_outcome.markers(jids, partition)
     reply, _ = await run_script(conn, "push_check", markers, [attempt, push_outcome.FENCE_TTL_MS], None)
     wrong = key_guard.script_wrong_type(reply)
     if wrong is not None:
-        raise await asyncio.to_thread(key_guard.wrong_type_error, client.connection(), wrong)
+        raise await asyncio.to_thread(_wrong_type_error, wrong, partition)
     return [int(code) for code in reply]
+
+
+def _wrong_type_error(key: str, partition: shards.Partition | None) -> key_guard.WrongTypeKey:
+    """The sync key guard's error for `key`, read on the sync client of the slot holding it."""
+    if partition is None:
+        return key_guard.wrong_type_error(client.connection(), key)
+    return push_write.wrong_type_in_partition(client.shard_clients().of(partition), key)

@@ -230,6 +230,7 @@ def chain(
             `unique_for` or `expires_in` on a later step, a bad `ttl_s`/`result_ttl`, or a call
             inside a batch's block (a chain can't be a batch member).
         RuntimeError: A testing mode (fake, inline) is on: chains need Redis.
+        NotShardedYet: COGWORKER_CLUSTER_SHARDING=queues: chains are not built for it yet.
         PushOutcomeUnknown: As for `JobFunction.perform_async`; the chain's record is kept.
 
     Example:
@@ -255,6 +256,7 @@ def chain(
             raise TypeError(f"chain() {name} must be seconds above 0, not {value!r}")
     if not client.redis_in_use():
         raise RuntimeError("chains need Redis: a testing mode (fake, inline) can't run them")
+    client.refuse("chains")  # nothing of the chain written (the sharded layout: store/shards.py)
     batches = sys.modules.get("cogworker.api.batch")  # loaded by whoever opened a batch
     if batches is not None and batches._open.get() is not None:
         # Its first step would join the batch, but a chain step is acknowledged by chain_ack.lua,

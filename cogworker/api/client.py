@@ -2,7 +2,13 @@
 
 The client knows job names, queues and payload options, not the `@job` decorator or the features
 built on the middleware chains. A testing mode replaces the last step of a push (writing to Redis)
-with its own through `install_push_step`, as Sidekiq's testing client is prepended to its client."""
+with its own through `install_push_step`, as Sidekiq's testing client is prepended to its client.
+
+In the sharded layout (COGWORKER_CLUSTER_SHARDING=queues) each job is written to one partition of its
+queue, on that partition's client (a ShardClients built per process, like the client, after a fork);
+api/push_shards.py says which partition and what a push spanning partitions guarantees. The features
+that would join state in the home slot to a job's ack (unique jobs, batches, chains, periodic jobs) are
+refused there, at the user's call, before anything is written (`refuse`)."""
 
 from __future__ import annotations
 
@@ -13,18 +19,16 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import redis
-import structlog
 
-from cogworker.api import middleware, payload, push_outcome, push_write
-from cogworker.api.middleware import abandon, compose_client_chain, run_client_chain
+from cogworker.api import middleware, payload, push_settle
+from cogworker.api.middleware import compose_client_chain, run_client_chain
 from cogworker.api.retry_filters import WORKER_SIDE
 from cogworker.settings_fields import SettingsFields
-from cogworker.store import replicas, shards
+from cogworker.store import shards
 from cogworker.store.connection import connect
+from cogworker.store.shard_clients import ShardClients
 
 BULK_BATCH = 1000
-
-_log = structlog.get_logger("cogworker.client")
 
 # Guards only the assignments below. Nothing that runs code outside this module (loading settings,
 # building a client) may run under it: `configure()` takes it, and anything called with it held could
@@ -32,6 +36,8 @@ _log = structlog.get_logger("cogworker.client")
 _lock = threading.Lock()
 _settings: SettingsFields | None = None
 _redis: redis.Redis | None = None
+# The sharded layout's partition clients (built on first use; None outside that layout).
+_shards: ShardClients | None = None
 
 PushStep = Callable[[dict[str, Any]], str]
 # What a testing mode put in place of the write to Redis, or None.
@@ -55,13 +61,15 @@ def configure(settings: SettingsFields | None = None, client: redis.Redis | None
     Example:
         >>> cogworker.configure(cogworker.load_settings(redis_url="redis://cache:6379/2"))  # doctest: +SKIP
     """
-    global _settings, _redis
+    global _settings, _redis, _shards
     new_settings = settings or _from_environment()
     # The prefix is the process's, not the client's: a worker's own keys and its jobs' pushes must agree.
     shards.use_settings(new_settings)
     new_client = client or connect(new_settings)
     with _lock:
-        _settings, _redis = new_settings, new_client
+        _settings, _redis, old_shards, _shards = new_settings, new_client, _shards, None
+    if old_shards is not None:
+        old_shards.close()
 
 
 def close() -> None:
@@ -69,10 +77,13 @@ def close() -> None:
     cogworker/contrib/fastapi.py), and the event loops' clients of awaitable pushes (their closes are
     handed to their loops; `await cogworker.aio.close()` waits for the running loop's). The settings
     stay; the next push connects again."""
-    global _redis
+    global _redis, _shards
     _async_clients(close=True)
     with _lock:
         conn, _redis = _redis, None
+        partitions, _shards = _shards, None
+    if partitions is not None:
+        partitions.close()  # the partitions' own clients; the home one is `conn`
     if conn is not None:
         conn.close()
         pool = getattr(conn, "connection_pool", None)
@@ -85,9 +96,10 @@ def reset_after_fork() -> None:
 
     The child runs one thread, and another thread of the parent may have held the lock when it
     forked (it would stay held here forever): the child gets a new lock instead of acquiring it."""
-    global _lock, _redis
+    global _lock, _redis, _shards
     _lock = threading.Lock()
     _redis = None
+    _shards = None  # its clients' sockets are the parent's too: forgotten, not closed
     _async_clients(close=False)
 
 
@@ -142,6 +154,31 @@ def connection() -> redis.Redis:
         return _redis
 
 
+def shard_clients() -> ShardClients:
+    """The partition clients of the sharded layout, the job API's client as their home, built on
+    first use (outside that layout every partition's client is that one client)."""
+    global _shards
+    current = _shards
+    if current is not None:
+        return current
+    built = ShardClients(settings(), home=connection())
+    with _lock:
+        if _shards is None:
+            _shards = built
+        kept = _shards
+    if built is not kept:
+        built.close()
+    return kept
+
+
+def refuse(feature: str) -> None:
+    """Raise shards.NotShardedYet when the job API's deployment uses the sharded layout: `feature` is
+    not built for it yet. Reads the settings first, so a process configured only by COGWORKER_* knows
+    its layout at its first call."""
+    settings()
+    shards.refuse(feature)
+
+
 def install_push_step(step: PushStep | None) -> None:
     """Replace the write to Redis at the end of every push with `step` (None: write to Redis again)."""
     global _push_step
@@ -165,6 +202,9 @@ def build_job(
     """The payload: `options` that are set (retry, and those of features: unique, status...) ride
     in it for the workers and the middleware; the retry filters, which are code, never do (a worker
     reads them from the registered job: retry_filters.py)."""
+    if options.get("unique") is not None:
+        # Refused before the payload exists: no claim taken, nothing written (shards.refuse says why).
+        refuse("unique jobs")
     extra = {
         key: value
         for key, value in options.items()
@@ -223,52 +263,8 @@ def install_deferral(deferral: Deferral | None) -> None:
 
 def _write_one(job: dict[str, Any]) -> str:
     undo = middleware.before_write([job]) if middleware.before_write_hooks else None
-    _write_settled(connection(), [job], undo)
+    push_settle.write_settled(connection(), [job], undo)
     return str(job["jid"])
-
-
-def _write_settled(
-    conn: redis.Redis,
-    jobs: list[dict[str, Any]],
-    undo: middleware.Undo | None,
-    *,
-    abandon_chain: bool = False,
-) -> None:
-    """Write `jobs`; when that fails, undo what was taken for them (their batch membership and, with
-    `abandon_chain`, what the client chain took) only for those known not to be written
-    (api/push_outcome.py). Returns when every job is written, its reply lost or not."""
-    attempt = push_outcome.new_attempt()
-    try:
-        push_write.write(conn, settings(), jobs, attempt)
-        return
-    except replicas.NotReplicated:
-        raise  # written: it stands
-    except BaseException as exc:
-        # Raises PushOutcomeUnknown, undoing nothing, when whether they were written can't be known.
-        lost = push_outcome.unwritten(conn, jobs, attempt, exc)
-        if not lost:
-            unconfirmed = replicas.unconfirmed(settings(), [str(job["jid"]) for job in jobs])
-            if unconfirmed is not None:
-                raise unconfirmed from exc
-            return
-        if abandon_chain:
-            abandon(lost)
-        if undo is not None:
-            _undo(undo, lost)
-        raise
-
-
-def _undo(undo: middleware.Undo, jobs: list[dict[str, Any]]) -> None:
-    """Take back the before-write hooks' work for jobs not written. A failure here is logged, not
-    raised over the push's own error: the batch then waits for a member that never runs."""
-    try:
-        undo(jobs)
-    except Exception as exc:
-        _log.error(
-            "push_undo_failed",
-            jids=[str(job["jid"]) for job in jobs][:10],
-            error=f"{type(exc).__name__}: {exc}",
-        )
 
 
 def push_bulk(
@@ -307,5 +303,5 @@ def push_bulk(
             # On failure, what the chain took for the jobs not written (unique claims, "queued"
             # statuses) is given back, or a retried push_bulk would find every job a duplicate of
             # one that was never pushed; for jobs written (a lost reply) it stands.
-            _write_settled(conn, batch, undo, abandon_chain=True)
+            push_settle.write_settled(conn, batch, undo, abandon_chain=True)
     return jids

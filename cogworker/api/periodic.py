@@ -63,6 +63,7 @@ from cogworker import codec
 from cogworker.api.decorator import JobFunction
 from cogworker.api.payload import check_arguments
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
+from cogworker.store import shards
 
 SKIPPED_COUNT_CAP = 1000
 # Slots an entry's run history keeps (`cogworker:periodic:runs:<name>`): the Web UI's "last runs".
@@ -174,6 +175,8 @@ def periodic(
     Raises:
         ValueError: `cron` is not a cron expression or `tz` not a time zone, or another entry with
             this name has another job or schedule.
+        NotShardedYet: The process's settings use COGWORKER_CLUSTER_SHARDING=queues: periodic jobs are
+            not built for it yet (a ValueError).
         TypeError: An argument is not JSON-native, `queue` is not a queue name, or the decorated
             object is not a job (put `@periodic` above `@job`).
 
@@ -198,6 +201,10 @@ def periodic(
     def wrap(fn: F) -> F:
         if not isinstance(fn, JobFunction):
             raise TypeError("@periodic goes above @job: it schedules a job, not a plain function")
+        # The layout this process's settings bound (a worker binds them before importing its jobs, so
+        # a sharded worker refuses to start with a periodic entry); a process that hasn't bound any
+        # registers it, to no effect: only a worker's poller pushes periodic jobs.
+        shards.refuse("periodic jobs")
         register(Entry(name or fn.name, fn, cron, tz, until_executed, arg_tuple, kwarg_dict, queue))
         return fn
 

@@ -16,6 +16,9 @@ So a failure is sorted out before anything is undone:
   (`may_be_queued`), and nothing is undone either. The claims then hold a duplicate back until
   their TTL, and a batch waits for a member that may never run (logged with its jid); never the
   other way round.
+
+In the sharded layout a write went to one queue partition (api/push_shards.py), and its markers are in
+that partition's slot: the check is asked on that partition's client, of those markers.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ from typing import Any
 import redis
 import structlog
 
-from cogworker.api.push_write import MARK_TTL_S
+from cogworker.api.push_write import MARK_TTL_S, wrong_type_in_partition
 from cogworker.api.time_limits import JobTimeout
-from cogworker.store import key_guard, keys, scripts
+from cogworker.store import key_guard, keys, scripts, shards
 from cogworker.store.connection import is_unavailable
 from cogworker.store.replicas import NotReplicated
 
@@ -72,15 +75,20 @@ def new_attempt() -> str:
 
 
 def unwritten(
-    conn: redis.Redis, jobs: Sequence[dict[str, Any]], attempt: str, failure: BaseException
+    conn: redis.Redis,
+    jobs: Sequence[dict[str, Any]],
+    attempt: str,
+    failure: BaseException,
+    partition: shards.Partition | None = None,
 ) -> list[dict[str, Any]]:
     """The jobs of a failed write attempt known not to be written (the others stand); raises
-    PushOutcomeUnknown, from `failure`, when that can't be known."""
+    PushOutcomeUnknown, from `failure`, when that can't be known. With `partition` (the sharded
+    layout), `conn` is the client of the partition the attempt wrote to."""
     jids = to_ask(jobs, failure)
     if jids is None:
         return list(jobs)
     try:
-        codes = _check(conn, jids, attempt)
+        codes = _check(conn, jids, attempt, partition)
     except Exception as exc:
         raise unknown(jids, failure, exc) from failure
     return sorted_out(jobs, codes, failure)
@@ -141,12 +149,20 @@ def _interrupted(failure: BaseException) -> bool:
     return not isinstance(failure, Exception) or isinstance(failure, JobTimeout)
 
 
-def _check(conn: redis.Redis, jids: list[str], attempt: str) -> list[int]:
-    markers = [keys.pushed(jid) for jid in jids]
+def markers(jids: list[str], partition: shards.Partition | None) -> list[str]:
+    """The `pushed:<jid>` markers a write left: the home's (the one-slot layout's), or the partition's."""
+    if partition is None:
+        return [keys.pushed(jid) for jid in jids]
+    return [shards.pushed(partition, jid) for jid in jids]
+
+
+def _check(conn: redis.Redis, jids: list[str], attempt: str, partition: shards.Partition | None) -> list[int]:
     reply = conn.register_script(scripts.source("push_check"))(
-        keys=markers, args=[attempt, FENCE_TTL_MS], client=conn
+        keys=markers(jids, partition), args=[attempt, FENCE_TTL_MS], client=conn
     )
     wrong = key_guard.script_wrong_type(reply)
     if wrong is not None:
-        raise key_guard.wrong_type_error(conn, wrong)
+        if partition is None:
+            raise key_guard.wrong_type_error(conn, wrong)
+        raise wrong_type_in_partition(conn, wrong)
     return [int(code) for code in reply]

@@ -4,6 +4,11 @@ One perform_async and each batch of push_bulk take the same path, so both are al
 only the keys they write to, and leave the marker that tells a client whose reply was lost whether
 its write happened (api/push_outcome.py). With COGWORKER_REDIS_MIN_REPLICAS a WAIT rides in the same
 round trip (store/replicas.py).
+
+In the sharded layout (store/shards.py) a write goes to one queue partition: its keys (queue,
+schedule, registry, wake channel, markers) are named in that partition's slot and it is sent on that
+partition's client, the WAIT with it, so the WAIT asks the master that holds the write
+(api/push_shards.py splits a push over partitions). Outside it the keys are today's, unchanged.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from redis.commands.core import Script
 
 from cogworker.api import payload
 from cogworker.settings_fields import SettingsFields
-from cogworker.store import key_guard, keys, replicas, scripts
+from cogworker.store import key_guard, keys, replicas, scripts, shards
 
 # How long a job's `pushed:<jid>` marker lives: the client asks about it at once after a lost reply,
 # and a caller pushing the same payload again (its jid) within this time makes no second copy. Every
@@ -29,13 +34,20 @@ MARK_TTL_S = 120
 _log = structlog.get_logger("cogworker.client")
 
 
-def write(conn: redis.Redis, settings: SettingsFields, batch: Sequence[dict[str, Any]], attempt: str) -> None:
+def write(
+    conn: redis.Redis,
+    settings: SettingsFields,
+    batch: Sequence[dict[str, Any]],
+    attempt: str,
+    partition: shards.Partition | None = None,
+) -> None:
     """Write `batch` as write attempt `attempt`: every job, or none when a key it goes to has the wrong
     type (key_guard.WrongTypeKey names it). A job whose jid an earlier attempt wrote is not written
-    again. replicas.NotReplicated: written, but too few replicas confirmed it."""
+    again. replicas.NotReplicated: written, but too few replicas confirmed it. With `partition` (the
+    sharded layout), every job of `batch` is of its queue and `conn` is its client."""
     if not batch:
         return
-    script_keys, args = plan(batch, attempt)
+    script_keys, args = plan(batch, attempt, partition)
     script = _push_batch.on(conn)
     wait = replicas.wait_command(settings)
     waited: object = None
@@ -46,20 +58,26 @@ def write(conn: redis.Redis, settings: SettingsFields, batch: Sequence[dict[str,
     if isinstance(reply, list) and len(reply) == 2 and reply[0] == "unlisted":
         # The jobs are written, so the push stands (raising would have the caller push them twice);
         # only their queues' listing is missing until the key guard moves the registry aside.
-        key_guard.request(conn, keys.QUEUES)
-        _log.error("push_bookkeeping_failed", key=keys.QUEUES, jids=[str(j["jid"]) for j in batch][:10])
+        registry = script_keys[0]
+        key_guard.request(conn if partition is None else _home(), registry)
+        _log.error("push_bookkeeping_failed", key=registry, jids=[str(j["jid"]) for j in batch][:10])
     else:
         wrong = key_guard.script_wrong_type(reply)
         if wrong is not None:
-            raise key_guard.wrong_type_error(conn, wrong)
+            if partition is None:
+                raise key_guard.wrong_type_error(conn, wrong)
+            raise wrong_type_in_partition(conn, wrong)
     if wait is not None:
         replicas.check_push(settings, waited, [str(job["jid"]) for job in batch])
 
 
-def plan(batch: Sequence[dict[str, Any]], attempt: str) -> tuple[list[str], list[Any]]:
+def plan(
+    batch: Sequence[dict[str, Any]], attempt: str, partition: shards.Partition | None = None
+) -> tuple[list[str], list[Any]]:
     """push_batch.lua's KEYS and ARGV for `batch` (the sync write and the awaitable one,
     api/aio_write.py, send the same): jobs due now to their queues, stamped `enqueued_at`; jobs due
-    later to the schedule; a `pushed:<jid>` marker for each."""
+    later to the schedule; a `pushed:<jid>` marker for each. With `partition`, its keys instead (every
+    job of `batch` then goes to that partition's queue or schedule)."""
     now = time.time()
     by_queue: dict[str, list[dict[str, Any]]] = {}
     scheduled: list[dict[str, Any]] = []
@@ -72,17 +90,47 @@ def plan(batch: Sequence[dict[str, Any]], attempt: str) -> tuple[list[str], list
             job["enqueued_at"] = now
             by_queue.setdefault(job["queue"], []).append(job)
     args: list[Any] = [attempt, MARK_TTL_S * 1000, len(by_queue)]
-    markers: list[str] = []
+    jids: list[str] = []  # in the markers' order: queued, then scheduled
     for name, jobs in by_queue.items():
         args += [name, len(jobs), *(payload.stored(job) for job in jobs)]
-        markers += [keys.pushed(str(job["jid"])) for job in jobs]
+        jids += [str(job["jid"]) for job in jobs]
     args.append(len(scheduled))
     for job in scheduled:
         args += [job["at"], payload.scheduled_text(job)]
-        markers.append(keys.pushed(str(job["jid"])))
+        jids.append(str(job["jid"]))
+    if partition is not None:
+        return _partition_keys(partition, list(by_queue), jids), args
     queues = [keys.queue(name) for name in by_queue]
+    markers = [keys.pushed(jid) for jid in jids]
     script_keys = [keys.QUEUES, keys.WAKE_CHANNEL, keys.SCHEDULE, *queues, *markers]
     return script_keys, args
+
+
+def _partition_keys(p: shards.Partition, queue_names: list[str], jids: list[str]) -> list[str]:
+    """The sharded layout's KEYS: the partition's own registry, wake channel, schedule and queue, and
+    the jobs' markers in its slot."""
+    if any(name != p.queue for name in queue_names):
+        raise ValueError(f"a write to partition {p} holds jobs of another queue: {sorted(queue_names)}")
+    queues = [shards.queue_key(p)] if queue_names else []
+    markers = [shards.pushed(p, jid) for jid in jids]
+    return [shards.registry(p), shards.wake_channel(p), shards.schedule(p), *queues, *markers]
+
+
+def wrong_type_in_partition(conn: redis.Redis, key: str) -> key_guard.WrongTypeKey:
+    """key_guard.wrong_type_error for a partition's key: its type is read on the partition's client,
+    the key guards are asked on the home client (their request set is a home key)."""
+    try:
+        found: str | None = str(conn.type(key))
+    except redis.RedisError:
+        found = None
+    key_guard.request(_home(), key)
+    return key_guard.WrongTypeKey(key, found)
+
+
+def _home() -> redis.Redis:
+    from cogworker.api import client  # imported here: the client imports this module
+
+    return client.connection()
 
 
 def _script_then_wait(

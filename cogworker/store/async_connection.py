@@ -12,6 +12,9 @@ redis-py's own, TLS files, decoding, and the same three shapes of deployment:
   why one slot is enough). Where that master is, is found by the sync `SlotOwner` on a thread, so
   the loop never waits on a socket for it.
 
+In the sharded layout (COGWORKER_CLUSTER_SHARDING=queues) a loop's client is the home slot's, and each
+queue partition's slot gets a client of its own on that loop (`for_partition`), kept and closed with it.
+
 A loop's client is forgotten when the loop is (a WeakKeyDictionary), and closed as the loop shuts
 down: it is tied to an async generator of that loop, which `asyncio.run` (and uvicorn, and every
 `asyncio.Runner`) closes before closing the loop. `close_current()` closes the running loop's
@@ -32,7 +35,7 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from cogworker import cluster_url, redis_sentinel
 from cogworker.redis_tls import client_options
 from cogworker.settings_fields import SettingsFields
-from cogworker.store import async_cluster
+from cogworker.store import async_cluster, cluster_pool, shards
 from cogworker.store.connection import CONNECT_TIMEOUT_S, ENCODING, ENCODING_ERRORS
 from cogworker.store.sentinel_pool import majority, sentinel_options
 
@@ -46,11 +49,16 @@ class LoopClient:
         self._sentinel = sentinel
         self._closer: AsyncIterator[None] | None = None
         self.closed = False
+        # The sharded layout's partition clients, by slot (store/shard_clients.py's, for this loop).
+        self.partitions: dict[int, aredis.Redis] = {}
 
     async def aclose(self) -> None:
         if self.closed:
             return
         self.closed = True
+        partitions, self.partitions = list(self.partitions.values()), {}
+        for partition in partitions:
+            await partition.aclose()
         await self.conn.aclose()
         if self._sentinel is not None:
             await self._sentinel.aclose()
@@ -85,6 +93,24 @@ async def for_loop(settings: SettingsFields) -> aredis.Redis:
     if current is not None:
         await current.aclose()  # after the new one is in place: a task arriving meanwhile uses it
     return built.conn
+
+
+async def for_partition(settings: SettingsFields, partition: shards.Partition) -> aredis.Redis:
+    """The running loop's client for `partition`'s slot (the sharded layout), pinned to the master
+    owning it; built on first use. Outside that layout, the loop's one client."""
+    conn = await for_loop(settings)
+    if not shards.is_sharded():
+        return conn
+    entry = _clients[asyncio.get_running_loop()]
+    prefix = partition.prefix
+    slot = cluster_pool.slot_of(prefix)
+    client = entry.partitions.get(slot)
+    if client is None:
+        # Building doesn't connect; no await between the look-up and the store, so one per slot.
+        seeds = cluster_url.seeds(settings.redis_url)
+        client = async_cluster.cluster_client(seeds, prefix, **options(settings))
+        entry.partitions[slot] = client
+    return client
 
 
 async def close_current() -> None:
@@ -136,7 +162,11 @@ def build(settings: SettingsFields) -> LoopClient:
     opts = options(settings)
     if cluster_url.is_cluster(settings):
         seeds = cluster_url.seeds(settings.redis_url)
-        return LoopClient(settings, async_cluster.cluster_client(seeds, settings.key_prefix, **opts), None)
+        # The sharded layout's deployment prefix has no hash tag: its client is the home slot's.
+        pinned = settings.key_prefix
+        if settings.cluster_sharding == "queues":
+            pinned = shards.home_prefix(settings.key_prefix)
+        return LoopClient(settings, async_cluster.cluster_client(seeds, pinned, **opts), None)
     target = redis_sentinel.target(settings)
     if target is not None:
         return _sentinel_client(settings, target, opts)

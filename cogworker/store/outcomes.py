@@ -14,19 +14,26 @@ import datetime as dt
 import redis
 import structlog
 
-from cogworker.store import key_guard, keys
+from cogworker.store import key_guard, keys, shards
 
 log = structlog.get_logger("cogworker.outcomes")
 
 DAY_COUNTER_TTL_S = 60 * 60 * 24 * 365
 
 
-def record(client: redis.Redis, outcome: str, jid: str, count: int = 1) -> bool:
-    """Count `count` jobs as having ended with `outcome`. True when the counters were written."""
+def record(
+    client: redis.Redis, outcome: str, jid: str, partition: shards.Partition | None = None, count: int = 1
+) -> bool:
+    """Count `count` jobs as having ended with `outcome`. True when the counters were written.
+    `partition`: in the sharded layout, the job's queue partition, whose counters these are (`client`
+    is then that partition's: store/shard_clients.py); the readers sum every partition's."""
     if outcome not in keys.ENDED_UNRUN:
         raise ValueError(f"not an outcome counted here: {outcome!r}")
     day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
-    counters = (keys.stat(outcome), keys.stat_day(outcome, day))
+    if partition is not None and shards.is_sharded():
+        counters = (shards.stat(partition, outcome), shards.stat_day(partition, outcome, day))
+    else:
+        counters = (keys.stat(outcome), keys.stat_day(outcome, day))
     pipe = client.pipeline(transaction=False)
     for key in counters:
         pipe.incrby(key, count)

@@ -23,13 +23,18 @@ from setproctitle import setproctitle
 from cogworker import __version__, exitcodes
 from cogworker.api import registry, unique
 from cogworker.settings_fields import SettingsFields
+from cogworker.store import shards
 from cogworker.store.connection import connect
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.replicas import AckWait
+from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.command_pipe import CommandPipe
 from cogworker.worker.fetching.basic_fetch import BasicFetch
 from cogworker.worker.fetching.fetch import Fetcher, server_supports_reliable
+from cogworker.worker.fetching.partition_health import PartitionHealth
+from cogworker.worker.fetching.placements import Placements
 from cogworker.worker.fetching.reliable_fetch import ReliableFetch
+from cogworker.worker.fetching.sharded_fetch import ShardedFetch
 from cogworker.worker.fetching.wait_turn import BLOCK_TIMEOUT_S
 from cogworker.worker.loops.heartbeat import Heartbeat
 from cogworker.worker.loops.poller import Poller
@@ -42,8 +47,10 @@ from cogworker.worker.running.cancelled import CancelWatch
 from cogworker.worker.running.death_hooks import DeathHookRunner
 from cogworker.worker.running.processor import Stats
 from cogworker.worker.running.time_limits import Armed
+from cogworker.worker.settling import shard_route
 from cogworker.worker.settling.handover import flush_acks
 from cogworker.worker.settling.settle import Settler
+from cogworker.worker.settling.shard_route import ShardRoute
 from cogworker.worker.supervisor_events import Reporter
 
 log = structlog.get_logger("cogworker.launcher")
@@ -80,7 +87,14 @@ class Launcher:
         self.manager: Manager | None = None
         self.heartbeat: Heartbeat | None = None
         self.poller: Poller | None = None
-        self.death_hooks = DeathHookRunner(self.ctx)
+        # The sharded layout (store/shards.py): one client per queue partition's slot, and where each
+        # fetched job's ack and settle go (worker/settling/shard_route.py). None in the one-slot layout.
+        self.route: ShardRoute | None = None
+        if shards.is_sharded():
+            clients = ShardClients(settings, home=self.redis)
+            self.route = ShardRoute(clients, identity, Placements(), PartitionHealth(clients))
+        shard_route.use(self.route)
+        self.death_hooks = DeathHookRunner(self.ctx, clients=self.route.clients if self.route else None)
         self.settler: Settler | None = None
         self.cancels: CancelWatch | None = None
         self.exit_code = exitcodes.OK
@@ -95,9 +109,19 @@ class Launcher:
         if not self._wait_for_redis():
             self.reporter.send("stopped", code=exitcodes.OK)
             return exitcodes.OK
+        if self.route is not None and not self._reliable_supported():
+            log.error(
+                "sharded_layout_needs_reliable_fetch",
+                note="COGWORKER_CLUSTER_SHARDING=queues runs reliable fetch only (LMOVE, Redis 6.2 or later, "
+                "allowed to the ACL user): basic fetch's BRPOP would block on one partition's slot only",
+            )
+            self.reporter.send("stopped", code=exitcodes.CONFIG_ERROR)
+            return exitcodes.CONFIG_ERROR
         fetcher = self._choose_fetch()
-        self.settler = Settler(self.ctx, fetcher.in_progress_key)
-        self.manager = Manager(self.ctx, fetcher, self.settler, self.stats, fallback=self._basic_fetch)
+        self.settler = Settler(self.ctx, fetcher.in_progress_key, route=self.route)
+        # No fallback to basic fetch in the sharded layout: a refused LMOVE stays an error.
+        fallback = self._basic_fetch if self.route is None else None
+        self.manager = Manager(self.ctx, fetcher, self.settler, self.stats, fallback=fallback)
         if self.start_quiet:
             self.manager.quiet()
         self.manager.on_stuck = self._job_stuck
@@ -198,11 +222,25 @@ class Launcher:
             return True
         return "stop" in commands
 
-    def _choose_fetch(self) -> Fetcher:
+    def _reliable_supported(self) -> bool:
         try:
-            supported = server_supports_reliable(self.redis)
+            return server_supports_reliable(self.redis)
         except redis.ResponseError:
-            supported = True  # INFO refused (ACL, proxy): try, and fall back if LMOVE is refused
+            return True  # INFO refused (ACL, proxy): try, and fall back if LMOVE is refused
+
+    def _choose_fetch(self) -> Fetcher:
+        if self.route is not None:
+            route = self.route
+            return ShardedFetch(
+                route.clients,
+                self.scripts,
+                self.identity,
+                self.settings.queue_spec,
+                route.placements,
+                route.health,
+                ack_wait=AckWait.of(self.settings),
+            )
+        supported = self._reliable_supported()
         if not supported:
             log.warning(
                 "redis_too_old_for_reliable_fetch",

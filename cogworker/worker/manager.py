@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from cogworker.store import key_guard
+from cogworker.store import key_guard, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.worker.fetching.fetch import Fetcher, UnsupportedError, Work
 from cogworker.worker.fetching.fetch_fallback import FetchFallback
@@ -51,6 +51,7 @@ from cogworker.worker.running.async_pool import AsyncHandoff
 from cogworker.worker.running.processor import Stats, process
 from cogworker.worker.running.stuck_jobs import StuckThreads
 from cogworker.worker.settling.settle import Settler
+from cogworker.worker.settling.unsharded import end_refused
 
 log = structlog.get_logger("cogworker.manager")
 
@@ -235,6 +236,11 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, Manage
                 self.on_wrong_type()
             return None
         self._outages.recovered("Fetch")
+        if result.unsent_acks or result.lost_reply:
+            # Sharded layout: one partition's master failed while others answered (sharded_fetch.py).
+            self._settler.return_acks(result.unsent_acks)
+            if result.lost_reply:
+                self.reconciler.lost_reply()
         if result.wrong_type_queues:
             self._report_wrong_type(result.wrong_type_queues)
         self._enqueue(result.works)
@@ -272,6 +278,8 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, Manage
         return True
 
     def _enqueue(self, works: list[Work]) -> None:
+        if works and shards.is_sharded():
+            works = end_refused(works, self._settler.file, self._count_failed)
         if not works:
             return
         self.reconciler.hold(works)
@@ -281,6 +289,9 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, Manage
             self._queued += len(works)
         for work in works:
             self._work.put(work)
+
+    def _count_failed(self) -> None:
+        self.stats.failed += 1
 
     def _give_back(self, work: Work) -> None:
         """A job taken but never started goes back to its queue; if Redis is away it stays on our

@@ -35,6 +35,7 @@ from cogworker.store import keys
 
 # SHA-1 of a payload as Redis stores it: reconcile.lua matches entries by it.
 from cogworker.store.job_keys import digest as digest
+from cogworker.store.shards import Partition
 
 log = structlog.get_logger("cogworker.fetch")
 
@@ -46,12 +47,15 @@ DRAIN_EVERY_S = 1.0
 class Work:
     """One fetched job: its queue's name and the payload exactly as stored (acks match on it), and
     the run_id of the Redis it was fetched from ("" unknown: DirectConnection.run_id).
-    `suspect`: taken from the queue's suspects list, to run alone (worker/recovering/recovery.py)."""
+    `suspect`: taken from the queue's suspects list, to run alone (worker/recovering/recovery.py).
+    `partition`: in the sharded layout, the queue partition it was fetched from (its ack and its filing
+    go to that partition's slot: worker/fetching/sharded_fetch.py); None in the one-slot layout."""
 
     queue: str
     raw: str
     run_id: str = ""
     suspect: bool = False
+    partition: Partition | None = None
 
 
 @dataclass(slots=True)
@@ -63,6 +67,11 @@ class FetchResult:
     # Redis refused a command reliable fetch needs (its error text): the jobs moved before it are in
     # `works`, and the caller falls back to basic fetch.
     unsupported: str = ""
+    # Sharded layout only (worker/fetching/sharded_fetch.py): a partition's call failed while others
+    # answered. Its acknowledgements go back to the settler, and its reply may be lost with jobs
+    # already moved onto our list (a reconcile is due).
+    unsent_acks: list[tuple[str, str]] = field(default_factory=list)
+    lost_reply: bool = False
 
 
 @dataclass(slots=True)
@@ -157,7 +166,7 @@ class WakeListener:
     def wait(self, timeout_s: float) -> None:
         if self._pubsub is None:
             self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-            self._pubsub.subscribe(keys.WAKE_CHANNEL)
+            self._subscribe(self._pubsub)
         deadline = time.monotonic() + timeout_s
         try:
             if self._drain(self._pubsub):
@@ -169,6 +178,9 @@ class WakeListener:
         except Exception:
             self.close()
             raise
+
+    def _subscribe(self, pubsub: PubSub) -> None:
+        pubsub.subscribe(keys.WAKE_CHANNEL)
 
     def discard_backlog(self) -> None:
         if self._pubsub is None or time.monotonic() < self._next_drain:

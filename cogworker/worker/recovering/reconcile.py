@@ -131,7 +131,9 @@ class Reconciler:
         try:
             result = fetcher.reconcile(held.elements(), failed.elements(), self._settings.max_orphanings)
             if after_failure and fetcher.keeps_in_progress:
-                self._disown_requeued(fetcher.in_progress_key, fetcher.run_id)
+                # The sharded fetcher has a list per partition (sharded_fetch.py `listed`).
+                listed: Callable[[], list[str]] | None = getattr(fetcher, "listed", None)
+                self._disown_requeued(fetcher.in_progress_key, fetcher.run_id, listed)
         except Exception as exc:
             self._outages.report("Reconcile", exc)
             with self._lock:
@@ -152,14 +154,17 @@ class Reconciler:
         held.update(self._settler.holding())
         return held
 
-    def _disown_requeued(self, list_key: str, run_id: str) -> None:
+    def _disown_requeued(
+        self, list_key: str, run_id: str, listed: Callable[[], list[str]] | None = None
+    ) -> None:
         """Held jobs missing from our list were requeued while we were declared dead: disowned. Not
         those fetched from a Redis that is not this one (`run_id`): it lost their entries with its
         data, nobody requeued them, and their settles here are all that is left of them."""
         held = self.holding()
         if not held:
             return
-        missing = held - Counter(str(raw) for raw in self._client.lrange(list_key, 0, -1))
+        on_list = listed() if listed is not None else self._client.lrange(list_key, 0, -1)
+        missing = held - Counter(str(raw) for raw in on_list)
         lost = Counter({raw: n for raw, n in missing.items() if self._fetched_elsewhere(raw, run_id)})
         if lost:
             missing -= lost

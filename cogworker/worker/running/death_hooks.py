@@ -9,6 +9,11 @@ Once: RPOP hands each notice to one process only, which calls its hooks. A proce
 popping; a notice whose hooks were running when the process was killed outright (or that a stop's
 wait cut short) is not handed to another: at most once, as a Sidekiq death handler running in a
 killed process.
+
+In the sharded layout each queue partition keeps its own deaths list (a job's dead filing pushes its
+notice in the job's slot, in the same script): a pass pops from every partition of every registered
+queue in turn, on each partition's client, so hooks see the notices of every partition. A partition
+whose master is away is skipped for that pass; its notices wait for it.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ import threading
 import structlog
 
 from cogworker.api import death
-from cogworker.store import key_guard, keys
+from cogworker.store import key_guard, keys, shards
 from cogworker.store.redis_context import RedisContext
+from cogworker.store.shard_clients import ShardClients
 
 log = structlog.get_logger("cogworker.death")
 
@@ -28,7 +34,10 @@ COMPONENT = "Death hooks"
 
 
 class DeathHookRunner:
-    def __init__(self, ctx: RedisContext, interval_s: float = INTERVAL_S) -> None:
+    def __init__(
+        self, ctx: RedisContext, interval_s: float = INTERVAL_S, clients: ShardClients | None = None
+    ) -> None:
+        self._clients = clients if shards.is_sharded() else None
         self._client = ctx.client
         self._outages = ctx.outages
         self._interval_s = interval_s
@@ -59,23 +68,49 @@ class DeathHookRunner:
             return 0
         self._announce(current)
         handled = 0
-        while not self._stop.is_set():
-            text = self._pop()
+        lists = self._lists()
+        while not self._stop.is_set() and lists:
+            text = self._pop_any(lists)
             if text is None:
                 break
             death.call_hooks(text, current)
             handled += 1
         return handled
 
-    def _pop(self) -> str | None:
+    def _lists(self) -> list[str]:
+        """The deaths lists to pop from: the one of the one-slot layout, or every partition's."""
+        if self._clients is None:
+            return [keys.DEATHS]
+        home = self._clients.home
+        try:
+            names = sorted(str(name) for name in home.smembers(keys.QUEUES))
+            recorded = shards.recorded_partitions(home)
+        except Exception as exc:
+            self._outages.report(COMPONENT, exc)
+            return []
+        return [shards.deaths(p) for p in shards.every_partition(names, recorded)]
+
+    def _pop_any(self, lists: list[str]) -> str | None:
+        """A notice from the first of `lists` that has one; a list found empty (or unreachable) is
+        dropped from `lists` for this pass."""
+        while lists:
+            text = self._pop(lists[0])
+            if text is not None:
+                return text
+            lists.pop(0)
+        return None
+
+    def _pop(self, key: str = "") -> str | None:
         """The oldest notice (they are pushed at the head). One at a time, so a slow hook holds no
         other notice back from the other workers."""
+        key = key or keys.DEATHS
+        client = self._client if self._clients is None else self._clients.for_key(key)
         try:
-            popped = self._client.rpop(keys.DEATHS)
+            popped = client.rpop(key)
         except Exception as exc:
             self._outages.report(COMPONENT, exc)
             if key_guard.is_wrong_type(exc):
-                key_guard.request(self._client, keys.DEATHS)
+                key_guard.request(client, key)
             return None
         self._outages.recovered(COMPONENT)
         return None if popped is None else str(popped)

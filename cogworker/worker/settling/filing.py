@@ -5,6 +5,8 @@ filing shares (its death notice; a batch member's count: worker/settling/batch_s
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -17,6 +19,7 @@ from cogworker.store import key_guard, keys
 from cogworker.store.connection import is_unavailable
 from cogworker.store.locks import Locks
 from cogworker.store.scripts import Scripts
+from cogworker.worker.settling import shard_route
 
 log = structlog.get_logger("cogworker.settle")
 
@@ -58,42 +61,78 @@ def file_unsettled(
     """File the records stopping processes handed over. A record that can't be filed (not JSON, or
     naming a set that isn't one of ours) is quarantined for a human with a TTL, so it neither blocks
     the records behind it nor is silently deleted. `unanswered` (the caller's, kept between calls)
-    holds the dead filings whose call got no answer."""
+    holds the dead filings whose call got no answer. In the sharded layout every partition's list is
+    filed from, each into that partition's sets (partition_unsettled.py)."""
     if unanswered is None:
         unanswered = []
+    route = shard_route.current()
+    if route is not None:
+        from cogworker.worker.settling.partition_unsettled import file_every_partition
+
+        return file_every_partition(route, (scripts, settings, locks), unanswered)
     _settle_unanswered(client, locks, unanswered)
+    return file_records(
+        (client, scripts, settings, locks),
+        Target(keys.UNSETTLED, (keys.RETRY, keys.DEAD, keys.SCHEDULE), keys.DEAD, keys.DEATHS),
+        unanswered,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The keys of one `unsettled` list: the one-slot layout's, or a partition's (shard_route.py)."""
+
+    unsettled: str
+    sets: tuple[str, ...]  # the sets a record may name
+    dead: str
+    deaths: str
+    orphanings: Callable[[str], str] = keys.orphanings
+    quarantine: Callable[[str], str] = keys.quarantine
+
+
+def file_records(
+    via: tuple[redis.Redis, Scripts, SettingsFields, Locks], target: Target, unanswered: Unanswered
+) -> int:
+    """File the records at the head of `target`'s unsettled list (up to 100) into their sets."""
+    client, scripts, settings, locks = via
     filed = 0
-    for record in client.lrange(keys.UNSETTLED, 0, 99):
+    for record in client.lrange(target.unsettled, 0, 99):
         entry = codec.loads_dict(record)
         valid = (
             entry is not None
-            and entry.get("set") in (keys.RETRY, keys.DEAD, keys.SCHEDULE)
+            and entry.get("set") in target.sets
             and isinstance(entry.get("score"), int | float)
             and isinstance(entry.get("payload"), dict)
         )
         if not valid or entry is None:
-            quarantine_head(client, settings, keys.UNSETTLED, str(record), "unsettled")
+            quarantine_head(client, settings, target.unsettled, str(record), "unsettled", target.quarantine)
             continue
         payload: dict[str, Any] = entry["payload"]
         try:
             text = codec.dumps(payload)
         except codec.EncodeError:
             # Not one we handed over (those are encoded safely): set aside like any unusable record.
-            quarantine_head(client, settings, keys.UNSETTLED, str(record), "unsettled")
+            quarantine_head(client, settings, target.unsettled, str(record), "unsettled", target.quarantine)
             continue
-        notice_keys, notice_args = death_notice(
-            settings, death.cause_of(payload), text, entry["set"] == keys.DEAD
-        )
+        dead = entry["set"] == target.dead
+        notice_keys, notice_args = death_notice(settings, death.cause_of(payload), text, dead, target.deaths)
         try:
             done = run_filing(
                 (client, scripts, settings),
                 "file_unsettled",
-                [keys.UNSETTLED, entry["set"], keys.orphanings(str(payload.get("jid") or "")), *notice_keys],
+                [
+                    target.unsettled,
+                    entry["set"],
+                    target.orphanings(str(payload.get("jid") or "")),
+                    *notice_keys,
+                ],
                 [record, entry["score"], text, *notice_args],
-                payload if entry["set"] == keys.DEAD else {},
+                # A batch member's count goes with it in the one-slot layout only (batches are refused
+                # in the sharded one, and their keys are in the home slot).
+                payload if dead and target.dead == keys.DEAD else {},
             )
         except Exception as exc:
-            if entry["set"] == keys.DEAD and is_unavailable(exc):
+            if dead and is_unavailable(exc):
                 unanswered.append((entry["set"], text, payload))
             raise
         wrong = key_guard.script_wrong_type(done)
@@ -105,7 +144,7 @@ def file_unsettled(
             break
         if done == 1:
             filed += 1
-        if done in (1, 2) and entry["set"] == keys.DEAD:
+        if done in (1, 2) and dead:
             # 2: filed by an earlier call whose reply was lost (or by another process, which released
             # them too): the locks are released here all the same, not left to their TTL.
             locks.release_terminal(payload)
@@ -141,21 +180,29 @@ def run_filing(
     return scripts.run(name, keys_, args, client=client)
 
 
-def death_notice(settings: SettingsFields, cause: str, text: str, dead: bool) -> tuple[list[str], list[Any]]:
+def death_notice(
+    settings: SettingsFields, cause: str, text: str, dead: bool, deaths_key: str = ""
+) -> tuple[list[str], list[Any]]:
     """The extra keys and arguments a filing script takes to push a death notice: none unless the
-    filing is in dead."""
+    filing is in dead. `deaths_key`: the list it goes on (a partition's, in the sharded layout)."""
     if not dead:
         return [], []
-    return [keys.DEATHS], [death.notice(cause, text), settings.death_notices_max]
+    return [deaths_key or keys.DEATHS], [death.notice(cause, text), settings.death_notices_max]
 
 
 def quarantine_head(
-    client: redis.Redis, settings: SettingsFields, list_key: str, record: str, what: str
+    client: redis.Redis,
+    settings: SettingsFields,
+    list_key: str,
+    record: str,
+    what: str,
+    name: Callable[[str], str] = keys.quarantine,
 ) -> None:
     """Move one unusable record aside (its own key, with a TTL) and log it for a human. Written aside
     before it is taken off the list: MULTI keeps the commands before a failing one, so a removal
-    first would lose the record if the write failed."""
-    target = keys.quarantine(f"{what}:{time.time():.6f}")
+    first would lose the record if the write failed. `name`: the quarantine key's builder, in the
+    list's own slot (a partition's in the sharded layout)."""
+    target = name(f"{what}:{time.time():.6f}")
     pipe = client.pipeline(transaction=True)
     pipe.set(target, record, ex=int(settings.quarantine_ttl_s))
     pipe.lrem(list_key, 1, record)

@@ -12,6 +12,10 @@ client, and nothing needs to be: whichever of the two calls runs first does the 
 requeue only moves what is still on the list, so a job is either handed over or requeued, never both.
 An acknowledgement sent again is as safe: the fetch script counts only the entries it takes off.
 
+In the sharded layout a job is handed over in its partition's slot (shard_route.py): the record goes on
+that partition's `unsettled` list, naming the partition's set, and the mark is `shards.handed_over`,
+so the push and the removal from the partition's in-progress list stay one step.
+
 An acknowledgement can only be recorded in Redis, where the recovering process looks: a Redis that
 stays unreachable until the deadline leaves nothing better than saying which jobs will run again.
 """
@@ -28,11 +32,12 @@ import structlog
 
 from cogworker import codec
 from cogworker.api.retry import Filing, encoded
-from cogworker.store import key_guard, keys
+from cogworker.store import key_guard, keys, shards
 from cogworker.store.connection import is_unavailable, never_sent
 from cogworker.store.locks import Locks
 from cogworker.store.scripts import Scripts
 from cogworker.worker.fetching.fetch import Fetcher, digest, on_list
+from cogworker.worker.settling.shard_route import ShardRoute, set_of, unsettled
 
 log = structlog.get_logger("cogworker.settle")
 
@@ -92,16 +97,19 @@ def flush_acks(fetcher: Fetcher, acks: Acks, deadline: float) -> int:
     return unsent
 
 
-def handover_record(filing: Filing, text: str) -> str:
+def handover_record(filing: Filing, text: str, set_key: str = "") -> str:
     """The JSON of {set, score, payload}, around the payload's text as already encoded (encoding it
-    again could only fail, where the filing's own encoding was made safe)."""
-    return f'{{"set":{codec.dumps(filing.set_key)},"score":{codec.dumps(filing.score)},"payload":{text}}}'
+    again could only fail, where the filing's own encoding was made safe). `set_key`: the set named
+    when not the filing's own (a partition's)."""
+    named = set_key or filing.set_key
+    return f'{{"set":{codec.dumps(named)},"score":{codec.dumps(filing.score)},"payload":{text}}}'
 
 
 def hand_over(
     via: tuple[redis.Redis, Scripts, Locks],
     pending: list[tuple[str, Filing, str]],
     deadline: float,
+    route: ShardRoute | None = None,
 ) -> int:
     """Hand `pending` ((raw payload as fetched, filing, the in-progress list it is on: "" for none)
     triples) over, each tried again until
@@ -117,7 +125,7 @@ def hand_over(
             # rather than each waiting out its own timeout.
             outcomes[UNREACHED] += 1
             continue
-        outcome = _hand_over_one(client, scripts, in_progress, raw, filing, deadline)
+        outcome = _hand_over_one((client, scripts, route), in_progress, raw, filing, deadline)
         outcomes[outcome] += 1
         if outcome == FILED and filing.dead:
             locks.release_terminal(filing.payload)
@@ -141,14 +149,27 @@ def hand_over(
 
 
 def _hand_over_one(
-    client: redis.Redis, scripts: Scripts, in_progress: str, raw: str, filing: Filing, deadline: float
+    via: tuple[redis.Redis, Scripts, ShardRoute | None],
+    in_progress: str,
+    raw: str,
+    filing: Filing,
+    deadline: float,
 ) -> str:
+    client, scripts, route = via
     filing, text = encoded(filing, raw)
-    record = handover_record(filing, text)
-    mark = keys.handed_over(digest(record))
-    listed, payload = on_list(in_progress, raw, keys.UNSETTLED)
+    if route is None:
+        set_key, target = filing.set_key, keys.UNSETTLED
+        record = handover_record(filing, text)
+        mark = keys.handed_over(digest(record))
+    else:  # the job's partition: its unsettled list, set and mark, on its client
+        partition = route.partition_of(in_progress, raw)
+        client = route.client(partition)
+        set_key, target = set_of(filing.set_key, partition), unsettled(partition)
+        record = handover_record(filing, text, set_key)
+        mark = shards.handed_over(partition, digest(record))
+    listed, payload = on_list(in_progress, raw, target)
     jid = filing.payload.get("jid")
-    script_keys = [keys.UNSETTLED, listed, mark]
+    script_keys = [target, listed, mark]
     tried = may_have_run = False
     wait = threading.Event()  # never set: an interruptible pause between tries
     while True:
@@ -174,17 +195,17 @@ def _hand_over_one(
             key_guard.request(client, wrong)
             return KEPT
         if reply == 0:
-            return _off_the_list(client, filing, text, jid)
+            return _off_the_list(client, set_key, text, jid)
         if reply == 2:
             log.info("handover_confirmed_after_lost_reply", jid=jid)
         return HANDED
 
 
-def _off_the_list(client: redis.Redis, filing: Filing, text: str, jid: Any) -> str:
+def _off_the_list(client: redis.Redis, set_key: str, text: str, jid: Any) -> str:
     """The job is no longer on our list: requeued by orphan recovery, or filed by an earlier settle
     of ours whose reply was lost (then its entry is in its set: the filed text is that failure's own)."""
     try:
-        found = client.zscore(filing.set_key, text) is not None
+        found = client.zscore(set_key, text) is not None
     except redis.RedisError:
         found = False  # unknown: what the list says stands
     if found:

@@ -27,6 +27,7 @@ from cogworker.store.locks import Locks
 from cogworker.store.outage import Outages
 from cogworker.store.scripts import Scripts
 from cogworker.worker.settling.handover import hand_over
+from cogworker.worker.settling.shard_route import ShardRoute
 
 log = structlog.get_logger("cogworker.settle")
 
@@ -62,6 +63,7 @@ class PendingSettles(abc.ABC):
     _pending: list[PendingFiling]
     _pending_results: list[PendingResult]
     _members: Any  # batch_settle.MemberAcks, made for the first batch member
+    _route: ShardRoute | None  # the sharded layout's (shard_route.py)
 
     @abc.abstractmethod
     def _file_now(self, raw: str, filing: Filing, in_progress: str, run_id: str) -> bool: ...
@@ -103,17 +105,27 @@ class PendingSettles(abc.ABC):
             return
         with self._lock:
             pending, self._pending = self._pending, []
+        waiting: list[PendingFiling] = []  # sharded: their partition's master is down (not tried now)
         for index, item in enumerate(pending):
+            if self._route is not None and self._route.health.is_down(
+                self._route.partition_of(item.listed, item.raw)
+            ):
+                # Tried on the fetcher thread: a stopped master would cost every loop a timeout.
+                waiting.append(item)
+                continue
             try:
                 filed = self._file_now(item.raw, item.filing, item.listed, item.run_id)
             except Exception as exc:
                 self._report(exc)
                 with self._lock:
-                    self._pending[:0] = pending[index:]
+                    self._pending[:0] = waiting + pending[index:]
                 return
             if filed and item.filing.dead:
                 self._locks.release_terminal(item.filing.payload)
-        if pending:
+        if waiting:
+            with self._lock:
+                self._pending[:0] = waiting
+        if len(pending) > len(waiting):
             self._outages.recovered("Settle")
 
     @property
@@ -142,5 +154,5 @@ class PendingSettles(abc.ABC):
                 note="Redis is unreachable: their results were not written, so they will run again",
             )
         items = [(item.raw, item.filing, item.listed) for item in pending]
-        left = hand_over((self._client, self._scripts, self._locks), items, deadline)
+        left = hand_over((self._client, self._scripts, self._locks), items, deadline, self._route)
         return left + unwritten

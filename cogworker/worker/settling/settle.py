@@ -34,6 +34,7 @@ from cogworker import codec
 from cogworker.api import death
 from cogworker.api.retry import Filing, encoded, storable
 from cogworker.store import key_guard, keys, outcomes
+from cogworker.store.connection import is_unavailable
 from cogworker.store.redis_context import RedisContext
 
 # Filing helpers, in filing.py; file_unsettled and quarantine_head are imported from here too.
@@ -46,7 +47,9 @@ from cogworker.worker.settling.filing import (
     settle_reply,
 )
 from cogworker.worker.settling.handover import handover_record
+from cogworker.worker.settling.partition_filing import file_in_partition
 from cogworker.worker.settling.pending import PendingFiling, PendingResult, PendingSettles
+from cogworker.worker.settling.shard_route import ShardRoute
 
 __all__ = [
     "Settler",
@@ -72,7 +75,11 @@ class ListedJobs(Protocol):
 
 
 class Settler(PendingSettles):
-    def __init__(self, ctx: RedisContext, in_progress_key: str) -> None:
+    """`route`: in the sharded layout, where each job's settle goes (shard_route.py); None in the
+    one-slot layout, whose path is unchanged."""
+
+    def __init__(self, ctx: RedisContext, in_progress_key: str, route: ShardRoute | None = None) -> None:
+        self._route = route
         self._client = ctx.client
         self._scripts = ctx.scripts
         self._settings = ctx.settings
@@ -104,12 +111,18 @@ class Settler(PendingSettles):
     def list_for(self, raw: str) -> str:
         """The in-progress list this job is taken off when it is settled ("": none, basic fetch). A
         copy fetched before a fallback is used up by this call: one call per settle."""
+        if self._route is not None:
+            partition = self._route.placements.take(raw)
+            return self._route.list_of(partition) if partition is not None else ""
         if self._in_progress or self._still_listed is None:
             return self._in_progress
         return self._still_listed.take(raw)
 
     def list_of(self, raw: str) -> str:
         """The in-progress list a running job is on, as `list_for` would name it, using nothing up."""
+        if self._route is not None:
+            partition = self._route.placements.peek(raw)
+            return self._route.list_of(partition) if partition is not None else ""
         if self._in_progress or self._still_listed is None:
             return self._in_progress
         return self._still_listed.peek(raw)
@@ -152,6 +165,8 @@ class Settler(PendingSettles):
         self._disowned[raw] -= 1
         if not self._disowned[raw]:
             del self._disowned[raw]
+        if self._route is not None:
+            self._route.placements.take(raw)  # settled nowhere: off the books
         job = codec.loads_dict(raw) or {}
         log.info("settle_skipped_requeued_job", jid=job.get("jid"), note="another process runs its copy")
         return True
@@ -179,7 +194,11 @@ class Settler(PendingSettles):
         if self._drop(raw):
             return
         jid = str(job.get("jid") or "")
-        outcomes.record(self._client, outcome, jid)
+        if self._route is None:
+            outcomes.record(self._client, outcome, jid)
+        else:  # counted in the job's partition, as its ack is
+            partition = self._route.partition_of(self.list_of(raw), raw)
+            outcomes.record(self._route.client(partition), outcome, jid, partition)
         self._locks.release_terminal(job)
         if "bid" in job or "bcb" in job:
             self.ack_member(raw, job, outcome)
@@ -213,6 +232,9 @@ class Settler(PendingSettles):
             filed = self._file_now(raw, filing, listed, run_id)
         except Exception as exc:
             self._report(exc)
+            if self._route is not None and is_unavailable(exc):
+                # Its partition's master is away: kept filings wait for it to answer a probe.
+                self._route.health.failed(self._route.partition_of(listed, raw), exc)
             with self._lock:
                 self._pending.append(PendingFiling(raw, filing, listed, run_id))
             return False
@@ -223,6 +245,10 @@ class Settler(PendingSettles):
 
     def _file_now(self, raw: str, filing: Filing, in_progress: str, run_id: str) -> bool:
         """True when the job is filed: by this call, or by an earlier one whose reply was lost."""
+        if self._route is not None:
+            return file_in_partition(
+                (self._scripts, self._settings, self._route), raw, filing, in_progress, run_id
+            )
         filing, text = encoded(filing, raw)
         day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
         dead = filing.dead

@@ -1,0 +1,372 @@
+"""Reliable fetch in the sharded layout (COGWORKER_CLUSTER_SHARDING=queues, store/shards.py).
+
+Each queue partition is a slot of its own, on whichever master owns it, so no one script can read
+several partitions. fetch.lua is the same script as in the one-slot layout, called once per partition
+with that partition's keys (its queue, suspects list, pause set and counters, and this process's
+in-progress list for it: one list per (process, partition)), on that partition's client
+(store/shard_clients.py). What the script guarantees (each job on a queue or on exactly one
+in-progress list, acknowledgements counted once) therefore holds per partition, unchanged.
+
+Order: the queues in the fetcher's usual order (a weighted draw, or strict), and each queue's
+partitions in a rotation that starts one further on every fetch, so a fetcher drains every partition of
+a queue evenly. The first partition that gives jobs ends the fetch, as the first non-empty queue ends
+fetch.lua's walk. A queue has max(configured, recorded) partitions; the recorded counts (home hash
+`partitions`, only growing) are read at start and every REFRESH_S.
+
+Acknowledgements go to the partition each job came from (placements.py), grouped: one call per
+partition that has acknowledgements or is tried for jobs.
+
+One partition's master failing does not stop the others: the call's acknowledgements go back to the
+settler, a reconcile is made due (its reply may have been lost with jobs moved), and the partition is
+skipped until it answers a probe (partition_health.py). Only when no partition answered is the fetch a
+failure, as a one-slot fetch's.
+
+Idle: one PSUBSCRIBE on the home client to every partition's wake channel (`shards.wake_pattern()`;
+Redis Cluster forwards every PUBLISH to every node), then a fetch round. No blocking move: a BLMOVE
+can wait on one partition only, and a process reading several would take jobs from that one alone
+while idle. The wake-up costs nothing per idle second beyond one fetch round per BLOCK_TIMEOUT_S.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+import structlog
+from redis.client import PubSub
+
+from cogworker.settings_fields import QueueSpec
+from cogworker.store import job_keys, keys, shards
+from cogworker.store.direct_connection import DirectConnection
+from cogworker.store.replicas import AckWait
+from cogworker.store.scripts import Scripts
+from cogworker.store.shard_clients import ShardClients
+from cogworker.store.shards import Partition
+from cogworker.worker.fetching.fetch import (
+    FetchResult,
+    Reconciled,
+    Waited,
+    WakeListener,
+    Work,
+    queue_order,
+    refused,
+    today,
+)
+from cogworker.worker.fetching.partition_health import PartitionHealth
+from cogworker.worker.fetching.placements import Placements
+from cogworker.worker.fetching.sharded_reconcile import reconcile_partition
+
+log = structlog.get_logger("cogworker.fetch")
+
+# How often the recorded partition counts are read again (a pusher with more partitions raised one).
+REFRESH_S = 5.0
+
+Acks = list[tuple[str, str]]
+
+
+class PatternWakeListener(WakeListener):
+    """Wake-ups of every partition, by one pattern subscription (the push script's message is the
+    queue's name, as in the one-slot layout)."""
+
+    def _subscribe(self, pubsub: PubSub) -> None:
+        pubsub.psubscribe(shards.wake_pattern())
+
+
+class _Line:
+    """The fetcher thread's own connection to one partition client's master (DirectConnection)."""
+
+    __slots__ = ("direct", "lock")
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.direct = DirectConnection(client)
+        self.lock = threading.Lock()
+
+
+class ShardedFetch:
+    keeps_in_progress = True
+
+    def __init__(
+        self,
+        clients: ShardClients,
+        scripts: Scripts,
+        identity: str,
+        spec: QueueSpec,
+        placements: Placements,
+        health: PartitionHealth,
+        ack_wait: AckWait | None = None,
+    ) -> None:
+        self._clients = clients
+        self._scripts = scripts
+        self._identity = identity
+        self._spec = spec
+        self._placements = placements
+        self._health = health
+        self._ack_wait = ack_wait
+        self._rng = random.Random()
+        # The home slot's name for this process's list: what reads a list by identity alone (the
+        # heartbeat's registration) finds it there; the jobs are on the per-partition lists.
+        self.in_progress_key = keys.in_progress(identity)
+        self._wake = PatternWakeListener(clients.home, frozenset(spec.names))
+        self._recorded: dict[str, int] = {}
+        self._next_refresh = 0.0
+        self._of_queue: dict[str, tuple[Partition, ...]] = {}
+        self._turn: dict[str, int] = {}  # each queue's rotation
+        self._lines: dict[int, _Line] = {}  # by id() of the partition's client
+        # fetch.lua's last mode per partition (1: a suspect runs here alone; 2: one waits for our list
+        # to empty). A suspect anywhere stops fetching everywhere (isolation is per process).
+        self._modes: dict[Partition, int] = {}
+
+    # Partitions -------------------------------------------------------------------------------
+    def partitions(self) -> list[Partition]:
+        """Every partition this process reads, in no particular order."""
+        self._refresh()
+        return [p for name in self._spec.names for p in self._of_queue[name]]
+
+    def _refresh(self) -> None:
+        now = time.monotonic()
+        if now < self._next_refresh and self._of_queue:
+            return
+        self._next_refresh = now + REFRESH_S
+        try:
+            self._recorded = shards.recorded_partitions(self._clients.home)
+        except Exception as exc:  # the home master away: the counts known stay (configured at least)
+            log.debug("partition_counts_unread", error=f"{type(exc).__name__}: {exc}")
+        self._of_queue = {
+            name: shards.partitions(name, self._recorded.get(name, 0)) for name in self._spec.names
+        }
+
+    def _order(self) -> list[Partition]:
+        order: list[Partition] = []
+        for name in queue_order(self._spec, self._rng):
+            parts = self._of_queue[name]
+            start = self._turn.get(name)
+            if start is None:
+                start = self._rng.randrange(len(parts))  # processes start their rotations apart
+            self._turn[name] = (start + 1) % len(parts)
+            order += parts[start:] + parts[:start]
+        return order
+
+    # Fetch and acknowledge --------------------------------------------------------------------
+    def fetch(self, limit: int, acks: Acks) -> FetchResult:
+        """Acknowledge `acks` at their partitions and move up to `limit` jobs from the first partition,
+        in order, that has some."""
+        if limit > 0:
+            self._wake.discard_backlog()
+        self._refresh()
+        by_partition: dict[Partition, Acks] = {}
+        result = FetchResult()
+        for ack, partition in zip(acks, self._placements.assign(raw for raw, _jid in acks), strict=True):
+            if partition is None:
+                # Not fetched here (or settled already): nothing to take off any list.
+                log.warning("ack_without_partition", jid=ack[1])
+                continue
+            by_partition.setdefault(partition, []).append(ack)
+        order = self._order() if limit > 0 else []
+        isolating = any(mode == 1 for mode in self._modes.values())
+        in_order = set(order)
+        calls = order + [p for p in by_partition if p not in in_order]
+        answered, paused, tried = 0, 0, 0
+        errors: list[Exception] = []
+        for partition in calls:
+            mine = by_partition.pop(partition, [])
+            # The first partition that gives jobs ends the fetch; the rest only get their acks.
+            want = limit if partition in in_order and not result.works else 0
+            if isolating and self._modes.get(partition) != 1:
+                want = 0  # a suspect runs here: nothing else is taken, anywhere
+            if want <= 0 and not mine:
+                continue
+            if self._health.is_down(partition):
+                result.unsent_acks += mine
+                continue
+            if want > 0:
+                tried += 1
+            try:
+                reply = self._call(partition, max(want, 0), mine)
+            except Exception as exc:
+                errors.append(exc)
+                result.unsent_acks += mine
+                result.lost_reply = True
+                self._health.failed(partition, exc)
+                continue
+            answered += 1
+            for raw, _jid in mine:
+                self._placements.take(raw)
+            paused += self._read(partition, reply, want > 0, result)
+        if errors and not answered:
+            raise errors[0]  # nothing answered: a failed fetch like any (the caller resends the acks)
+        result.all_paused = limit > 0 and tried > 0 and paused == tried
+        return result
+
+    def _read(self, partition: Partition, reply: Any, fetching: bool, result: FetchResult) -> int:
+        """Add one partition's reply to `result`; 1 when the partition is paused."""
+        n_bad, mode, stopped = int(reply[2]), int(reply[3]), str(reply[4])
+        if n_bad:
+            result.wrong_type_queues.append(partition.queue)
+        first = 5 + n_bad
+        run_id = self._line(partition).direct.run_id
+        works = [
+            Work(partition.queue, str(reply[i + 1]), run_id, mode == 1, partition)
+            for i in range(first, len(reply), 2)
+        ]
+        result.acked += int(reply[0])
+        if fetching:
+            if mode != self._modes.get(partition, 0):
+                log.info(
+                    "suspect_isolation",
+                    partition=str(partition),
+                    mode=("off", "running a suspect alone", "draining for a suspect")[mode],
+                )
+            self._modes[partition] = mode
+        if stopped:
+            # Another error of a move (a full memory): its acks were taken, the jobs moved before it run.
+            log.warning("fetch_stopped_by_error", error=stopped, moved=len(works), partition=str(partition))
+        self._placements.add(works)
+        result.works += works
+        return int(reply[1]) if fetching else 0
+
+    def _call(self, partition: Partition, want: int, acks: Acks) -> Any:
+        day = today()
+        counters = [
+            shards.orphanings(partition, jid)
+            if jid
+            else shards.orphanings_raw(partition, job_keys.digest(raw))
+            for raw, jid in acks
+        ]
+        isolating = "1" if self._modes.get(partition) == 1 else ""
+        script_keys = [
+            shards.in_progress(partition, self._identity),
+            shards.paused(partition),
+            shards.stat(partition, "processed"),
+            shards.stat_day(partition, "processed", day),
+            shards.queue_key(partition),
+            shards.suspects(partition),
+            *counters,
+        ]
+        args: list[str | int] = [want, len(acks), *(raw for raw, _jid in acks), 1, partition.queue, isolating]
+        try:
+            return self._run_script(partition, "fetch", script_keys, args, wait=bool(acks))
+        except redis.ResponseError as exc:
+            if refused(exc):
+                # No basic fetch to fall back to here (config.py refuses it): a plain error.
+                log.error("fetch_refused", partition=str(partition), error=str(exc))
+            raise
+
+    def _line(self, partition: Partition) -> _Line:
+        client = self._clients.of(partition)
+        line = self._lines.get(id(client))
+        if line is None:
+            line = self._lines[id(client)] = _Line(client)
+        return line
+
+    def _run_script(
+        self,
+        partition: Partition,
+        name: str,
+        script_keys: list[str],
+        args: list[str | int],
+        wait: bool = False,
+    ) -> Any:
+        """On the fetcher thread's own connection to the partition's master; a second caller (a final
+        ack flush) goes through the client's pool. A WAIT for replicas goes to the same master."""
+        client = self._clients.of(partition)
+        line = self._line(partition)
+        ack_wait = self._ack_wait if wait else None
+        command = ack_wait.command_now() if ack_wait is not None else None
+        if not line.lock.acquire(blocking=False):
+            reply = self._scripts.run(name, script_keys, args, client=client)
+            if ack_wait is not None and command is not None:
+                ack_wait.observe(client.execute_command(*command))  # type: ignore[no-untyped-call]
+            return reply
+        try:
+            if ack_wait is None or command is None:
+                return self._scripts.run_direct(line.direct, name, script_keys, args)
+            reply, waited = self._scripts.run_direct_then(line.direct, name, script_keys, args, command)
+            ack_wait.observe(waited)
+            return reply
+        finally:
+            line.lock.release()
+
+    # Waiting ----------------------------------------------------------------------------------
+    def wait(self, timeout_s: float) -> Waited:
+        self.wait_for_wake(timeout_s)
+        return Waited()
+
+    def wait_for_wake(self, timeout_s: float) -> None:
+        self._wake.wait(timeout_s)
+
+    def discard_backlog(self) -> None:
+        self._wake.discard_backlog()
+
+    @property
+    def can_block(self) -> bool:
+        return not any(self._modes.values())
+
+    @property
+    def wait_returns_job(self) -> bool:
+        return False  # never a BLMOVE: it would wait on one partition only
+
+    @property
+    def run_id(self) -> str:
+        return ""  # one per partition's master: none names them all (the comparisons are off)
+
+    # Back to the queue, and squaring the lists ------------------------------------------------
+    def give_back(self, work: Work) -> bool:
+        partition = work.partition or Partition(work.queue)
+        self._placements.take(work.raw)
+        queue_key = shards.suspects(partition) if work.suspect else shards.queue_key(partition)
+        moved = self._scripts.run(
+            "give_back",
+            [shards.in_progress(partition, self._identity), queue_key],
+            [work.raw],
+            client=self._clients.of(partition),
+        )
+        return bool(moved) if not isinstance(moved, list) else False
+
+    def reconcile(self, held: Iterable[str], failed: Iterable[str], max_orphanings: int) -> Reconciled:
+        """reconcile.lua on each partition's list (sharded_reconcile.py). A partition that is down is
+        left for the next reconcile, which this one's failure makes due soon."""
+        held, failed = list(held), list(failed)
+        total = Reconciled()
+        skipped: list[Partition] = []
+        for partition in self.partitions():
+            if self._health.is_down(partition):
+                skipped.append(partition)
+                continue
+            client = self._clients.of(partition)
+            try:
+                one = reconcile_partition(
+                    client, self._scripts, partition, self._identity, held, failed, max_orphanings
+                )
+            except redis.ConnectionError as exc:
+                self._health.failed(partition, exc)
+                skipped.append(partition)
+                continue
+            total.requeued += one.requeued
+            total.kept += one.kept
+            total.wrong_type_keys += one.wrong_type_keys
+            total.buried += one.buried
+        if skipped:
+            raise redis.ConnectionError(f"partitions not reconciled (master unavailable): {skipped}")
+        return total
+
+    def listed(self) -> list[str]:
+        """Every entry of this process's in-progress lists (the reconciler's look at what is listed)."""
+        found: list[str] = []
+        for partition in self.partitions():
+            client = self._clients.of(partition)
+            found += [str(raw) for raw in client.lrange(shards.in_progress(partition, self._identity), 0, -1)]
+        return found
+
+    def close(self) -> None:
+        for line in list(self._lines.values()):
+            if line.lock.acquire(blocking=False):
+                try:
+                    line.direct.close()
+                finally:
+                    line.lock.release()
+        self._wake.close()
+        self._health.close()

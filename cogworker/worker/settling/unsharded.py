@@ -1,0 +1,67 @@
+"""Jobs the sharded layout can't run: batch members, batch callbacks and chain steps.
+
+Their settle must change state in the home slot (the batch's counts, the chain's next step) in the same
+step as the job's ack in its partition's slot, and the cross-slot protocol for that is not built
+(`shards.refuse`): pushes of such jobs are refused. One pushed anyway (by a client of an older version,
+or written by hand) is not run: it ends in its partition's dead set, counted failed, with a death
+notice and an error naming the feature, rather than run with its batch or chain silently skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from cogworker import codec
+from cogworker.api import retry
+from cogworker.api.retry import Filing
+from cogworker.worker.fetching.fetch import Work
+
+log = structlog.get_logger("cogworker.job")
+
+ERROR_CLASS = "cogworker.NotShardedYet"
+# Payload field -> the feature it belongs to.
+FEATURES = {"bid": "batches", "bcb": "batch callbacks", "chain": "chains"}
+_MARKS = tuple(f'"{name}"' for name in FEATURES)
+
+
+def refusal(raw: str) -> Filing | None:
+    """The dead filing for a payload carrying a refused feature; None for any other (the common case
+    costs three substring tests)."""
+    if not any(mark in raw for mark in _MARKS):
+        return None
+    job = codec.loads_dict(raw)
+    if job is None:
+        return None
+    used = [feature for name, feature in FEATURES.items() if name in job]
+    if not used:
+        return None
+    reason = (
+        f"{' and '.join(used)} can't be used with COGWORKER_CLUSTER_SHARDING=queues yet: this job was not "
+        "run (pushed by a client that did not refuse it); push it again without them, or run it in "
+        "the one-slot layout"
+    )
+    return retry.not_here(job, ERROR_CLASS, reason)
+
+
+def end_refused(
+    works: list[Work], file: Callable[[str, Filing, str], bool], failed: Callable[[], None]
+) -> list[Work]:
+    """File each refused job of `works` in dead (`file`: the settler's) and count it (`failed`);
+    returns the jobs to run."""
+    kept: list[Work] = []
+    for work in works:
+        filing = refusal(work.raw)
+        if filing is None:
+            kept.append(work)
+            continue
+        log.error(
+            "job_refused_in_sharded_layout",
+            jid=filing.payload.get("jid"),
+            queue=work.queue,
+            error=filing.payload["error_message"],
+        )
+        file(work.raw, filing, work.run_id)
+        failed()
+    return kept
