@@ -33,7 +33,7 @@ from tests.e2e.sharded.conftest import sharded_env
 from tests.support.daemon_env import use_only
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
-from tests.support.swarm import SwarmRunner
+from tests.support.swarm import Swarm, SwarmRunner
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +83,7 @@ def start_load(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     per_queue: dict[str, int],
-) -> tuple[dict[str, Path], dict[str, set[str]]]:
+) -> tuple[dict[str, Path], dict[str, set[str]], Swarm]:
     """Push `per_queue` jobs to each queue, then start a swarm reading every queue."""
     env = sharded_env(cluster, COGWORKER_REQUIRE="cluster_jobs")
     use_only(monkeypatch, env)
@@ -95,31 +95,50 @@ def start_load(
     for queue, count in per_queue.items():
         jobs = [(str(sinks[queue]), f"{queue}-{i}", JOB_S) for i in range(count)]
         cogworker.push_bulk(cluster_jobs.slow_note, jobs, queue=queue)
-    runner.start(
+    swarm = runner.start(
         **env,
         COGWORKER_COUNT=str(COUNT),
         COGWORKER_CONCURRENCY=str(CONCURRENCY),
-        COGWORKER_QUEUES=",".join(per_queue),
+        # Equal weights: the queues drain side by side (bare names would be a strict order).
+        COGWORKER_QUEUES=",".join(f"{queue}:1" for queue in per_queue),
         COGWORKER_LOG_LEVEL="warning",
     )
-    return sinks, tags
+    return sinks, tags, swarm
+
+
+def progress(sinks: dict[str, Path], swarm: Swarm) -> str:
+    """For a failure's message: each queue's count of jobs done, and the swarm's last lines."""
+    done = ", ".join(f"{queue} {sum(ran(path).values())}" for queue, path in sinks.items())
+    return f"done: {done}\n{swarm.tail(40)}"
 
 
 def test_a_slot_migrated_under_load_loses_no_job_and_runs_none_twice(
     private_cluster: RedisCluster, runner: SwarmRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     queues = list(queues_by_master(private_cluster).values())
-    sinks, tags = start_load(private_cluster, runner, tmp_path, monkeypatch, dict.fromkeys(queues, 400))
+    sinks, tags, swarm = start_load(
+        private_cluster, runner, tmp_path, monkeypatch, dict.fromkeys(queues, 400)
+    )
     moved = queues[0]
-    wait_until(lambda: all(sum(ran(sinks[q]).values()) >= 20 for q in queues), timeout=30, message="load")
+    wait_until(
+        lambda: all(sum(ran(sinks[q]).values()) >= 20 for q in queues),
+        timeout=30,
+        message=f"load: {progress(sinks, swarm)}",
+    )
     before = {q: sum(ran(sinks[q]).values()) for q in queues}
     source, target = private_cluster.migrate(key_slot(f"{moved}#0".encode()))
     assert source != target
     # Every queue, the moved one too, goes on after the move; then every job has run exactly once.
     wait_until(
-        lambda: all(sum(ran(sinks[q]).values()) > before[q] for q in queues), timeout=30, message="after"
+        lambda: all(sum(ran(sinks[q]).values()) > before[q] for q in queues),
+        timeout=30,
+        message=f"every queue after the move: {progress(sinks, swarm)}",
     )
-    wait_until(lambda: all(set(ran(sinks[q])) >= tags[q] for q in queues), timeout=60, message="every job")
+    wait_until(
+        lambda: all(set(ran(sinks[q])) >= tags[q] for q in queues),
+        timeout=60,
+        message=f"every job: {progress(sinks, swarm)}",
+    )
     for queue in queues:
         counts = ran(sinks[queue])
         assert set(counts) == tags[queue]
@@ -137,8 +156,12 @@ def test_a_master_killed_under_load_stalls_only_its_queue_and_loses_no_job(
     others = [q for port, q in by_master.items() if port != victim]
     # The other queues' backlog outlasts the failover (node timeout 2 s, then the election).
     per_queue = {hit: 300, **dict.fromkeys(others, 1500)}
-    sinks, tags = start_load(private_cluster, runner, tmp_path, monkeypatch, per_queue)
-    wait_until(lambda: all(sum(ran(sinks[q]).values()) >= 30 for q in per_queue), timeout=30, message="load")
+    sinks, tags, swarm = start_load(private_cluster, runner, tmp_path, monkeypatch, per_queue)
+    wait_until(
+        lambda: all(sum(ran(sinks[q]).values()) >= 30 for q in per_queue),
+        timeout=30,
+        message=f"load: {progress(sinks, swarm)}",
+    )
 
     def others_done() -> int:
         return sum(sum(ran(sinks[q]).values()) for q in others)
@@ -149,7 +172,11 @@ def test_a_master_killed_under_load_stalls_only_its_queue_and_loses_no_job(
     os.kill(node.proc.pid, signal.SIGKILL)
     node.proc.wait(timeout=10)
     slot = key_slot(f"{hit}#0".encode())
-    wait_until(lambda: private_cluster.owner(slot)[0] != victim, timeout=30, message="the replica promoted")
+    wait_until(
+        lambda: private_cluster.owner(slot)[0] != victim,
+        timeout=30,
+        message=f"the replica promoted: {progress(sinks, swarm)}",
+    )
     at_promotion = others_done()
     assert at_promotion > at_kill, "the other queues stopped while the killed master's slot had no master"
 
