@@ -168,7 +168,7 @@ class CpuQuota:
         # The kernel's floor for a quota is 1 ms: a smaller share takes a longer period.
         self.period_us = max(period_us, round(1_000 / share))
         self.quota_us = max(1_000, round(share * self.period_us))
-        self.share = self.quota_us / period_us
+        self.share = self.quota_us / self.period_us
         self._made: list[tuple[Path, int]] = []
 
     @classmethod

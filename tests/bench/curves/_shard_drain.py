@@ -26,6 +26,7 @@ POLL_S = 0.05
 STALL_S = 30.0  # no job done for this long: the layout can't drain (a failed run, not a slow one)
 MARKS = (0.1, 0.9)
 LETTERS = "ABCDEF"
+SCRIPTS = ("eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro")
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,8 @@ class Drained:
             "busiest_pct": self.busiest_pct,
             "busiest_cpu_us": max(self.cpu_us.values()),
             "commands": sum(self.commands.values()),
+            "scripts": sum(n for calls in self.calls.values() for c, n in calls.items() if c in SCRIPTS)
+            / self.jobs,
             "replica_cpu_us": self.replica_cpu_us,
             "worker_cpu_us": self.worker_cpu_us,
         }

@@ -13,7 +13,7 @@ does: jobs/s = (CPU one master may use) / (busiest master's Redis CPU per job). 
 masters, the busiest carries 1/N of the summed CPU per job, so jobs/s = N x quota / (summed CPU per
 job). The check: the same drain with the six queues on 1, 2 and 3 masters, every master's
 redis-server in a cgroup of its own limited to the same CPU quota, sized so one master saturates at a
-quarter of what the swarm drains unlimited (on 2 cores the workers, not Redis, would otherwise set
+fifth of what the swarm drains unlimited (on 2 cores the workers, not Redis, would otherwise set
 the pace). Faults under load are their own curve (shards_faults.py).
 """
 
@@ -35,10 +35,12 @@ QUEUES = 6
 PARTITIONS = 6
 BUSIEST_MAX_PCT = 40.0
 SUM_WITHIN = 0.15
-# The capacity check's swarm: many job threads, so a fetch takes a big batch and a master that runs
-# only a few ms in each quota period still has a whole batch's work queued when it runs.
-CAPACITY_ENV = {"COGWORKER_CONCURRENCY": "32"}
-ONE_MASTER_SHARE_OF_SWARM = 0.25
+# The capacity check's swarm: a quota below a tenth of a core comes as 1 ms every period of 10 ms or
+# more (1 ms is the kernel's floor), so a throttled master answers about once a period. To keep it
+# busy for its whole millisecond, every period must bring it more work than that: 4 processes of 64
+# threads, each fetch a batch of up to 96 jobs.
+CAPACITY_ENV = {"COGWORKER_COUNT": "4", "COGWORKER_CONCURRENCY": "64"}
+ONE_MASTER_SHARE_OF_SWARM = 0.2
 MODEL_WITHIN = 0.25
 # Even a --quick run drains this many: a smaller window passes between two of the harness's polls.
 MIN_JOBS = 10_000
@@ -74,6 +76,7 @@ def spread_curve() -> Curve:
             Metric("busiest_pct", "busiest master's share of Redis CPU", "%", "↓"),
             Metric("redis_cpu_us", "Redis CPU per job, all masters", "µs", "↓"),
             Metric("commands", "Redis commands per job, all masters", "", "↓"),
+            Metric("scripts", "script calls per job, all masters", "", "↓"),
             *per_master,
             Metric("replica_cpu_us", "replicas' CPU per job", "µs", "↓"),
             Metric("worker_cpu_us", "worker CPU per job", "µs", "↓"),
@@ -208,15 +211,19 @@ def measure_capacity(
                 )
     finally:
         quota.close()
+    one = curve.value("measured", 1, "jobs_per_s")
     for n in layouts:
         curve.add("model", n, jobs_per_s=n * quota.share / (free.redis_cpu_us / 1e6))
+        # The other way to project: one saturated master's measured rate, times N.
+        curve.add("N x one master", n, jobs_per_s=None if one is None else n * one)
     judge_capacity(curve, list(layouts))
     curve.notes.append(
         f"Quota: each master's redis-server in a cgroup of its own, {quota.quota_us} µs of CPU every "
         f"{quota.period_us} µs ({100 * quota.share:.1f} % of a core), sized so one master saturates at "
         f"{ONE_MASTER_SHARE_OF_SWARM:.0%} of the unlimited drain ({free.jobs_per_s:,.0f} jobs/s, "
         f"{free.redis_cpu_us:.1f} µs of Redis CPU per job summed over the masters). Model: N x quota / "
-        f"{free.redis_cpu_us:.1f} µs. Swarm: 2 processes x {CAPACITY_ENV['COGWORKER_CONCURRENCY']} threads, "
+        f"{free.redis_cpu_us:.1f} µs. Swarm: {CAPACITY_ENV['COGWORKER_COUNT']} processes x "
+        f"{CAPACITY_ENV['COGWORKER_CONCURRENCY']} threads, "
         f"{limited_jobs:,} jobs a drain."
     )
     return curve
