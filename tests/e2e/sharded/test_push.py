@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aredis
 from redis.crc import key_slot
 
 import cogworker
@@ -19,7 +20,7 @@ import cogworker.aio
 from cogworker import codec
 from cogworker.api import client as cw_client
 from cogworker.api import push_outcome, push_settle, push_shards, push_write
-from cogworker.store import key_guard, keys, shards
+from cogworker.store import async_connection, key_guard, keys, shards
 from cogworker.store.replicas import NotReplicated
 from tests.e2e.sharded.conftest import sharded_env
 from tests.e2e.sharded.pushing import configured_api, master_of, queued, scheduled
@@ -279,3 +280,66 @@ def test_a_first_call_configured_only_by_the_environment_pushes_into_a_partition
     assert [str(codec.loads(raw)["jid"]) for raw in stored] == [jid]
     assert cluster.hget("cw:{home}:partitions", "default") == "3"
     assert cluster.smembers("cw:{home}:queues") == {"default"}
+
+
+def _through_proxy(proxy: RespProxy, push: Callable[[], Awaitable[Any]]) -> Any:
+    """Run `push` on a new loop whose client for partition `lossy#0` goes through `proxy`."""
+
+    async def run() -> Any:
+        try:
+            await async_connection.for_loop(cw_client.settings())
+            entry = async_connection._clients[asyncio.get_running_loop()]
+            entry.partitions[key_slot(b"lossy#0")] = aredis.Redis(
+                host="127.0.0.1",
+                port=proxy.port,
+                retry=None,
+                socket_timeout=2,
+                decode_responses=True,
+                encoding_errors="surrogateescape",
+            )
+            return await push()
+        finally:
+            await cogworker.aio.close()
+
+    return asyncio.run(run())
+
+
+def test_an_awaitable_push_whose_reply_is_lost_finds_the_job_in_its_partition(
+    proxied: tuple[RespProxy, shards.Partition], cluster: redis.RedisCluster
+) -> None:
+    proxy, p = proxied
+    rule = proxy.lose_reply(script="push_batch")
+    jid = _through_proxy(proxy, lambda: spread_job.set(queue="lossy").aio.perform_async(1))
+    assert rule.fired == 1
+    assert queued(cluster, p) == [jid]
+
+
+def test_an_awaitable_bulk_push_dropped_raises_and_writes_nothing(
+    proxied: tuple[RespProxy, shards.Partition], cluster: redis.RedisCluster
+) -> None:
+    proxy, p = proxied
+    rule = proxy.drop_command(script="push_batch")
+    with pytest.raises(redis.ConnectionError):
+        _through_proxy(proxy, lambda: cogworker.aio.push_bulk(spread_job, [(1,), (2,)], queue="lossy"))
+    assert rule.fired == 1
+    assert queued(cluster, p) == []
+    # Fenced off in the partition's slot: the attempt can't land later.
+    fences = [cluster.get(k) for k in cluster.keys("cw:{lossy#0}:pushed:*", target_nodes=cluster.PRIMARIES)]
+    assert len(fences) == 2 and all(str(f).startswith("x:") for f in fences)
+
+
+def test_a_partition_key_of_the_wrong_type_is_named_and_sent_to_the_key_guards(
+    api: None, cluster: redis.RedisCluster
+) -> None:
+    p = shards.Partition("plain", 0)
+    cluster.set(shards.queue_key(p), "not a list")
+    with pytest.raises(key_guard.WrongTypeKey) as raised:
+        spread_job.set(queue="plain").perform_async(1)
+    assert (raised.value.key, raised.value.found) == (shards.queue_key(p), "string")
+    assert cluster.smembers(keys.GUARD_REQUESTS) == {shards.queue_key(p)}  # asked in the home slot
+    # The partition's registry of the wrong type: the job is written all the same, the registry reported.
+    cluster.delete(shards.queue_key(p), keys.GUARD_REQUESTS)
+    cluster.set(shards.registry(p), "not a set")
+    jid = spread_job.set(queue="plain").perform_async(2)
+    assert queued(cluster, p) == [jid]
+    assert cluster.smembers(keys.GUARD_REQUESTS) == {shards.registry(p)}
