@@ -30,7 +30,6 @@ while idle. The wake-up costs nothing per idle second beyond one fetch round per
 from __future__ import annotations
 
 import random
-import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -40,8 +39,7 @@ import structlog
 from redis.client import PubSub
 
 from cogworker.settings_fields import QueueSpec
-from cogworker.store import job_keys, keys, shards
-from cogworker.store.direct_connection import DirectConnection
+from cogworker.store import job_keys, key_guard, keys, shards
 from cogworker.store.replicas import AckWait
 from cogworker.store.scripts import Scripts
 from cogworker.store.shard_clients import ShardClients
@@ -57,8 +55,9 @@ from cogworker.worker.fetching.fetch import (
     today,
 )
 from cogworker.worker.fetching.partition_health import PartitionHealth
+from cogworker.worker.fetching.partition_lines import PartitionLines
 from cogworker.worker.fetching.placements import Placements
-from cogworker.worker.fetching.sharded_reconcile import reconcile_partition
+from cogworker.worker.fetching.sharded_reconcile import Every, list_every, reconcile_every
 
 log = structlog.get_logger("cogworker.fetch")
 
@@ -74,16 +73,6 @@ class PatternWakeListener(WakeListener):
 
     def _subscribe(self, pubsub: PubSub) -> None:
         pubsub.psubscribe(shards.wake_pattern())
-
-
-class _Line:
-    """The fetcher thread's own connection to one partition client's master (DirectConnection)."""
-
-    __slots__ = ("direct", "lock")
-
-    def __init__(self, client: redis.Redis) -> None:
-        self.direct = DirectConnection(client)
-        self.lock = threading.Lock()
 
 
 class ShardedFetch:
@@ -105,7 +94,6 @@ class ShardedFetch:
         self._spec = spec
         self._placements = placements
         self._health = health
-        self._ack_wait = ack_wait
         self._rng = random.Random()
         # The home slot's name for this process's list: what reads a list by identity alone (the
         # heartbeat's registration) finds it there; the jobs are on the per-partition lists.
@@ -115,7 +103,7 @@ class ShardedFetch:
         self._next_refresh = 0.0
         self._of_queue: dict[str, tuple[Partition, ...]] = {}
         self._turn: dict[str, int] = {}  # each queue's rotation
-        self._lines: dict[int, _Line] = {}  # by id() of the partition's client
+        self._lines = PartitionLines(clients, scripts, ack_wait)
         # fetch.lua's last mode per partition (1: a suspect runs here alone; 2: one waits for our list
         # to empty). A suspect anywhere stops fetching everywhere (isolation is per process).
         self._modes: dict[Partition, int] = {}
@@ -135,6 +123,8 @@ class ShardedFetch:
             self._recorded = shards.recorded_partitions(self._clients.home)
         except Exception as exc:  # the home master away: the counts known stay (configured at least)
             log.debug("partition_counts_unread", error=f"{type(exc).__name__}: {exc}")
+            # Read on the fetcher thread: a stopped home master must not cost every REFRESH_S a timeout.
+            self._next_refresh = now + REFRESH_S * 6
         self._of_queue = {
             name: shards.partitions(name, self._recorded.get(name, 0)) for name in self._spec.names
         }
@@ -207,7 +197,7 @@ class ShardedFetch:
         if n_bad:
             result.wrong_type_queues.append(partition.queue)
         first = 5 + n_bad
-        run_id = self._line(partition).direct.run_id
+        run_id = self._lines.run_id(partition)
         works = [
             Work(partition.queue, str(reply[i + 1]), run_id, mode == 1, partition)
             for i in range(first, len(reply), 2)
@@ -248,47 +238,12 @@ class ShardedFetch:
         ]
         args: list[str | int] = [want, len(acks), *(raw for raw, _jid in acks), 1, partition.queue, isolating]
         try:
-            return self._run_script(partition, "fetch", script_keys, args, wait=bool(acks))
+            return self._lines.run(partition, "fetch", script_keys, args, wait=bool(acks))
         except redis.ResponseError as exc:
             if refused(exc):
                 # No basic fetch to fall back to here (config.py refuses it): a plain error.
                 log.error("fetch_refused", partition=str(partition), error=str(exc))
             raise
-
-    def _line(self, partition: Partition) -> _Line:
-        client = self._clients.of(partition)
-        line = self._lines.get(id(client))
-        if line is None:
-            line = self._lines[id(client)] = _Line(client)
-        return line
-
-    def _run_script(
-        self,
-        partition: Partition,
-        name: str,
-        script_keys: list[str],
-        args: list[str | int],
-        wait: bool = False,
-    ) -> Any:
-        """On the fetcher thread's own connection to the partition's master; a second caller (a final
-        ack flush) goes through the client's pool. A WAIT for replicas goes to the same master."""
-        client = self._clients.of(partition)
-        line = self._line(partition)
-        ack_wait = self._ack_wait if wait else None
-        command = ack_wait.command_now() if ack_wait is not None else None
-        if not line.lock.acquire(blocking=False):
-            reply = self._scripts.run(name, script_keys, args, client=client)
-            if ack_wait is not None and command is not None:
-                ack_wait.observe(client.execute_command(*command))  # type: ignore[no-untyped-call]
-            return reply
-        try:
-            if ack_wait is None or command is None:
-                return self._scripts.run_direct(line.direct, name, script_keys, args)
-            reply, waited = self._scripts.run_direct_then(line.direct, name, script_keys, args, command)
-            ack_wait.observe(waited)
-            return reply
-        finally:
-            line.lock.release()
 
     # Waiting ----------------------------------------------------------------------------------
     def wait(self, timeout_s: float) -> Waited:
@@ -318,55 +273,28 @@ class ShardedFetch:
         partition = work.partition or Partition(work.queue)
         self._placements.take(work.raw)
         queue_key = shards.suspects(partition) if work.suspect else shards.queue_key(partition)
+        client = self._clients.of(partition)
         moved = self._scripts.run(
-            "give_back",
-            [shards.in_progress(partition, self._identity), queue_key],
-            [work.raw],
-            client=self._clients.of(partition),
+            "give_back", [shards.in_progress(partition, self._identity), queue_key], [work.raw], client=client
         )
-        return bool(moved) if not isinstance(moved, list) else False
+        wrong = key_guard.script_wrong_type(moved)
+        if wrong is not None:
+            # Nothing changed: the job stays in progress (requeued at stop, or by recovery).
+            raise key_guard.wrong_type_error(client, wrong)
+        return bool(moved)
 
     def reconcile(self, held: Iterable[str], failed: Iterable[str], max_orphanings: int) -> Reconciled:
-        """reconcile.lua on each partition's list (sharded_reconcile.py). A partition that is down is
-        left for the next reconcile, which this one's failure makes due soon."""
-        held, failed = list(held), list(failed)
-        total = Reconciled()
-        skipped: list[Partition] = []
-        for partition in self.partitions():
-            if self._health.is_down(partition):
-                skipped.append(partition)
-                continue
-            client = self._clients.of(partition)
-            try:
-                one = reconcile_partition(
-                    client, self._scripts, partition, self._identity, held, failed, max_orphanings
-                )
-            except redis.ConnectionError as exc:
-                self._health.failed(partition, exc)
-                skipped.append(partition)
-                continue
-            total.requeued += one.requeued
-            total.kept += one.kept
-            total.wrong_type_keys += one.wrong_type_keys
-            total.buried += one.buried
-        if skipped:
-            raise redis.ConnectionError(f"partitions not reconciled (master unavailable): {skipped}")
-        return total
+        """reconcile.lua on each partition's list (sharded_reconcile.py)."""
+        return reconcile_every(self._every(), list(held), list(failed), max_orphanings)
 
     def listed(self) -> list[str]:
         """Every entry of this process's in-progress lists (the reconciler's look at what is listed)."""
-        found: list[str] = []
-        for partition in self.partitions():
-            client = self._clients.of(partition)
-            found += [str(raw) for raw in client.lrange(shards.in_progress(partition, self._identity), 0, -1)]
-        return found
+        return list_every(self._every())
+
+    def _every(self) -> Every:
+        return Every(self.partitions(), self._clients, self._scripts, self._identity, self._health)
 
     def close(self) -> None:
-        for line in list(self._lines.values()):
-            if line.lock.acquire(blocking=False):
-                try:
-                    line.direct.close()
-                finally:
-                    line.lock.release()
+        self._lines.close()
         self._wake.close()
         self._health.close()

@@ -10,13 +10,16 @@ the list, reported as kept.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import redis
 
 from cogworker.store import job_keys, shards
 from cogworker.store.scripts import Scripts
+from cogworker.store.shard_clients import ShardClients
 from cogworker.store.shards import Partition
 from cogworker.worker.fetching.fetch import Reconciled, digest
+from cogworker.worker.fetching.partition_health import PartitionHealth
 from cogworker.worker.recovering.recovery import ORPHANINGS_TTL_S, PERIODIC_RUNNING_TTL_S, suspect_at
 
 
@@ -85,3 +88,56 @@ def reconcile_partition(
             break
         declared.add_needs(reply[needs_at : needs_at + 2 * n_needs])
     return total
+
+
+@dataclass(frozen=True, slots=True)
+class Every:
+    """A process's partitions and what reaches them."""
+
+    partitions: list[Partition]
+    clients: ShardClients
+    scripts: Scripts
+    identity: str
+    health: PartitionHealth
+
+
+def reconcile_every(every: Every, held: list[str], failed: list[str], max_orphanings: int) -> Reconciled:
+    """Each partition's list reconciled. A partition whose master is down is left for the next
+    reconcile, which the error raised here makes due soon (the others are done first)."""
+    total = Reconciled()
+    skipped: list[Partition] = []
+    for partition in every.partitions:
+        if every.health.is_down(partition):
+            skipped.append(partition)
+            continue
+        client = every.clients.of(partition)
+        try:
+            one = reconcile_partition(
+                client, every.scripts, partition, every.identity, held, failed, max_orphanings
+            )
+        except redis.ConnectionError as exc:
+            every.health.failed(partition, exc)
+            skipped.append(partition)
+            continue
+        total.requeued += one.requeued
+        total.kept += one.kept
+        total.wrong_type_keys += one.wrong_type_keys
+        total.buried += one.buried
+    if skipped:
+        raise redis.ConnectionError(f"partitions not reconciled (master unavailable): {skipped}")
+    return total
+
+
+def list_every(every: Every) -> list[str]:
+    """Every entry of the process's in-progress lists. All or nothing: a partition left out would make
+    its held jobs look requeued elsewhere (reconcile.py disowns those)."""
+    found: list[str] = []
+    for partition in every.partitions:
+        client = every.clients.of(partition)
+        try:
+            listed = client.lrange(shards.in_progress(partition, every.identity), 0, -1)
+        except redis.ConnectionError as exc:
+            every.health.failed(partition, exc)
+            raise
+        found += [str(raw) for raw in listed]
+    return found
