@@ -17,6 +17,16 @@ Each queue comes with its suspects list (the jobs of that queue to run alone, wo
 declared right after the queue's key. A payload without a jid has its orphan counter named by the
 SHA-1 of its bytes (`keys.orphanings_raw`), so a jid-less payload that kills its process is counted
 and ends in dead like any other.
+
+In the sharded layout (store/shards.py) a script runs in one queue partition's slot and is given that
+partition's keys only (`keys_and_args(partition)`): every queue name a payload on the partition's list
+names is declared as the partition's own queue and suspects list, so a job goes back to the partition
+it came from even when its payload names another queue (an old or hand-written entry: it is not lost
+and not moved to a slot the script can't reach). Its orphan counters are the partition's. The periodic
+running lock and the batch hash live in the home slot, out of the script's reach: those features are
+refused at push in this layout, and a stray payload that carries them is declared a stand-in key in the
+partition (`stand_in`), which nothing else reads: the job is requeued like any other, and its home
+running lock or batch hold is neither retaken nor released by recovery.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cogworker import codec
-from cogworker.store import keys
+from cogworker.store import keys, shards
 
 # What a script names when it left a job for want of a key (its reply's `needs`, as kind, name pairs).
 QUEUE, COUNTER, LOCK, DIGEST, BATCH = "queue", "counter", "lock", "digest", "batch"
@@ -103,21 +113,43 @@ class Declared:
             }
             named[str(kind)].add(str(name))
 
-    def keys_and_args(self) -> tuple[list[str], list[str | int]]:
+    def keys_and_args(self, partition: shards.Partition | None = None) -> tuple[list[str], list[str | int]]:
         """The keys to append to KEYS (each queue's key followed by its suspects list's), and ARGV's
-        tail: the four counts, then every name in the keys' order."""
+        tail: the four counts, then every name in the keys' order. With a `partition` (the sharded
+        layout), that partition's keys only (the module's docstring says why)."""
         queues, jids, entries = sorted(self.queues), sorted(self.jids), sorted(self.entries)
         digests = sorted(self.digests)
-        declared = [
-            *(key for q in queues for key in (keys.queue(q), keys.suspects(q))),
-            *(keys.orphanings(j) for j in jids),
-            *(keys.periodic_running(e) for e in entries),
-            *(keys.orphanings_raw(d) for d in digests),
-        ]
+        if partition is None:
+            declared = [
+                *(key for q in queues for key in (keys.queue(q), keys.suspects(q))),
+                *(keys.orphanings(j) for j in jids),
+                *(keys.periodic_running(e) for e in entries),
+                *(keys.orphanings_raw(d) for d in digests),
+            ]
+        else:
+            p = partition
+            declared = [
+                *(key for _ in queues for key in (shards.queue_key(p), shards.suspects(p))),
+                *(shards.orphanings(p, j) for j in jids),
+                *(stand_in(p, "periodic-running", e) for e in entries),
+                *(shards.orphanings_raw(p, d) for d in digests),
+            ]
         counts: list[str | int] = [len(queues), len(jids), len(entries), len(digests)]
         return declared, [*counts, *queues, *jids, *entries, *digests]
 
-    def batch_keys_and_args(self) -> tuple[list[str], list[str | int]]:
+    def batch_keys_and_args(
+        self, partition: shards.Partition | None = None
+    ) -> tuple[list[str], list[str | int]]:
         """requeue.lua's tail after `keys_and_args`: the batch hashes, and ARGV's count and bids."""
         bids = sorted(self.bids)
-        return [keys.batch(b) for b in bids], [len(bids), *bids]
+        if partition is None:
+            return [keys.batch(b) for b in bids], [len(bids), *bids]
+        return [stand_in(partition, "batch", b) for b in bids], [len(bids), *bids]
+
+
+def stand_in(partition: shards.Partition, kind: str, name: str) -> str:
+    """A key in `partition`'s slot standing for a home key a recovery script can't reach (a periodic
+    running lock, a batch hash) on a stray payload in the sharded layout: nothing else reads it. A
+    running lock's stand-in may be set (with the lock's TTL); a batch's is only read, and is never
+    there, so no hold is released."""
+    return f"{partition.prefix}unsharded:{kind}:{name}"

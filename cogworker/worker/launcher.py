@@ -80,7 +80,6 @@ class Launcher:
         self.outages = self.ctx.outages
         self.scripts = self.ctx.scripts
         self.blocking_redis = connect(settings, extra_timeout_s=BLOCK_TIMEOUT_S + 1.0)
-        self.recovery = Recovery(self.ctx, identity)
         self.stats = Stats(Recorder() if settings.metrics else None)
         self.flusher: Flusher | None = None
         self.commands = commands or CommandPipe()
@@ -94,6 +93,8 @@ class Launcher:
             clients = ShardClients(settings, home=self.redis)
             self.route = ShardRoute(clients, identity, Placements(), PartitionHealth(clients))
         shard_route.use(self.route)
+        # Sharded: recovery, the reconcile and the poller reach each partition through the same clients.
+        self.recovery = Recovery(self.ctx, identity, self.route.clients if self.route else None)
         self.death_hooks = DeathHookRunner(self.ctx, clients=self.route.clients if self.route else None)
         self.settler: Settler | None = None
         self.cancels: CancelWatch | None = None
@@ -161,6 +162,16 @@ class Launcher:
         self.cancels = CancelWatch(self.ctx)
         self.cancels.start()
         self.manager.reconciler.on_buried = self.recovery.complete_burials
+        if self.recovery.sharded is not None:
+            # The sharded layout: one in-progress list per queue partition, each reconciled in its slot.
+            from cogworker.worker.recovering.partition_lists import PartitionLists
+
+            self.manager.reconciler.partition_lists = PartitionLists(
+                self.recovery.sharded.clients,
+                self.identity,
+                self.settings.queue_spec.names,
+                on_buried=self.recovery.complete_burials,
+            )
         # What is loaded by now lives as long as the process. Out of the collector's reach, a full
         # collection no longer walks ~50,000 objects (over 20 ms, a stall every job would feel), and a
         # forked child stops copying the pages it shares with the supervisor when it collects.

@@ -9,6 +9,11 @@ docs/architecture.md.
 The client is built lazily and disconnected after every use: an open socket would be inherited by
 the next fork, and the children must never share it. Requeues are rare (only abnormal deaths), so
 reconnecting each time costs nothing that matters.
+
+In the sharded layout (COGWORKER_CLUSTER_SHARDING=queues) the child kept one list per queue partition:
+Recovery requeues each in its own slot (worker/recovering/sharded_recovery.py) through a client per
+partition, and those are closed after every use too. A partition whose master doesn't answer raises
+(the others were requeued), and the supervisor asks again later.
 """
 
 from __future__ import annotations
@@ -66,3 +71,6 @@ class RedisRequeue:
         if self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.connection_pool.disconnect()
+        if self._recovery is not None and self._recovery.sharded is not None:
+            with contextlib.suppress(Exception):
+                self._recovery.sharded.close()

@@ -30,8 +30,8 @@ class PartitionDeclared(job_keys.Declared):
         super().__init__()
         self.partition = partition
 
-    def keys_and_args(self) -> tuple[list[str], list[str | int]]:
-        p = self.partition
+    def keys_and_args(self, partition: Partition | None = None) -> tuple[list[str], list[str | int]]:
+        p = partition or self.partition
         queues = [p.queue] if p.queue in self.queues else []
         jids, digests = sorted(self.jids), sorted(self.digests)
         declared = [

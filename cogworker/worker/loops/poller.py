@@ -13,17 +13,23 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import redis
 import structlog
 
 from cogworker import codec
 from cogworker.api import death, retry
-from cogworker.store import key_guard, keys
+from cogworker.store import key_guard, keys, shards
 from cogworker.store.redis_context import RedisContext
+from cogworker.store.shard_clients import ShardClients
+from cogworker.worker.loops.graduation import SetPlace
 from cogworker.worker.recovering.recovery import Recovery
 from cogworker.worker.settling.filing import Unanswered
 from cogworker.worker.settling.settle import file_unsettled
+
+if TYPE_CHECKING:
+    from cogworker.worker.loops.partition_poller import PartitionPoller
 
 log = structlog.get_logger("cogworker.poller")
 
@@ -51,6 +57,7 @@ class Poller:
         quiet: Callable[[], bool],
         scan_at_boot: bool,
         extra_tasks: list[Callable[[], object]] | None = None,
+        shard_clients: ShardClients | None = None,
     ) -> None:
         self._client = ctx.client
         self._scripts = ctx.scripts
@@ -70,6 +77,18 @@ class Poller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._rng = random.Random()
+        # The sharded layout: schedule and retry sets per queue partition (partition_poller.py).
+        self._partitions: PartitionPoller | None = None
+        if shards.is_sharded():
+            from cogworker.worker.loops.partition_poller import PartitionPoller
+
+            if shard_clients is None:
+                sharded = recovery.sharded
+                shard_clients = (
+                    sharded.clients if sharded is not None else ShardClients(ctx.settings, home=ctx.client)
+                )
+            self._partitions = PartitionPoller(self, ctx, shard_clients, self._rng)
+        self._ctx = ctx
 
     def start(self) -> None:
         key_guard.set_local_poller(self.check_keys_soon)
@@ -108,8 +127,14 @@ class Poller:
             if self._wait(early):
                 return True
             if not self._quiet():
-                self._guarded("Scheduler", self.enqueue_due)
+                self._guarded("Scheduler", self._enqueue_early)
         return self._stop.is_set()
+
+    def _enqueue_early(self) -> int:
+        """The early pass: in the sharded layout only the partitions the look found due soon."""
+        if self._partitions is not None:
+            return self._partitions.enqueue_due(early=True)
+        return self.enqueue_due()
 
     def _early_pass_in(self, left_s: float) -> float | None:
         """Seconds until an early pass of the scheduler, when the first entry of the schedule or
@@ -118,6 +143,8 @@ class Poller:
         reports it."""
         if left_s <= DUE_GAP_S or self._quiet():
             return None
+        if self._partitions is not None:
+            return self._partitions.early_pass_in(left_s)
         try:
             pipe = self._client.pipeline(transaction=False)
             for set_key in (keys.SCHEDULE, keys.RETRY):
@@ -187,7 +214,14 @@ class Poller:
 
     def _guard_now(self, found: list[str]) -> None:
         """Keys of the wrong type met by this poller: moved aside at once; the entries they stopped
-        stay where they are, for the next poll."""
+        stay where they are, for the next poll. A partition's key (sharded layout) is in another slot
+        than this process's client's: it is asked of the key guard instead (key_guard.request)."""
+        if self._partitions is not None:
+            log.error(
+                "wrong_type_key_met", keys=found, note="nothing moved; the key guard is asked to move it"
+            )
+            key_guard.request(self._client, *found)
+            return
         log.error("wrong_type_key_met", keys=found, note="nothing moved; the key guard moves it aside now")
         self._last_key_check = time.monotonic()
         key_guard.check(self._client, self._settings, self._settings.queue_spec.names, found)
@@ -215,40 +249,50 @@ class Poller:
         return batch_holds.lapse_due(self._client, self._settings.batch_ttl_s)
 
     def enqueue_due(self) -> int:
-        """Move every due entry of the schedule and retry sets to its queue; returns how many."""
-        moved = 0
+        """Move every due entry of the schedule and retry sets to its queue; returns how many. In the
+        sharded layout, every partition's sets, each into its own partition's queue."""
+        if self._partitions is not None:
+            return self._partitions.enqueue_due()
         now = time.time()
-        for set_key in (keys.SCHEDULE, keys.RETRY):
-            while True:
-                due = self._due(set_key, now)
-                if not due:
-                    break
-                graduated, wrong = self._graduate(set_key, due)
-                moved += graduated
-                if wrong:
-                    self._guard_now(wrong)
-                    break  # what is left stays due: the next poll moves it
-                if len(due) < BATCH:
-                    break
+        return sum(
+            self.enqueue_due_in(SetPlace.one_slot(self._ctx, key), now) for key in (keys.SCHEDULE, keys.RETRY)
+        )
+
+    def enqueue_due_in(self, place: SetPlace, now: float) -> int:
+        """Every entry of one set due at `now`, in batches of BATCH."""
+        moved = 0
+        while True:
+            due = self._due(place, now)
+            if not due:
+                break
+            graduated, wrong = self._graduate(place, due)
+            moved += graduated
+            if wrong:
+                self._guard_now(wrong)
+                break  # what is left stays due: the next poll moves it
+            if len(due) < BATCH:
+                break
         return moved
 
-    def _due(self, set_key: str, now: float) -> list[str]:
+    def _due(self, place: SetPlace, now: float) -> list[str]:
         """Up to BATCH due entries; none when the set itself has the wrong type (the guard moves it
         aside now, so the other set is still served and the next poll reads a sorted set again)."""
         try:
-            due = self._client.zrangebyscore(set_key, "-inf", now, start=0, num=BATCH)
+            due = place.client.zrangebyscore(place.set_key, "-inf", now, start=0, num=BATCH)
         except redis.ResponseError as exc:
             if not key_guard.is_wrong_type(exc):
                 raise
-            self._guard_now([set_key])
+            self._guard_now([place.set_key])
             return []
         return [str(raw) for raw in due]
 
-    def _graduate(self, set_key: str, entries: list[str]) -> tuple[int, list[str]]:
+    def _graduate(self, place: SetPlace | str, entries: list[str]) -> tuple[int, list[str]]:
         """Returns how many moved, and the keys of the wrong type that stopped others. The batch
         moves in one graduate_batch.lua call: entries claimed and pushed in one step, as graduate.lua
         does for one. A lost reply is a failed poll: the next one finds the moved entries gone from
-        the set and moves the rest."""
+        the set and moves the rest. `place` as a set's key: the one-slot layout's set."""
+        if isinstance(place, str):
+            place = SetPlace.one_slot(self._ctx, place)
         invalid: list[str] = []
         queue_index: dict[str, int] = {}  # queue name -> its 1-based place among the script's queues
         moves: list[str | int] = []
@@ -259,6 +303,10 @@ class Poller:
             if job is None or not isinstance(queue, str) or not queue:
                 invalid.append(raw)
                 continue
+            if place.partition is not None:
+                # Into the queue of the partition whose set holds it, whatever queue the payload
+                # names (an old or hand-written entry): the script can reach no other.
+                queue = place.partition.queue
             job.pop("at", None)
             job["enqueued_at"] = now
             try:
@@ -271,29 +319,29 @@ class Poller:
             moves += [raw, text, queue_index.setdefault(queue, len(queue_index) + 1)]
         moved, wrong = 0, []
         if moves:
-            reply = self._scripts.run(
+            reply = place.scripts.run(
                 "graduate_batch",
-                [set_key, keys.QUEUES, keys.WAKE_CHANNEL, *(keys.queue(name) for name in queue_index)],
+                [place.set_key, place.registry, place.wake, *(place.queue_key(name) for name in queue_index)],
                 [*queue_index, *moves],
-                client=self._client,
+                client=place.client,
             )
             moved = int(reply[0])
             wrong = [key.decode() if isinstance(key, bytes) else str(key) for key in reply[1:]]
         for raw in invalid:
-            key = self._bury(set_key, raw)
+            key = self._bury(place, raw)
             if key is not None and key not in wrong:
                 wrong.append(key)
         return moved, wrong
 
-    def _bury(self, set_key: str, raw: str) -> str | None:
+    def _bury(self, place: SetPlace, raw: str) -> str | None:
         """File an entry that can't be enqueued in dead; returns a key of the wrong type that
         stopped it (nothing moved then), else None."""
         what = "not valid UTF-8" if not codec.is_utf8(raw) else "not a job (a JSON object with a queue)"
-        filing = retry.unreadable(raw, None, f"{what} in {set_key}")
+        filing = retry.unreadable(raw, None, f"{what} in {place.set_key}")
         text = codec.dumps(filing.payload)
-        reply = self._scripts.run(
+        reply = place.scripts.run(
             "bury",
-            [set_key, keys.DEAD, keys.STAT_FAILED, keys.DEATHS],
+            [place.set_key, place.dead, place.stat_failed, place.deaths],
             # Counted, no dead-set cap (as before), and its death notice (api/death.py).
             [
                 raw,
@@ -305,9 +353,9 @@ class Poller:
                 death.notice(death.UNREADABLE, text),
                 self._settings.death_notices_max,
             ],
-            client=self._client,
+            client=place.client,
         )
         wrong = key_guard.script_wrong_type(reply)
         if wrong is None and reply:
-            log.error("unreadable_entry_to_dead", source=set_key, entry=codec.escape(raw[:200]))
+            log.error("unreadable_entry_to_dead", source=place.set_key, entry=codec.escape(raw[:200]))
         return wrong

@@ -25,6 +25,10 @@ COGWORKER_ORPHAN_THRESHOLD_S (a partition: it was declared dead), or lost with R
 are not ours any more; the settler disowns them (worker/settling/settle.py). An outage makes a
 reconcile due at once, so this runs before the next fetch: no copy fetched again here can be
 mistaken for the one we hold.
+
+In the sharded layout (store/shards.py) the process has one list per queue partition: the launcher
+gives the reconciler `partition_lists` (partition_lists.py), which reconciles each partition's list in
+its own slot, and the look the other way reads every partition's list.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -40,6 +45,9 @@ from cogworker import codec
 from cogworker.store.redis_context import RedisContext
 from cogworker.worker.fetching.fetch import Fetcher, Reconciled, Work
 from cogworker.worker.settling.settle import Settler
+
+if TYPE_CHECKING:
+    from cogworker.worker.recovering.partition_lists import PartitionLists
 
 log = structlog.get_logger("cogworker.reconcile")
 
@@ -62,6 +70,8 @@ class Reconciler:
         self._settler = settler
         self._on_wrong_type = on_wrong_type
         self.on_buried: Callable[[list[str]], None] | None = None
+        # The sharded layout's lists, one per partition (set by the launcher); None: the fetcher's one.
+        self.partition_lists: PartitionLists | None = None
         # A leaf lock: nothing is called while it is held.
         self._lock = threading.Lock()
         self._held: Counter[str] = Counter()
@@ -128,12 +138,24 @@ class Reconciler:
             failures = self._failures
             after_failure = failures != self._answered or outages != self._outages_seen
         held.update(self._settler.holding())
+        lists = self.partition_lists
         try:
-            result = fetcher.reconcile(held.elements(), failed.elements(), self._settings.max_orphanings)
-            if after_failure and fetcher.keeps_in_progress:
-                # The sharded fetcher has a list per partition (sharded_fetch.py `listed`).
-                listed: Callable[[], list[str]] | None = getattr(fetcher, "listed", None)
-                self._disown_requeued(fetcher.in_progress_key, fetcher.run_id, listed)
+            if lists is not None:
+                result = lists.reconcile(held.elements(), failed.elements(), self._settings.max_orphanings)
+                if after_failure:
+                    self._disown_requeued(lists.contents(), lists.run_ids())
+            else:
+                result = fetcher.reconcile(held.elements(), failed.elements(), self._settings.max_orphanings)
+                if after_failure and fetcher.keeps_in_progress:
+                    # A fetcher with a list per partition (sharded_fetch.py) names their entries itself.
+                    listed: Callable[[], list[str]] | None = getattr(fetcher, "listed", None)
+                    raws = (
+                        listed()
+                        if listed is not None
+                        else self._client.lrange(fetcher.in_progress_key, 0, -1)
+                    )
+                    on_list = Counter(str(raw) for raw in raws)
+                    self._disown_requeued(on_list, {fetcher.run_id} if fetcher.run_id else set())
         except Exception as exc:
             self._outages.report("Reconcile", exc)
             with self._lock:
@@ -142,7 +164,7 @@ class Reconciler:
         self._outages.recovered("Reconcile")
         self._outages_seen = outages
         self._schedule_next(result, failures, failed)
-        self._report(result)
+        self._report(result, buried_told=lists is not None)
         if self._settler.disowned:
             self._settler.prune_disowned(self.holding())
 
@@ -154,18 +176,16 @@ class Reconciler:
         held.update(self._settler.holding())
         return held
 
-    def _disown_requeued(
-        self, list_key: str, run_id: str, listed: Callable[[], list[str]] | None = None
-    ) -> None:
-        """Held jobs missing from our list were requeued while we were declared dead: disowned. Not
-        those fetched from a Redis that is not this one (`run_id`): it lost their entries with its
-        data, nobody requeued them, and their settles here are all that is left of them."""
+    def _disown_requeued(self, on_list: Counter[str], run_ids: set[str]) -> None:
+        """Held jobs missing from our list(s) (`on_list`, read after the reconcile) were requeued while
+        we were declared dead: disowned. Not those fetched from a Redis that is none of these
+        (`run_ids`: the server's, or every partition master's): it lost their entries with its data,
+        nobody requeued them, and their settles here are all that is left of them."""
         held = self.holding()
         if not held:
             return
-        on_list = listed() if listed is not None else self._client.lrange(list_key, 0, -1)
-        missing = held - Counter(str(raw) for raw in on_list)
-        lost = Counter({raw: n for raw, n in missing.items() if self._fetched_elsewhere(raw, run_id)})
+        missing = held - on_list
+        lost = Counter({raw: n for raw, n in missing.items() if self._fetched_elsewhere(raw, run_ids)})
         if lost:
             missing -= lost
             log.warning(
@@ -187,11 +207,11 @@ class Reconciler:
             "run twice), or Redis lost its data; they are neither acknowledged nor filed from here",
         )
 
-    def _fetched_elsewhere(self, raw: str, run_id: str) -> bool:
+    def _fetched_elsewhere(self, raw: str, run_ids: set[str]) -> bool:
         with self._lock:
             fetched_from = self._run_ids.get(raw)
         fetched_from = fetched_from or self._settler.run_id_of(raw)  # ended: a filing still to make
-        return bool(fetched_from and run_id and fetched_from != run_id)
+        return bool(fetched_from and run_ids and fetched_from not in run_ids)
 
     def _schedule_next(self, result: Reconciled, failures: int, failed: Counter[str]) -> None:
         now = time.monotonic()
@@ -208,7 +228,8 @@ class Reconciler:
                 due = min(due, now + KEPT_RETRY_S)
             self._due = due
 
-    def _report(self, result: Reconciled) -> None:
+    def _report(self, result: Reconciled, *, buried_told: bool) -> None:
+        """`buried_told`: the partition lists handed their buried jobs on already, with their partition."""
         if result.requeued or result.buried:
             log.warning(
                 "requeued_unknown_jobs",
@@ -226,5 +247,5 @@ class Reconciler:
             )
             if self._on_wrong_type is not None:
                 self._on_wrong_type()
-        if result.buried and self.on_buried is not None:
+        if result.buried and self.on_buried is not None and not buried_told:
             self.on_buried(result.buried)

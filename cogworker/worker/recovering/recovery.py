@@ -12,6 +12,10 @@ that shared one may be an innocent beside a poison pill, so a shared death burie
 orphaned `suspect_at` times instead goes to its queue's suspects list (`keys.suspects`), and a process
 runs a suspect alone (fetch.lua): its next death is its own, and convicts it past the limit. One
 death is an accident (the OOM killer, a lost host) and costs nothing new; the second, a pattern.
+
+In the sharded layout (store/shards.py) a process has one list per queue partition, each in its
+partition's slot: worker/recovering/sharded_recovery.py runs the same script once per partition, with
+that partition's keys (`ListKeys`), and a job goes back to the partition it was taken from.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import structlog
@@ -28,8 +32,13 @@ from cogworker import codec
 from cogworker.api import death, retry
 from cogworker.api.job_status import record_failed
 from cogworker.api.payload import DEFAULT_QUEUE
-from cogworker.store import job_keys, key_guard, keys, outcomes
+from cogworker.store import job_keys, key_guard, keys, outcomes, shards
 from cogworker.store.redis_context import RedisContext
+from cogworker.store.scripts import Scripts
+from cogworker.store.shard_clients import ShardClients
+
+if TYPE_CHECKING:
+    from cogworker.worker.recovering.sharded_recovery import ShardedRecovery
 
 log = structlog.get_logger("cogworker.recovery")
 
@@ -46,6 +55,15 @@ def suspect_at(max_orphanings: int) -> int:
     return max(1, min(SUSPECT_AT, max_orphanings))
 
 
+class PartitionsUnreachable(redis.ConnectionError):
+    """Sharded: some partitions' lists could not be requeued (their master did not answer); the others
+    were. `result` is what was done."""
+
+    def __init__(self, message: str, result: RequeueResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 @dataclass
 class RequeueResult:
     moved: int = 0
@@ -59,31 +77,88 @@ class RequeueResult:
     seen: int = 0  # jobs the script found on the list
 
 
+@dataclass(frozen=True, slots=True)
+class ListKeys:
+    """One in-progress list and the fixed keys requeue.lua is given with it: the one-slot layout's, or
+    (sharded) those of the list's partition, where the home slot's presence, beats, registry and
+    cancels can't be reached (sharded_recovery.py names stand-ins and checks death in the home slot)."""
+
+    client: redis.Redis
+    scripts: Scripts
+    in_progress: str
+    presence: str
+    last_beat: str
+    dead: str
+    registry: str
+    live_queues: str
+    cancels: str
+    default_queue: str = DEFAULT_QUEUE
+    partition: shards.Partition | None = None
+
+
 class Recovery:
-    def __init__(self, ctx: RedisContext, identity: str = "") -> None:
+    def __init__(
+        self, ctx: RedisContext, identity: str = "", shard_clients: ShardClients | None = None
+    ) -> None:
         self._client = ctx.client
         self._scripts = ctx.scripts
         self._settings = ctx.settings
         self._outages = ctx.outages
         self._locks = ctx.locks
         self._identity = identity
-        self._pending_burials: list[str] = []
+        self._pending_burials: list[tuple[str, shards.Partition | None]] = []
         self._mutex = threading.Lock()
+        self.sharded: ShardedRecovery | None = None
+        if shards.is_sharded():
+            from cogworker.worker.recovering.sharded_recovery import ShardedRecovery
+
+            self.sharded = ShardedRecovery(self, ctx, shard_clients)
+
+    def one_slot_list(self, identity: str) -> ListKeys:
+        return ListKeys(
+            self._client,
+            self._scripts,
+            keys.in_progress(identity),
+            keys.process(identity),
+            keys.LAST_BEAT,
+            keys.DEAD,
+            keys.QUEUES,
+            keys.LIVE_QUEUES,
+            keys.CANCELS,
+        )
 
     def requeue(self, identity: str, *, if_dead_for: float | None, count_orphans: bool) -> RequeueResult:
-        """Requeue `identity`'s in-progress list. `if_dead_for=None` skips the death check (the
-        caller knows the owner is dead, or is the owner shutting down).
+        """Requeue `identity`'s in-progress list (in the sharded layout, every partition's).
+        `if_dead_for=None` skips the death check (the caller knows the owner is dead, or is the owner
+        shutting down)."""
+        if self.sharded is not None:
+            return self.sharded.requeue(identity, if_dead_for=if_dead_for, count_orphans=count_orphans)
+        return self.requeue_list(self.one_slot_list(identity), identity, if_dead_for, count_orphans)
 
-        The list is read first, to declare the keys its jobs need (store/job_keys.py); a job the
-        script had no keys for (it came after the read) stays on the list, and one more pass
-        declares what the script named."""
+    def requeue_list(
+        self,
+        where: ListKeys,
+        identity: str,
+        if_dead_for: float | None,
+        count_orphans: bool,
+        *,
+        shared: bool = False,
+    ) -> RequeueResult:
+        """Requeue one list. The list is read first, to declare the keys its jobs need
+        (store/job_keys.py); a job the script had no keys for (it came after the read) stays on the
+        list, and one more pass declares what the script named. `shared`: the owner died holding more
+        than one job (counted over every list it had), so the death convicts nobody."""
         declared = job_keys.Declared()
         total = RequeueResult()
-        shared = False
         for _ in range(job_keys.MAX_PASSES):
-            raws = [str(raw) for raw in self._client.lrange(keys.in_progress(identity), 0, -1)]
-            declared.add_jobs(raws, DEFAULT_QUEUE)
-            result, left, needs = self._requeue_pass(identity, declared, if_dead_for, count_orphans, shared)
+            raws = [str(raw) for raw in where.client.lrange(where.in_progress, 0, -1)]
+            if not raws and where.partition is not None:
+                # Sharded: most partitions' lists are empty; the script would find nothing to move.
+                return total
+            declared.add_jobs(raws, where.default_queue)
+            result, left, needs = self._requeue_pass(
+                where, identity, declared, if_dead_for, count_orphans, shared
+            )
             if result.alive:
                 # Nothing touched in this pass; what an earlier one moved (the owner beat since) stands.
                 total.alive = True
@@ -105,6 +180,7 @@ class Recovery:
 
     def _requeue_pass(
         self,
+        where: ListKeys,
         identity: str,
         declared: job_keys.Declared,
         if_dead_for: float | None,
@@ -114,23 +190,23 @@ class Recovery:
         """One run of requeue.lua: its result, how many jobs it left for want of keys, and the
         (kind, name) pairs it named for them."""
         s = self._settings
-        job_key_list, job_key_args = declared.keys_and_args()
-        batch_key_list, batch_key_args = declared.batch_keys_and_args()
-        reply: list[Any] = self._scripts.run(
+        job_key_list, job_key_args = declared.keys_and_args(where.partition)
+        batch_key_list, batch_key_args = declared.batch_keys_and_args(where.partition)
+        reply: list[Any] = where.scripts.run(
             "requeue",
             [
-                keys.in_progress(identity),
-                keys.process(identity),
-                keys.LAST_BEAT,
-                keys.DEAD,
-                keys.QUEUES,
-                keys.LIVE_QUEUES,
-                keys.CANCELS,
+                where.in_progress,
+                where.presence,
+                where.last_beat,
+                where.dead,
+                where.registry,
+                where.live_queues,
+                where.cancels,
                 *job_key_list,
                 *batch_key_list,
             ],
             [
-                DEFAULT_QUEUE,
+                where.default_queue,
                 identity,
                 "" if if_dead_for is None else if_dead_for,
                 "1" if count_orphans else "",
@@ -144,7 +220,7 @@ class Recovery:
                 *job_key_args,
                 *batch_key_args,
             ],
-            client=self._client,
+            client=where.client,
         )
         moved, failed, n_unlisted, n_wrong, n_cancelled, left, n_needs, n_suspects = (
             int(n) for n in reply[:8]
@@ -164,6 +240,10 @@ class Recovery:
         )
         result.seen = moved + failed + left + n_cancelled + len(result.buried)
         self._end_cancelled(identity, result.cancelled)
+        if where.partition is not None:
+            # The script's registry and live-queue reads were the partition's stand-ins: whether a
+            # live process reads the queue is asked of the home slot (sharded_recovery.py).
+            result.unlisted = []
         if result.unlisted:
             log.warning(
                 "requeued_onto_unread_queues",
@@ -182,7 +262,7 @@ class Recovery:
             )
         if result.wrong_type:
             key_guard.request(self._client, *result.wrong_type)
-        self.complete_burials(result.buried)
+        self.complete_burials(result.buried, where.partition)
         return result, left, reply[needs_at : needs_at + 2 * n_needs]
 
     def _end_cancelled(self, identity: str, raws: list[str]) -> None:
@@ -219,6 +299,12 @@ class Recovery:
                 result = self.requeue(
                     identity, if_dead_for=self._settings.orphan_threshold_s, count_orphans=True
                 )
+            except PartitionsUnreachable as exc:
+                # Sharded: the partitions that answered were requeued; the rest wait for the next
+                # check, and the other owners' jobs don't wait for them.
+                self._outages.report("Orphan recovery", exc)
+                moved += exc.result.moved
+                continue
             except redis.ResponseError as exc:
                 if not key_guard.is_wrong_type(exc):
                     raise
@@ -244,13 +330,22 @@ class Recovery:
 
     def candidates(self, *, scan: bool) -> set[str]:
         found = {str(m) for m in self._client.smembers(keys.IN_PROGRESS_IDENTITIES)}
-        if scan:
+        if scan and self.sharded is not None:
+            found |= self.sharded.scan()
+        elif scan:
             for key in self._client.scan_iter(match=keys.IN_PROGRESS_PREFIX + "*", count=500):
                 found.add(str(key).removeprefix(keys.IN_PROGRESS_PREFIX))
         return found
 
     def forget_if_empty(self, identity: str) -> None:
-        if self._client.llen(keys.in_progress(identity)) == 0:
+        """Forget a dead identity once its list is empty (sharded: every partition's list, read after
+        the requeue; one that doesn't answer keeps it registered for the next check)."""
+        empty = (
+            self.sharded.all_empty(identity)
+            if self.sharded is not None
+            else self._client.llen(keys.in_progress(identity)) == 0
+        )
+        if empty:
             pipe = self._client.pipeline(transaction=False)
             pipe.srem(keys.IN_PROGRESS_IDENTITIES, identity)
             pipe.hdel(keys.LAST_BEAT, identity)
@@ -259,25 +354,29 @@ class Recovery:
             pipe.execute()
 
     # Poison pills: requeue.lua files them raw in dead; here they get a proper dead entry.
-    def complete_burials(self, raws: list[str]) -> None:
+    def complete_burials(self, raws: list[str], partition: shards.Partition | None = None) -> None:
+        """`partition`: the sharded layout's partition whose dead set holds them (None: keys.DEAD)."""
         for raw in raws:
+            pending = (raw, partition)
             try:
-                self._complete_burial(raw)
+                self._complete_burial(raw, partition)
             except Exception as exc:
                 with self._mutex:
-                    if raw not in self._pending_burials:
-                        self._pending_burials.append(raw)
+                    if pending not in self._pending_burials:
+                        self._pending_burials.append(pending)
                 self._outages.report("Orphan recovery", exc)
                 if isinstance(exc, key_guard.WrongTypeKey):
                     key_guard.request(self._client, exc.key)
                 elif key_guard.is_wrong_type(exc):
-                    key_guard.request(self._client, keys.DEAD)
+                    key_guard.request(
+                        self._client, keys.DEAD if partition is None else shards.dead(partition)
+                    )
             else:
                 with self._mutex:
-                    if raw in self._pending_burials:
-                        self._pending_burials.remove(raw)
+                    if pending in self._pending_burials:
+                        self._pending_burials.remove(pending)
 
-    def _complete_burial(self, raw: str) -> None:
+    def _complete_burial(self, raw: str, partition: shards.Partition | None) -> None:
         job: dict[str, Any] = codec.loads_dict(raw) or {
             "class": "cogworker.UnreadablePayload",
             **codec.raw_fields(raw),  # bytes that aren't UTF-8 kept escaped, and exactly in base64
@@ -301,6 +400,9 @@ class Recovery:
         job = filing.payload
         # Its death notice (api/death.py) goes with the proper entry, in the same swap.
         args = [raw, now, text, death.notice(death.POISON_PILL, text), self._settings.death_notices_max]
+        if partition is not None:
+            self._swap_in_partition(partition, job, raw, args)
+            return
         if "bid" in job or "bcb" in job:
             # A batch member: counted dead in its batch by the same swap (loaded only for one).
             from cogworker.worker.settling.batch_settle import run_filed
@@ -326,6 +428,36 @@ class Recovery:
             pipe.execute()
             self._record_failed(job)
 
+    def _swap_in_partition(
+        self, partition: shards.Partition, job: dict[str, Any], raw: str, args: list[Any]
+    ) -> None:
+        """The sharded layout's swap: in the partition's dead set and death notices, its counters the
+        partition's. A stray batch member (batches are refused at push in this layout) is swapped like
+        any job: its batch, in the home slot, is not told."""
+        assert self.sharded is not None
+        client, scripts = self.sharded.scripts.of(partition)
+        dead_keys = [shards.dead(partition), shards.deaths(partition)]
+        swapped = scripts.run("swap_dead", dead_keys, args, client=client)
+        wrong = key_guard.script_wrong_type(swapped)
+        if wrong is not None:
+            raise key_guard.WrongTypeKey(wrong, None)
+        if swapped:
+            log.error(
+                "poison_pill_to_dead", jid=job.get("jid"), job=job.get("class"), partition=str(partition)
+            )
+            self._locks.release_terminal(job)
+            jid = job.get("jid")
+            counter = (
+                shards.orphanings(partition, jid)
+                if isinstance(jid, str)
+                else shards.orphanings_raw(partition, job_keys.digest(raw))
+            )
+            pipe = client.pipeline(transaction=False)
+            pipe.delete(counter)
+            pipe.incr(shards.stat(partition, "failed"))
+            pipe.execute()
+            self._record_failed(job)
+
     def _record_failed(self, job: dict[str, Any]) -> None:
         """Best-effort, like every status write: a tracked pill's status says "failed", not
         "working" (its last word, written when it started the run that killed its process)."""
@@ -337,8 +469,8 @@ class Recovery:
     def retry_burials(self) -> None:
         with self._mutex:
             pending = list(self._pending_burials)
-        if pending:
-            self.complete_burials(pending)
+        for raw, partition in pending:
+            self.complete_burials([raw], partition)
 
     @property
     def pending_burials(self) -> int:

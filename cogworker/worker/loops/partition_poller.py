@@ -1,0 +1,127 @@
+"""The poller's scheduler in the sharded layout: every queue partition's schedule and retry sets
+(`shards.schedule(p)`, `shards.retry(p)`), each due entry graduated into its own partition's queue by
+graduate_batch.lua on the client pinned to that partition's master (graduation.py).
+
+Every process covers every partition, as every process covers the one set pair of the one-slot
+layout: an entry is claimed and pushed in one script, so processes racing for it enqueue it once, and
+no partition waits on a particular process being alive (a share per process would need a membership
+protocol, and a dead member's share would wait for it to be noticed). The cost of that is kept flat:
+- a poll (every COGWORKER_POLL_INTERVAL_S, randomised) reads each partition's two sets: two
+  ZRANGEBYSCOREs per partition, and a script only where something is due;
+- the look between polls, which enqueues an entry about 0.1-0.2 s after it falls due rather than at the
+  next poll, reads at most PEEK_PARTITIONS partitions' first entries a second, taking them in turn, and
+  remembers each partition's first due time between looks: with P partitions, a process looks at a
+  given one every ceil(P / PEEK_PARTITIONS) seconds, and the early pass runs only for the partitions
+  it knows are due. So one process sends at most 2 * PEEK_PARTITIONS ZRANGEs a second between polls,
+  however many partitions the deployment has;
+- a partition whose master doesn't answer is reported (once per outage, by its own name), left out of
+  the looks until the next poll, and tried again at each poll; the other partitions are polled as usual.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import redis
+
+from cogworker.store import shards
+from cogworker.store.redis_context import RedisContext
+from cogworker.store.shard_clients import ShardClients
+from cogworker.worker.loops import poller as poller_module
+from cogworker.worker.loops.graduation import SetPlace
+from cogworker.worker.recovering.partitions import Known, PartitionScripts
+
+# Partitions looked at per look between polls (one round trip each, two ZRANGEs).
+PEEK_PARTITIONS = 8
+
+
+class PartitionPoller:
+    def __init__(
+        self, poller: poller_module.Poller, ctx: RedisContext, clients: ShardClients, rng: random.Random
+    ) -> None:
+        self._poller = poller
+        self._outages = ctx.outages
+        self._poll_interval_s = ctx.settings.poll_interval_s
+        self._scripts = PartitionScripts(clients)
+        self._known = Known(ctx.client, ctx.settings.queue_spec.names)
+        self._rng = rng
+        self._down_until: dict[shards.Partition, float] = {}
+        self._firsts: dict[shards.Partition, float] = {}  # partition -> its sets' first score, last looked
+        self._due_soon: list[shards.Partition] = []
+        self._turn = 0
+
+    def places(self, partition: shards.Partition) -> list[SetPlace]:
+        client, scripts = self._scripts.of(partition)
+        return [
+            SetPlace.of_partition(client, scripts, partition, shards.schedule(partition)),
+            SetPlace.of_partition(client, scripts, partition, shards.retry(partition)),
+        ]
+
+    def enqueue_due(self, *, early: bool = False) -> int:
+        """Every due entry of every partition's sets (`early`: of the partitions the last look found
+        due soon) into its partition's queue; returns how many."""
+        partitions = list(self._due_soon) if early else self._known.get()
+        moved = 0
+        for partition in partitions:
+            if early and self._is_down(partition):
+                continue
+            now = time.time()
+            try:
+                for place in self.places(partition):
+                    moved += self._poller.enqueue_due_in(place, now)
+            except redis.RedisError as exc:
+                self._down_until[partition] = time.monotonic() + self._poll_interval_s
+                self._outages.report(f"Scheduler {partition}", exc)
+                continue
+            if self._down_until.pop(partition, None) is not None:
+                self._outages.recovered(f"Scheduler {partition}")
+            first = self._firsts.get(partition)
+            if first is not None and first <= now:
+                del self._firsts[partition]  # moved; what comes next is known at its next look
+        return moved
+
+    def _is_down(self, partition: shards.Partition) -> bool:
+        return self._down_until.get(partition, 0.0) > time.monotonic()
+
+    def early_pass_in(self, left_s: float) -> float | None:
+        """Poller._early_pass_in for the partitions: look at the next PEEK_PARTITIONS partitions' first
+        entries, and answer the seconds until the early pass when one known falls due within
+        `left_s` (and PEEK_EVERY_S)."""
+        try:
+            partitions = [p for p in self._known.get() if not self._is_down(p)]
+        except redis.RedisError:
+            return None
+        if not partitions:
+            return None
+        count = min(len(partitions), PEEK_PARTITIONS)
+        start = self._turn % len(partitions)
+        self._turn = start + count
+        for i in range(count):
+            self._look(partitions[(start + i) % len(partitions)])
+        if not self._firsts:
+            return None
+        now = time.time()
+        gap = poller_module.DUE_GAP_S
+        wait_s = max(gap, min(self._firsts.values()) - now) + gap * self._rng.random()
+        if wait_s >= min(left_s, poller_module.PEEK_EVERY_S):
+            return None
+        self._due_soon = [p for p, first in self._firsts.items() if first <= now + wait_s]
+        return wait_s
+
+    def _look(self, partition: shards.Partition) -> None:
+        """One round trip: the partition's two sets' first entries. A failure leaves the partition out
+        of the looks until the next poll (which reports it)."""
+        try:
+            pipe = self._scripts.clients.of(partition).pipeline(transaction=False)
+            pipe.zrange(shards.schedule(partition), 0, 0, withscores=True)
+            pipe.zrange(shards.retry(partition), 0, 0, withscores=True)
+            firsts = pipe.execute()
+        except redis.RedisError:
+            self._down_until[partition] = time.monotonic() + self._poll_interval_s
+            return
+        scores = [float(entries[0][1]) for entries in firsts if entries]
+        if scores:
+            self._firsts[partition] = min(scores)
+        else:
+            self._firsts.pop(partition, None)
