@@ -203,7 +203,7 @@ def measure_capacity(
                     ctx, cluster, system, layout, limited_jobs, f"shards-capacity-{n}", CAPACITY_ENV
                 )
                 load = found.jobs_per_s * max(found.cpu_us.values()) / 1e6 / quota.share
-                curve.add(layout.series, n, **found.figures(), busiest_load_pct=100.0 * load)
+                curve.add(layout.series, str(n), **found.figures(), busiest_load_pct=100.0 * load)
                 say(
                     f"shards: capacity round {index + 1}, {layout.series} on {n} master(s): "
                     f"{found.jobs_per_s:,.0f} jobs/s, busiest {max(found.cpu_us.values()):.1f} µs/job at "
@@ -211,11 +211,11 @@ def measure_capacity(
                 )
     finally:
         quota.close()
-    one = curve.value("measured", 1, "jobs_per_s")
+    one = curve.value("measured", "1", "jobs_per_s")
     for n in layouts:
-        curve.add("model", n, jobs_per_s=n * quota.share / (free.redis_cpu_us / 1e6))
+        curve.add("model", str(n), jobs_per_s=n * quota.share / (free.redis_cpu_us / 1e6))
         # The other way to project: one saturated master's measured rate, times N.
-        curve.add("N x one master", n, jobs_per_s=None if one is None else n * one)
+        curve.add("N x one master", str(n), jobs_per_s=None if one is None else n * one)
     judge_capacity(curve, list(layouts))
     curve.notes.append(
         f"Quota: each master's redis-server in a cgroup of its own, {quota.quota_us} µs of CPU every "
@@ -231,7 +231,8 @@ def measure_capacity(
 
 def judge_capacity(curve: Curve, counts: list[int]) -> None:
     pairs = [
-        (n, curve.value("measured", n, "jobs_per_s"), curve.value("model", n, "jobs_per_s")) for n in counts
+        (n, curve.value("measured", str(n), "jobs_per_s"), curve.value("model", str(n), "jobs_per_s"))
+        for n in counts
     ]
     missing = any(m is None or p is None for _, m, p in pairs)
     detail = ", ".join(f"{n}: {m or 0:,.0f} of {p or 0:,.0f}" for n, m, p in pairs)
