@@ -118,10 +118,13 @@ class ManagerStop(abc.ABC):
             return
         acks = self._settler.take_acks()
         try:
-            self.fetcher.fetch(0, acks)
+            result = self.fetcher.fetch(0, acks)
         except Exception as exc:
             self._settler.return_acks(acks)
             self._outages.report("Fetch", exc)
+            return
+        # Sharded: a partition that did not answer keeps its acks for the final flush (handover.py).
+        self._settler.return_acks(result.unsent_acks)
 
     def _give_back_unstarted(self) -> None:
         while True:

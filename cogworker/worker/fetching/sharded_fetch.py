@@ -13,25 +13,28 @@ a queue evenly. The first partition that gives jobs ends the fetch, as the first
 fetch.lua's walk. A queue has max(configured, recorded) partitions; the recorded counts (home hash
 `partitions`, only growing) are read at start and every REFRESH_S.
 
-Acknowledgements go to the partition each job came from (placements.py), grouped: one call per
-partition that has acknowledgements or is tried for jobs.
+Acknowledgements go to the partition each job came from (placements.py), grouped: with the call that
+tries the partition for jobs, or, when the fetch ended before reaching it, in a call of their own once
+ACK_BATCH have gathered or the oldest has waited ACK_DELAY_S (each call costs its master a script run).
 
 One partition's master failing does not stop the others: the call's acknowledgements go back to the
 settler, a reconcile is made due (its reply may have been lost with jobs moved), and the partition is
 skipped until it answers a probe (partition_health.py). Only when no partition answered is the fetch a
 failure, as a one-slot fetch's.
 
-Idle: one PSUBSCRIBE on the home client to every partition's wake channel (`shards.wake_pattern()`;
-Redis Cluster forwards every PUBLISH to every node), then a fetch round. No blocking move: a BLMOVE
-can wait on one partition only, and a process reading several would take jobs from that one alone
-while idle. The wake-up costs nothing per idle second beyond one fetch round per BLOCK_TIMEOUT_S.
+Idle: one SUBSCRIBE on the home client to the wake channel of every partition read
+(`shards.wake_channel`; Redis Cluster forwards every PUBLISH to every node), then a fetch round. A
+SUBSCRIBE naming the channels, not a PSUBSCRIBE to `shards.wake_pattern()`: the README's ACL command
+list (the one-slot layout's) holds SUBSCRIBE only, and the channels match its `&<prefix>*` pattern.
+No blocking move: a BLMOVE can wait on one partition only, and a process reading several would take
+jobs from that one alone while idle. Idle, a process costs one fetch round per BLOCK_TIMEOUT_S.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
@@ -65,14 +68,24 @@ log = structlog.get_logger("cogworker.fetch")
 REFRESH_S = 5.0
 
 Acks = list[tuple[str, str]]
+# A partition's acks sent in a call of their own (its fetch having ended elsewhere) once this many have
+# gathered, or the oldest has waited ACK_DELAY_S: a late ack only risks a re-run after a crash.
+ACK_BATCH = 8
+ACK_DELAY_S = 0.1
+REFUSED_LOG_S = 60.0
 
 
-class PatternWakeListener(WakeListener):
-    """Wake-ups of every partition, by one pattern subscription (the push script's message is the
-    queue's name, as in the one-slot layout)."""
+class ChannelsWakeListener(WakeListener):
+    """Wake-ups of every partition read, by one subscription naming their channels (the push script's
+    message is the queue's name, as in the one-slot layout). Made again (closed, then subscribed at
+    the next wait) when the partitions read change."""
+
+    def __init__(self, client: redis.Redis, names: frozenset[str], channels: Callable[[], list[str]]) -> None:
+        super().__init__(client, names)
+        self._channels = channels
 
     def _subscribe(self, pubsub: PubSub) -> None:
-        pubsub.psubscribe(shards.wake_pattern())
+        pubsub.subscribe(*self._channels())
 
 
 class ShardedFetch:
@@ -98,7 +111,11 @@ class ShardedFetch:
         # The home slot's name for this process's list: what reads a list by identity alone (the
         # heartbeat's registration) finds it there; the jobs are on the per-partition lists.
         self.in_progress_key = keys.in_progress(identity)
-        self._wake = PatternWakeListener(clients.home, frozenset(spec.names))
+        self._wake = ChannelsWakeListener(
+            clients.home,
+            frozenset(spec.names),
+            lambda: [shards.wake_channel(p) for p in self.partitions()],
+        )
         self._recorded: dict[str, int] = {}
         self._next_refresh = 0.0
         self._of_queue: dict[str, tuple[Partition, ...]] = {}
@@ -107,6 +124,8 @@ class ShardedFetch:
         # fetch.lua's last mode per partition (1: a suspect runs here alone; 2: one waits for our list
         # to empty). A suspect anywhere stops fetching everywhere (isolation is per process).
         self._modes: dict[Partition, int] = {}
+        self._deferred_since: dict[Partition, float] = {}  # acks held back since (_defer)
+        self._refused_logged: dict[Partition, float] = {}
 
     # Partitions -------------------------------------------------------------------------------
     def partitions(self) -> list[Partition]:
@@ -125,9 +144,10 @@ class ShardedFetch:
             log.debug("partition_counts_unread", error=f"{type(exc).__name__}: {exc}")
             # Read on the fetcher thread: a stopped home master must not cost every REFRESH_S a timeout.
             self._next_refresh = now + REFRESH_S * 6
-        self._of_queue = {
-            name: shards.partitions(name, self._recorded.get(name, 0)) for name in self._spec.names
-        }
+        of_queue = {name: shards.partitions(name, self._recorded.get(name, 0)) for name in self._spec.names}
+        if self._of_queue and of_queue != self._of_queue:
+            self._wake.close()  # subscribed again, to the new partitions' channels too, at the next wait
+        self._of_queue = of_queue
 
     def _order(self) -> list[Partition]:
         order: list[Partition] = []
@@ -167,6 +187,9 @@ class ShardedFetch:
             want = limit if partition in in_order and not result.works else 0
             if isolating and self._modes.get(partition) != 1:
                 want = 0  # a suspect runs here: nothing else is taken, anywhere
+            if want <= 0 and mine and limit > 0 and self._defer(partition, mine):
+                result.unsent_acks += mine  # with a later call to this partition (ACK_BATCH)
+                continue
             if want <= 0 and not mine:
                 continue
             if self._health.is_down(partition):
@@ -183,6 +206,7 @@ class ShardedFetch:
                 self._health.failed(partition, exc)
                 continue
             answered += 1
+            self._deferred_since.pop(partition, None)
             for raw, _jid in mine:
                 self._placements.take(raw)
             paused += self._read(partition, reply, want > 0, result)
@@ -190,6 +214,16 @@ class ShardedFetch:
             raise errors[0]  # nothing answered: a failed fetch like any (the caller resends the acks)
         result.all_paused = limit > 0 and tried > 0 and paused == tried
         return result
+
+    def _defer(self, partition: Partition, mine: Acks) -> bool:
+        """Whether `partition`'s acks wait for a later call: a call of their own costs its master a
+        script run, so a busy fetcher (its fetch ended at another partition) lets a few gather, for at
+        most ACK_DELAY_S. An idle fetch, and a flush (limit 0), send every one."""
+        if len(mine) >= ACK_BATCH:
+            return False
+        now = time.monotonic()
+        since = self._deferred_since.setdefault(partition, now)
+        return now - since < ACK_DELAY_S
 
     def _read(self, partition: Partition, reply: Any, fetching: bool, result: FetchResult) -> int:
         """Add one partition's reply to `result`; 1 when the partition is paused."""
@@ -211,7 +245,9 @@ class ShardedFetch:
                     mode=("off", "running a suspect alone", "draining for a suspect")[mode],
                 )
             self._modes[partition] = mode
-        if stopped:
+        if stopped and refused(stopped):
+            self._refused(partition, stopped)
+        elif stopped:
             # Another error of a move (a full memory): its acks were taken, the jobs moved before it run.
             log.warning("fetch_stopped_by_error", error=stopped, moved=len(works), partition=str(partition))
         self._placements.add(works)
@@ -241,9 +277,24 @@ class ShardedFetch:
             return self._lines.run(partition, "fetch", script_keys, args, wait=bool(acks))
         except redis.ResponseError as exc:
             if refused(exc):
-                # No basic fetch to fall back to here (config.py refuses it): a plain error.
-                log.error("fetch_refused", partition=str(partition), error=str(exc))
+                self._refused(partition, str(exc))
             raise
+
+    def _refused(self, partition: Partition, error: str) -> None:
+        """Redis refused a command reliable fetch needs (LMOVE renamed, or denied to the ACL user). The
+        one-slot layout falls back to basic fetch; this one has none (a BRPOP can't wait on several
+        slots), so it is an error, logged once a minute per partition, and that partition gives nothing."""
+        now = time.monotonic()
+        if self._refused_logged.get(partition, -REFUSED_LOG_S) > now - REFUSED_LOG_S:
+            return
+        self._refused_logged[partition] = now
+        log.error(
+            "fetch_refused_in_sharded_layout",
+            partition=str(partition),
+            error=error,
+            note="COGWORKER_CLUSTER_SHARDING=queues needs reliable fetch (LMOVE allowed to the ACL user); "
+            "there is no fallback to basic fetch in this layout",
+        )
 
     # Waiting ----------------------------------------------------------------------------------
     def wait(self, timeout_s: float) -> Waited:

@@ -19,7 +19,7 @@ import structlog
 from redis.exceptions import NoScriptError
 
 from cogworker.settings_fields import SettingsFields
-from cogworker.store import batch_scripts, key_guard, keys
+from cogworker.store import batch_scripts, key_guard, keys, shards
 from cogworker.store.outage import Outages
 from cogworker.worker.fetching.fetch import on_list
 
@@ -39,6 +39,8 @@ class MemberAcks:
     trip, as a filing is), kept and retried when Redis fails."""
 
     def __init__(self, client: redis.Redis, settings: SettingsFields, outages: Outages) -> None:
+        # Never in the sharded layout: the manager files such a job in dead unrun (unsharded.py).
+        shards.refuse("batches")
         self._client = client
         self._settings = settings
         self._outages = outages
@@ -154,6 +156,7 @@ def run_filed(
 ) -> Any:
     """Run the filing script `name` (settle or file_unsettled) of a batch member going to dead, with
     its death counted in its batch in the same script."""
+    shards.refuse("batches")  # a member's count and its filing are in different slots there
     error = f"{job.get('error_class') or ''}: {job.get('error_message') or ''}"[:1000]
     layout_keys, layout_args = batch_scripts.layout(job, "dead", error, settings.batch_ttl_s)
     return batch_scripts.run(client, f"filed:{name}", script_keys + layout_keys, args + layout_args)

@@ -30,7 +30,7 @@ import structlog
 from cogworker import codec
 from cogworker.api import chain_group, payload
 from cogworker.api.chain_group import FIELD
-from cogworker.store import key_guard, keys, scripts
+from cogworker.store import key_guard, keys, scripts, shards
 from cogworker.store.outage import Outages
 from cogworker.worker.fetching.fetch import Work
 from cogworker.worker.settling.settle import Settler
@@ -89,6 +89,8 @@ def succeeded(
 ) -> bool:
     """Acknowledge a chain step that succeeded and push the next one. True when acknowledged here
     (False: another run or recovery had taken it, or Redis failed for ACK_RETRY_S)."""
+    # Never in the sharded layout: the manager files such a job in dead unrun (unsharded.py).
+    shards.refuse("chains")
     carried = job[FIELD]
     jid = str(job.get("jid") or "")
     try:

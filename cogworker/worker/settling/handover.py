@@ -75,16 +75,22 @@ def flush_acks(fetcher: Fetcher, acks: Acks, deadline: float) -> int:
     while acks.pending_acks:
         taken = acks.take_acks()
         try:
-            fetcher.fetch(0, taken)
+            kept = fetcher.fetch(0, taken).unsent_acks
         except Exception as exc:
             acks.return_acks(taken)
             if not tried:
                 log.warning("final_acks_unanswered", count=len(taken), error=f"{type(exc).__name__}: {exc}")
             tried, may_have_run = True, may_have_run or not never_sent(exc)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            wait.wait(min(RETRY_PAUSE_S, left))
+        else:
+            if not kept:
+                continue
+            # Sharded: the partitions that answered have theirs; the others' are tried again.
+            acks.return_acks(kept)
+            tried = may_have_run = True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        wait.wait(min(RETRY_PAUSE_S, left))
     unsent = acks.pending_acks
     if unsent:
         log.error(

@@ -101,6 +101,23 @@ def test_a_dead_filing_sent_twice_pushes_one_death_notice(
     assert cluster.zcard(keys.DEAD) == 0 and cluster.llen(keys.DEATHS) == 0
 
 
+def test_a_job_a_limiter_put_back_goes_to_its_partitions_schedule_counted_limited(
+    sharded: tuple[Settings, ShardRoute], cluster: redis.RedisCluster
+) -> None:
+    loaded, route = sharded
+    scripts = Scripts(route.clients.home)
+    raw, job = listed_job(cluster)
+    due = time.time() + 30
+    filing = retry.storable(retry.Filing(keys.SCHEDULE, due, job))  # as api/limit_jobs.put_back names it
+    listed = shards.in_progress(P, IDENTITY)
+    for _ in range(2):
+        assert file_in_partition((scripts, loaded, route), raw, filing, listed, "")
+    assert cluster.zrange(shards.schedule(P), 0, -1, withscores=True) == [(codec.dumps(job), due)]
+    assert int(cluster.get(shards.stat(P, keys.LIMITED)) or 0) == 1
+    assert cluster.get(shards.stat(P, "failed")) is None
+    assert cluster.llen(listed) == 0
+
+
 def test_an_ack_sent_twice_counts_the_job_once(
     sharded: tuple[Settings, ShardRoute], cluster: redis.RedisCluster
 ) -> None:
