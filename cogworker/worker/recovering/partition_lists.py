@@ -57,7 +57,10 @@ class PartitionLists:
         self.on_buried = on_buried
 
     def partitions(self) -> list[shards.Partition]:
-        return self._known.get()
+        """Read afresh each time (a reconcile is rare: after a failure, or once a check interval): the
+        look for requeued jobs must cover every partition the fetcher may have taken a job from, or a
+        held job in a partition it missed would look requeued, and be disowned."""
+        return self._known.get(fresh=True)
 
     def contents(self) -> Counter[str]:
         """Every entry of every partition's list of this process, once per copy. Raises when a

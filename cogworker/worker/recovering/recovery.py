@@ -20,7 +20,6 @@ that partition's keys (`ListKeys`), and a job goes back to the partition it was 
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,13 +28,12 @@ import redis
 import structlog
 
 from cogworker import codec
-from cogworker.api import death, retry
-from cogworker.api.job_status import record_failed
 from cogworker.api.payload import DEFAULT_QUEUE
 from cogworker.store import job_keys, key_guard, keys, outcomes, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.scripts import Scripts
 from cogworker.store.shard_clients import ShardClients
+from cogworker.worker.recovering.burials import Burials
 
 if TYPE_CHECKING:
     from cogworker.worker.recovering.sharded_recovery import ShardedRecovery
@@ -106,13 +104,12 @@ class Recovery:
         self._outages = ctx.outages
         self._locks = ctx.locks
         self._identity = identity
-        self._pending_burials: list[tuple[str, shards.Partition | None]] = []
-        self._mutex = threading.Lock()
         self.sharded: ShardedRecovery | None = None
         if shards.is_sharded():
             from cogworker.worker.recovering.sharded_recovery import ShardedRecovery
 
             self.sharded = ShardedRecovery(self, ctx, shard_clients)
+        self.burials = Burials(ctx, self.sharded.scripts.of if self.sharded is not None else None)
 
     def one_slot_list(self, identity: str) -> ListKeys:
         return ListKeys(
@@ -353,130 +350,17 @@ class Recovery:
             pipe.delete(keys.work(identity))
             pipe.execute()
 
-    # Poison pills: requeue.lua files them raw in dead; here they get a proper dead entry.
+    # Poison pills: requeue.lua files them raw in dead; burials.py gives them a proper dead entry.
     def complete_burials(self, raws: list[str], partition: shards.Partition | None = None) -> None:
         """`partition`: the sharded layout's partition whose dead set holds them (None: keys.DEAD)."""
-        for raw in raws:
-            pending = (raw, partition)
-            try:
-                self._complete_burial(raw, partition)
-            except Exception as exc:
-                with self._mutex:
-                    if pending not in self._pending_burials:
-                        self._pending_burials.append(pending)
-                self._outages.report("Orphan recovery", exc)
-                if isinstance(exc, key_guard.WrongTypeKey):
-                    key_guard.request(self._client, exc.key)
-                elif key_guard.is_wrong_type(exc):
-                    key_guard.request(
-                        self._client, keys.DEAD if partition is None else shards.dead(partition)
-                    )
-            else:
-                with self._mutex:
-                    if pending in self._pending_burials:
-                        self._pending_burials.remove(pending)
-
-    def _complete_burial(self, raw: str, partition: shards.Partition | None) -> None:
-        job: dict[str, Any] = codec.loads_dict(raw) or {
-            "class": "cogworker.UnreadablePayload",
-            **codec.raw_fields(raw),  # bytes that aren't UTF-8 kept escaped, and exactly in base64
-        }
-        now = time.time()
-        job.update(
-            {
-                "error_class": "cogworker.ProcessDied",
-                "error_message": (
-                    f"its process died while running it more than {self._settings.max_orphanings} times, "
-                    "the last time running it alone (killed for memory? SIGKILL? a crash in native "
-                    "code?): not retried again"
-                ),
-                "failed_at": job.get("failed_at", now),
-                "died_at": now,
-            }
-        )
-        # Encoded before the Redis call, sanitised if JSON can't hold it: an encoding error retried
-        # as if Redis had failed would never succeed.
-        filing, text = retry.encoded(retry.Filing(keys.DEAD, now, job), raw)
-        job = filing.payload
-        # Its death notice (api/death.py) goes with the proper entry, in the same swap.
-        args = [raw, now, text, death.notice(death.POISON_PILL, text), self._settings.death_notices_max]
-        if partition is not None:
-            self._swap_in_partition(partition, job, raw, args)
-            return
-        if "bid" in job or "bcb" in job:
-            # A batch member: counted dead in its batch by the same swap (loaded only for one).
-            from cogworker.worker.settling.batch_settle import run_filed
-
-            swapped = run_filed(
-                self._client, self._settings, "swap_dead", [keys.DEAD, keys.DEATHS], args, job
-            )
-        else:
-            swapped = self._scripts.run("swap_dead", [keys.DEAD, keys.DEATHS], args, client=self._client)
-        wrong = key_guard.script_wrong_type(swapped)
-        if wrong is not None:
-            raise key_guard.WrongTypeKey(wrong, None)
-        if swapped:
-            log.error("poison_pill_to_dead", jid=job.get("jid"), job=job.get("class"))
-            self._locks.release_terminal(job)
-            jid = job.get("jid")
-            counter = (
-                keys.orphanings(jid) if isinstance(jid, str) else keys.orphanings_raw(job_keys.digest(raw))
-            )
-            pipe = self._client.pipeline(transaction=False)
-            pipe.delete(counter)
-            pipe.incr(keys.STAT_FAILED)
-            pipe.execute()
-            self._record_failed(job)
-
-    def _swap_in_partition(
-        self, partition: shards.Partition, job: dict[str, Any], raw: str, args: list[Any]
-    ) -> None:
-        """The sharded layout's swap: in the partition's dead set and death notices, its counters the
-        partition's. A stray batch member (batches are refused at push in this layout) is swapped like
-        any job: its batch, in the home slot, is not told."""
-        assert self.sharded is not None
-        client, scripts = self.sharded.scripts.of(partition)
-        dead_keys = [shards.dead(partition), shards.deaths(partition)]
-        swapped = scripts.run("swap_dead", dead_keys, args, client=client)
-        wrong = key_guard.script_wrong_type(swapped)
-        if wrong is not None:
-            raise key_guard.WrongTypeKey(wrong, None)
-        if swapped:
-            log.error(
-                "poison_pill_to_dead", jid=job.get("jid"), job=job.get("class"), partition=str(partition)
-            )
-            self._locks.release_terminal(job)
-            jid = job.get("jid")
-            counter = (
-                shards.orphanings(partition, jid)
-                if isinstance(jid, str)
-                else shards.orphanings_raw(partition, job_keys.digest(raw))
-            )
-            pipe = client.pipeline(transaction=False)
-            pipe.delete(counter)
-            pipe.incr(shards.stat(partition, "failed"))
-            pipe.execute()
-            self._record_failed(job)
-
-    def _record_failed(self, job: dict[str, Any]) -> None:
-        """Best-effort, like every status write: a tracked pill's status says "failed", not
-        "working" (its last word, written when it started the run that killed its process)."""
-        try:
-            record_failed(self._client, self._settings.status_ttl_s, job)
-        except Exception as exc:
-            self._outages.report("Status", exc)
+        self.burials.complete(raws, partition)
 
     def retry_burials(self) -> None:
-        with self._mutex:
-            pending = list(self._pending_burials)
-        for raw, partition in pending:
-            self.complete_burials([raw], partition)
+        self.burials.retry()
 
     @property
     def pending_burials(self) -> int:
-        with self._mutex:
-            return len(self._pending_burials)
+        return self.burials.pending
 
     def reset(self) -> None:
-        with self._mutex:
-            self._pending_burials.clear()
+        self.burials.reset()

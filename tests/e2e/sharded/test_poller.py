@@ -11,18 +11,20 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 import redis
 
 from cogworker import codec
 from cogworker import settings as settings_module
-from cogworker.store import shards
+from cogworker.store import keys, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.loops import partition_poller
 from cogworker.worker.loops.poller import Poller
 from cogworker.worker.recovering.recovery import Recovery
+from tests.e2e.sharded.down_partition import OneMasterDown
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 
@@ -35,19 +37,6 @@ def entry(jid: str, queue: str = QUEUE) -> str:
 
 def part(index: int, queue: str = QUEUE) -> shards.Partition:
     return shards.Partition(queue, index)
-
-
-class OneMasterDown(ShardClients):
-    """The deployment's clients, but partition `down`'s goes to a port nothing listens on: a real
-    connection refused, as a master that is down answers."""
-
-    def __init__(self, settings: settings_module.Settings, home: redis.Redis, down: shards.Partition) -> None:
-        super().__init__(settings, home=home)
-        self._down = down
-        self._nowhere = redis.Redis(port=1, socket_connect_timeout=0.5, decode_responses=True)
-
-    def of(self, partition: shards.Partition) -> redis.Redis:
-        return self._nowhere if partition == self._down else super().of(partition)
 
 
 @dataclass
@@ -86,6 +75,9 @@ def setup(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Setu
     yield made
     made.clients.close()
     made.ctx.client.close()
+    shards.use_settings(
+        SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
+    )
 
 
 def queued(cluster: redis.RedisCluster, partition: shards.Partition) -> list[dict[str, object]]:
@@ -193,3 +185,6 @@ def test_a_look_between_polls_reads_a_bounded_number_of_partitions(
     finally:
         made.clients.close()
         made.ctx.client.close()
+        shards.use_settings(
+            SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
+        )

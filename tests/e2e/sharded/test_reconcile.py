@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 import redis
 
 from cogworker import codec
 from cogworker import settings as settings_module
-from cogworker.store import shards
+from cogworker.store import keys, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.fetching.fetch import Work
@@ -24,6 +25,7 @@ from cogworker.worker.recovering.partition_lists import PartitionLists
 from cogworker.worker.recovering.reconcile import Reconciler
 from cogworker.worker.recovering.recovery import Recovery
 from cogworker.worker.settling.settle import Settler
+from tests.e2e.sharded.down_partition import OneMasterDown
 
 ME = "host:7:live"
 QUEUE = "alpha"
@@ -39,6 +41,7 @@ def part(index: int) -> shards.Partition:
 
 @dataclass
 class Parts:
+    ctx: RedisContext
     reconciler: Reconciler
     settler: Settler
     lists: PartitionLists
@@ -61,9 +64,12 @@ def parts(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Part
     reconciler.partition_lists = lists
     # Not used in the sharded layout (the partition lists are reconciled instead); the signature wants one.
     fetcher = ReliableFetch(ctx.client, ctx.client, ctx.scripts, ME, loaded.queue_spec)
-    yield Parts(reconciler, settler, lists, fetcher)
+    yield Parts(ctx, reconciler, settler, lists, fetcher)
     clients.close()
     ctx.client.close()
+    shards.use_settings(
+        SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
+    )
 
 
 def on_list(cluster: redis.RedisCluster, partition: shards.Partition, *raws: str) -> None:
@@ -128,3 +134,27 @@ def test_held_jobs_requeued_while_declared_dead_are_disowned_in_any_partition(
     parts.reconciler.run_if_due(parts.fetcher)
     assert parts.settler.disowned == 1
     assert parts.lists.contents() == {kept: 1}
+
+
+def test_a_partition_whose_master_is_down_is_reconciled_once_it_answers(
+    parts: Parts, cluster: redis.RedisCluster
+) -> None:
+    """Its reconcile never ran (the connection refused): the other partitions are reconciled, the
+    reconciler reports it and tries again, and then that partition's lost entry goes back too."""
+    lost0, lost1 = job("lost0"), job("lost1")
+    on_list(cluster, part(0), lost0)
+    on_list(cluster, part(1), lost1)
+    down = OneMasterDown(parts.ctx.settings, parts.ctx.client, part(1))
+    parts.reconciler.partition_lists = PartitionLists(down, ME, [QUEUE])
+    parts.reconciler.lost_reply()
+    parts.reconciler.run_if_due(parts.fetcher)
+    assert listed(cluster, shards.queue_key(part(0))) == [lost0]
+    assert listed(cluster, shards.in_progress(part(1), ME)) == [lost1]
+    assert "Reconcile" in parts.ctx.outages._since  # reported; tried again at the next fetch round
+    down.close()
+    parts.reconciler.partition_lists = parts.lists  # its master answers again
+    parts.reconciler.lost_reply()
+    parts.reconciler.run_if_due(parts.fetcher)
+    assert listed(cluster, shards.queue_key(part(1))) == [lost1]
+    assert cluster.llen(shards.in_progress(part(1), ME)) == 0
+    assert "Reconcile" not in parts.ctx.outages._since

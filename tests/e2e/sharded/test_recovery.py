@@ -8,6 +8,7 @@ in-process; tests/e2e/sharded/test_recovery_worker.py kills real workers."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 import redis
@@ -17,7 +18,8 @@ from cogworker import settings as settings_module
 from cogworker.store import keys, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
-from cogworker.worker.recovering.recovery import Recovery
+from cogworker.worker.recovering.recovery import PartitionsUnreachable, Recovery
+from tests.e2e.sharded.down_partition import OneMasterDown
 
 DEAD_OWNER = "host:1:dead"
 QUEUE = "alpha"
@@ -39,6 +41,9 @@ def recovery(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[R
     yield Recovery(ctx, "host:2:live", clients)
     clients.close()
     ctx.client.close()
+    shards.use_settings(
+        SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
+    )
 
 
 def part(index: int, queue: str = QUEUE) -> shards.Partition:
@@ -163,3 +168,28 @@ def test_a_clean_stop_requeues_its_own_lists_without_counting(
     result = recovery.requeue("host:2:live", if_dead_for=None, count_orphans=False)
     assert (result.moved, result.failed) == (2, 0)
     assert cluster.exists(shards.orphanings(part(0), "s0"), shards.orphanings(part(2), "s2")) == 0
+
+
+def test_a_partition_whose_master_is_down_is_requeued_once_it_answers_and_the_others_at_once(
+    recovery: Recovery, cluster: redis.RedisCluster
+) -> None:
+    """The requeue never ran in one partition (its master refused the connection): the others are
+    requeued, the identity stays registered, and the next check moves the rest."""
+    ctx = RedisContext(
+        recovery._client, recovery._scripts, recovery._settings, recovery._outages, recovery._locks
+    )
+    down = OneMasterDown(recovery._settings, recovery._client, part(1))
+    blocked = Recovery(ctx, "host:2:live", down)
+    seed(cluster, part(0), job("a"))
+    seed(cluster, part(1), job("b"))
+    with pytest.raises(PartitionsUnreachable, match="alpha#1") as raised:
+        blocked.requeue_dead(DEAD_OWNER)
+    assert raised.value.result.moved == 1
+    assert queued(cluster, part(0)) == [job("a")]
+    assert cluster.llen(shards.in_progress(part(1), DEAD_OWNER)) == 1
+    assert blocked.recover_orphans() == 0  # reported, not raised: the check goes on for other owners
+    assert cluster.sismember(keys.IN_PROGRESS_IDENTITIES, DEAD_OWNER) == 1
+    down.close()
+    assert recovery.recover_orphans() == 1  # its master answers again
+    assert queued(cluster, part(1)) == [job("b")]
+    assert cluster.sismember(keys.IN_PROGRESS_IDENTITIES, DEAD_OWNER) == 0

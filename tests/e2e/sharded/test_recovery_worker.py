@@ -171,3 +171,32 @@ def test_the_swarm_requeues_a_killed_childs_jobs_in_every_partition_at_once(
     )
     assert lines(out, "ran") == Counter(tags)
     assert swarm.stop() == 0
+
+
+@pytest.mark.timeout(90)
+def test_a_live_worker_puts_back_an_entry_on_its_partition_list_it_doesnt_hold(
+    layout: None,
+    cluster: redis.RedisCluster,
+    redis_cluster: RedisCluster,
+    workers: WorkerPool,
+    tmp_path: Path,
+) -> None:
+    """As a fetch whose reply was lost leaves it: on the worker's list in partition 2, unknown to it.
+    Its periodic reconcile (COGWORKER_ORPHAN_CHECK_INTERVAL_S) sends it back to that partition's queue,
+    and it runs there, once."""
+    out = tmp_path / "runs"
+    env = worker_env(redis_cluster, **QUICK)
+    worker = workers.start(env.pop("COGWORKER_REDIS_URL"), **env)
+    identity = worker.identity()
+    (tmp_path / "runs.stray.held").touch()  # not a first run: it runs through
+    job = build("sharded_recovery_jobs.hold_first", [str(out), "stray"], {}, queue=QUEUE, retry=True)
+    job.pop("kwargs")
+    cluster.lpush(shards.in_progress(part(2), identity), codec.dumps(job))
+    wait_until(lambda: lines(out, "ran") == Counter(["stray"]), timeout=30, message="the stray entry run")
+    wait_until(
+        lambda: lists_of(cluster, identity) == [0] * PARTITIONS, timeout=15, message="its list squared"
+    )
+    assert worker.events_named("requeued_unknown_jobs")
+    assert no_queued(cluster)
+    assert lines(out, "ran") == Counter(["stray"])
+    assert worker.stop() == 0
