@@ -20,6 +20,7 @@ from procs import WorkerGroup, cpu_seconds
 from systems.base import System
 
 import cogworker
+from cogworker.api import push_shards
 from curves._cluster import ONE_SLOT_PREFIX, SHARDED_PREFIX, BenchCluster, NodeSample
 
 POLL_S = 0.05
@@ -61,6 +62,9 @@ class Layout:
         }
         if self.partitions:
             overrides["queue_partitions"] = self.partitions
+        # The cluster was flushed since the last drain: the client must record the partition counts
+        # in the home slot again, not trust that it did so once in this process.
+        push_shards.forget_recorded()
         cogworker.configure(cogworker.load_settings(**overrides))
 
 

@@ -27,9 +27,8 @@ import pytest
 from redis.crc import key_slot
 
 import cogworker
-from cogworker.api import client as cw_client
-from cogworker.settings import load_settings
 from tests.e2e.sharded.conftest import sharded_env
+from tests.e2e.sharded.pushing import configured_api
 from tests.support.daemon_env import use_only
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
@@ -87,14 +86,15 @@ def start_load(
     """Push `per_queue` jobs to each queue, then start a swarm reading every queue."""
     env = sharded_env(cluster, COGWORKER_REQUIRE="cluster_jobs")
     use_only(monkeypatch, env)
-    cw_client.configure(load_settings())
     import cluster_jobs
 
     sinks = {queue: tmp_path / f"{queue}.txt" for queue in per_queue}
     tags = {queue: {f"{queue}-{i}" for i in range(count)} for queue, count in per_queue.items()}
-    for queue, count in per_queue.items():
-        jobs = [(str(sinks[queue]), f"{queue}-{i}", JOB_S) for i in range(count)]
-        cogworker.push_bulk(cluster_jobs.slow_note, jobs, queue=queue)
+    # Pushed through the job API in the sharded layout; the one-slot layout bound again after.
+    with configured_api(monkeypatch):
+        for queue, count in per_queue.items():
+            jobs = [(str(sinks[queue]), f"{queue}-{i}", JOB_S) for i in range(count)]
+            cogworker.push_bulk(cluster_jobs.slow_note, jobs, queue=queue)
     swarm = runner.start(
         **env,
         COGWORKER_COUNT=str(COUNT),
