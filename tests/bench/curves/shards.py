@@ -10,8 +10,9 @@ and the partitioned queue's name so its six partitions do too (_cluster.py).
 
 Capacity model: a master runs commands on one core, so a deployment saturates when its busiest master
 does: jobs/s = (CPU one master may use) / (busiest master's Redis CPU per job). Spread evenly over N
-masters, the busiest carries 1/N of the summed CPU per job, so jobs/s = N x quota / (summed CPU per
-job). The check: the same drain with the six queues on 1, 2 and 3 masters, every master's
+masters, the busiest carries 1/N of the summed CPU per job c, so jobs/s = N x quota / c, with c
+measured where it applies: every master saturated (a master at partial load spends more per job).
+The check: the same drain with the six queues on 1, 2 and 3 masters, every master's
 redis-server in a cgroup of its own limited to the same CPU quota, sized so one master saturates at a
 fifth of what the swarm drains unlimited (on 2 cores the workers, not Redis, would otherwise set
 the pace). Faults under load are their own curve (shards_faults.py).
@@ -211,18 +212,29 @@ def measure_capacity(
                 )
     finally:
         quota.close()
+    # The model's c: Redis CPU per job summed over every master, with every master saturated (the
+    # queues on all of them). A light-load c (the unlimited drain's) is drawn beside it: it is what a
+    # projection from an ordinary run would use, and it overstates the cost of a busy master's job.
+    most = str(len(masters))
+    saturated = curve.value("measured", most, "redis_cpu_us")
     one = curve.value("measured", "1", "jobs_per_s")
     for n in layouts:
-        curve.add("model", str(n), jobs_per_s=n * quota.share / (free.redis_cpu_us / 1e6))
+        model = None if saturated is None else n * quota.share / (saturated / 1e6)
+        curve.add("model", str(n), jobs_per_s=model)
+        curve.add("model, light-load c", str(n), jobs_per_s=n * quota.share / (free.redis_cpu_us / 1e6))
         # The other way to project: one saturated master's measured rate, times N.
         curve.add("N x one master", str(n), jobs_per_s=None if one is None else n * one)
     judge_capacity(curve, list(layouts))
     curve.notes.append(
+        f"Model: N x quota / c, c = {saturated or 0:.1f} µs of Redis CPU per job summed over the masters "
+        f"with all {most} saturated; light-load c = {free.redis_cpu_us:.1f} µs (the unlimited drain)."
+    )
+    curve.notes.append(
         f"Quota: each master's redis-server in a cgroup of its own, {quota.quota_us} µs of CPU every "
         f"{quota.period_us} µs ({100 * quota.share:.1f} % of a core), sized so one master saturates at "
         f"{ONE_MASTER_SHARE_OF_SWARM:.0%} of the unlimited drain ({free.jobs_per_s:,.0f} jobs/s, "
-        f"{free.redis_cpu_us:.1f} µs of Redis CPU per job summed over the masters). Model: N x quota / "
-        f"{free.redis_cpu_us:.1f} µs. Swarm: {CAPACITY_ENV['COGWORKER_COUNT']} processes x "
+        f"{free.redis_cpu_us:.1f} µs of Redis CPU per job summed over the masters). "
+        f"Swarm: {CAPACITY_ENV['COGWORKER_COUNT']} processes x "
         f"{CAPACITY_ENV['COGWORKER_CONCURRENCY']} threads, "
         f"{limited_jobs:,} jobs a drain."
     )
