@@ -354,3 +354,35 @@ def test_an_idle_worker_waits_on_its_partitions_wake_channels_and_a_wake_up_star
     seed(cluster, hot[2], "mark", "woken")
     cluster.publish(shards.wake_channel(hot[2]), "hot")  # as the push script does
     wait_until(lambda: events(out, "ran"), timeout=10, message="the job ran")
+
+
+def test_a_worker_follows_a_queues_recorded_partition_count_as_it_grows(
+    layout: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: Path
+) -> None:
+    worker = start(workers, redis_cluster, out, "hot")  # configured: one partition
+    worker.identity()
+    # A pusher configured with three raised the recorded count, and pushed to the third.
+    cluster.hset(shards.partitions_key(), "hot", 3)
+    seed(cluster, shards.Partition("hot", 2), "mark", "third")
+    wait_until(lambda: events(out, "ran"), timeout=30, message="the third partition read within a refresh")
+
+
+def test_a_failover_of_one_partitions_master_mid_run_loses_and_repeats_nothing(
+    layout: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: Path
+) -> None:
+    first, other = queues_on_two_masters(redis_cluster)
+    parts = [shards.Partition(first), shards.Partition(other)]
+    tags = []
+    for n in range(60):
+        tag = f"{parts[n % 2].queue}.{n}"
+        seed(cluster, parts[n % 2], "mark", tag, 0.05)
+        tags.append(tag)
+    start(workers, redis_cluster, out, f"{first},{other}", COGWORKER_CONCURRENCY="4")
+    wait_until(lambda: len(events(out, "ran")) >= 10, timeout=30, message="jobs running")
+    # A coordinated failover (no write lost) while jobs of that partition run and wait for their acks.
+    redis_cluster.failover(key_slot(f"{first}#0".encode()))
+    wait_until(lambda: len(events(out, "ran")) >= len(tags), timeout=60, message="every job ran")
+    ran = Counter(tag for tag, _pid in events(out, "ran"))
+    assert ran == Counter(tags)
+    wait_until(lambda: stat_sum(cluster, parts, "processed") == len(tags), timeout=30, message="all acked")
+    wait_until(lambda: not any(in_progress_lists(cluster, parts).values()), timeout=15, message="lists empty")
