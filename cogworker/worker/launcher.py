@@ -155,6 +155,7 @@ class Launcher:
             quiet=lambda: self.manager.is_quiet if self.manager else False,
             scan_at_boot=fetcher.keeps_in_progress,
             extra_tasks=[self.recovery.retry_burials, ticker.poll, unique.retry_deferred_releases],
+            shard_health=self.route.health if self.route is not None else None,
         )
         self.manager.on_wrong_type = self.poller.check_keys_soon
         # Cancels are known before the first fetch: a job cancelled while its process died is
@@ -171,6 +172,7 @@ class Launcher:
                 self.identity,
                 self.settings.queue_spec.names,
                 on_buried=self.recovery.complete_burials,
+                health=self.route.health if self.route is not None else None,
             )
         # What is loaded by now lives as long as the process. Out of the collector's reach, a full
         # collection no longer walks ~50,000 objects (over 20 ms, a stall every job would feel), and a

@@ -12,10 +12,15 @@ protocol, and a dead member's share would wait for it to be noticed). The cost o
   next poll, reads at most PEEK_PARTITIONS partitions' first entries a second, taking them in turn, and
   remembers each partition's first due time between looks: with P partitions, a process looks at a
   given one every ceil(P / PEEK_PARTITIONS) seconds, and the early pass runs only for the partitions
-  it knows are due. So one process sends at most 2 * PEEK_PARTITIONS ZRANGEs a second between polls,
-  however many partitions the deployment has;
+  it knows are due. Right after an early pass the partitions it served are looked at again (as the
+  one-slot poller looks again after each early pass), so a steady stream of due entries in a partition
+  keeps its 0.1-0.2 s. So a quiet process sends at most 2 * PEEK_PARTITIONS ZRANGEs a second between
+  polls, however many partitions the deployment has, plus two per partition it is moving entries in;
 - a partition whose master doesn't answer is reported (once per outage, by its own name), left out of
   the looks until the next poll, and tried again at each poll; the other partitions are polled as usual.
+  In a worker, the fetcher's partition health (worker/fetching/partition_health.py) is told too: the
+  partition is then skipped by polls as well until its probe sees the master answer, so no poll waits
+  on a master known to be down.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.loops import poller as poller_module
 from cogworker.worker.loops.graduation import SetPlace
-from cogworker.worker.recovering.partitions import Known, PartitionScripts
+from cogworker.worker.recovering.partitions import Health, Known, PartitionScripts
 
 # Partitions looked at per look between polls (one round trip each, two ZRANGEs).
 PEEK_PARTITIONS = 8
@@ -38,8 +43,14 @@ PEEK_PARTITIONS = 8
 
 class PartitionPoller:
     def __init__(
-        self, poller: poller_module.Poller, ctx: RedisContext, clients: ShardClients, rng: random.Random
+        self,
+        poller: poller_module.Poller,
+        ctx: RedisContext,
+        clients: ShardClients,
+        rng: random.Random,
+        health: Health | None = None,
     ) -> None:
+        self._health = health
         self._poller = poller
         self._outages = ctx.outages
         self._poll_interval_s = ctx.settings.poll_interval_s
@@ -49,7 +60,9 @@ class PartitionPoller:
         self._down_until: dict[shards.Partition, float] = {}
         self._firsts: dict[shards.Partition, float] = {}  # partition -> its sets' first score, last looked
         self._due_soon: list[shards.Partition] = []
+        self._served: list[shards.Partition] = []  # the partitions the last early pass served
         self._turn = 0
+        self._looked_at = -poller_module.PEEK_EVERY_S  # when the last turn of looks was taken
 
     def places(self, partition: shards.Partition) -> list[SetPlace]:
         client, scripts = self._scripts.of(partition)
@@ -62,9 +75,13 @@ class PartitionPoller:
         """Every due entry of every partition's sets (`early`: of the partitions the last look found
         due soon) into its partition's queue; returns how many."""
         partitions = list(self._due_soon) if early else self._known.get()
+        if early:
+            self._served = partitions  # looked at again by the next look, whatever its turn
         moved = 0
         for partition in partitions:
-            if early and self._is_down(partition):
+            if (early and self._is_down(partition)) or (
+                self._health is not None and self._health.is_down(partition)
+            ):
                 continue
             now = time.time()
             try:
@@ -73,6 +90,8 @@ class PartitionPoller:
             except redis.RedisError as exc:
                 self._down_until[partition] = time.monotonic() + self._poll_interval_s
                 self._outages.report(f"Scheduler {partition}", exc)
+                if self._health is not None and isinstance(exc, redis.ConnectionError):
+                    self._health.failed(partition, exc)  # probed from now on; skipped until it answers
                 continue
             if self._down_until.pop(partition, None) is not None:
                 self._outages.recovered(f"Scheduler {partition}")
@@ -84,29 +103,43 @@ class PartitionPoller:
     def _is_down(self, partition: shards.Partition) -> bool:
         return self._down_until.get(partition, 0.0) > time.monotonic()
 
+    def _skipped(self, partition: shards.Partition) -> bool:
+        """Left out of the looks: it failed since the last poll, or the fetcher knows it is down."""
+        return self._is_down(partition) or (self._health is not None and self._health.is_down(partition))
+
     def early_pass_in(self, left_s: float) -> float | None:
         """Poller._early_pass_in for the partitions: look at the next PEEK_PARTITIONS partitions' first
-        entries, and answer the seconds until the early pass when one known falls due within
-        `left_s` (and PEEK_EVERY_S)."""
+        entries (at most once per PEEK_EVERY_S), and at those the last early pass served (a steady
+        stream of due entries in one partition is then enqueued on time, as in the one-slot layout);
+        answer the seconds until the early pass when one known falls due within `left_s` (and
+        PEEK_EVERY_S)."""
         try:
-            partitions = [p for p in self._known.get() if not self._is_down(p)]
+            partitions = [p for p in self._known.get() if not self._skipped(p)]
         except redis.RedisError:
             return None
         if not partitions:
             return None
-        count = min(len(partitions), PEEK_PARTITIONS)
-        start = self._turn % len(partitions)
-        self._turn = start + count
-        for i in range(count):
-            self._look(partitions[(start + i) % len(partitions)])
+        look = [p for p in self._served if not self._skipped(p)]
+        self._served = []
+        if time.monotonic() - self._looked_at >= poller_module.PEEK_EVERY_S:
+            self._looked_at = time.monotonic()
+            count = min(len(partitions), PEEK_PARTITIONS)
+            start = self._turn % len(partitions)
+            self._turn = start + count
+            look += [partitions[(start + i) % len(partitions)] for i in range(count)]
+        for partition in dict.fromkeys(look):
+            self._look(partition)
         if not self._firsts:
             return None
         now = time.time()
         gap = poller_module.DUE_GAP_S
-        wait_s = max(gap, min(self._firsts.values()) - now) + gap * self._rng.random()
+        known = {p: first for p, first in self._firsts.items() if not self._skipped(p)}
+        if not known:
+            return None
+        wait_s = max(gap, min(known.values()) - now) + gap * self._rng.random()
         if wait_s >= min(left_s, poller_module.PEEK_EVERY_S):
             return None
-        self._due_soon = [p for p, first in self._firsts.items() if first <= now + wait_s]
+        self._due_soon = [p for p, first in known.items() if first <= now + wait_s]
         return wait_s
 
     def _look(self, partition: shards.Partition) -> None:

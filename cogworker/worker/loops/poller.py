@@ -30,6 +30,7 @@ from cogworker.worker.settling.settle import file_unsettled
 
 if TYPE_CHECKING:
     from cogworker.worker.loops.partition_poller import PartitionPoller
+    from cogworker.worker.recovering.partitions import Health
 
 log = structlog.get_logger("cogworker.poller")
 
@@ -58,6 +59,7 @@ class Poller:
         scan_at_boot: bool,
         extra_tasks: list[Callable[[], object]] | None = None,
         shard_clients: ShardClients | None = None,
+        shard_health: Health | None = None,
     ) -> None:
         self._client = ctx.client
         self._scripts = ctx.scripts
@@ -87,7 +89,7 @@ class Poller:
                 shard_clients = (
                     sharded.clients if sharded is not None else ShardClients(ctx.settings, home=ctx.client)
                 )
-            self._partitions = PartitionPoller(self, ctx, shard_clients, self._rng)
+            self._partitions = PartitionPoller(self, ctx, shard_clients, self._rng, shard_health)
         self._ctx = ctx
 
     def start(self) -> None:

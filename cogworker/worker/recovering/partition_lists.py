@@ -12,8 +12,9 @@ confirming reconcile RECONCILE_CONFIRM_S later finds it. So a reconcile of a pro
 unknown costs one LRANGE per partition and no script.
 
 An entry goes back to the queue of the partition whose list it was on (store/job_keys.py). A partition
-whose master doesn't answer is skipped, the others reconciled; then PartitionsUnreachable is raised, and
-the reconciler tries again soon (FAILED_RETRY_S).
+whose master doesn't answer, or that the fetcher knows is down (`health`, not waited on), is skipped and
+the others reconciled; then PartitionsUnreachable is raised, and the reconciler tries again soon
+(FAILED_RETRY_S).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import redis
 from cogworker.store import job_keys, shards
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.fetching.fetch import Reconciled
-from cogworker.worker.recovering.partitions import Known, PartitionScripts
+from cogworker.worker.recovering.partitions import Health, Known, PartitionScripts
 from cogworker.worker.recovering.recovery import (
     ORPHANINGS_TTL_S,
     PERIODIC_RUNNING_TTL_S,
@@ -49,8 +50,12 @@ class PartitionLists:
         identity: str,
         queue_names: Iterable[str],
         on_buried: OnBuried | None = None,
+        health: Health | None = None,
     ) -> None:
         self.identity = identity
+        # The fetcher's view of the partitions whose master is down: the reconcile runs on the fetcher
+        # thread, which must never wait on a master it already knows is down.
+        self._health = health
         self._clients = clients
         self._scripts = PartitionScripts(clients)
         self._known = Known(clients.home, queue_names)
@@ -67,6 +72,12 @@ class PartitionLists:
         partition doesn't answer (the caller must not take a missing entry for a requeued one)."""
         found: Counter[str] = Counter()
         for partition in self.partitions():
+            if self._health is not None and self._health.is_down(partition):
+                raise PartitionsUnreachable(
+                    f"the in-progress list of {self.identity} in {partition} can't be read "
+                    "(its master is down)",
+                    RequeueResult(),
+                )
             key = shards.in_progress(partition, self.identity)
             found.update(str(raw) for raw in self._clients.of(partition).lrange(key, 0, -1))
         return found
@@ -78,6 +89,8 @@ class PartitionLists:
         found: set[str] = set()
         seen: set[int] = set()
         for partition in self.partitions():
+            if self._health is not None and self._health.is_down(partition):
+                continue
             client = self._clients.of(partition)
             if id(client) in seen:
                 continue
@@ -96,10 +109,15 @@ class PartitionLists:
         total = Reconciled()
         unreachable: list[str] = []
         for partition in self.partitions():
+            if self._health is not None and self._health.is_down(partition):
+                unreachable.append(str(partition))
+                continue
             try:
                 self._reconcile_partition(partition, held_digests, failed_digests, max_orphanings, total)
-            except redis.ConnectionError:
+            except redis.ConnectionError as exc:
                 unreachable.append(str(partition))
+                if self._health is not None:
+                    self._health.failed(partition, exc)
         if unreachable:
             raise PartitionsUnreachable(
                 f"the in-progress lists of {self.identity} in {', '.join(unreachable)} could not be "

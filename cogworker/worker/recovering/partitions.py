@@ -17,12 +17,23 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable
+from typing import Protocol
 
 import redis
 
 from cogworker.store import keys, shards
 from cogworker.store.scripts import Scripts
 from cogworker.store.shard_clients import ShardClients
+
+
+class Health(Protocol):
+    """Which partitions' masters are known not to answer (worker/fetching/partition_health.py): skipped
+    without waiting on them, and told of a failure, so the fetcher skips them too and a probe watches
+    for their return."""
+
+    def is_down(self, partition: shards.Partition) -> bool: ...
+    def failed(self, partition: shards.Partition, exc: BaseException) -> None: ...
+
 
 # How long a list of partitions read from the home slot is used before it is read again: a queue
 # pushed for the first time (or given more partitions) is covered this soon.

@@ -15,13 +15,16 @@ from types import SimpleNamespace
 
 import pytest
 import redis
+from redis.crc import key_slot
 
 from cogworker import codec
 from cogworker import settings as settings_module
 from cogworker.store import keys, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
+from cogworker.worker.fetching.partition_health import PartitionHealth
 from cogworker.worker.loops import partition_poller
+from cogworker.worker.loops import poller as poller_module
 from cogworker.worker.loops.poller import Poller
 from cogworker.worker.recovering.recovery import Recovery
 from tests.e2e.sharded.down_partition import OneMasterDown
@@ -45,7 +48,7 @@ class Setup:
     ctx: RedisContext
     clients: ShardClients
 
-    def poller(self, clients: ShardClients | None = None) -> Poller:
+    def poller(self, clients: ShardClients | None = None, health: PartitionHealth | None = None) -> Poller:
         clients = clients or self.clients
         return Poller(
             self.ctx,
@@ -53,6 +56,7 @@ class Setup:
             quiet=lambda: False,
             scan_at_boot=False,
             shard_clients=clients,
+            shard_health=health,
         )
 
 
@@ -168,23 +172,72 @@ def test_a_look_between_polls_reads_a_bounded_number_of_partitions(
         poller = made.poller()
         assert poller._partitions is not None
         nodes = [redis_cluster.client(port) for port in redis_cluster.ports]
+
+        def zranges() -> int:
+            stats = [node.info("commandstats") for node in nodes]
+            return sum(int(s.get("cmdstat_zrange", {}).get("calls", 0)) for s in stats)
+
         for node in nodes:
             node.config_resetstat()
-        poller._partitions.early_pass_in(5.0)
-        calls = 0
-        for node in nodes:
-            stats = node.info("commandstats")
-            calls += int(stats.get("cmdstat_zrange", {}).get("calls", 0))
-            node.close()
+        looks = poller._partitions
+        looks.early_pass_in(5.0)
         # 20 partitions, yet one look reads the first entries of 8 partitions' two sets.
-        assert calls == 2 * partition_poller.PEEK_PARTITIONS
-        # The next look takes the next 8: every partition is looked at within 3 looks.
-        poller._partitions.early_pass_in(5.0)
-        poller._partitions.early_pass_in(5.0)
-        assert poller._partitions._turn == 24
+        assert zranges() == 2 * partition_poller.PEEK_PARTITIONS
+        looks.early_pass_in(5.0)  # again within the second: no new turn of looks
+        assert zranges() == 2 * partition_poller.PEEK_PARTITIONS
+        # A second later the next 8, and so on: every partition is looked at within 3 seconds.
+        for _ in range(2):
+            looks._looked_at -= poller_module.PEEK_EVERY_S
+            looks.early_pass_in(5.0)
+        assert looks._turn == 24
+        assert zranges() == 3 * 2 * partition_poller.PEEK_PARTITIONS
+        for node in nodes:
+            node.close()
     finally:
         made.clients.close()
         made.ctx.client.close()
         shards.use_settings(
             SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
         )
+
+
+def test_a_partition_found_down_by_a_poll_is_probed_and_skipped_until_it_answers(
+    setup: Setup, cluster: redis.RedisCluster
+) -> None:
+    """In a worker the poll tells the fetcher's partition health: no later poll waits on that master,
+    and the fetcher skips it too, until a probe sees it answer."""
+    down = OneMasterDown(setup.settings, setup.ctx.client, part(1))
+    health = PartitionHealth(down, probe_s=60)
+    poller = setup.poller(down, health)
+    try:
+        cluster.zadd(shards.schedule(part(1)), {entry("waits"): time.time() - 1})
+        cluster.zadd(shards.schedule(part(2)), {entry("runs"): time.time() - 1})
+        assert poller.enqueue_due() == 1
+        assert health.is_down(part(1))
+        cluster.zadd(shards.schedule(part(0)), {entry("next"): time.time() - 1})
+        assert poller.enqueue_due() == 1  # partition 1 skipped without a connect
+        assert cluster.zcard(shards.schedule(part(1))) == 1
+    finally:
+        health.close()
+        down.close()
+
+
+def test_a_partition_whose_master_fails_over_is_polled_on_its_new_master(
+    setup: Setup, cluster: redis.RedisCluster, redis_cluster: RedisCluster
+) -> None:
+    """CLUSTER FAILOVER of one partition's master: its next poll may meet MOVED (reported, nothing
+    moved), the one after graduates on the promoted replica; the other partitions never wait."""
+    poller = setup.poller()
+    cluster.zadd(shards.schedule(part(1)), {entry("before"): time.time() - 1})
+    assert poller.enqueue_due() == 1  # the partition's client is pinned to its master now
+    redis_cluster.failover(key_slot(b"alpha#1"))
+    cluster.zadd(shards.schedule(part(1)), {entry("after"): time.time() - 1})
+    cluster.zadd(shards.schedule(part(2)), {entry("elsewhere"): time.time() - 1})
+
+    def polled() -> bool:
+        poller.enqueue_due()
+        return cluster.llen(shards.queue_key(part(1))) == 2
+
+    wait_until(polled, timeout=30, message="the entry graduated on the new master")
+    assert [job["jid"] for job in queued(cluster, part(2))] == ["elsewhere"]
+    assert cluster.zcard(shards.schedule(part(1))) == 0

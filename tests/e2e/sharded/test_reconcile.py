@@ -20,10 +20,11 @@ from cogworker.store import keys, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.fetching.fetch import Work
+from cogworker.worker.fetching.partition_health import PartitionHealth
 from cogworker.worker.fetching.reliable_fetch import ReliableFetch
 from cogworker.worker.recovering.partition_lists import PartitionLists
 from cogworker.worker.recovering.reconcile import Reconciler
-from cogworker.worker.recovering.recovery import Recovery
+from cogworker.worker.recovering.recovery import PartitionsUnreachable, Recovery
 from cogworker.worker.settling.settle import Settler
 from tests.e2e.sharded.down_partition import OneMasterDown
 
@@ -158,3 +159,26 @@ def test_a_partition_whose_master_is_down_is_reconciled_once_it_answers(
     assert listed(cluster, shards.queue_key(part(1))) == [lost1]
     assert cluster.llen(shards.in_progress(part(1), ME)) == 0
     assert "Reconcile" not in parts.ctx.outages._since
+
+
+def test_a_partition_the_fetcher_knows_is_down_is_not_waited_on(
+    parts: Parts, cluster: redis.RedisCluster
+) -> None:
+    """The reconcile runs on the fetcher thread: a partition its health marks down is skipped at once
+    (no connect to wait for), the others reconciled, and the look for requeued jobs is not made on a
+    partial read."""
+    lost0 = job("lost0")
+    on_list(cluster, part(0), lost0)
+    down = OneMasterDown(parts.ctx.settings, parts.ctx.client, part(1))
+    health = PartitionHealth(down)
+    health.failed(part(1), redis.ConnectionError("refused"))
+    lists = PartitionLists(down, ME, [QUEUE], health=health)
+    try:
+        with pytest.raises(PartitionsUnreachable, match="alpha#1"):
+            lists.reconcile([], [], 3)
+        assert listed(cluster, shards.queue_key(part(0))) == [lost0]
+        with pytest.raises(PartitionsUnreachable, match="alpha#1"):
+            lists.contents()
+    finally:
+        health.close()
+        down.close()

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import redis
+from redis.crc import key_slot
 
 from cogworker import codec
 from cogworker import settings as settings_module
@@ -20,6 +21,8 @@ from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.recovering.recovery import PartitionsUnreachable, Recovery
 from tests.e2e.sharded.down_partition import OneMasterDown
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import wait_until
 
 DEAD_OWNER = "host:1:dead"
 QUEUE = "alpha"
@@ -193,3 +196,23 @@ def test_a_partition_whose_master_is_down_is_requeued_once_it_answers_and_the_ot
     assert recovery.recover_orphans() == 1  # its master answers again
     assert queued(cluster, part(1)) == [job("b")]
     assert cluster.sismember(keys.IN_PROGRESS_IDENTITIES, DEAD_OWNER) == 0
+
+
+def test_a_dead_owners_list_on_a_master_that_failed_over_is_recovered_on_the_new_one(
+    recovery: Recovery, cluster: redis.RedisCluster, redis_cluster: RedisCluster
+) -> None:
+    seed(cluster, part(0), job("warm"))
+    assert recovery.recover_orphans() == 1  # every partition's client pinned to its master now
+    seed(cluster, part(1), job("moved"))
+    redis_cluster.failover(key_slot(b"alpha#1"))
+    seed(cluster, part(0), job("stays"))
+    moved: list[int] = []
+
+    def recovered() -> bool:
+        moved.append(recovery.recover_orphans())  # MOVED at first: reported, then the new master
+        return not cluster.sismember(keys.IN_PROGRESS_IDENTITIES, DEAD_OWNER)
+
+    wait_until(recovered, timeout=30, message="the list on the promoted replica requeued")
+    assert sum(moved) == 2
+    assert queued(cluster, part(1)) == [job("moved")]
+    assert queued(cluster, part(0)) == [job("warm"), job("stays")]  # each requeue at the popped end
