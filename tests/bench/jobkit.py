@@ -11,6 +11,8 @@ Keys (all in the bench Redis, flushed between steps):
   bench:latency           list of pickup latencies in ms (W2)
   bench:paced             list of "<push epoch> <pickup latency ms>" lines (the load curve)
   bench:events            list of "start|end <index> <pid> <epoch>" lines (W3)
+  bench:runs              hash "<queue> <index>" -> runs of that job (the shards curve's faults)
+  bench:q:<queue>         counter, one INCR per run of a job of <queue> (the shards curve's faults)
   bench:w4:runs           hash index -> how many times W4 job <index> completed (all must be 1)
   bench:w4:lag            list of loop lags in ms, one per W4 job (see w4_job)
   bench:w4:incr           counter, one INCR per W4 job of the `redis` body (its real round trip)
@@ -36,6 +38,8 @@ T_LAST = "bench:t:last"
 LATENCY = "bench:latency"
 PACED = "bench:paced"
 EVENTS = "bench:events"
+RUNS = "bench:runs"
+PER_QUEUE = "bench:q:"
 W4_RUNS = "bench:w4:runs"
 W4_LAG = "bench:w4:lag"
 W4_PIDS = "bench:w4:pids"
@@ -92,6 +96,16 @@ def record_paced(pushed_at: float) -> None:
     """The load curve's job (curves/load.py): its push time too, so the run can leave out the warm-up."""
     started = time.time()
     client().rpush(PACED, f"{pushed_at!r} {(started - pushed_at) * 1000.0!r}")
+
+
+def mark_tagged(queue: str, index: int) -> None:
+    """The shards curve's faults job (curves/shards_faults.py): W1's body, and which job ran and how
+    often (lost and doubled jobs), and its queue's count (each queue's pace through a failover)."""
+    pipe = client().pipeline(transaction=False)
+    pipe.hincrby(RUNS, f"{queue} {index}", 1)
+    pipe.incr(PER_QUEUE + queue)
+    pipe.execute()
+    mark_done()
 
 
 _quiet: list[socket.socket] = []

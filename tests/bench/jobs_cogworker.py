@@ -35,6 +35,12 @@ def payload(data: str) -> None:
     jobkit.mark_done()
 
 
+# The shards curve's faults (curves/shards_faults.py): W1's job, telling which job it was.
+@job(queue="default")
+def tagged(queue: str, index: int) -> None:
+    jobkit.mark_tagged(queue, index)
+
+
 @job(queue="default")
 def pickup(pushed_at: float) -> None:
     jobkit.record_pickup(pushed_at)
