@@ -127,4 +127,5 @@ def _wrong_type_error(key: str, partition: shards.Partition | None) -> key_guard
     """The sync key guard's error for `key`, read on the sync client of the slot holding it."""
     if partition is None:
         return key_guard.wrong_type_error(client.connection(), key)
-    return push_write.wrong_type_in_partition(client.shard_clients().of(partition), key)
+    clients = client.shard_clients()
+    return push_write.wrong_type_in_partition(clients.of(partition), key, clients.home)

@@ -263,7 +263,7 @@ def install_deferral(deferral: Deferral | None) -> None:
 
 def _write_one(job: dict[str, Any]) -> str:
     undo = middleware.before_write([job]) if middleware.before_write_hooks else None
-    push_settle.write_settled(connection(), [job], undo)
+    push_settle.write_settled(connection(), [job], undo, settings=settings(), clients=shard_clients)
     return str(job["jid"])
 
 
@@ -303,5 +303,7 @@ def push_bulk(
             # On failure, what the chain took for the jobs not written (unique claims, "queued"
             # statuses) is given back, or a retried push_bulk would find every job a duplicate of
             # one that was never pushed; for jobs written (a lost reply) it stands.
-            push_settle.write_settled(conn, batch, undo, abandon_chain=True)
+            push_settle.write_settled(
+                conn, batch, undo, settings=settings(), clients=shard_clients, abandon_chain=True
+            )
     return jids

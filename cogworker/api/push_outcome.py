@@ -80,15 +80,16 @@ def unwritten(
     attempt: str,
     failure: BaseException,
     partition: shards.Partition | None = None,
+    home: redis.Redis | None = None,
 ) -> list[dict[str, Any]]:
     """The jobs of a failed write attempt known not to be written (the others stand); raises
     PushOutcomeUnknown, from `failure`, when that can't be known. With `partition` (the sharded
-    layout), `conn` is the client of the partition the attempt wrote to."""
+    layout), `conn` is the client of the partition the attempt wrote to and `home` the home slot's."""
     jids = to_ask(jobs, failure)
     if jids is None:
         return list(jobs)
     try:
-        codes = _check(conn, jids, attempt, partition)
+        codes = _check(conn, jids, attempt, partition, home or conn)
     except Exception as exc:
         raise unknown(jids, failure, exc) from failure
     return sorted_out(jobs, codes, failure)
@@ -156,7 +157,9 @@ def markers(jids: list[str], partition: shards.Partition | None) -> list[str]:
     return [shards.pushed(partition, jid) for jid in jids]
 
 
-def _check(conn: redis.Redis, jids: list[str], attempt: str, partition: shards.Partition | None) -> list[int]:
+def _check(
+    conn: redis.Redis, jids: list[str], attempt: str, partition: shards.Partition | None, home: redis.Redis
+) -> list[int]:
     reply = conn.register_script(scripts.source("push_check"))(
         keys=markers(jids, partition), args=[attempt, FENCE_TTL_MS], client=conn
     )
@@ -164,5 +167,5 @@ def _check(conn: redis.Redis, jids: list[str], attempt: str, partition: shards.P
     if wrong is not None:
         if partition is None:
             raise key_guard.wrong_type_error(conn, wrong)
-        raise wrong_type_in_partition(conn, wrong)
+        raise wrong_type_in_partition(conn, wrong, home)
     return [int(code) for code in reply]

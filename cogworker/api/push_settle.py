@@ -8,14 +8,17 @@ fails stopping the push.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import redis
 import structlog
 
-from cogworker.api import client, middleware, push_outcome, push_shards, push_write
+from cogworker.api import middleware, push_outcome, push_shards, push_write
 from cogworker.api.middleware import abandon
+from cogworker.settings_fields import SettingsFields
 from cogworker.store import replicas, shards
+from cogworker.store.shard_clients import ShardClients
 
 _log = structlog.get_logger("cogworker.client")
 
@@ -25,38 +28,43 @@ def write_settled(
     jobs: list[dict[str, Any]],
     undo: middleware.Undo | None,
     *,
+    settings: SettingsFields,
+    clients: Callable[[], ShardClients],
     abandon_chain: bool = False,
 ) -> None:
     """Write `jobs`; when that fails, undo what was taken for them (their batch membership and, with
     `abandon_chain`, what the client chain took) only for those known not to be written
     (api/push_outcome.py). Returns when every job is written, its reply lost or not. In the sharded
-    layout, each partition's jobs on its own client (api/push_shards.py)."""
+    layout, each partition's jobs on its own client (api/push_shards.py): `clients()` gives them, made
+    on the first push (the job API's, passed in so this module needs nothing of api/client.py)."""
     if shards.is_sharded():
-        _write_partitions(jobs, undo, abandon_chain=abandon_chain)
+        _write_partitions(clients(), settings, jobs, undo, abandon_chain=abandon_chain)
         return
-    _write_group(conn, jobs, undo, abandon_chain=abandon_chain, partition=None)
+    _write_group(conn, settings, jobs, undo, abandon_chain=abandon_chain, partition=None)
 
 
 def _write_group(
     conn: redis.Redis,
+    settings: SettingsFields,
     jobs: list[dict[str, Any]],
     undo: middleware.Undo | None,
     *,
     abandon_chain: bool,
     partition: shards.Partition | None,
+    home: redis.Redis | None = None,
 ) -> None:
     """One push_batch.lua write of `jobs` (to `partition`, on its client `conn`), settled."""
     attempt = push_outcome.new_attempt()
     try:
-        push_write.write(conn, client.settings(), jobs, attempt, partition)
+        push_write.write(conn, settings, jobs, attempt, partition, home)
         return
     except replicas.NotReplicated:
         raise  # written: it stands
     except BaseException as exc:
         # Raises PushOutcomeUnknown, undoing nothing, when whether they were written can't be known.
-        lost = push_outcome.unwritten(conn, jobs, attempt, exc, partition)
+        lost = push_outcome.unwritten(conn, jobs, attempt, exc, partition, home)
         if not lost:
-            unconfirmed = replicas.unconfirmed(client.settings(), [str(job["jid"]) for job in jobs])
+            unconfirmed = replicas.unconfirmed(settings, [str(job["jid"]) for job in jobs])
             if unconfirmed is not None:
                 raise unconfirmed from exc
             return
@@ -65,11 +73,15 @@ def _write_group(
 
 
 def _write_partitions(
-    jobs: list[dict[str, Any]], undo: middleware.Undo | None, *, abandon_chain: bool
+    clients: ShardClients,
+    settings: SettingsFields,
+    jobs: list[dict[str, Any]],
+    undo: middleware.Undo | None,
+    *,
+    abandon_chain: bool,
 ) -> None:
     """The sharded layout's write: the queues recorded on their first push, then one settled write per
     partition, in order; the first that fails stops it (api/push_shards.py says what stands then)."""
-    clients = client.shard_clients()
     groups = push_shards.split(jobs)
     try:
         push_shards.record(clients.home, push_shards.to_record(jobs))
@@ -78,7 +90,9 @@ def _write_partitions(
         raise
     for index, (partition, group) in enumerate(groups):
         try:
-            _write_group(clients.of(partition), group, undo, abandon_chain=abandon_chain, partition=partition)
+            _write_group(
+                clients.of(partition), settings, group, undo, abandon_chain=abandon_chain, partition=partition
+            )
         except BaseException as exc:
             later = push_shards.never_sent(groups[index + 1 :])
             if later:

@@ -40,11 +40,13 @@ def write(
     batch: Sequence[dict[str, Any]],
     attempt: str,
     partition: shards.Partition | None = None,
+    home: redis.Redis | None = None,
 ) -> None:
     """Write `batch` as write attempt `attempt`: every job, or none when a key it goes to has the wrong
     type (key_guard.WrongTypeKey names it). A job whose jid an earlier attempt wrote is not written
     again. replicas.NotReplicated: written, but too few replicas confirmed it. With `partition` (the
-    sharded layout), every job of `batch` is of its queue and `conn` is its client."""
+    sharded layout), every job of `batch` is of its queue, `conn` is its client and `home` the home
+    slot's (where a wrong-type key is reported to the key guard)."""
     if not batch:
         return
     script_keys, args = plan(batch, attempt, partition)
@@ -59,14 +61,14 @@ def write(
         # The jobs are written, so the push stands (raising would have the caller push them twice);
         # only their queues' listing is missing until the key guard moves the registry aside.
         registry = script_keys[0]
-        key_guard.request(conn if partition is None else _home(), registry)
+        key_guard.request(home or conn, registry)
         _log.error("push_bookkeeping_failed", key=registry, jids=[str(j["jid"]) for j in batch][:10])
     else:
         wrong = key_guard.script_wrong_type(reply)
         if wrong is not None:
             if partition is None:
                 raise key_guard.wrong_type_error(conn, wrong)
-            raise wrong_type_in_partition(conn, wrong)
+            raise wrong_type_in_partition(conn, wrong, home or conn)
     if wait is not None:
         replicas.check_push(settings, waited, [str(job["jid"]) for job in batch])
 
@@ -116,21 +118,15 @@ def _partition_keys(p: shards.Partition, queue_names: list[str], jids: list[str]
     return [shards.registry(p), shards.wake_channel(p), shards.schedule(p), *queues, *markers]
 
 
-def wrong_type_in_partition(conn: redis.Redis, key: str) -> key_guard.WrongTypeKey:
+def wrong_type_in_partition(conn: redis.Redis, key: str, home: redis.Redis) -> key_guard.WrongTypeKey:
     """key_guard.wrong_type_error for a partition's key: its type is read on the partition's client,
     the key guards are asked on the home client (their request set is a home key)."""
     try:
         found: str | None = str(conn.type(key))
     except redis.RedisError:
         found = None
-    key_guard.request(_home(), key)
+    key_guard.request(home, key)
     return key_guard.WrongTypeKey(key, found)
-
-
-def _home() -> redis.Redis:
-    from cogworker.api import client  # imported here: the client imports this module
-
-    return client.connection()
 
 
 def _script_then_wait(

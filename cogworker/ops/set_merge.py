@@ -18,8 +18,8 @@ from typing import Any, cast
 
 import redis
 
+from cogworker.ops import set_entry as set_ops
 from cogworker.ops import set_fanout
-from cogworker.ops import sets as set_ops
 from cogworker.store.shards import Partition
 
 # Rounds of the selection at most: about log9 of the entries when the sets hold still; sets changing

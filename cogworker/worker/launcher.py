@@ -42,6 +42,7 @@ from cogworker.worker.loops.ticker import Ticker
 from cogworker.worker.manager import Manager
 from cogworker.worker.metrics.flusher import Flusher
 from cogworker.worker.metrics.recorder import Recorder
+from cogworker.worker.recovering import partition_lists
 from cogworker.worker.recovering.recovery import Recovery
 from cogworker.worker.running.cancelled import CancelWatch
 from cogworker.worker.running.death_hooks import DeathHookRunner
@@ -164,8 +165,11 @@ class Launcher:
         self.cancels.start()
         self.manager.reconciler.on_buried = self.recovery.complete_burials
         # Sharded: this process's list in each queue partition, each reconciled in its own slot.
-        self.manager.reconciler.partition_lists = self.recovery.own_lists(
-            self.route.health if self.route else None
+        self.manager.reconciler.partition_lists = partition_lists.own_lists(
+            self.recovery,
+            self.identity,
+            self.ctx.settings.queue_spec.names,
+            self.route.health if self.route else None,
         )
         # What is loaded by now lives as long as the process. Out of the collector's reach, a full
         # collection no longer walks ~50,000 objects (over 20 ms, a stall every job would feel), and a

@@ -28,7 +28,8 @@ from cogworker.store.locks import Locks
 from cogworker.store.outage import Outages
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.scripts import Scripts
-from cogworker.worker.recovering.recovery import Recovery, RequeueResult
+from cogworker.worker.recovering.recovery import Recovery
+from cogworker.worker.recovering.requeue_result import RequeueResult
 
 
 class RedisRequeue:

@@ -60,7 +60,6 @@ from cogworker.worker.fetching.fetch import (
 from cogworker.worker.fetching.partition_health import PartitionHealth
 from cogworker.worker.fetching.partition_lines import PartitionLines
 from cogworker.worker.fetching.placements import Placements
-from cogworker.worker.fetching.sharded_reconcile import Every, list_every, reconcile_every
 
 log = structlog.get_logger("cogworker.fetch")
 
@@ -335,15 +334,10 @@ class ShardedFetch:
         return bool(moved)
 
     def reconcile(self, held: Iterable[str], failed: Iterable[str], max_orphanings: int) -> Reconciled:
-        """reconcile.lua on each partition's list (sharded_reconcile.py)."""
-        return reconcile_every(self._every(), list(held), list(failed), max_orphanings)
-
-    def listed(self) -> list[str]:
-        """Every entry of this process's in-progress lists (the reconciler's look at what is listed)."""
-        return list_every(self._every())
-
-    def _every(self) -> Every:
-        return Every(self.partitions(), self._clients, self._scripts, self._identity, self._health)
+        """Never called: in the sharded layout the reconciler goes through this process's list in each
+        partition (worker/recovering/partition_lists.py, set on it by the launcher), which also files
+        what it buries in the right partition's dead set."""
+        raise RuntimeError("the sharded layout reconciles through PartitionLists (worker/recovering/)")
 
     def close(self) -> None:
         self._lines.close()

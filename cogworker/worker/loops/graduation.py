@@ -18,6 +18,16 @@ from cogworker.store import keys, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.scripts import Scripts
 
+# Between polls, an entry known to fall due before the next one is enqueued this soon after its time
+# (plus up to as much again of jitter, so processes don't race for it): the poll interval (5 s by
+# default) was its lateness, and the schedule's p99 lateness target is 1 s (issue 38). It is also
+# the shortest gap between two such early passes, so a steady stream of due entries costs a process
+# at most 10 passes a second, each one ZRANGEBYSCORE per set and one script per entry moved.
+DUE_GAP_S = 0.1
+# How often, at most, the poller looks at the sets' first entries between polls: an entry pushed
+# after a look, due before the next poll (`perform_in(1)`), waits this long at most, not the poll.
+PEEK_EVERY_S = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class SetPlace:

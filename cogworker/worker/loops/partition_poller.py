@@ -27,24 +27,30 @@ from __future__ import annotations
 
 import random
 import time
+from typing import Protocol
 
 import redis
 
 from cogworker.store import shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
-from cogworker.worker.loops import poller as poller_module
-from cogworker.worker.loops.graduation import SetPlace
+from cogworker.worker.loops.graduation import DUE_GAP_S, PEEK_EVERY_S, SetPlace
 from cogworker.worker.recovering.partitions import Health, Known, PartitionScripts
 
 # Partitions looked at per look between polls (one round trip each, two ZRANGEs).
 PEEK_PARTITIONS = 8
 
 
+class DueMover(Protocol):
+    """What this scheduler uses of the poller (poller.py): moving one set's due entries."""
+
+    def enqueue_due_in(self, place: SetPlace, now: float) -> int: ...
+
+
 class PartitionPoller:
     def __init__(
         self,
-        poller: poller_module.Poller,
+        poller: DueMover,
         ctx: RedisContext,
         clients: ShardClients,
         rng: random.Random,
@@ -62,7 +68,7 @@ class PartitionPoller:
         self._due_soon: list[shards.Partition] = []
         self._served: list[shards.Partition] = []  # the partitions the last early pass served
         self._turn = 0
-        self._looked_at = -poller_module.PEEK_EVERY_S  # when the last turn of looks was taken
+        self._looked_at = -PEEK_EVERY_S  # when the last turn of looks was taken
 
     def places(self, partition: shards.Partition) -> list[SetPlace]:
         client, scripts = self._scripts.of(partition)
@@ -121,7 +127,7 @@ class PartitionPoller:
             return None
         look = [p for p in self._served if not self._skipped(p)]
         self._served = []
-        if time.monotonic() - self._looked_at >= poller_module.PEEK_EVERY_S:
+        if time.monotonic() - self._looked_at >= PEEK_EVERY_S:
             self._looked_at = time.monotonic()
             count = min(len(partitions), PEEK_PARTITIONS)
             start = self._turn % len(partitions)
@@ -132,12 +138,12 @@ class PartitionPoller:
         if not self._firsts:
             return None
         now = time.time()
-        gap = poller_module.DUE_GAP_S
+        gap = DUE_GAP_S
         known = {p: first for p, first in self._firsts.items() if not self._skipped(p)}
         if not known:
             return None
         wait_s = max(gap, min(known.values()) - now) + gap * self._rng.random()
-        if wait_s >= min(left_s, poller_module.PEEK_EVERY_S):
+        if wait_s >= min(left_s, PEEK_EVERY_S):
             return None
         self._due_soon = [p for p, first in known.items() if first <= now + wait_s]
         return wait_s

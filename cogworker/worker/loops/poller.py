@@ -23,9 +23,11 @@ from cogworker.api import death, retry
 from cogworker.store import key_guard, keys, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
-from cogworker.worker.loops.graduation import SetPlace
+from cogworker.worker.loops.graduation import DUE_GAP_S, PEEK_EVERY_S, SetPlace
 from cogworker.worker.recovering.recovery import Recovery
+from cogworker.worker.settling import shard_route
 from cogworker.worker.settling.filing import Unanswered
+from cogworker.worker.settling.partition_unsettled import file_every_partition
 from cogworker.worker.settling.settle import file_unsettled
 
 if TYPE_CHECKING:
@@ -34,16 +36,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("cogworker.poller")
 
+# Due entries read per ZRANGEBYSCORE while moving one set's.
 BATCH = 100
-# Between polls, an entry known to fall due before the next one is enqueued this soon after its time
-# (plus up to as much again of jitter, so processes don't race for it): the poll interval (5 s by
-# default) was its lateness, and the schedule's p99 lateness target is 1 s (issue 38). It is also
-# the shortest gap between two such early passes, so a steady stream of due entries costs a process
-# at most 10 passes a second, each one ZRANGEBYSCORE per set and one script per entry moved.
-DUE_GAP_S = 0.1
-# How often, at most, the poller looks at the sets' first entries between polls: an entry pushed
-# after a look, due before the next poll (`perform_in(1)`), waits this long at most, not the poll.
-PEEK_EVERY_S = 1.0
+
 # However often the guard is asked for, it runs at most this often (a key it can't move aside, an
 # ACL refusing RENAME, must not turn the poller into a busy loop).
 KEY_GUARD_MIN_GAP_S = 1.0
@@ -239,7 +234,11 @@ class Poller:
         self._next_orphan_check = now + self._settings.poll_interval_s
         self._recovery.recover_orphans(scan=self._scan_pending)
         self._scan_pending = False
-        file_unsettled(self._client, self._scripts, self._settings, self._locks, self._unanswered)
+        route = shard_route.current()
+        if route is None:
+            file_unsettled(self._client, self._scripts, self._settings, self._locks, self._unanswered)
+        else:
+            file_every_partition(route, (self._scripts, self._settings, self._locks), self._unanswered)
         self._next_orphan_check = now + self._settings.orphan_check_interval_s
         return None
 

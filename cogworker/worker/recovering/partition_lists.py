@@ -33,10 +33,10 @@ from cogworker.worker.recovering.partitions import Health, Known, PartitionScrip
 from cogworker.worker.recovering.recovery import (
     ORPHANINGS_TTL_S,
     PERIODIC_RUNNING_TTL_S,
-    PartitionsUnreachable,
-    RequeueResult,
+    Recovery,
     suspect_at,
 )
+from cogworker.worker.recovering.requeue_result import PartitionsUnreachable, RequeueResult
 
 # Jobs filed in dead by a reconcile, and the partition whose dead set holds them
 # (Recovery.complete_burials gives them a proper entry).
@@ -178,3 +178,14 @@ class PartitionLists:
                 return
             total.kept -= int(reply[1])  # counted again by the next pass
             declared.add_needs(reply[needs_at : needs_at + 2 * n_needs])
+
+
+def own_lists(
+    recovery: Recovery, identity: str, queue_names: Iterable[str], health: Health | None
+) -> PartitionLists | None:
+    """This process's in-progress lists, one per partition, for its reconciler (sharded layout; None in
+    the one-slot one). `health`: the fetcher's view of the partitions that are down. Buried jobs get
+    their proper dead entry from `recovery`."""
+    if recovery.sharded is None:
+        return None
+    return PartitionLists(recovery.sharded.clients, identity, queue_names, recovery.complete_burials, health)

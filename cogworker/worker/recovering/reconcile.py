@@ -147,13 +147,7 @@ class Reconciler:
             else:
                 result = fetcher.reconcile(held.elements(), failed.elements(), self._settings.max_orphanings)
                 if after_failure and fetcher.keeps_in_progress:
-                    # A fetcher with a list per partition (sharded_fetch.py) names their entries itself.
-                    listed: Callable[[], list[str]] | None = getattr(fetcher, "listed", None)
-                    raws = (
-                        listed()
-                        if listed is not None
-                        else self._client.lrange(fetcher.in_progress_key, 0, -1)
-                    )
+                    raws = self._client.lrange(fetcher.in_progress_key, 0, -1)
                     on_list = Counter(str(raw) for raw in raws)
                     self._disown_requeued(on_list, {fetcher.run_id} if fetcher.run_id else set())
         except Exception as exc:

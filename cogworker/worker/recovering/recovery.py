@@ -21,23 +21,19 @@ that partition's keys (`ListKeys`), and a job goes back to the partition it was 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
 import structlog
 
 from cogworker import codec
-from cogworker.api.payload import DEFAULT_QUEUE
 from cogworker.store import job_keys, key_guard, keys, outcomes, shards
 from cogworker.store.redis_context import RedisContext
-from cogworker.store.scripts import Scripts
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.recovering.burials import Burials
+from cogworker.worker.recovering.requeue_result import ListKeys, PartitionsUnreachable, RequeueResult
 
 if TYPE_CHECKING:
-    from cogworker.worker.recovering.partition_lists import PartitionLists
-    from cogworker.worker.recovering.partitions import Health
     from cogworker.worker.recovering.sharded_recovery import ShardedRecovery
 
 log = structlog.get_logger("cogworker.recovery")
@@ -53,47 +49,6 @@ def suspect_at(max_orphanings: int) -> int:
     (with COGWORKER_MAX_ORPHANINGS=1 a pill must run alone by its second death to be convicted at
     it)."""
     return max(1, min(SUSPECT_AT, max_orphanings))
-
-
-class PartitionsUnreachable(redis.ConnectionError):
-    """Sharded: some partitions' lists could not be requeued (their master did not answer); the others
-    were. `result` is what was done."""
-
-    def __init__(self, message: str, result: RequeueResult) -> None:
-        super().__init__(message)
-        self.result = result
-
-
-@dataclass
-class RequeueResult:
-    moved: int = 0
-    failed: int = 0
-    alive: bool = False
-    unlisted: list[str] = field(default_factory=list)
-    buried: list[str] = field(default_factory=list)
-    wrong_type: list[str] = field(default_factory=list)
-    cancelled: list[str] = field(default_factory=list)  # raw jobs not requeued: cogworker.cancel asked
-    suspects: int = 0  # of `moved`: put on their queues' suspects lists, to run alone
-    seen: int = 0  # jobs the script found on the list
-
-
-@dataclass(frozen=True, slots=True)
-class ListKeys:
-    """One in-progress list and the fixed keys requeue.lua is given with it: the one-slot layout's, or
-    (sharded) those of the list's partition, where the home slot's presence, beats, registry and
-    cancels can't be reached (sharded_recovery.py names stand-ins and checks death in the home slot)."""
-
-    client: redis.Redis
-    scripts: Scripts
-    in_progress: str
-    presence: str
-    last_beat: str
-    dead: str
-    registry: str
-    live_queues: str
-    cancels: str
-    default_queue: str = DEFAULT_QUEUE
-    partition: shards.Partition | None = None
 
 
 class Recovery:
@@ -125,16 +80,6 @@ class Recovery:
             keys.LIVE_QUEUES,
             keys.CANCELS,
         )
-
-    def own_lists(self, health: Health | None = None) -> PartitionLists | None:
-        """This process's in-progress lists, one per partition, for its reconciler (sharded layout;
-        None in the one-slot one). `health`: the fetcher's view of the partitions that are down."""
-        if self.sharded is None:
-            return None
-        from cogworker.worker.recovering.partition_lists import PartitionLists
-
-        names = self._settings.queue_spec.names
-        return PartitionLists(self.sharded.clients, self._identity, names, self.complete_burials, health)
 
     def requeue(self, identity: str, *, if_dead_for: float | None, count_orphans: bool) -> RequeueResult:
         """Requeue `identity`'s in-progress list (in the sharded layout, every partition's).

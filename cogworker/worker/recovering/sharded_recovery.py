@@ -25,7 +25,7 @@ identity stays registered until every partition's list for it is read empty.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import redis
 import structlog
@@ -34,10 +34,23 @@ from cogworker.store import job_keys, key_guard, keys, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.recovering.partitions import Known, PartitionScripts, is_alive, scan_lists
-from cogworker.worker.recovering.recovery import ListKeys, PartitionsUnreachable, RequeueResult
+from cogworker.worker.recovering.requeue_result import ListKeys, PartitionsUnreachable, RequeueResult
 
-if TYPE_CHECKING:
-    from cogworker.worker.recovering.recovery import Recovery
+
+class ListRequeuer(Protocol):
+    """What this module uses of Recovery (recovery.py): the one-slot layout's requeue of one list,
+    given a partition's keys."""
+
+    def requeue_list(
+        self,
+        where: ListKeys,
+        identity: str,
+        if_dead_for: float | None,
+        count_orphans: bool,
+        *,
+        shared: bool = False,
+    ) -> RequeueResult: ...
+
 
 log = structlog.get_logger("cogworker.recovery")
 
@@ -45,7 +58,7 @@ log = structlog.get_logger("cogworker.recovery")
 class ShardedRecovery:
     """The sharded half of Recovery (recovery.py), made by it when the layout is on."""
 
-    def __init__(self, recovery: Recovery, ctx: RedisContext, clients: ShardClients | None) -> None:
+    def __init__(self, recovery: ListRequeuer, ctx: RedisContext, clients: ShardClients | None) -> None:
         self._recovery = recovery
         self._home = ctx.client
         self._settings = ctx.settings

@@ -19,7 +19,6 @@ from cogworker.store import key_guard, keys
 from cogworker.store.connection import is_unavailable
 from cogworker.store.locks import Locks
 from cogworker.store.scripts import Scripts
-from cogworker.worker.settling import shard_route
 
 log = structlog.get_logger("cogworker.settle")
 
@@ -61,15 +60,10 @@ def file_unsettled(
     """File the records stopping processes handed over. A record that can't be filed (not JSON, or
     naming a set that isn't one of ours) is quarantined for a human with a TTL, so it neither blocks
     the records behind it nor is silently deleted. `unanswered` (the caller's, kept between calls)
-    holds the dead filings whose call got no answer. In the sharded layout every partition's list is
-    filed from, each into that partition's sets (partition_unsettled.py)."""
+    holds the dead filings whose call got no answer. The one-slot layout's list; in the sharded layout
+    each partition has one, filed by partition_unsettled.py (the poller calls whichever applies)."""
     if unanswered is None:
         unanswered = []
-    route = shard_route.current()
-    if route is not None:
-        from cogworker.worker.settling.partition_unsettled import file_every_partition
-
-        return file_every_partition(route, (scripts, settings, locks), unanswered)
     _settle_unanswered(client, locks, unanswered)
     return file_records(
         (client, scripts, settings, locks),

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.e2e.sharded.sets_support import one_slot
 from tests.support.daemon_env import use_only
 from tests.support.redis_cluster import RedisCluster
 from tests.support.swarm import SwarmRunner, swarm_runner
@@ -56,3 +57,11 @@ def workers(redis_cluster: RedisCluster, cluster: redis.RedisCluster) -> Iterato
 @pytest.fixture
 def swarms(redis_cluster: RedisCluster, cluster: redis.RedisCluster, tmp_path: Path) -> Iterator[SwarmRunner]:
     yield from swarm_runner(redis_cluster.url(), tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _one_slot_after() -> Iterator[None]:
+    """Every test here binds the sharded layout in this process; the next folder's tests expect the
+    one-slot names back."""
+    yield
+    one_slot()

@@ -23,8 +23,7 @@ from cogworker.store import keys, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.fetching.partition_health import PartitionHealth
-from cogworker.worker.loops import partition_poller
-from cogworker.worker.loops import poller as poller_module
+from cogworker.worker.loops import graduation, partition_poller
 from cogworker.worker.loops.poller import Poller
 from cogworker.worker.recovering.recovery import Recovery
 from tests.e2e.sharded.down_partition import OneMasterDown
@@ -187,7 +186,7 @@ def test_a_look_between_polls_reads_a_bounded_number_of_partitions(
         assert zranges() == 2 * partition_poller.PEEK_PARTITIONS
         # A second later the next 8, and so on: every partition is looked at within 3 seconds.
         for _ in range(2):
-            looks._looked_at -= poller_module.PEEK_EVERY_S
+            looks._looked_at -= graduation.PEEK_EVERY_S
             looks.early_pass_in(5.0)
         assert looks._turn == 24
         assert zranges() == 3 * 2 * partition_poller.PEEK_PARTITIONS

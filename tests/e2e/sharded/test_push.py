@@ -126,7 +126,14 @@ def test_a_bulk_push_stops_at_the_partition_that_fails_and_a_resend_makes_no_cop
     jobs = [cw_client.build_job("t.job", (n,), {}, queue="spread", options={}, at=None) for n in range(200)]
     by_partition = {p: [str(j["jid"]) for j in jobs if push_shards.partition_of(j) == p] for p in parts}
     with pytest.raises(key_guard.WrongTypeKey) as raised:
-        push_settle.write_settled(cw_client.connection(), jobs, None, abandon_chain=True)
+        push_settle.write_settled(
+            cw_client.connection(),
+            jobs,
+            None,
+            settings=cw_client.settings(),
+            clients=cw_client.shard_clients,
+            abandon_chain=True,
+        )
     # Partition 0 written, 1 refused (nothing of it), 2 and 3 never sent; the error says what stands.
     assert sorted(queued(cluster, parts[0])) == sorted(by_partition[parts[0]])
     assert cluster.type(shards.queue_key(parts[1])) == "string"
@@ -135,7 +142,14 @@ def test_a_bulk_push_stops_at_the_partition_that_fails_and_a_resend_makes_no_cop
     assert f"{len(by_partition[parts[0]])} job(s) of this push were written" in note
     # The same payloads sent again once the key is fixed: the missing jobs only, no copy of partition 0's.
     cluster.delete(shards.queue_key(parts[1]))
-    push_settle.write_settled(cw_client.connection(), jobs, None, abandon_chain=True)
+    push_settle.write_settled(
+        cw_client.connection(),
+        jobs,
+        None,
+        settings=cw_client.settings(),
+        clients=cw_client.shard_clients,
+        abandon_chain=True,
+    )
     for p in parts:
         assert sorted(queued(cluster, p)) == sorted(by_partition[p])
 

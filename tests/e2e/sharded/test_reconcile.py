@@ -24,7 +24,8 @@ from cogworker.worker.fetching.partition_health import PartitionHealth
 from cogworker.worker.fetching.reliable_fetch import ReliableFetch
 from cogworker.worker.recovering.partition_lists import PartitionLists
 from cogworker.worker.recovering.reconcile import Reconciler
-from cogworker.worker.recovering.recovery import PartitionsUnreachable, Recovery
+from cogworker.worker.recovering.recovery import Recovery
+from cogworker.worker.recovering.requeue_result import PartitionsUnreachable
 from cogworker.worker.settling.settle import Settler
 from tests.e2e.sharded.down_partition import OneMasterDown
 

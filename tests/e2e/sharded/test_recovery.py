@@ -19,7 +19,8 @@ from cogworker import settings as settings_module
 from cogworker.store import keys, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
-from cogworker.worker.recovering.recovery import PartitionsUnreachable, Recovery
+from cogworker.worker.recovering.recovery import Recovery
+from cogworker.worker.recovering.requeue_result import PartitionsUnreachable
 from tests.e2e.sharded.down_partition import OneMasterDown
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until

@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -33,9 +32,8 @@ from cogworker.settings import Settings
 from cogworker.store import keys, shards
 from cogworker.store.lazy_client import LazyClient
 from cogworker.store.scripts import Scripts
+from tests.e2e.sharded.sets_support import QUEUES, every_partition, one_slot, payload
 from tests.support.redis_cluster import RedisCluster
-
-QUEUES = {"default": 4, "reports": 2, "mail": 1}
 
 
 @dataclass
@@ -66,27 +64,6 @@ def layout(
     yield Layout(loaded, lazy)
     lazy.close()
     one_slot()
-
-
-def one_slot() -> None:
-    """This process's names back to the one-slot layout (the next test module may expect it)."""
-    shards.use_settings(
-        SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
-    )
-
-
-def payload(jid: str, queue: str, **extra: Any) -> str:
-    job: dict[str, Any] = {
-        "class": "app.Report" if queue == "reports" else "app.Job",
-        "queue": queue,
-        "jid": jid,
-    }
-    job |= {"args": [jid], "error_class": "Boom", "error_message": "it broke", "retry_count": 1}
-    return codec.dumps(job | extra)
-
-
-def every_partition() -> list[shards.Partition]:
-    return sorted(p for q, n in QUEUES.items() for p in shards.partitions(q, n))
 
 
 def seed(

@@ -16,7 +16,7 @@ from cogworker import settings as settings_module
 from cogworker.ops import sets as set_ops
 from cogworker.store import shards
 from cogworker.web import create_app
-from tests.e2e.sharded.test_sets import QUEUES, every_partition, one_slot, payload
+from tests.e2e.sharded.sets_support import QUEUES, every_partition, one_slot, payload
 from tests.support.cli_runner import CLI
 from tests.support.web_requests import SAME_ORIGIN
 

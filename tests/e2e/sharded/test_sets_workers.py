@@ -16,8 +16,8 @@ from cogworker.ops import set_actions
 from cogworker.ops import sets as set_ops
 from cogworker.store import keys, shards
 from cogworker.store.lazy_client import LazyClient
-from tests.e2e.sharded.test_sets import one_slot
-from tests.e2e.sharded.test_worker_path import events, seed, start
+from tests.e2e.sharded.sets_support import one_slot
+from tests.e2e.sharded.worker_support import events, seed, start
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
