@@ -14,10 +14,8 @@ import redis
 
 from cogworker import testing
 from cogworker.api import client
-from cogworker.ops import set_fanout
 from cogworker.ops.cancel import CancelOutcome, check_jid
 from cogworker.ops.cancel import cancel as cancel_job
-from cogworker.store import shards
 from cogworker.store.scripts import Scripts
 
 _mutex = threading.Lock()
@@ -75,7 +73,4 @@ def cancel(jid: str) -> CancelOutcome:
             job=str(taken.get("class")), queue=str(taken.get("queue")),
         )  # fmt: skip
     conn = client.connection()
-    if shards.is_sharded():
-        # The job waits in its queue partition's slot: the partition clients, made once per client.
-        set_fanout.register(conn, client.settings())
     return cancel_job(conn, _bound_scripts(conn), jid)

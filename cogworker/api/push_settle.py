@@ -91,7 +91,13 @@ def _write_partitions(
     for index, (partition, group) in enumerate(groups):
         try:
             _write_group(
-                clients.of(partition), settings, group, undo, abandon_chain=abandon_chain, partition=partition
+                clients.of(partition),
+                settings,
+                group,
+                undo,
+                abandon_chain=abandon_chain,
+                partition=partition,
+                home=clients.home,
             )
         except BaseException as exc:
             later = push_shards.never_sent(groups[index + 1 :])

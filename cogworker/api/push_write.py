@@ -49,6 +49,8 @@ def write(
     slot's (where a wrong-type key is reported to the key guard)."""
     if not batch:
         return
+    if partition is not None and home is None:
+        raise ValueError("a write to a partition needs the home client (wrong-type keys are reported there)")
     script_keys, args = plan(batch, attempt, partition)
     script = _push_batch.on(conn)
     wait = replicas.wait_command(settings)

@@ -76,6 +76,13 @@ class PartitionClients:
         partition = shards.partition_of_key(key)
         return self.home if partition is None else self.of(partition)
 
+    def close(self) -> None:
+        with self._lock:
+            derived, self._by_slot = list(self._by_slot.values()), {}
+        for client in derived:
+            if client is not self.home:
+                client.close()
+
 
 _derived: weakref.WeakKeyDictionary[redis.Redis, PartitionClients] = weakref.WeakKeyDictionary()
 _derived_lock = threading.Lock()
@@ -89,6 +96,14 @@ def clients_of(home: redis.Redis) -> PartitionClients:
         if found is None:
             found = _derived[home] = PartitionClients(home)
         return found
+
+
+def release(home: redis.Redis) -> None:
+    """Close the partition clients derived from `home` (the home client is its owner's to close)."""
+    with _derived_lock:
+        found = _derived.pop(home, None)
+    if found is not None:
+        found.close()
 
 
 def slot_of(partition: shards.Partition) -> int:

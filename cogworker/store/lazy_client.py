@@ -11,6 +11,7 @@ import threading
 import redis
 
 from cogworker.settings import Settings
+from cogworker.store import fanout
 from cogworker.store.connection import connect
 from cogworker.store.scripts import Scripts
 
@@ -30,13 +31,7 @@ class LazyClient:
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    client = connect(self.settings)
-                    if self.settings.cluster_sharding == "queues":
-                        # The set readers' partition clients (ops/set_fanout.py), found by this client.
-                        from cogworker.ops import set_fanout
-
-                        set_fanout.register(client, self.settings)
-                    self._client = client
+                    self._client = connect(self.settings)
         return self._client
 
     @property
@@ -50,7 +45,6 @@ class LazyClient:
 
     def close(self) -> None:
         if self._client is not None:
-            from cogworker.ops import set_fanout
-
-            set_fanout.release(self._client)
+            # The partition clients the readers derived from it (store/fanout.py), if any.
+            fanout.release(self._client)
             self._client.close()

@@ -103,9 +103,11 @@ def test_a_bulk_push_writes_each_partition_once(
     calls: list[tuple[shards.Partition | None, int]] = []
     real = push_write.write
 
-    def counted(conn: Any, settings: Any, batch: Any, attempt: str, partition: Any = None) -> None:
+    def counted(
+        conn: Any, settings: Any, batch: Any, attempt: str, partition: Any = None, home: Any = None
+    ) -> None:
         calls.append((partition, len(batch)))
-        real(conn, settings, batch, attempt, partition)
+        real(conn, settings, batch, attempt, partition, home)
 
     monkeypatch.setattr(push_write, "write", counted)
     jids = cogworker.push_bulk(spread_job, [(n,) for n in range(300)])
@@ -170,14 +172,16 @@ def test_the_outcome_check_asks_the_partition_written(api: None, cluster: redis.
     lost = ConnectionError("reply lost")
     written = cw_client.build_job("t.job", (1,), {}, queue="spread", options={}, at=None)
     p = push_shards.partition_of(written)
-    push_write.write(clients.of(p), settings, [written], "attempt-a", p)  # its reply: ignored
-    assert push_outcome.unwritten(clients.of(p), [written], "attempt-a", lost, p) == []
+    push_write.write(clients.of(p), settings, [written], "attempt-a", p, clients.home)  # its reply: ignored
+    assert push_outcome.unwritten(clients.of(p), [written], "attempt-a", lost, p, clients.home) == []
 
     never = cw_client.build_job("t.job", (2,), {}, queue="spread", options={}, at=None)
     q = push_shards.partition_of(never)
-    assert push_outcome.unwritten(clients.of(q), [never], "attempt-b", lost, q) == [never]
+    assert push_outcome.unwritten(clients.of(q), [never], "attempt-b", lost, q, clients.home) == [never]
     assert cluster.get(shards.pushed(q, str(never["jid"]))) == "x:attempt-b"  # fenced, in its slot
-    push_write.write(clients.of(q), settings, [never], "attempt-b", q)  # the write arriving late
+    push_write.write(
+        clients.of(q), settings, [never], "attempt-b", q, clients.home
+    )  # the write arriving late
     assert str(never["jid"]) not in queued(cluster, q)
     assert queued(cluster, p).count(str(written["jid"])) == 1
 

@@ -29,7 +29,7 @@ from cogworker.ops import cancel as cancel_ops
 from cogworker.ops import search as search_ops
 from cogworker.ops import sets as set_ops
 from cogworker.settings import Settings
-from cogworker.store import keys, shards
+from cogworker.store import fanout, keys, shards
 from cogworker.store.lazy_client import LazyClient
 from cogworker.store.scripts import Scripts
 from tests.e2e.sharded.sets_support import QUEUES, every_partition, one_slot, payload
@@ -172,7 +172,7 @@ def test_the_header_search_finds_entries_across_partitions(
 def test_the_registry_answers_the_home_client_outside_the_sharded_layout(layout: Layout) -> None:
     assert set_fanout.client_of(layout.home, None) is layout.home
     p = every_partition()[0]
-    assert set_fanout.client_of(layout.home, p) is set_fanout.clients(layout.home).of(p)
+    assert set_fanout.client_of(layout.home, p) is fanout.clients_of(layout.home).of(p)
     assert set_actions.KILLABLE == ("retry", "scheduled")
     assert keys.QUEUES.startswith("cw:{home}")
 

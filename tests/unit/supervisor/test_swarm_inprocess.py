@@ -58,6 +58,8 @@ SETTINGS = SwarmConfig(
     metrics_job_labels=True,
     metrics_max_job_labels=200,
     key_prefix="cogworker:",
+    cluster_sharding="off",
+    queue_partitions="",
     log_level="info",
     log_format="json",
 )
