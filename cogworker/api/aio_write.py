@@ -88,7 +88,7 @@ async def write(
     else:
         wrong = key_guard.script_wrong_type(reply)
         if wrong is not None:
-            raise await asyncio.to_thread(_wrong_type_error, wrong, partition)
+            raise await asyncio.to_thread(_wrong_type_error, wrong)
     if wait is not None:
         replicas.check_push(settings, waited, [str(job["jid"]) for job in batch])
 
@@ -119,13 +119,11 @@ async def _check(
     reply, _ = await run_script(conn, "push_check", markers, [attempt, push_outcome.FENCE_TTL_MS], None)
     wrong = key_guard.script_wrong_type(reply)
     if wrong is not None:
-        raise await asyncio.to_thread(_wrong_type_error, wrong, partition)
+        raise await asyncio.to_thread(_wrong_type_error, wrong)
     return [int(code) for code in reply]
 
 
-def _wrong_type_error(key: str, partition: shards.Partition | None) -> key_guard.WrongTypeKey:
-    """The sync key guard's error for `key`, read on the sync client of the slot holding it."""
-    if partition is None:
-        return key_guard.wrong_type_error(client.connection(), key)
-    clients = client.shard_clients()
-    return push_write.wrong_type_in_partition(clients.of(partition), key, clients.home)
+def _wrong_type_error(key: str) -> key_guard.WrongTypeKey:
+    """The sync key guard's error for `key`: its type read in the key's own slot, reported through the
+    sync client (the home slot's in the sharded layout)."""
+    return key_guard.wrong_type_error(client.connection(), key)

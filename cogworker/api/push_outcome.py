@@ -30,7 +30,7 @@ from typing import Any
 import redis
 import structlog
 
-from cogworker.api.push_write import MARK_TTL_S, wrong_type_in_partition
+from cogworker.api.push_write import MARK_TTL_S
 from cogworker.api.time_limits import JobTimeout
 from cogworker.store import key_guard, keys, scripts, shards
 from cogworker.store.connection import is_unavailable
@@ -165,7 +165,5 @@ def _check(
     )
     wrong = key_guard.script_wrong_type(reply)
     if wrong is not None:
-        if partition is None:
-            raise key_guard.wrong_type_error(conn, wrong)
-        raise wrong_type_in_partition(conn, wrong, home)
+        raise key_guard.wrong_type_error(home, wrong)
     return [int(code) for code in reply]

@@ -68,9 +68,8 @@ def write(
     else:
         wrong = key_guard.script_wrong_type(reply)
         if wrong is not None:
-            if partition is None:
-                raise key_guard.wrong_type_error(conn, wrong)
-            raise wrong_type_in_partition(conn, wrong, home or conn)
+            # Read in the key's own slot, reported in the home slot (key_guard.py).
+            raise key_guard.wrong_type_error(home or conn, wrong)
     if wait is not None:
         replicas.check_push(settings, waited, [str(job["jid"]) for job in batch])
 
@@ -118,17 +117,6 @@ def _partition_keys(p: shards.Partition, queue_names: list[str], jids: list[str]
     queues = [shards.queue_key(p)] if queue_names else []
     markers = [shards.pushed(p, jid) for jid in jids]
     return [shards.registry(p), shards.wake_channel(p), shards.schedule(p), *queues, *markers]
-
-
-def wrong_type_in_partition(conn: redis.Redis, key: str, home: redis.Redis) -> key_guard.WrongTypeKey:
-    """key_guard.wrong_type_error for a partition's key: its type is read on the partition's client,
-    the key guards are asked on the home client (their request set is a home key)."""
-    try:
-        found: str | None = str(conn.type(key))
-    except redis.RedisError:
-        found = None
-    key_guard.request(home, key)
-    return key_guard.WrongTypeKey(key, found)
 
 
 def _script_then_wait(

@@ -25,6 +25,7 @@ from cogworker import cluster_url
 from cogworker.ops.doctor_check import Check, listed
 from cogworker.settings import Settings
 from cogworker.store import fanout, master_routes, shards
+from cogworker.store.shard_clients import slot_of
 
 SLOTS = 16384
 
@@ -110,7 +111,7 @@ def _partitions_by_master(
 ) -> dict[str, list[shards.Partition]]:
     held: dict[str, list[shards.Partition]] = {m.address: [] for m in masters}
     for p in fanout.known_partitions(client):
-        slot = fanout.slot_of(p)
+        slot = slot_of(p)
         owner = next((m.address for m in masters if m.serves(slot)), None)
         if owner is not None:
             held[owner].append(p)

@@ -54,9 +54,7 @@ def _check_reply(client: redis.Redis, reply: Any, entry: Entry | None = None) ->
     it lives: `entry`'s partition in the sharded layout; the guard asked in the home slot)."""
     key = key_guard.script_wrong_type(reply)
     if key is not None:
-        if entry is None or entry.partition is None:
-            raise WrongTypeKey(str(key_guard.wrong_type_error(client, key)))
-        raise WrongTypeKey(str(set_places.wrong_type(client, entry.partition, str(key))))
+        raise WrongTypeKey(str(key_guard.wrong_type_error(client, str(key))))
     return reply
 
 
@@ -216,9 +214,7 @@ def _clear(client: redis.Redis, set_name: str, partition: Partition | None) -> i
         return int(set_fanout.client_of(client, partition).zremrangebyrank(key, 0, -1))
     except redis.ResponseError as exc:
         if key_guard.is_wrong_type(exc):
-            if partition is None:
-                raise WrongTypeKey(str(key_guard.wrong_type_error(client, key))) from exc
-            raise WrongTypeKey(str(set_places.wrong_type(client, partition, key))) from exc
+            raise WrongTypeKey(str(key_guard.wrong_type_error(client, key))) from exc
         raise
 
 

@@ -9,19 +9,7 @@ import redis
 
 from cogworker.ops import set_fanout
 from cogworker.ops.sets import Entry
-from cogworker.store import key_guard
 from cogworker.store.shards import Partition
-
-
-def wrong_type(home: redis.Redis, partition: Partition, key: str) -> Exception:
-    """The error for `key` of `partition` holding the wrong type: its type read in its slot, the key
-    guards asked (their request set is in the home slot)."""
-    try:
-        found: str | None = str(set_fanout.client_of(home, partition).type(key))
-    except redis.RedisError:
-        found = None
-    key_guard.request(home, key)
-    return key_guard.WrongTypeKey(key, found)
 
 
 def holder(client: redis.Redis, entry: Entry) -> redis.Redis:

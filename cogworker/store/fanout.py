@@ -30,10 +30,10 @@ from typing import Any, Generic, TypeVar
 import redis
 from redis.crc import key_slot
 
-from cogworker.cluster_url import hash_tag
 from cogworker.store import keys, master_routes, shards
 from cogworker.store.cluster_pool import sibling_client
 from cogworker.store.master_routes import REDIRECTS, MasterRoutes, masters
+from cogworker.store.shard_clients import SlotClients, slot_of
 
 # Pipelines in flight at once: enough to hide the round trips of a few masters' worth of partitions,
 # few enough that a page or a scrape never opens a crowd of connections.
@@ -44,44 +44,18 @@ Build = Callable[[Any, shards.Partition], object]
 Item = TypeVar("Item", shards.Partition, str)
 
 
-class PartitionClients:
-    """The clients for every partition slot, derived from one home client on first use; thread-safe.
-
-    Partitions whose tags hash to the same slot share a client (as store/shard_clients.py does)."""
+class PartitionClients(SlotClients):
+    """The clients for every partition slot, derived from one home client on first use: same options
+    and pool size, pinned to the slot (store/cluster_pool.py's sibling_client)."""
 
     def __init__(self, home: redis.Redis) -> None:
-        self.home = home
+        super().__init__(home)
         self.routes = MasterRoutes(home)
-        self._by_slot: dict[int, redis.Redis] = {}
-        self._lock = threading.Lock()
 
-    def of(self, partition: shards.Partition) -> redis.Redis:
-        if not shards.is_sharded():
-            return self.home
-        return self.for_slot(slot_of(partition))
-
-    def for_slot(self, slot: int) -> redis.Redis:
-        client = self._by_slot.get(slot)
-        if client is None:
-            with self._lock:
-                client = self._by_slot.get(slot)
-                if client is None:
-                    # A home client that isn't pinned (no cluster: tests of the layout's names on one
-                    # Redis) reaches every key itself.
-                    client = sibling_client(self.home, slot) or self.home
-                    self._by_slot[slot] = client
-        return client
-
-    def for_key(self, key: str) -> redis.Redis:
-        partition = shards.partition_of_key(key)
-        return self.home if partition is None else self.of(partition)
-
-    def close(self) -> None:
-        with self._lock:
-            derived, self._by_slot = list(self._by_slot.values()), {}
-        for client in derived:
-            if client is not self.home:
-                client.close()
+    def _make(self, slot: int, prefix: str | None) -> redis.Redis:
+        # A home client that isn't pinned (no cluster: tests of the layout's names on one Redis)
+        # reaches every key itself.
+        return sibling_client(self.home, slot) or self.home
 
 
 _derived: weakref.WeakKeyDictionary[redis.Redis, PartitionClients] = weakref.WeakKeyDictionary()
@@ -104,12 +78,6 @@ def release(home: redis.Redis) -> None:
         found = _derived.pop(home, None)
     if found is not None:
         found.close()
-
-
-def slot_of(partition: shards.Partition) -> int:
-    prefix = partition.prefix
-    tag = hash_tag(prefix)
-    return int(key_slot((tag or prefix).encode("utf-8", "surrogateescape")))
 
 
 def recorded(home: redis.Redis) -> tuple[list[str], dict[str, int]]:

@@ -361,3 +361,26 @@ def test_a_partition_key_of_the_wrong_type_is_named_and_sent_to_the_key_guards(
     jid = spread_job.set(queue="plain").perform_async(2)
     assert queued(cluster, p) == [jid]
     assert cluster.smembers(keys.GUARD_REQUESTS) == {shards.registry(p)}
+
+
+def test_an_awaitable_push_names_a_partition_key_of_the_wrong_type_and_reports_a_bad_registry(
+    api: None, cluster: redis.RedisCluster
+) -> None:
+    p = shards.Partition("plain", 0)
+
+    async def push(n: int) -> str | None:
+        try:
+            return await spread_job.set(queue="plain").aio.perform_async(n)
+        finally:
+            await cogworker.aio.close()
+
+    cluster.set(shards.queue_key(p), "not a list")
+    with pytest.raises(key_guard.WrongTypeKey) as raised:
+        asyncio.run(push(1))
+    assert (raised.value.key, raised.value.found) == (shards.queue_key(p), "string")
+    assert cluster.smembers(keys.GUARD_REQUESTS) == {shards.queue_key(p)}  # asked in the home slot
+    cluster.delete(shards.queue_key(p), keys.GUARD_REQUESTS)
+    cluster.set(shards.registry(p), "not a set")
+    jid = asyncio.run(push(2))
+    assert queued(cluster, p) == [jid]
+    assert cluster.smembers(keys.GUARD_REQUESTS) == {shards.registry(p)}

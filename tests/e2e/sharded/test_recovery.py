@@ -20,7 +20,7 @@ from cogworker.store import keys, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.recovering.recovery import Recovery
-from cogworker.worker.recovering.requeue_result import PartitionsUnreachable
+from cogworker.worker.recovering.requeue_result import PartitionsUnreachable, RequeueResult
 from tests.e2e.sharded.down_partition import OneMasterDown
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
@@ -240,3 +240,81 @@ def test_a_death_seen_in_part_because_a_master_was_down_convicts_nobody(
     assert cluster.zcard(shards.dead(part(1))) == 0
     assert [str(r) for r in cluster.lrange(shards.suspects(part(1)), 0, -1)] == [pill]
     down.close()
+
+
+def _recoverer(recovery: Recovery, clients: ShardClients) -> Recovery:
+    """Another recoverer on the same home client, with `clients` for the partitions."""
+    ctx = RedisContext(
+        recovery._client, recovery._scripts, recovery._settings, recovery._outages, recovery._locks
+    )
+    return Recovery(ctx, "host:2:live", clients)
+
+
+class _DownAfterRead(OneMasterDown):
+    """A master that answered the read of the owner's list, then went down before its requeue (a real
+    refused connect from the second use of its client on)."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        self.down_partition, self.uses = self._down, 0
+        self.answer_again()
+
+    def of(self, partition: shards.Partition) -> redis.Redis:
+        if partition == self.down_partition:
+            self.uses += 1
+            if self.uses > 1:
+                return self._nowhere
+        return super().of(partition)
+
+
+def test_a_list_of_the_wrong_type_in_one_partition_is_reported_and_the_others_requeued(
+    recovery: Recovery, cluster: redis.RedisCluster
+) -> None:
+    seed(cluster, part(0), job("a"))
+    cluster.set(shards.in_progress(part(1), DEAD_OWNER), "not a list")
+    with pytest.raises(PartitionsUnreachable, match="alpha#1"):
+        recovery.requeue_dead(DEAD_OWNER)
+    assert queued(cluster, part(0)) == [job("a")]
+    # The key guards are asked, in the home slot, to move the key aside; the owner stays registered.
+    assert cluster.smembers(keys.GUARD_REQUESTS) == {shards.in_progress(part(1), DEAD_OWNER)}
+    assert cluster.sismember(keys.IN_PROGRESS_IDENTITIES, DEAD_OWNER) == 1
+
+
+def test_an_owner_beating_again_mid_requeue_keeps_its_other_lists(
+    recovery: Recovery, cluster: redis.RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed(cluster, part(0), job("a"))
+    seed(cluster, part(2), job("c"))
+    real = recovery.requeue_list
+
+    def then_beat(*args: object, **kwargs: object) -> RequeueResult:
+        result = real(*args, **kwargs)  # type: ignore[arg-type]
+        cluster.hset(keys.process(DEAD_OWNER), "beat", 1)  # the owner's heartbeat lands just then
+        return result
+
+    monkeypatch.setattr(recovery, "requeue_list", then_beat)
+    recovery.recover_orphans()  # alive in the end: counted as no orphan recovery
+    # One partition went back before the owner was seen alive; the other list is left to it.
+    assert len(queued(cluster, part(0))) + len(queued(cluster, part(2))) == 1
+    lists = [cluster.llen(shards.in_progress(part(i), DEAD_OWNER)) for i in (0, 2)]
+    assert sorted(lists) == [0, 1]
+    assert cluster.sismember(keys.IN_PROGRESS_IDENTITIES, DEAD_OWNER) == 1
+
+
+def test_a_master_going_down_between_the_read_and_the_requeue_leaves_that_list_for_later(
+    recovery: Recovery, cluster: redis.RedisCluster
+) -> None:
+    seed(cluster, part(0), job("a"))
+    seed(cluster, part(1), job("b"))
+    down = _DownAfterRead(recovery._settings, recovery._client, part(1))
+    with pytest.raises(PartitionsUnreachable, match="alpha#1") as raised:
+        _recoverer(recovery, down).requeue_dead(DEAD_OWNER)
+    assert raised.value.result.moved == 1
+    assert queued(cluster, part(0)) == [job("a")]
+    assert cluster.llen(shards.in_progress(part(1), DEAD_OWNER)) == 1
+    # Not empty as far as anyone can tell while that master is down: the identity is kept.
+    assert _recoverer(recovery, down).sharded is not None
+    assert _recoverer(recovery, down).sharded.all_empty(DEAD_OWNER) is False  # type: ignore[union-attr]
+    down.close()
+    assert recovery.requeue_dead(DEAD_OWNER).moved == 1
+    assert queued(cluster, part(1)) == [job("b")]

@@ -57,11 +57,13 @@ def sharded(env: dict[str, str], cluster: redis.RedisCluster) -> Iterator[tuple[
     )
 
 
-def listed_job(cluster: redis.RedisCluster, retry_option: bool | int = True) -> tuple[str, dict[str, Any]]:
-    """A job fetched onto this process's list for partition P: (raw, payload)."""
-    job = build("sharded_jobs.fails", ["x"], {}, queue=P.queue, retry=retry_option)
+def listed_job(
+    cluster: redis.RedisCluster, retry_option: bool | int = True, partition: shards.Partition = P
+) -> tuple[str, dict[str, Any]]:
+    """A job fetched onto this process's list for `partition` (P by default): (raw, payload)."""
+    job = build("sharded_jobs.fails", ["x"], {}, queue=partition.queue, retry=retry_option)
     raw = codec.dumps(job)
-    cluster.lpush(shards.in_progress(P, IDENTITY), raw)
+    cluster.lpush(shards.in_progress(partition, IDENTITY), raw)
     return raw, job
 
 
@@ -195,3 +197,52 @@ def test_a_filing_that_never_reached_its_master_is_kept_and_filed_once_it_answer
     assert cluster.llen(shards.in_progress(P, IDENTITY)) == 0
     route.health.close()
     clients.close()
+
+
+def test_the_pollers_filing_skips_a_master_that_refuses_and_files_every_other_partition(
+    sharded: tuple[Settings, ShardRoute], cluster: redis.RedisCluster
+) -> None:
+    loaded, route = sharded
+    home = route.clients.home
+    scripts = Scripts(home)
+    locks = Locks(home, scripts, Outages())
+    other = shards.Partition(P.queue, 0)
+    deadline = time.monotonic() + 5
+    for partition in (P, other):  # a stopping process handed over one filing in each partition
+        raw, job = listed_job(cluster, partition=partition)
+        listed = shards.in_progress(partition, IDENTITY)
+        assert handover.hand_over((home, scripts, locks), [(raw, failed(job), listed)], deadline, route) == 0
+    cluster.sadd(keys.QUEUES, P.queue)
+    cluster.hset(shards.partitions_key(), P.queue, 2)
+    down = _Unreachable(loaded, home=home)
+    down_route = ShardRoute(down, IDENTITY, Placements(), PartitionHealth(down, probe_s=0.05))
+    with pytest.raises(redis.ConnectionError):
+        file_every_partition(down_route, (scripts, loaded, locks), [])
+    # The partition that answered is filed; the refused one keeps its record, and is known to be down.
+    assert cluster.zcard(shards.retry(other)) == 1 and cluster.llen(unsettled(other)) == 0
+    assert cluster.zcard(shards.retry(P)) == 0 and cluster.llen(unsettled(P)) == 1
+    assert down_route.health.is_down(P)
+    # While it is known to be down the poller doesn't wait on it: nothing raised, nothing filed there.
+    assert file_every_partition(down_route, (scripts, loaded, locks), []) == 0
+    down_route.health.close()
+    down.close()
+    file_every_partition(route, (scripts, loaded, locks), [])  # the master answers again: filed once
+    assert cluster.zcard(shards.retry(P)) == 1 and cluster.llen(unsettled(P)) == 0
+
+
+def test_a_filing_whose_answer_was_lost_is_looked_up_in_its_own_partition(
+    sharded: tuple[Settings, ShardRoute], cluster: redis.RedisCluster
+) -> None:
+    loaded, route = sharded
+    home = route.clients.home
+    scripts = Scripts(home)
+    locks = Locks(home, scripts, Outages())
+    _raw, job = listed_job(cluster)
+    filing = failed(job)
+    assert filing.text is not None
+    cluster.zadd(shards.retry(P), {filing.text: filing.score})  # the filing ran; its answer was lost
+    unanswered = [(shards.retry(P), filing.text, job), (shards.retry(P), "never filed", job)]
+    file_every_partition(route, (scripts, loaded, locks), unanswered)
+    # Both asked of P's master (not the home slot's): the one found there settled, the other dropped.
+    assert unanswered == []
+    assert cluster.zcard(shards.retry(P)) == 1
