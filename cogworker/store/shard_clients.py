@@ -12,6 +12,7 @@ Built per process after fork, like every client (store/connection.py).
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 
 import redis
 from redis.crc import key_slot
@@ -29,7 +30,7 @@ def slot_of(partition: shards.Partition) -> int:
     return int(key_slot((tag or prefix).encode("utf-8", "surrogateescape")))
 
 
-class SlotClients:
+class SlotClients(ABC):
     """The home client and one client per partition slot, made on first use by `_make`; thread-safe.
     Partitions whose tags hash to the same slot share a client. Outside the sharded layout every
     partition gets the home client."""
@@ -55,8 +56,9 @@ class SlotClients:
                     client = self._by_slot[slot] = self._make(slot, prefix)
         return client
 
+    @abstractmethod
     def _make(self, slot: int, prefix: str | None) -> redis.Redis:
-        raise NotImplementedError
+        """A new client for `slot` (called once per slot, under the lock; it takes no lock of ours)."""
 
     def for_key(self, key: str) -> redis.Redis:
         """The client for a key of either kind: a partition's, or the home slot's."""

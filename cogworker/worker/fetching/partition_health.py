@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 
+import redis
 import structlog
 
 from cogworker.store.shard_clients import ShardClients
@@ -60,8 +61,8 @@ class PartitionHealth:
             for partition, since in down:
                 try:
                     self._clients.of(partition).ping()
-                except Exception:
-                    continue
+                except redis.RedisError:
+                    continue  # still down: reported once, when it went down (`failed`)
                 with self._lock:
                     self._down.pop(partition, None)
                 log.info(

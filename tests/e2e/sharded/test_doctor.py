@@ -15,7 +15,6 @@ from redis.crc import key_slot
 from cogworker import settings as settings_module
 from cogworker.cli.main import main
 from cogworker.store import connection, key_guard, keys, shards
-from tests.e2e.sharded.status_support import one_slot_after  # noqa: F401  (autouse)
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 

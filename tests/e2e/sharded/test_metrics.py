@@ -15,7 +15,6 @@ from redis.crc import key_slot
 from cogworker.settings import load_settings
 from cogworker.store import keys, shards
 from supervisor.integrations.metrics import SwarmMetrics
-from tests.e2e.sharded.status_support import one_slot_after  # noqa: F401  (autouse)
 from tests.support.metrics import scrape, value
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import free_port, wait_until

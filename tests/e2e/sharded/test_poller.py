@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import pytest
 import redis
@@ -19,7 +18,7 @@ from redis.crc import key_slot
 
 from cogworker import codec
 from cogworker import settings as settings_module
-from cogworker.store import keys, shards
+from cogworker.store import shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.fetching.partition_health import PartitionHealth
@@ -27,6 +26,7 @@ from cogworker.worker.loops import graduation, partition_poller
 from cogworker.worker.loops.poller import Poller
 from cogworker.worker.recovering.recovery import Recovery
 from tests.e2e.sharded.down_partition import OneMasterDown
+from tests.e2e.sharded.sets_support import one_slot
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 
@@ -78,9 +78,7 @@ def setup(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Setu
     yield made
     made.clients.close()
     made.ctx.client.close()
-    shards.use_settings(
-        SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
-    )
+    one_slot()
 
 
 def queued(cluster: redis.RedisCluster, partition: shards.Partition) -> list[dict[str, object]]:
@@ -195,9 +193,7 @@ def test_a_look_between_polls_reads_a_bounded_number_of_partitions(
     finally:
         made.clients.close()
         made.ctx.client.close()
-        shards.use_settings(
-            SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
-        )
+        one_slot()
 
 
 def test_a_partition_found_down_by_a_poll_is_probed_and_skipped_until_it_answers(

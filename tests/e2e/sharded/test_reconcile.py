@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import pytest
 import redis
 
 from cogworker import codec
 from cogworker import settings as settings_module
-from cogworker.store import keys, shards
+from cogworker.store import shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.fetching.fetch import Work
@@ -28,6 +27,7 @@ from cogworker.worker.recovering.recovery import Recovery
 from cogworker.worker.recovering.requeue_result import PartitionsUnreachable
 from cogworker.worker.settling.settle import Settler
 from tests.e2e.sharded.down_partition import OneMasterDown
+from tests.e2e.sharded.sets_support import one_slot
 
 ME = "host:7:live"
 QUEUE = "alpha"
@@ -69,9 +69,7 @@ def parts(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Part
     yield Parts(ctx, reconciler, settler, lists, fetcher)
     clients.close()
     ctx.client.close()
-    shards.use_settings(
-        SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
-    )
+    one_slot()
 
 
 def on_list(cluster: redis.RedisCluster, partition: shards.Partition, *raws: str) -> None:

@@ -8,7 +8,6 @@ in-process; tests/e2e/sharded/test_recovery_worker.py kills real workers."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from types import SimpleNamespace
 
 import pytest
 import redis
@@ -22,6 +21,7 @@ from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.recovering.recovery import Recovery
 from cogworker.worker.recovering.requeue_result import PartitionsUnreachable, RequeueResult
 from tests.e2e.sharded.down_partition import OneMasterDown
+from tests.e2e.sharded.sets_support import one_slot
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 
@@ -45,9 +45,7 @@ def recovery(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[R
     yield Recovery(ctx, "host:2:live", clients)
     clients.close()
     ctx.client.close()
-    shards.use_settings(
-        SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
-    )
+    one_slot()
 
 
 def part(index: int, queue: str = QUEUE) -> shards.Partition:

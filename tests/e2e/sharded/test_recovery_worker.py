@@ -11,7 +11,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import redis
@@ -21,6 +20,7 @@ from cogworker import settings as settings_module
 from cogworker.api.payload import build
 from cogworker.store import keys, shards
 from tests.e2e.sharded.conftest import sharded_env
+from tests.e2e.sharded.sets_support import one_slot
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 from tests.support.swarm import SwarmRunner
@@ -44,9 +44,7 @@ def layout(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
     monkeypatch.setenv("COGWORKER_QUEUE_PARTITIONS", f"{QUEUE}={PARTITIONS}")
     shards.use_settings(settings_module.load_settings())
     yield
-    shards.use_settings(
-        SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
-    )
+    one_slot()
 
 
 def part(index: int) -> shards.Partition:

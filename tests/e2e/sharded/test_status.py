@@ -23,7 +23,6 @@ from cogworker.ops import processes as process_ops
 from cogworker.ops import queues as queue_ops
 from cogworker.store import connection, fanout, keys, shards
 from cogworker.web import create_app
-from tests.e2e.sharded.status_support import one_slot_after  # noqa: F401  (autouse)
 from tests.support.redis_cluster import RedisCluster
 from tests.support.web_requests import SAME_ORIGIN
 

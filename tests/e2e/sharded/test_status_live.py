@@ -17,7 +17,6 @@ from cogworker.cli.main import main
 from cogworker.store import shards
 from tests.e2e.sharded.conftest import sharded_env
 from tests.e2e.sharded.pushing import configured_api
-from tests.e2e.sharded.status_support import one_slot_after  # noqa: F401  (autouse)
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool

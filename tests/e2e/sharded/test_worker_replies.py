@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -36,6 +35,7 @@ from cogworker.worker.settling.partition_filing import file_in_partition
 from cogworker.worker.settling.partition_unsettled import file_every_partition
 from cogworker.worker.settling.settle import Settler
 from cogworker.worker.settling.shard_route import ShardRoute, unsettled
+from tests.e2e.sharded.sets_support import one_slot
 from tests.support.redis_server import wait_until
 
 IDENTITY = "test-host:1:abc"
@@ -52,9 +52,7 @@ def sharded(env: dict[str, str], cluster: redis.RedisCluster) -> Iterator[tuple[
     route.health.close()
     clients.close()
     clients.home.close()
-    shards.use_settings(
-        SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
-    )
+    one_slot()
 
 
 def listed_job(

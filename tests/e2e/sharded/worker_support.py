@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from cogworker import settings as settings_module
 from cogworker.api.payload import build
 from cogworker.store import keys, shards
 from tests.e2e.sharded.conftest import sharded_env
+from tests.e2e.sharded.sets_support import one_slot
 from tests.support.redis_cluster import RedisCluster
 from tests.support.workers import WorkerPool
 
@@ -36,9 +36,7 @@ def layout(env: dict[str, str]) -> Iterator[None]:
     """This (the test's) process names keys as the sharded deployment does; the one-slot layout after."""
     shards.use_settings(settings_module.load_settings())
     yield
-    shards.use_settings(
-        SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
-    )
+    one_slot()
 
 
 # Each job's retry option, as its client writes it in the payload (@job(retry=...)).
