@@ -229,9 +229,11 @@ def partitions_key() -> str:
     return keys.PREFIX + "partitions"
 
 
-# Raise a queue's recorded partition count to ARGV[2] if it is below; answers the count now recorded.
-# A max, so sending it again after a lost reply changes nothing.
+# Add the queue to the registry (KEYS[2]) and raise its recorded partition count (KEYS[1]) to ARGV[2] if
+# it is below, in one round trip; answers the count now recorded. A set add and a max: sending it again
+# after a lost reply changes nothing.
 _RECORD = """
+redis.call('SADD', KEYS[2], ARGV[1])
 local now = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 local want = tonumber(ARGV[2])
 if now < want then
@@ -247,8 +249,7 @@ def record_partitions(home: redis.Redis, queue: str) -> int:
     queue to the home registry; both idempotent. Answers the count recorded."""
     if not _state.sharded:
         return 1
-    home.sadd(keys.QUEUES, queue)
-    return int(home.eval(_RECORD, 1, partitions_key(), queue, configured_count(queue)))
+    return int(home.eval(_RECORD, 2, partitions_key(), keys.QUEUES, queue, configured_count(queue)))
 
 
 def recorded_partitions(home: redis.Redis) -> dict[str, int]:
