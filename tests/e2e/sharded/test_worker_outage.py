@@ -4,6 +4,7 @@ stall, and no job is lost or run twice (worker/fetching/partition_health.py)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections import Counter
@@ -26,6 +27,8 @@ from tests.e2e.sharded.worker_support import (
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
+
+CLUSTER_DOWN = re.compile(r"CLUSTERDOWN|ClusterDown")
 
 # The shared fixtures, used here by name.
 layout = worker_support.layout
@@ -69,8 +72,13 @@ def test_a_stopped_master_stalls_only_its_own_queues(
     redis_cluster.wait_ok()
     ran = Counter(tag for tag, _pid in events(out, "ran"))
     assert all(n == 1 for n in ran.values()), ran
-    # The fetcher met the outage and skipped the partition, then found it served again.
-    assert {e["partition"] for e in worker.events_named("partition_unavailable")} == {f"{stalled}#0"}
+    # The fetcher met the outage and skipped the partition, then found it served again. Another
+    # partition is skipped only for the cluster's CLUSTERDOWN: with cluster-require-full-coverage
+    # (Redis's default) every node refuses from when the stopped master is marked failed until its
+    # replica is promoted, which a loaded machine can reach before the other queue's 20 jobs ran.
+    skipped = {e["partition"]: e["error"] for e in worker.events_named("partition_unavailable")}
+    assert f"{stalled}#0" in skipped, skipped
+    assert all(CLUSTER_DOWN.search(error) for p, error in skipped.items() if p != f"{stalled}#0"), skipped
     assert worker.events_named("partition_available")
 
 
