@@ -41,17 +41,19 @@ def write(
     attempt: str,
     partition: shards.Partition | None = None,
     home: redis.Redis | None = None,
+    mark_ttl_s: int = MARK_TTL_S,
 ) -> None:
     """Write `batch` as write attempt `attempt`: every job, or none when a key it goes to has the wrong
     type (key_guard.WrongTypeKey names it). A job whose jid an earlier attempt wrote is not written
     again. replicas.NotReplicated: written, but too few replicas confirmed it. With `partition` (the
     sharded layout), every job of `batch` is of its queue, `conn` is its client and `home` the home
-    slot's (where a wrong-type key is reported to the key guard)."""
+    slot's (where a wrong-type key is reported to the key guard). `mark_ttl_s`: how long the markers
+    live (an outbox's pushes keep theirs longer: store/outbox.py)."""
     if not batch:
         return
     if partition is not None and home is None:
         raise ValueError("a write to a partition needs the home client (wrong-type keys are reported there)")
-    script_keys, args = plan(batch, attempt, partition)
+    script_keys, args = plan(batch, attempt, partition, mark_ttl_s)
     script = _push_batch.on(conn)
     wait = replicas.wait_command(settings)
     waited: object = None
@@ -75,7 +77,10 @@ def write(
 
 
 def plan(
-    batch: Sequence[dict[str, Any]], attempt: str, partition: shards.Partition | None = None
+    batch: Sequence[dict[str, Any]],
+    attempt: str,
+    partition: shards.Partition | None = None,
+    mark_ttl_s: int = MARK_TTL_S,
 ) -> tuple[list[str], list[Any]]:
     """push_batch.lua's KEYS and ARGV for `batch` (the sync write and the awaitable one,
     api/aio_write.py, send the same): jobs due now to their queues, stamped `enqueued_at`; jobs due
@@ -92,7 +97,7 @@ def plan(
             job.pop("at", None)
             job["enqueued_at"] = now
             by_queue.setdefault(job["queue"], []).append(job)
-    args: list[Any] = [attempt, MARK_TTL_S * 1000, len(by_queue)]
+    args: list[Any] = [attempt, mark_ttl_s * 1000, len(by_queue)]
     jids: list[str] = []  # in the markers' order: queued, then scheduled
     for name, jobs in by_queue.items():
         args += [name, len(jobs), *(payload.stored(job) for job in jobs)]

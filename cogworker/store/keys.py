@@ -75,6 +75,7 @@ PERIODIC_PAUSED: str
 AUDIT: str
 METRICS_PREFIX: str
 METRICS_FLUSHED_PREFIX: str
+OUTBOX: str
 # The types the key guard expects. Prefix entries cover every key that starts with them.
 EXPECTED_TYPES: dict[str, str]
 EXPECTED_PREFIX_TYPES: dict[str, str]
@@ -94,7 +95,7 @@ def use_prefix(prefix: str) -> None:
     global HANDED_OVER_PREFIX
     global EXPECTED_TYPES, EXPECTED_PREFIX_TYPES
     global PUSHED_PREFIX, CANCELLED_PREFIX, PERIODIC_RUNS_PREFIX, PERIODIC_PAUSED, AUDIT
-    global METRICS_PREFIX, METRICS_FLUSHED_PREFIX
+    global METRICS_PREFIX, METRICS_FLUSHED_PREFIX, OUTBOX
     PREFIX = prefix
     QUEUE_PREFIX = prefix + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
     # list per queue: jobs orphaned more than once, each run alone by a process
@@ -171,6 +172,9 @@ def use_prefix(prefix: str) -> None:
     # (worker/metrics/flusher.py), so a flush sent again after a lost reply is not counted twice.
     METRICS_PREFIX = prefix + "metrics:"
     METRICS_FLUSHED_PREFIX = prefix + "metrics:flushed:"
+    # hash: entry id -> a step to carry out after a move in another slot (sharded layout only:
+    # store/outbox.py); each queue partition's slot has one too (shards.outbox).
+    OUTBOX = prefix + "outbox"
     EXPECTED_TYPES = {
         QUEUES: "set",
         PAUSED: "set",
@@ -194,6 +198,7 @@ def use_prefix(prefix: str) -> None:
         BATCHES: "zset",
         BATCH_LEASES: "zset",
         METRICS_PREFIX + "marks": "zset",
+        OUTBOX: "hash",
     }
     EXPECTED_PREFIX_TYPES = {
         QUEUE_PREFIX: "list",

@@ -29,6 +29,8 @@ FAMILIES = {
     "queues": "set",
     # A stopping process's filings handed over in the job's slot (worker/settling/shard_route.py).
     "unsettled": "list",
+    # Steps to carry out in other slots after a move here (store/outbox.py).
+    "outbox": "hash",
 }
 # The families with a name after them (an identity, a jid, a digest, a counter's name and day).
 PREFIX_FAMILIES = {

@@ -244,12 +244,19 @@ return now
 """
 
 
-def record_partitions(home: redis.Redis, queue: str) -> int:
-    """Make sure the home hash records at least this process's partition count for `queue`, and add the
-    queue to the home registry; both idempotent. Answers the count recorded."""
+def record_partitions(home: redis.Redis, queue: str, at_least: int = 0) -> int:
+    """Make sure the home hash records at least this process's partition count for `queue` (or
+    `at_least`, when higher: an outbox entry written by a process with more), and add the queue to the
+    home registry; both idempotent. Answers the count recorded."""
     if not _state.sharded:
         return 1
-    return int(home.eval(_RECORD, 2, partitions_key(), keys.QUEUES, queue, configured_count(queue)))
+    want = max(configured_count(queue), at_least)
+    return int(home.eval(_RECORD, 2, partitions_key(), keys.QUEUES, queue, want))
+
+
+def outbox(p: Partition) -> str:
+    """Hash in the partition's slot: steps to carry out after a job's move there (store/outbox.py)."""
+    return p.prefix + "outbox"
 
 
 def recorded_partitions(home: redis.Redis) -> dict[str, int]:

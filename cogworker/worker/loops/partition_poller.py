@@ -70,6 +70,11 @@ class PartitionPoller:
         self._turn = 0
         self._looked_at = -PEEK_EVERY_S  # when the last turn of looks was taken
 
+    @property
+    def known(self) -> Known:
+        """The partitions of this process's queues (the outbox sweep reads theirs too)."""
+        return self._known
+
     def places(self, partition: shards.Partition) -> list[SetPlace]:
         client, scripts = self._scripts.of(partition)
         return [

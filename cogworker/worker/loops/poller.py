@@ -31,6 +31,7 @@ from cogworker.worker.settling.partition_unsettled import file_every_partition
 from cogworker.worker.settling.settle import file_unsettled
 
 if TYPE_CHECKING:
+    from cogworker.worker.loops.outbox_sweep import OutboxSweep
     from cogworker.worker.loops.partition_poller import PartitionPoller
     from cogworker.worker.recovering.partitions import Health
 
@@ -76,6 +77,7 @@ class Poller:
         self._rng = random.Random()
         # The sharded layout: schedule and retry sets per queue partition (partition_poller.py).
         self._partitions: PartitionPoller | None = None
+        self._outbox: OutboxSweep | None = None
         if shards.is_sharded():
             from cogworker.worker.loops.partition_poller import PartitionPoller
 
@@ -85,6 +87,12 @@ class Poller:
                     sharded.clients if sharded is not None else ShardClients(ctx.settings, home=ctx.client)
                 )
             self._partitions = PartitionPoller(self, ctx, shard_clients, self._rng, shard_health)
+            # Steps that span slots, left by a mover that died (store/outbox.py).
+            from cogworker.store.outbox import Mover
+            from cogworker.worker.loops.outbox_sweep import OutboxSweep
+
+            mover = Mover(shard_clients, ctx.settings)
+            self._outbox = OutboxSweep(mover, self._partitions.known, ctx.outages, shard_health)
         self._ctx = ctx
 
     def start(self) -> None:
@@ -175,6 +183,8 @@ class Poller:
             self._guarded("Scheduler", self.enqueue_due)
         self._guarded("Lock release", self._locks.retry_deferred)
         self._guarded("Batch holds", self._lapse_batch_holds)
+        if self._outbox is not None:
+            self._guarded("Outbox", self._outbox.sweep)
         for task in self._extra_tasks:
             self._guarded(getattr(task, "__qualname__", "task"), task)
 
