@@ -60,8 +60,9 @@ OUTBOX_MARK_TTL_S = 600
 # Entries one sweep reads per outbox per HSCAN call.
 SCAN_COUNT = 100
 
-# Each kind's apply step, "module:function", imported on first use (the features import this module).
-# A kind this version doesn't know is left for a process that does (logged once per process).
+# Each kind's apply step, "module:function", imported on first use: named here, not by the feature's
+# module, so a sweeping process that never imported the feature still knows every kind. A kind this
+# version doesn't know (a newer version's) is left for a process that does (logged once per process).
 KINDS: dict[str, str] = {}
 
 Apply = Callable[["Mover", "Entry"], None]
@@ -104,7 +105,7 @@ def decode(entry_id: str, raw: str | bytes) -> Entry:
 
 
 def register(kind: str, target: str) -> None:
-    """Name the apply step of `kind` ("module:function"); done by the modules that write entries."""
+    """Name the apply step of `kind` ("module:function") beside KINDS (a test's own kind)."""
     KINDS[kind] = target
 
 
