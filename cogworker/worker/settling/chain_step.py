@@ -30,7 +30,7 @@ import structlog
 from cogworker import codec
 from cogworker.api import chain_group, payload
 from cogworker.api.chain_group import FIELD
-from cogworker.store import key_guard, keys, scripts, shards
+from cogworker.store import key_guard, keys, scripts
 from cogworker.store.outage import Outages
 from cogworker.worker.fetching.fetch import Work
 from cogworker.worker.settling.settle import Settler
@@ -89,8 +89,6 @@ def succeeded(
 ) -> bool:
     """Acknowledge a chain step that succeeded and push the next one. True when acknowledged here
     (False: another run or recovery had taken it, or Redis failed for ACK_RETRY_S)."""
-    # Never in the sharded layout: the manager files such a job in dead unrun (unsharded.py).
-    shards.refuse("chains")
     carried = job[FIELD]
     jid = str(job.get("jid") or "")
     try:
@@ -103,6 +101,17 @@ def succeeded(
         )
         settler.ack(work.raw, jid)
         return False
+    route = settler.route
+    if route is not None:  # the sharded layout: the partition's ack, then the outbox (chain_sharded.py)
+        from cogworker.worker.settling import chain_sharded
+
+        if isinstance(nxt, Grouped):
+            # Refused at chain() there, and such a payload is filed in dead unrun (unsharded.py): the
+            # step is acknowledged as a plain job, the chain can't go on.
+            log.error("chain_group_not_sharded", chain=carried["id"], note="acknowledged as a plain job")
+            settler.ack(work.raw, jid)
+            return False
+        return chain_sharded.succeeded(settler, route, work, job, nxt, record, ttl)
     day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     record_key = keys.chain(str(carried["id"]))
     # Basic fetch (BRPOP) keeps no in-progress list: nothing to take the job off (chain_ack.lua).

@@ -33,6 +33,7 @@ import structlog
 from cogworker import codec
 from cogworker.api import death
 from cogworker.api.retry import Filing, encoded, storable
+from cogworker.settings_fields import SettingsFields
 from cogworker.store import key_guard, keys, outcomes
 from cogworker.store.connection import is_unavailable
 from cogworker.store.redis_context import RedisContext
@@ -99,6 +100,16 @@ class Settler(PendingSettles):
     @property
     def client(self) -> redis.Redis:
         return self._client
+
+    @property
+    def settings(self) -> SettingsFields:
+        return self._settings
+
+    @property
+    def route(self) -> ShardRoute | None:
+        """Where a settle goes in the sharded layout (None in the one-slot layout): the chain step's
+        partition ack uses it (worker/settling/chain_sharded.py)."""
+        return self._route
 
     def use_basic_fetch(self, still_listed: ListedJobs | None = None) -> None:
         """The worker fell back to basic fetch (worker/fetching/fetch_fallback.py): jobs from now on are on no

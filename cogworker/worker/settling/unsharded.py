@@ -1,6 +1,6 @@
-"""Jobs the sharded layout can't run: batch members, batch callbacks and chain steps.
+"""Jobs the sharded layout can't run: batch members, batch callbacks and chain steps with a group to come.
 
-Their settle must change state in the home slot (the batch's counts, the chain's next step) in the same
+Their settle must change state in the home slot (the batch's counts, a chain group's batch) in the same
 step as the job's ack in its partition's slot, and the cross-slot protocol for that is not built
 (`shards.refuse`): pushes of such jobs are refused. One pushed anyway (by a client of an older version,
 or written by hand) is not run: it ends in its partition's dead set, counted failed, with a death
@@ -22,8 +22,17 @@ log = structlog.get_logger("cogworker.job")
 
 ERROR_CLASS = "cogworker.NotShardedYet"
 # Payload field -> the feature it belongs to.
-FEATURES = {"bid": "batches", "bcb": "batch callbacks", "chain": "chains"}
+FEATURES = {"bid": "batches", "bcb": "batch callbacks", "chain": "chain groups"}
 _MARKS = tuple(f'"{name}"' for name in FEATURES)
+
+
+def _refused(name: str, value: object) -> bool:
+    """A chain step is run unless a group is still to come in its chain (chain_sharded.py can't push
+    one): `chain()` refuses such a chain, so only a client that didn't reaches here."""
+    if name != "chain":
+        return True
+    rest = value.get("next") if isinstance(value, dict) else None
+    return isinstance(rest, list) and any(isinstance(s, dict) and "group" in s for s in rest)
 
 
 def refusal(raw: str) -> Filing | None:
@@ -34,7 +43,7 @@ def refusal(raw: str) -> Filing | None:
     job = codec.loads_dict(raw)
     if job is None:
         return None
-    used = [feature for name, feature in FEATURES.items() if name in job]
+    used = [feature for name, feature in FEATURES.items() if name in job and _refused(name, job[name])]
     if not used:
         return None
     reason = (
