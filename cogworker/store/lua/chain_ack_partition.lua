@@ -4,8 +4,8 @@
 -- partition are in other slots, so what changes there is written down as one entry of this slot's
 -- outbox (store/outbox.py), moved by the caller at once or by any worker's sweep.
 --
--- KEYS[1]  the partition's in-progress list the step was fetched onto (none known: the outbox again,
---          with ARGV[4] = "0")
+-- KEYS[1]  the partition's in-progress list the step was fetched onto (the sharded layout has no
+--          basic fetch: there is always one)
 -- KEYS[2]  the partition's stat:processed
 -- KEYS[3]  the partition's stat:processed:<today>
 -- KEYS[4]  the step's orphan counter in the partition (it ran to the end: its count is moot)
@@ -13,24 +13,20 @@
 -- ARGV[1]  the raw payload as fetched
 -- ARGV[2]  the entry's id, chain:<cid>:<index>
 -- ARGV[3]  the entry's JSON (outbox.encode: the result, the record's update, the next step's push)
--- ARGV[4]  "1": only the run whose LREM takes the job off KEYS[1] writes; "0": no list to check
 -- Returns 1 when the step was acknowledged and the entry written, 0 when it was no longer in progress
 -- (another run of it, or recovery, took it: nothing is written, so a step that ran twice leads to one
 -- entry, and its successor is pushed once), or {"wrongtype", key} (nothing changed).
-local gated = ARGV[4] == "1"
-local wanted = {{KEYS[2], "string"}, {KEYS[3], "string"}, {KEYS[5], "hash"}}
-if gated then
-  wanted[#wanted + 1] = {KEYS[1], "list"}
-end
-local bad = first_wrong_type(wanted)
+local bad = first_wrong_type({{KEYS[1], "list"}, {KEYS[2], "string"}, {KEYS[3], "string"}, {KEYS[5], "hash"}})
 if bad then
   return {"wrongtype", bad}
 end
-if gated and redis.call("LREM", KEYS[1], -1, ARGV[1]) == 0 then
+-- Only the run whose LREM takes the job off the list writes.
+if redis.call("LREM", KEYS[1], -1, ARGV[1]) == 0 then
   return 0
 end
 redis.call("DEL", KEYS[4])
 count_processed(KEYS[2], KEYS[3], 1)
--- The id is the step's: an entry written again (an ungated ack) replaces the first, never adds one.
+-- The id is the step's: an entry written again (the same payload pushed and run again by hand) replaces
+-- the first, never adds one.
 redis.call("HSET", KEYS[5], ARGV[2], ARGV[3])
 return 1

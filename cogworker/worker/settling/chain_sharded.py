@@ -84,21 +84,27 @@ def succeeded(
     carried = job[FIELD]
     cid, index = str(carried["id"]), int(carried.get("step", 0))
     jid = str(job.get("jid") or "")
+    # Always gated: the sharded layout has no basic fetch, so the step was fetched onto this process's
+    # list in its partition (named by its placement, else its queue's first partition's, as a filing's).
     listed = settler.list_for(work.raw)
     partition = route.partition_of(listed, work.raw)
+    listed = listed or route.list_of(partition)
     day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     ident = entry_id(cid, index)
     script_keys = [
-        listed or shards.outbox(partition),
+        listed,
         shards.stat(partition, "processed"),
         shards.stat_day(partition, "processed", day),
         shards.orphanings(partition, jid),
         shards.outbox(partition),
     ]
-    args = [work.raw, ident, entry(job, nxt, record, ttl), "1" if listed else "0"]
+    args = [work.raw, ident, entry(job, nxt, record, ttl)]
     conn = route.client(partition)
 
+    tries = [0]
+
     def ack() -> Any:
+        tries[0] += 1
         reply = _ack.on(conn)(keys=script_keys, args=args, client=conn)
         wrong = key_guard.script_wrong_type(reply)
         if wrong is not None:
@@ -113,7 +119,9 @@ def succeeded(
     mover = outbox.Mover(route.clients, settler.settings)
     _retrying(lambda: mover.move_ids(partition, [ident]), "chain_entry_not_moved", cid, index)
     if not reply:
-        log.info("chain_step_taken_elsewhere", chain=cid, step=index)
+        # After a failed try, the job may be gone by that try's own ack, whose reply was lost.
+        event = "chain_ack_resent" if tries[0] > 1 else "chain_step_taken_elsewhere"
+        log.info(event, chain=cid, step=index)
         return False
     return True
 

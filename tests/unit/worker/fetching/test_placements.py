@@ -28,14 +28,21 @@ def test_a_work_without_a_partition_is_not_placed() -> None:
     assert placements.peek("x") is None and len(placements) == 0
 
 
-def test_only_batch_and_chain_payloads_are_refused() -> None:
+def test_only_batch_payloads_and_chain_steps_with_a_group_to_come_are_refused() -> None:
     plain = codec.dumps({"class": "m.f", "jid": "j1", "args": ["bid"], "queue": "q"})
     assert unsharded.refusal(plain) is None  # the word in an argument is not the field
     assert unsharded.refusal('not json with "bid"') is None  # an unreadable payload is the processor's
-    for field, feature in (("bid", "batches"), ("bcb", "batch callbacks"), ("chain", "chains")):
-        filing = unsharded.refusal(
-            codec.dumps({"class": "m.f", "jid": "j2", "queue": "q", field: {"id": "x"}})
-        )
+    grouped = {"id": "x", "next": [{"group": []}]}
+    cases = (("bid", "batches", {"id": "x"}), ("bcb", "batch callbacks", {"id": "x"}),
+             ("chain", "chain groups", grouped))  # fmt: skip
+    for field, feature, value in cases:
+        filing = unsharded.refusal(codec.dumps({"class": "m.f", "jid": "j2", "queue": "q", field: value}))
         assert filing is not None and filing.dead
         assert filing.payload["error_class"] == "cogworker.NotShardedYet"
-        assert feature in filing.payload["error_message"] and filing.payload[field] == {"id": "x"}
+        assert feature in filing.payload["error_message"] and filing.payload[field] == value
+    # A chain of plain steps runs in the sharded layout (worker/settling/chain_sharded.py).
+    plain_step = {"id": "x", "next": [{"class": "m.g", "queue": "q", "jid": "j3"}]}
+    assert (
+        unsharded.refusal(codec.dumps({"class": "m.f", "jid": "j2", "queue": "q", "chain": plain_step}))
+        is None
+    )
