@@ -63,7 +63,9 @@ SCAN_COUNT = 100
 # Each kind's apply step, "module:function", imported on first use: named here, not by the feature's
 # module, so a sweeping process that never imported the feature still knows every kind. A kind this
 # version doesn't know (a newer version's) is left for a process that does (logged once per process).
-KINDS: dict[str, str] = {}
+KINDS: dict[str, str] = {
+    "periodic_push": "cogworker.api.periodic_outbox:apply",
+}
 
 Apply = Callable[["Mover", "Entry"], None]
 

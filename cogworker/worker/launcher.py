@@ -149,7 +149,11 @@ class Launcher:
             if self._wait_or_stop(1.0):
                 self.reporter.send("stopped", code=exitcodes.OK)
                 return exitcodes.OK
-        ticker = Ticker(self.ctx, quiet=lambda: self.manager.is_quiet if self.manager else False)
+        ticker = Ticker(
+            self.ctx,
+            quiet=lambda: self.manager.is_quiet if self.manager else False,
+            clients=self.route.clients if self.route else None,
+        )
         self.poller = Poller(
             self.ctx,
             self.recovery,
