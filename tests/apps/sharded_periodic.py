@@ -1,8 +1,9 @@
 """A periodic entry firing every second, for the sharded layout's periodic tests
 (tests/e2e/sharded/test_periodic.py). Its name and queue come from the environment
-(SHARDED_PERIODIC_NAME, SHARDED_PERIODIC_QUEUE), so a test picks the queue partition's master and runs
-two deployments' entries side by side. A server middleware records each run in the file
-SHARDED_TEST_OUT names, outside the cluster under test: "<entry> <slot> <jid> <pid>"."""
+(SHARDED_PERIODIC_NAME, SHARDED_PERIODIC_QUEUE; SHARDED_PERIODIC_UNTIL_EXECUTED=1 sets until_executed),
+so a test picks the queue partition's master and runs two deployments' entries side by side. A server
+middleware records each run in the file SHARDED_TEST_OUT names, outside the cluster under test:
+"<entry> <slot> <jid> <pid>"."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from cogworker import job, periodic, server_chain
     "* * * * * *",
     name=os.environ.get("SHARDED_PERIODIC_NAME", "sharded-tick"),
     queue=os.environ.get("SHARDED_PERIODIC_QUEUE", "ptick"),
+    until_executed=os.environ.get("SHARDED_PERIODIC_UNTIL_EXECUTED") == "1",
 )
 @job(queue="ptick")
 def tick() -> None:

@@ -149,3 +149,21 @@ def test_two_deployments_on_one_cluster_each_run_their_own_entry(
     assert [k for k in left if not k.startswith(("cw:", "other:"))] == []
     assert not [k for k in left if k.startswith("cw:") and "entry-b" in k]
     assert not [k for k in left if k.startswith("other:") and "entry-a" in k]
+
+
+def test_an_until_executed_entrys_running_lock_is_taken_with_the_claim_and_released_by_the_run(
+    layout: None, redis_cluster: RedisCluster, cluster: redis.RedisCluster, workers: WorkerPool, out: Path
+) -> None:
+    queue, _ = queues_off_home(redis_cluster)
+    worker = start(workers, redis_cluster, out, queue, queue, SHARDED_PERIODIC_UNTIL_EXECUTED="1")
+    # Each run releases the home lock its claim took, or the next slots would be skipped for a day.
+    wait_until(lambda: len(slot_counts(out)) >= 4, timeout=60, message="four slots run")
+    assert worker.stop() == 0
+    assert all(n == 1 for n in slot_counts(out).values()), slot_counts(out)
+    history = [codec.loads(raw) for raw in cluster.lrange(keys.periodic_runs(NAME), 0, -1)]
+    enqueued = {str(r["jid"]) for r in history if r["outcome"] == "enqueued"}
+    ran = {run.jid for run in runs(out)}
+    holder = cluster.get(keys.periodic_running(NAME))
+    # Held, after the stop, only by a run enqueued and not run yet.
+    assert holder is None or (holder in enqueued and holder not in ran), (holder, history)
+    assert all(run.pid == worker.pid for run in runs(out))

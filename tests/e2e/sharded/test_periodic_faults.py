@@ -195,3 +195,24 @@ def test_the_sharded_claim_touches_only_its_declared_keys_all_in_the_home_slot(
     reader.close()
     assert ("HSET", [outbox.key(None)]) in ran
     assert [(name, k) for name, found in ran for k in found if k not in declared] == []
+
+
+def test_an_until_executed_slot_takes_the_home_lock_and_the_next_is_skipped_without_an_entry(
+    env: dict[str, str], cluster: redis.RedisCluster
+) -> None:
+    loaded = settings_module.load_settings()
+    shards.use_settings(loaded)
+    ctx = RedisContext.build(loaded)
+    try:
+        ticker = Ticker(ctx, entries=[Entry(NAME, target, "0 * * * *", until_executed=True)])
+        ticker.tick(now=at(14, 20))
+        ticker.tick(now=at(15, 0, 2))
+        jid = claimed_jid(cluster, NAME, SLOT)
+        assert cluster.get(keys.periodic_running(NAME)) == jid
+        ticker.tick(now=at(16, 0, 2))  # the 15:00 run hasn't run: 16:00 is skipped
+        assert [r["outcome"] for r in history(cluster)] == ["running", "enqueued"]
+        assert queued_anywhere(cluster, QUEUE, 1) == {jid} and cluster.hlen(keys.OUTBOX) == 0
+    finally:
+        fanout.release(ctx.client)
+        ctx.client.close()
+        one_slot()
