@@ -7,7 +7,7 @@ with its own through `install_push_step`, as Sidekiq's testing client is prepend
 In the sharded layout (COGWORKER_CLUSTER_SHARDING=queues) each job is written to one partition of its
 queue, on that partition's client (a ShardClients built per process, like the client, after a fork);
 api/push_shards.py says which partition and what a push spanning partitions guarantees. The features
-that would join state in the home slot to a job's ack (unique jobs, batches, chains, periodic jobs) are
+that would join state in the home slot to a job's ack (unique jobs, batches, chains) are
 refused there, at the user's call, before anything is written (`refuse`)."""
 
 from __future__ import annotations

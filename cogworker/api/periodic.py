@@ -20,7 +20,9 @@ so hosts with skewed clocks agree on which slot is due. A due slot is claimed an
 one atomic script (store/lua/periodic.lua): `SET cogworker:periodic:slot:<name>:<slot> NX`, then
 the push — whichever process gets there first enqueues it, the others find it claimed. The push
 goes through the client middleware chain like any other (a job's status is recorded, your
-middleware sees it).
+middleware sees it). In the sharded layout (COGWORKER_CLUSTER_SHARDING=queues) the job's queue
+partition is another slot: the script writes the push as an outbox entry instead, moved at once by
+the ticker, or by any worker's sweep if it died (api/periodic_outbox.py); still once per slot.
 
 **until_executed=True**: a slot doesn't start while the entry's previous run is still queued or
 running. The script takes the entry's running lock (`cogworker:periodic:running:<name>`, holding the
@@ -63,7 +65,6 @@ from cogworker import codec
 from cogworker.api.decorator import JobFunction
 from cogworker.api.payload import check_arguments
 from cogworker.queue_names import QUEUE_NAME_RULE, is_queue_name
-from cogworker.store import shards
 
 SKIPPED_COUNT_CAP = 1000
 # Slots an entry's run history keeps (`cogworker:periodic:runs:<name>`): the Web UI's "last runs".
@@ -175,8 +176,6 @@ def periodic(
     Raises:
         ValueError: `cron` is not a cron expression or `tz` not a time zone, or another entry with
             this name has another job or schedule.
-        NotShardedYet: The process's settings use COGWORKER_CLUSTER_SHARDING=queues: periodic jobs are
-            not built for it yet (a ValueError).
         TypeError: An argument is not JSON-native, `queue` is not a queue name, or the decorated
             object is not a job (put `@periodic` above `@job`).
 
@@ -201,10 +200,6 @@ def periodic(
     def wrap(fn: F) -> F:
         if not isinstance(fn, JobFunction):
             raise TypeError("@periodic goes above @job: it schedules a job, not a plain function")
-        # The layout this process's settings bound (a worker binds them before importing its jobs, so
-        # a sharded worker refuses to start with a periodic entry); a process that hasn't bound any
-        # registers it, to no effect: only a worker's poller pushes periodic jobs.
-        shards.refuse("periodic jobs")
         register(Entry(name or fn.name, fn, cron, tz, until_executed, arg_tuple, kwarg_dict, queue))
         return fn
 

@@ -23,10 +23,11 @@ partition's keys only (`keys_and_args(partition)`): every queue name a payload o
 names is declared as the partition's own queue and suspects list, so a job goes back to the partition
 it came from even when its payload names another queue (an old or hand-written entry: it is not lost
 and not moved to a slot the script can't reach). Its orphan counters are the partition's. The periodic
-running lock and the batch hash live in the home slot, out of the script's reach: those features are
-refused at push in this layout, and a stray payload that carries them is declared a stand-in key in the
-partition (`stand_in`), which nothing else reads: the job is requeued like any other, and its home
-running lock or batch hold is neither retaken nor released by recovery.
+running lock and the batch hash live in the home slot, out of the script's reach: a payload that
+carries them is declared a stand-in key in the partition (`stand_in`), which nothing else reads: the
+job is requeued like any other, and its home running lock or batch hold is neither retaken nor
+released by the script. A requeued periodic run keeps the lock its slot's claim took (a day's TTL),
+released from Python when the run ends or is buried (store/locks.py).
 """
 
 from __future__ import annotations

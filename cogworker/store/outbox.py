@@ -65,6 +65,7 @@ SCAN_COUNT = 100
 # version doesn't know (a newer version's) is left for a process that does (logged once per process).
 KINDS: dict[str, str] = {
     "chain_step": "cogworker.worker.settling.chain_sharded:apply",  # a chain step's result and progress
+    "periodic_push": "cogworker.api.periodic_outbox:apply",
 }
 
 Apply = Callable[["Mover", "Entry"], None]

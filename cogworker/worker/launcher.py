@@ -149,7 +149,8 @@ class Launcher:
             if self._wait_or_stop(1.0):
                 self.reporter.send("stopped", code=exitcodes.OK)
                 return exitcodes.OK
-        ticker = Ticker(self.ctx, quiet=lambda: self.manager.is_quiet if self.manager else False)
+        clients = self.route.clients if self.route else None  # the sharded layout's, for its pushes
+        ticker = Ticker(self.ctx, quiet=lambda: bool(self.manager and self.manager.is_quiet), clients=clients)
         self.poller = Poller(
             self.ctx,
             self.recovery,

@@ -10,9 +10,10 @@
 -- KEYS[1]  the slot's claim key (cogworker:periodic:slot:<name>:<slot>)
 -- KEYS[2]  cogworker:periodic:entries (hash: entry name -> registration JSON)
 -- KEYS[3]  the entry's running lock (cogworker:periodic:running:<name>)
--- KEYS[4]  the job's queue key
+-- KEYS[4]  the job's queue key; in the sharded layout the home outbox (cogworker:{home}:outbox)
 -- KEYS[5]  cogworker:queues
--- KEYS[6]  cogworker:wake (pub/sub: idle fetchers reading several queues wait on it)
+-- KEYS[6]  cogworker:wake (pub/sub: idle fetchers reading several queues wait on it); not used in
+--          the sharded layout
 -- KEYS[7]  the entry's run history (cogworker:periodic:runs:<name>, list, newest first): one JSON
 --          record per slot handled, written here with the claim, so a reply lost after the script
 --          ran can't record a slot twice, and a script that never ran records nothing
@@ -36,13 +37,19 @@
 -- ARGV[10] "1" when the entry is until_executed: no new run while the running lock is held
 -- ARGV[11] the running lock's TTL, seconds
 -- ARGV[12] how many records the run history keeps
+-- ARGV[13] the sharded layout only (absent in the one-slot layout): the outbox entry pushing the
+--          job (store/outbox.py encode, kind periodic_push), written to KEYS[4] instead of the push:
+--          the job's queue partition is in another slot, out of this script's reach
+-- ARGV[14] the sharded layout only: the entry's id (periodic:<name>:<slot>)
 -- Returns {outcome, the last slot handled before this one (or -1), running lock holder (or "")}.
 -- outcome: "taken" (this slot or a later one was already handled), "baseline", "known" (baseline
 -- mode, the entry was already registered), "enqueued", "running" (skipped: the previous run still
 -- holds the running lock), "missed", "stopped", "paused" (in any mode but baseline: the entry is
 -- in the paused set, the slot is recorded as paused and nothing pushed), "resumed" ("paused" mode
 -- only: the entry is no longer paused; nothing written), or "wrongtype" (a key of the wrong type;
--- nothing written).
+-- nothing written). An "enqueued" reply in the sharded layout has a fourth element: the id of the
+-- outbox entry written, for the caller to move (api/periodic_outbox.py).
+local outboxed = ARGV[13] ~= nil
 if is_wrong_type(KEYS[2], "hash") then
   return {"wrongtype", -1, KEYS[2]}
 end
@@ -78,7 +85,7 @@ end
 -- Every key written below is checked first: Redis keeps what a script wrote before an error, so a
 -- slot claimed before a failed push would never run.
 local bad = first_wrong_type({
-  {KEYS[1], "string"}, {KEYS[3], "string"}, {KEYS[4], "list"}, {KEYS[5], "set"},
+  {KEYS[1], "string"}, {KEYS[3], "string"}, {KEYS[4], outboxed and "hash" or "list"}, {KEYS[5], "set"},
   {KEYS[7], "list"}, {KEYS[8], "set"},
 })
 if bad then
@@ -131,6 +138,12 @@ if holder ~= "" then
 end
 if ARGV[10] == "1" then
   redis.call("SET", KEYS[3], ARGV[7], "EX", ARGV[11])
+end
+if outboxed then
+  -- The mover pushes it to its partition (with its marker, so once) and lists the queue there.
+  redis.call("HSET", KEYS[4], ARGV[14], ARGV[13])
+  record("enqueued", ARGV[7], "")
+  return {"enqueued", last or -1, "", ARGV[14]}
 end
 redis.call("LPUSH", KEYS[4], ARGV[8])
 redis.call("SADD", KEYS[5], ARGV[9])

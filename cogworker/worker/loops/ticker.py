@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -14,10 +14,14 @@ from cogworker import codec
 from cogworker.api import client, features
 from cogworker.api.middleware import run_client_chain
 from cogworker.api.periodic import RUNS_KEPT, SKIPPED_COUNT_CAP, Entry, entries
-from cogworker.store import key_guard, keys
+from cogworker.store import key_guard, keys, shards
 from cogworker.store.connection import is_unavailable
 from cogworker.store.redis_context import RedisContext
 from cogworker.worker.recovering.recovery import PERIODIC_RUNNING_TTL_S
+
+if TYPE_CHECKING:
+    from cogworker.api.periodic_outbox import SlotPusher
+    from cogworker.store.shard_clients import SlotClients
 
 log = structlog.get_logger("cogworker.periodic")
 
@@ -32,6 +36,7 @@ class Outcome:
     outcome: str
     previous: int  # the last slot handled before this one, -1 if none
     holder: str
+    entry_id: str = ""  # the sharded layout's "enqueued": the outbox entry pushing the job
 
 
 @dataclass(slots=True)
@@ -49,6 +54,7 @@ class Ticker:
         *,
         quiet: Callable[[], bool] = lambda: False,
         entries: Iterable[Entry] | None = None,
+        clients: SlotClients | None = None,
     ) -> None:
         self._client = ctx.client
         self._scripts = ctx.scripts
@@ -58,6 +64,12 @@ class Ticker:
         self._seen: dict[str, _Seen] = {}
         self._failing: set[str] = set()  # entries whose last check failed: logged once, not every poll
         self._next_check = 0.0
+        # The sharded layout: the slot's job goes through the home outbox (api/periodic_outbox.py).
+        self._pusher: SlotPusher | None = None
+        if shards.is_sharded():
+            from cogworker.api.periodic_outbox import SlotPusher
+
+            self._pusher = SlotPusher(ctx.client, ctx.settings, clients)
 
     @property
     def grace_s(self) -> float:
@@ -86,6 +98,8 @@ class Ticker:
         if now is None:
             seconds, micros = self._client.time()
             now = seconds + micros / 1e6
+        if self._pusher is not None and self._pusher.left:
+            self._pusher.retry_left()
         for entry in self._entries if self._entries is not None else entries():
             try:
                 self._check(entry, now)
@@ -177,6 +191,8 @@ class Ticker:
         if result.outcome == "paused":
             self._log_paused(entry, slot)
         elif result.outcome == "enqueued":
+            if self._pusher is not None:
+                self._pusher.move(result.entry_id)
             log.info(
                 "periodic_enqueued",
                 entry=entry.name,
@@ -200,13 +216,21 @@ class Ticker:
     ) -> Outcome:
         queue = str(job["queue"]) if job is not None else entry.registration()["queue"]
         claim_ttl_s = max(CLAIM_MARGIN_S, 2 * (entry.next_after(slot) - slot))
+        sharded: list[str] = []
+        pusher = self._pusher
+        if pusher is not None:  # the job's partition is out of the home slot's reach
+            from cogworker.api.periodic_outbox import script_args
+
+            sharded = script_args(entry.name, slot, job)
+            if job is not None:  # until its reply says otherwise, it may have written the entry
+                pusher.left.add(sharded[1])
         reply = self._scripts.run(
             "periodic",
             [
                 keys.periodic_slot(entry.name, slot),
                 keys.PERIODIC_ENTRIES,
                 keys.periodic_running(entry.name),
-                keys.queue(queue),
+                keys.OUTBOX if sharded else keys.queue(queue),
                 keys.QUEUES,
                 keys.WAKE_CHANNEL,
                 keys.periodic_runs(entry.name),
@@ -225,10 +249,13 @@ class Ticker:
                 "1" if entry.until_executed else "",
                 PERIODIC_RUNNING_TTL_S,
                 RUNS_KEPT,
+                *sharded,
             ],
             client=self._client,
         )
-        result = Outcome(str(reply[0]), int(reply[1]), str(reply[2]))
+        result = Outcome(str(reply[0]), int(reply[1]), str(reply[2]), str(reply[3]) if len(reply) > 3 else "")
+        if pusher is not None and job is not None and result.outcome not in ("enqueued", "taken"):
+            pusher.left.discard(sharded[1])  # no entry for the slot ("taken": maybe an earlier call's)
         if result.outcome == "wrongtype":
             key_guard.request(self._client, result.holder)
             raise RuntimeError(

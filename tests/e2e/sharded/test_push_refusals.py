@@ -1,6 +1,6 @@
 """The features the sharded layout refuses for now (their state is in the home slot and must change in
-the same step as a job's ack in its partition's slot): unique jobs, batches, a chain with a group step,
-periodic entries (a chain of plain steps runs: test_chains.py).
+the same step as a job's ack in its partition's slot): unique jobs, batches, a chain with a group step
+(a chain of plain steps runs: test_chains.py; periodic entries run: test_periodic.py).
 Each is refused at the user's call with shards.NotShardedYet naming the feature, and nothing is written
 on any master; the plain push beside it still works."""
 
@@ -15,12 +15,8 @@ import redis
 
 import cogworker
 import cogworker.aio
-from cogworker import exitcodes
-from cogworker.api import periodic as periodic_module
 from cogworker.store import shards
-from tests.e2e.sharded.conftest import sharded_env
 from tests.e2e.sharded.pushing import configured_api, every_key, queued
-from tests.support.daemon_env import run_cogworker
 from tests.support.redis_cluster import RedisCluster
 
 
@@ -87,24 +83,6 @@ def test_refused_at_the_call_and_nothing_written(api: None, redis_cluster: Redis
     _refused(feature, call, redis_cluster)
 
 
-def test_a_periodic_entry_is_refused_once_the_layout_is_bound(api: None, redis_cluster: RedisCluster) -> None:
-    before = periodic_module.entries()
-    with pytest.raises(shards.NotShardedYet, match=r"^periodic jobs can't be used"):
-        cogworker.periodic("* * * * *", name="refused-entry")(plain)
-    assert periodic_module.entries() == before
-    assert every_key(redis_cluster) == []
-
-
 def test_a_plain_push_beside_the_refusals_still_lands(api: None, cluster: redis.RedisCluster) -> None:
     jid = plain.set(unique=None).perform_async(1)  # uniqueness turned off for this push: not refused
     assert queued(cluster, shards.Partition("refusals", 0)) == [jid]
-
-
-def test_a_sharded_worker_with_a_periodic_entry_refuses_to_start(
-    redis_cluster: RedisCluster, cluster: redis.RedisCluster
-) -> None:
-    env = sharded_env(redis_cluster, COGWORKER_REQUIRE="tick_periodic")
-    done = run_cogworker(env, "run", timeout=60)
-    assert done.returncode == exitcodes.BOOT_ERROR, done.stderr
-    assert "periodic jobs can't be used with COGWORKER_CLUSTER_SHARDING=queues yet" in done.stderr
-    assert not [k for k in every_key(redis_cluster) if "periodic" in k]
