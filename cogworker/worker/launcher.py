@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
-import threading
 import time
-import traceback
 from typing import Any
 
-import redis
 import structlog
 from setproctitle import setproctitle
 
@@ -26,15 +22,11 @@ from cogworker.settings_fields import SettingsFields
 from cogworker.store import shards
 from cogworker.store.connection import connect
 from cogworker.store.redis_context import RedisContext
-from cogworker.store.replicas import AckWait
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.command_pipe import CommandPipe
-from cogworker.worker.fetching.basic_fetch import BasicFetch
-from cogworker.worker.fetching.fetch import Fetcher, server_supports_reliable
+from cogworker.worker.fetching.fetch_choice import FetchChoice, reliable_supported
 from cogworker.worker.fetching.partition_health import PartitionHealth
 from cogworker.worker.fetching.placements import Placements
-from cogworker.worker.fetching.reliable_fetch import ReliableFetch
-from cogworker.worker.fetching.sharded_fetch import ShardedFetch
 from cogworker.worker.fetching.wait_turn import BLOCK_TIMEOUT_S
 from cogworker.worker.loops.heartbeat import Heartbeat
 from cogworker.worker.loops.poller import Poller
@@ -53,6 +45,7 @@ from cogworker.worker.settling.handover import flush_acks
 from cogworker.worker.settling.settle import Settler
 from cogworker.worker.settling.shard_route import ShardRoute
 from cogworker.worker.supervisor_events import Reporter
+from cogworker.worker.thread_dump import dump_threads
 
 log = structlog.get_logger("cogworker.launcher")
 
@@ -97,6 +90,9 @@ class Launcher:
         # Sharded: recovery, the reconcile and the poller reach each partition through the same clients.
         self.recovery = Recovery(self.ctx, identity, self.route.clients if self.route else None)
         self.death_hooks = DeathHookRunner(self.ctx, clients=self.route.clients if self.route else None)
+        self.fetch_choice = FetchChoice(
+            settings, self.redis, self.blocking_redis, self.scripts, identity, self.route
+        )
         self.settler: Settler | None = None
         self.cancels: CancelWatch | None = None
         self.exit_code = exitcodes.OK
@@ -111,7 +107,7 @@ class Launcher:
         if not self._wait_for_redis():
             self.reporter.send("stopped", code=exitcodes.OK)
             return exitcodes.OK
-        if self.route is not None and not self._reliable_supported():
+        if self.route is not None and not reliable_supported(self.redis):
             log.error(
                 "sharded_layout_needs_reliable_fetch",
                 note="COGWORKER_CLUSTER_SHARDING=queues runs reliable fetch only (LMOVE, Redis 6.2 or later, "
@@ -119,10 +115,10 @@ class Launcher:
             )
             self.reporter.send("stopped", code=exitcodes.CONFIG_ERROR)
             return exitcodes.CONFIG_ERROR
-        fetcher = self._choose_fetch()
+        fetcher = self.fetch_choice.choose()
         self.settler = Settler(self.ctx, fetcher.in_progress_key, route=self.route)
         # No fallback to basic fetch in the sharded layout: a refused LMOVE stays an error.
-        fallback = self._basic_fetch if self.route is None else None
+        fallback = self.fetch_choice.basic if self.route is None else None
         self.manager = Manager(self.ctx, fetcher, self.settler, self.stats, fallback=fallback)
         if self.start_quiet:
             self.manager.quiet()
@@ -232,44 +228,6 @@ class Launcher:
         if self.reporter.orphaned():
             return True
         return "stop" in commands
-
-    def _reliable_supported(self) -> bool:
-        try:
-            return server_supports_reliable(self.redis)
-        except redis.ResponseError:
-            return True  # INFO refused (ACL, proxy): try, and fall back if LMOVE is refused
-
-    def _choose_fetch(self) -> Fetcher:
-        if self.route is not None:
-            route = self.route
-            return ShardedFetch(
-                route.clients,
-                self.scripts,
-                self.identity,
-                self.settings.queue_spec,
-                route.placements,
-                route.health,
-                ack_wait=AckWait.of(self.settings),
-            )
-        supported = self._reliable_supported()
-        if not supported:
-            log.warning(
-                "redis_too_old_for_reliable_fetch",
-                note="using basic fetch (BRPOP): a killed "
-                "process loses its running jobs; upgrade Redis to 6.2 or later",
-            )
-            return self._basic_fetch()
-        return ReliableFetch(
-            self.redis,
-            self.blocking_redis,
-            self.scripts,
-            self.identity,
-            self.settings.queue_spec,
-            ack_wait=AckWait.of(self.settings),
-        )
-
-    def _basic_fetch(self) -> BasicFetch:
-        return BasicFetch(self.redis, self.blocking_redis, self.settings.queue_spec)
 
     def _running_jobs(self) -> list[tuple[str, dict[str, Any]]]:
         if self.manager is None:
@@ -390,11 +348,3 @@ class Launcher:
             self.reporter.send("stuck", jid=job.get("jid"), job=job.get("class"), queue=armed.work.queue)
         else:
             self.commands.send("stuck")
-
-
-def dump_threads() -> None:
-    """TTIN: log every thread's stack, to see what a stuck worker is doing."""
-    names = {t.ident: t.name for t in threading.enumerate()}
-    for ident, frame in sys._current_frames().items():
-        stack = "".join(traceback.format_stack(frame))
-        log.warning("thread_stack", thread=names.get(ident, str(ident)), stack=stack)

@@ -38,7 +38,7 @@ APP_COMMANDS = (
     " lpush rpush lpop rpop lmove blmove brpop lrange lrem llen lindex ltrim lpos"
     " sadd srem smembers sismember spop scard"
     " zadd zrem zrange zrevrange zrangebyscore zscore zcard zremrangebyrank zremrangebyscore zscan"
-    " hset hget hgetall hdel hsetnx hmget hincrby hlen hexists"
+    " hset hget hgetall hdel hsetnx hmget hincrby hlen hexists hscan"
     " get set mget del exists expire pexpire ttl pttl type incr incrby decr rename scan"
     " publish subscribe unsubscribe multi exec"
     " ping select time info config|get wait"
