@@ -1,11 +1,10 @@
 """The features the sharded layout refuses for now (their state is in the home slot and must change in
-the same step as a job's ack in its partition's slot): unique jobs, batches, chains, periodic entries.
+the same step as a job's ack in its partition's slot): batches, chains, periodic entries.
 Each is refused at the user's call with shards.NotShardedYet naming the feature, and nothing is written
 on any master; the plain push beside it still works."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,7 +12,6 @@ import pytest
 import redis
 
 import cogworker
-import cogworker.aio
 from cogworker import exitcodes
 from cogworker.api import periodic as periodic_module
 from cogworker.store import shards
@@ -25,11 +23,6 @@ from tests.support.redis_cluster import RedisCluster
 
 @cogworker.job(queue="refusals")
 def plain(n: int) -> None:
-    """Never run here."""
-
-
-@cogworker.job(queue="refusals", unique="until_executed")
-def unique_job(n: int) -> None:
     """Never run here."""
 
 
@@ -53,27 +46,11 @@ def _with_batch() -> None:
         plain.perform_async(1)
 
 
-def _aio_unique() -> None:
-    async def push() -> None:
-        try:
-            await unique_job.aio.perform_async(1)
-        finally:
-            await cogworker.aio.close()
-
-    asyncio.run(push())
-
-
 def _chain_of_group() -> None:
     cogworker.chain(plain.s(1), cogworker.group(plain.s(2), plain.s(3)))
 
 
 CASES: dict[str, tuple[str, Callable[[], Any]]] = {
-    "declared_unique": ("unique jobs", lambda: unique_job.perform_async(1)),
-    "set_unique": ("unique jobs", lambda: plain.set(unique="until_executed").perform_async(1)),
-    "unique_in": ("unique jobs", lambda: unique_job.perform_in(60, 1)),
-    "unique_bulk": ("unique jobs", lambda: cogworker.push_bulk(unique_job, [(1,), (2,)])),
-    "unique_build": ("unique jobs", lambda: unique_job.build((1,), {})),
-    "unique_aio": ("unique jobs", _aio_unique),
     "batch_block": ("batches", _with_batch),
     "create_batch": ("batches", lambda: cogworker.create_batch([(plain, (1,))], "refused")),
     "chain": ("chains", lambda: cogworker.chain(plain.s(1), plain.s(2))),
@@ -96,7 +73,7 @@ def test_a_periodic_entry_is_refused_once_the_layout_is_bound(api: None, redis_c
 
 
 def test_a_plain_push_beside_the_refusals_still_lands(api: None, cluster: redis.RedisCluster) -> None:
-    jid = plain.set(unique=None).perform_async(1)  # uniqueness turned off for this push: not refused
+    jid = plain.perform_async(1)
     assert queued(cluster, shards.Partition("refusals", 0)) == [jid]
 
 
