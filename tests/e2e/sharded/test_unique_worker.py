@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,6 +138,30 @@ def test_a_poison_pill_buried_by_a_workers_recovery_releases_its_claim(
     assert worker.stop() == 0
 
 
+@pytest.mark.timeout(90)
+def test_a_dead_filing_handed_over_and_filed_by_a_workers_poller_releases_its_claim(
+    api: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: str
+) -> None:
+    """As a stopping worker whose partition's master didn't answer leaves it (worker/settling/handover.py):
+    the dead filing on its partition's `unsettled` list, the claim still held. Another worker's poller
+    files it (partition_unsettled.py) and releases the claim on the home slot's client."""
+    key = claim_key(uj.dies, out, "u")
+    jid = uj.dies.perform_async(out, "u")
+    assert jid is not None
+    p = push_shards.partition_of({"queue": "uq", "jid": jid})
+    payload = codec.loads(cluster.rpop(shards.queue_key(p)))
+    payload.update(error_class="ValueError", error_message="u fails for good", failed_at=time.time())
+    record = {"set": shards.dead(p), "score": time.time(), "payload": payload}
+    cluster.rpush(f"{p.prefix}unsettled", codec.dumps(record))
+    assert cluster.get(key) == jid
+    worker = start(workers, redis_cluster, COGWORKER_POLL_INTERVAL_S="0.5")
+    wait_until(lambda: dead_jids(cluster) == [jid], timeout=45, message="filed in its partition's dead set")
+    wait_until(lambda: cluster.exists(key) == 0, timeout=15, message="its claim released")
+    assert cluster.llen(f"{p.prefix}unsettled") == 0
+    assert lines(out, "tried") == Counter()  # filed, never run
+    assert worker.stop() == 0
+
+
 @pytest.mark.timeout(150)
 def test_a_job_of_a_sigkilled_worker_keeps_its_claim_until_its_run_after_recovery(
     api: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: str
@@ -191,6 +216,49 @@ def test_a_release_the_home_master_missed_is_made_by_the_poller_once_it_answers(
         os.kill(pid, signal.SIGCONT)
     wait_until(lambda: cluster.exists(key) == 0, timeout=30, message="the kept release made by the poller")
     assert worker.stop() == 0
+    redis_cluster.wait_ok()
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_killed_between_the_jobs_end_and_its_release_leaves_the_claim_to_its_ttl(
+    api: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: str
+) -> None:
+    """The worst moment: the job ended in its partition, its release (home slot) not made, the worker
+    SIGKILLed. The claim is never freed early: it stays the job's until its run after recovery releases
+    it (if its ack was not sent) or its `unique_for` ends it, and a copy pushed meanwhile is refused."""
+    home_master = redis_cluster.owner(key_slot(b"home"))[0]
+    # Longer than a recovery takes here: a claim whose `unique_for` ends while its job still waits lets a
+    # copy in beside it, as `unique_for` says (in either layout).
+    short = uj.gated.set(unique_for=30)
+    payload = next(
+        built
+        for built in (short.build((out, "w"), {}) for _ in range(100))
+        if redis_cluster.owner(key_slot(_tag(push_shards.partition_of(built))))[0] != home_master
+    )
+    key = claim_key(uj.gated, out, "w")
+    victim = start(workers, redis_cluster, COGWORKER_REDIS_TIMEOUT_S="0.5", **QUICK)
+    victim.identity()
+    assert short.send(payload) == payload["jid"]
+    wait_until(lambda: lines(out, "started") == Counter(["w"]), timeout=45, message="the job started")
+    node = next(n for n in redis_cluster.nodes if n.port == home_master)
+    assert node.proc is not None
+    os.kill(node.proc.pid, signal.SIGSTOP)
+    try:
+        Path(f"{out}.w.go").touch()
+        wait_until(lambda: lines(out, "ran") == Counter(["w"]), timeout=15, message="the job done")
+        wait_until(lambda: _release_failed(victim), timeout=5, message="its release failed and kept")
+        victim.kill()
+    finally:
+        os.kill(node.proc.pid, signal.SIGCONT)
+    assert cluster.get(key) == payload["jid"]  # not freed by anyone: the job's still
+    assert uj.gated.perform_async(out, "w") is None
+    rescuer = start(workers, redis_cluster, **QUICK)
+    wait_until(lambda: cluster.exists(key) == 0, timeout=60, message="released by a rerun, or its TTL over")
+    runs = lines(out, "ran")["w"]
+    assert runs in (1, 2)  # a second run only if its ack was lost with the worker
+    assert uj.gated.perform_async(out, "w") is not None  # free again: a new copy goes, and runs
+    wait_until(lambda: lines(out, "ran")["w"] == runs + 1, timeout=30, message="the new copy run")
+    assert rescuer.stop() == 0
     redis_cluster.wait_ok()
 
 
