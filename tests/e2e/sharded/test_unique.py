@@ -24,7 +24,8 @@ from cogworker.api.push_outcome import PushOutcomeUnknown
 from cogworker.ops import cancel as cancel_ops
 from cogworker.ops import cancel_shards, set_actions
 from cogworker.store import shards
-from cogworker.store.locks import unique_digest
+from cogworker.store.locks import Locks, unique_digest
+from cogworker.store.outage import Outages
 from cogworker.store.scripts import Scripts
 from tests.e2e.sharded.conftest import sharded_env
 from tests.e2e.sharded.pushing import configured_api, queued, scheduled
@@ -278,3 +279,23 @@ def test_a_push_whose_outcome_is_unknown_keeps_the_claim(
     assert uj.mark.perform_async("p", "u") is None
     assert _sent(payload) == payload["jid"]
     assert queued(cluster, PARTS[0]) == [payload["jid"]]
+
+
+def test_a_release_whose_reply_was_lost_is_sent_again_and_never_frees_a_newer_copys_claim(
+    proxied: tuple[RespProxy, RespProxy], cluster: redis.RedisCluster
+) -> None:
+    home, _ = proxied
+    key = claim_key(uj.mark.name, "p", "r")
+    jid = uj.mark.perform_async("p", "r")
+    payload = codec.loads(cluster.lindex(shards.queue_key(PARTS[0]), 0))
+    assert payload["jid"] == jid
+    conn = cw_client.connection()  # the home slot's (through its proxy), as every release's is
+    locks = Locks(conn, Scripts(conn), Outages())
+    rule = home.lose_reply(script="owned_delete")
+    locks.release_terminal(payload)
+    assert rule.fired == 1 and locks.deferred == 1  # kept, for the poller to send again
+    assert cluster.exists(key) == 0  # it ran
+    newer = uj.mark.perform_async("p", "r")
+    assert newer is not None
+    assert locks.retry_deferred() == 1 and locks.deferred == 0
+    assert cluster.get(key) == newer  # owner-checked: the release sent again freed nothing of it
