@@ -6,9 +6,11 @@ with its own through `install_push_step`, as Sidekiq's testing client is prepend
 
 In the sharded layout (COGWORKER_CLUSTER_SHARDING=queues) each job is written to one partition of its
 queue, on that partition's client (a ShardClients built per process, like the client, after a fork);
-api/push_shards.py says which partition and what a push spanning partitions guarantees. The features
-that would join state in the home slot to a job's ack (unique jobs, batches, chains) are
-refused there, at the user's call, before anything is written (`refuse`)."""
+api/push_shards.py says which partition and what a push spanning partitions guarantees. A unique job's
+claim is taken in the home slot by the client chain before that write (api/unique.py), as in the
+one-slot layout. The features that would join state in the home slot to a job's ack and are not built
+for it yet (batches, a chain with a group step) are refused there, at the user's call, before anything
+is written (`refuse`)."""
 
 from __future__ import annotations
 
@@ -202,9 +204,6 @@ def build_job(
     """The payload: `options` that are set (retry, and those of features: unique, status...) ride
     in it for the workers and the middleware; the retry filters, which are code, never do (a worker
     reads them from the registered job: retry_filters.py)."""
-    if options.get("unique") is not None:
-        # Refused before the payload exists: no claim taken, nothing written (shards.refuse says why).
-        refuse("unique jobs")
     extra = {
         key: value
         for key, value in options.items()

@@ -121,6 +121,9 @@ def _remove(
     kind = "z" if place in locate.SET_PLACES else "l"
     kept = codec.dumps({"case": answer.case, "job": answer.job, "queue": answer.queue})
     if partition is not None:
+        # The partition's answer names the locks too: a cancel asked again after the home step was
+        # lost (`_earlier`) releases them then, rather than leaving a unique claim to its TTL.
+        kept = codec.dumps({"case": answer.case, "job": answer.job, "queue": answer.queue, "locks": locks})
         where = places.key(places.of_partition(place, partition))
         if not cancel_shards.remove(
             client, scripts, partition, jid, where, kind == "z", raw, kept, CANCEL_KEEP_S
@@ -152,6 +155,16 @@ def _finish_in_home(client: redis.Redis, jid: str, kept: str, locks: list[str]) 
         log.warning("cancel_home_step_failed", jid=jid, error=f"{type(exc).__name__}: {exc}")
 
 
+def _locks_named(kept: str) -> list[str]:
+    """The lock keys a partition's answer names (a sharded cancel's `_remove`)."""
+    try:
+        answer = codec.loads(kept)
+    except ValueError:
+        return []
+    named = answer.get("locks") if isinstance(answer, dict) else None
+    return [key for key in named if isinstance(key, str)] if isinstance(named, list) else []
+
+
 def _earlier(client: redis.Redis, jid: str) -> CancelOutcome | None:
     """The answer of a cancel that took the job off its queue or set, if one did (within
     CANCEL_KEEP_S); None when none did or Redis can't be asked. In the sharded layout a partition's
@@ -161,7 +174,7 @@ def _earlier(client: redis.Redis, jid: str) -> CancelOutcome | None:
         if kept is None and shards.is_sharded():
             kept = cancel_shards.earlier(client, jid)
             if kept is not None:
-                _finish_in_home(client, jid, str(kept), [])
+                _finish_in_home(client, jid, str(kept), _locks_named(str(kept)))
     except redis.RedisError:
         return None
     try:

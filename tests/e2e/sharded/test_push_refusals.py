@@ -1,12 +1,11 @@
 """The features the sharded layout refuses for now (their state is in the home slot and must change in
-the same step as a job's ack in its partition's slot): unique jobs, batches, a chain with a group step
-(a chain of plain steps runs: test_chains.py; periodic entries run: test_periodic.py).
+the same step as a job's ack in its partition's slot): batches and a chain with a group step (unique
+jobs run: test_unique.py; a chain of plain steps: test_chains.py; periodic entries: test_periodic.py).
 Each is refused at the user's call with shards.NotShardedYet naming the feature, and nothing is written
 on any master; the plain push beside it still works."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,11 +21,6 @@ from tests.support.redis_cluster import RedisCluster
 
 @cogworker.job(queue="refusals")
 def plain(n: int) -> None:
-    """Never run here."""
-
-
-@cogworker.job(queue="refusals", unique="until_executed")
-def unique_job(n: int) -> None:
     """Never run here."""
 
 
@@ -50,27 +44,11 @@ def _with_batch() -> None:
         plain.perform_async(1)
 
 
-def _aio_unique() -> None:
-    async def push() -> None:
-        try:
-            await unique_job.aio.perform_async(1)
-        finally:
-            await cogworker.aio.close()
-
-    asyncio.run(push())
-
-
 def _chain_of_group() -> None:
     cogworker.chain(plain.s(1), cogworker.group(plain.s(2), plain.s(3)))
 
 
 CASES: dict[str, tuple[str, Callable[[], Any]]] = {
-    "declared_unique": ("unique jobs", lambda: unique_job.perform_async(1)),
-    "set_unique": ("unique jobs", lambda: plain.set(unique="until_executed").perform_async(1)),
-    "unique_in": ("unique jobs", lambda: unique_job.perform_in(60, 1)),
-    "unique_bulk": ("unique jobs", lambda: cogworker.push_bulk(unique_job, [(1,), (2,)])),
-    "unique_build": ("unique jobs", lambda: unique_job.build((1,), {})),
-    "unique_aio": ("unique jobs", _aio_unique),
     "batch_block": ("batches", _with_batch),
     "create_batch": ("batches", lambda: cogworker.create_batch([(plain, (1,))], "refused")),
     "chain_of_group": ("a chain with a group step (cogworker.group)", _chain_of_group),
@@ -84,5 +62,5 @@ def test_refused_at_the_call_and_nothing_written(api: None, redis_cluster: Redis
 
 
 def test_a_plain_push_beside_the_refusals_still_lands(api: None, cluster: redis.RedisCluster) -> None:
-    jid = plain.set(unique=None).perform_async(1)  # uniqueness turned off for this push: not refused
+    jid = plain.perform_async(1)
     assert queued(cluster, shards.Partition("refusals", 0)) == [jid]
