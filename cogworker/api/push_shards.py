@@ -19,8 +19,9 @@ The error raised carries a note with how many jobs were written before it. Sendi
 again writes only the missing ones: each partition's markers skip the jids it already holds.
 
 **First push of a queue** in a process records the queue's partition count in the home slot
-(`shards.record_partitions`: the home registry and a grow-only count, idempotent), so readers cover
-every partition this process may push to; remembered per process afterwards.
+(`fanout.record`: the home registry and a grow-only count, idempotent), so readers cover every partition
+this process may push to, and a paused queue's new partitions are paused too; remembered per process
+afterwards.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 import redis
 
-from cogworker.store import shards
+from cogworker.store import fanout, shards
 
 Group = tuple[shards.Partition, list[dict[str, Any]]]
 
@@ -71,7 +72,7 @@ def record(home: redis.Redis, queue_names: Sequence[str]) -> None:
     raises before any job of the push is sent (the push fails as if Redis was away, nothing written)."""
     prefix = shards.deployment_prefix()
     for name in queue_names:
-        shards.record_partitions(home, name)
+        fanout.record(home, name)
         with _lock:
             _recorded.add((prefix, name, shards.configured_count(name)))
 

@@ -99,6 +99,17 @@ def recorded(home: redis.Redis) -> tuple[list[str], dict[str, int]]:
     return sorted({str(n) for n in names} | set(by_queue)), by_queue
 
 
+def record(home: redis.Redis, queue: str, at_least: int = 0) -> int:
+    """`shards.record_partitions`, and, when that raised the count of a paused queue, the pause copied
+    to the partitions it added (a pause writes the partitions recorded when it runs; one pushed to after
+    a raise would otherwise be fetched from). Answers the count recorded."""
+    before, count, paused = shards.record_state(home, queue, at_least)
+    if paused and count > before:
+        added = [shards.Partition(queue, index) for index in range(before, count)]
+        pipelined(home, added, lambda pipe, p: pipe.sadd(shards.paused(p), queue))
+    return count
+
+
 def known_partitions(home: redis.Redis, extra: Iterable[str] = ()) -> list[shards.Partition]:
     """Every partition of every queue the home slot knows and of `extra` (queues processes read):
     max(recorded, configured) of each, so a partition a job was pushed to is never left out."""

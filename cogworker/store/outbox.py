@@ -46,7 +46,7 @@ import structlog
 
 from cogworker import codec
 from cogworker.settings_fields import SettingsFields
-from cogworker.store import keys, shards
+from cogworker.store import fanout, keys, shards
 from cogworker.store.shard_clients import SlotClients
 
 log = structlog.get_logger("cogworker.outbox")
@@ -190,7 +190,7 @@ class Mover:
             return
         seen = (shards.deployment_prefix(), partition.queue, partition.index + 1)
         if seen not in _recorded:
-            shards.record_partitions(self.home, partition.queue, partition.index + 1)
+            fanout.record(self.home, partition.queue, partition.index + 1)
             _recorded.add(seen)
 
     def sweep(self, where: shards.Partition | None, now: float | None = None) -> int:

@@ -230,17 +230,23 @@ def partitions_key() -> str:
 
 
 # Add the queue to the registry (KEYS[2]) and raise its recorded partition count (KEYS[1]) to ARGV[2] if
-# it is below, in one round trip; answers the count now recorded. A set add and a max: sending it again
-# after a lost reply changes nothing.
+# it is below, in one round trip; answers the count before and after, and whether the home slot's paused
+# set (KEYS[3], the pause's intent) lists the queue (0 when that key has the wrong type: the key guard's
+# to report). A set add and a max: sending it again after a lost reply changes nothing.
 _RECORD = """
 redis.call('SADD', KEYS[2], ARGV[1])
-local now = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local before = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 local want = tonumber(ARGV[2])
-if now < want then
+local now = before
+if before < want then
   redis.call('HSET', KEYS[1], ARGV[1], want)
-  return want
+  now = want
 end
-return now
+local paused = redis.pcall('SISMEMBER', KEYS[3], ARGV[1])
+if type(paused) ~= 'number' then
+  paused = 0
+end
+return {before, now, paused}
 """
 
 
@@ -248,10 +254,18 @@ def record_partitions(home: redis.Redis, queue: str, at_least: int = 0) -> int:
     """Make sure the home hash records at least this process's partition count for `queue` (or
     `at_least`, when higher: an outbox entry written by a process with more), and add the queue to the
     home registry; both idempotent. Answers the count recorded."""
+    return record_state(home, queue, at_least)[1]
+
+
+def record_state(home: redis.Redis, queue: str, at_least: int = 0) -> tuple[int, int, bool]:
+    """`record_partitions`, answering the count before, the count after and whether the queue is paused
+    (its intent in the home slot): a caller whose record raised the count copies the pause to the new
+    partitions (store/fanout.record)."""
     if not _state.sharded:
-        return 1
+        return 1, 1, False
     want = max(configured_count(queue), at_least)
-    return int(home.eval(_RECORD, 2, partitions_key(), keys.QUEUES, queue, want))
+    before, now, paused = home.eval(_RECORD, 3, partitions_key(), keys.QUEUES, keys.PAUSED, queue, want)
+    return int(before), int(now), bool(int(paused))
 
 
 def outbox(p: Partition) -> str:

@@ -15,6 +15,7 @@ import redis
 from redis.crc import key_slot
 from starlette.testclient import TestClient
 
+import cogworker
 from cogworker import codec
 from cogworker import settings as settings_module
 from cogworker.cli.main import main
@@ -23,6 +24,7 @@ from cogworker.ops import processes as process_ops
 from cogworker.ops import queues as queue_ops
 from cogworker.store import connection, fanout, keys, shards
 from cogworker.web import create_app
+from tests.e2e.sharded.pushing import configured_api
 from tests.support.redis_cluster import RedisCluster
 from tests.support.web_requests import SAME_ORIGIN
 
@@ -287,3 +289,34 @@ def test_the_web_ui_dashboard_and_queues_page_show_the_sums(
         assert all(
             cluster.sismember(shards.paused(shards.Partition("reports", i)), "reports") for i in range(3)
         )
+
+
+@cogworker.job(queue="reports")
+def report(n: int) -> None:
+    """Never run here: pushed to raise the queue's partition count."""
+
+
+def test_partitions_a_raised_count_adds_while_the_queue_is_paused_are_paused_too(
+    home: redis.Redis, cluster: redis.RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed_queue(cluster, "reports", [0, 0, 0], [0.0, 0.0, 0.0])
+    assert queue_ops.pause(home, "reports") is True
+
+    def flags(count: int) -> list[bool]:
+        return [
+            bool(cluster.sismember(shards.paused(shards.Partition("reports", i)), "reports"))
+            for i in range(count)
+        ]
+
+    # A pusher with a larger count: its first push records 5 partitions, and pauses the two it adds.
+    with configured_api(monkeypatch, COGWORKER_QUEUE_PARTITIONS="reports=5"):
+        report.perform_async(1)
+        assert int(cluster.hget(shards.partitions_key(), "reports") or 0) == 5
+        assert flags(5) == [True] * 5
+        assert queue_ops.resume(home, "reports") is True
+        assert flags(5) == [False] * 5
+    # Raised again while not paused: nothing is paused.
+    with configured_api(monkeypatch, COGWORKER_QUEUE_PARTITIONS="reports=6"):
+        report.perform_async(2)
+        assert flags(6) == [False] * 6
+        assert queue_ops.paused_queues(home) == set()
