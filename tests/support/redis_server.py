@@ -57,7 +57,13 @@ class RedisServer:
         self.bind = ("127.0.0.1", *bind_also)
         self.dir = tempfile.mkdtemp(prefix="cogworker-redis-")
         self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            # Started but not answering, or interrupted while waiting: the caller never gets this
+            # object, so nothing else would stop the process.
+            self.close()
+            raise
 
     @property
     def url(self) -> str:
