@@ -63,7 +63,10 @@ SCAN_COUNT = 100
 # Each kind's apply step, "module:function", imported on first use: named here, not by the feature's
 # module, so a sweeping process that never imported the feature still knows every kind. A kind this
 # version doesn't know (a newer version's) is left for a process that does (logged once per process).
-KINDS: dict[str, str] = {}
+KINDS: dict[str, str] = {
+    "batch_end": "cogworker.store.batch_ends:apply_end",  # a batch member's end, counted in its batch
+    "batch_cb": "cogworker.store.batch_ends:apply_callback",  # a decided batch's callback, pushed
+}
 
 Apply = Callable[["Mover", "Entry"], None]
 

@@ -1,7 +1,7 @@
 """The features the sharded layout refuses for now (their state is in the home slot and must change in
-the same step as a job's ack in its partition's slot): unique jobs, batches, chains, periodic entries.
-Each is refused at the user's call with shards.NotShardedYet naming the feature, and nothing is written
-on any master; the plain push beside it still works."""
+the same step as a job's ack in its partition's slot): unique jobs, chains, periodic entries (batches
+run there: test_batches.py). Each is refused at the user's call with shards.NotShardedYet naming the
+feature, and nothing is written on any master; the plain push beside it still works."""
 
 from __future__ import annotations
 
@@ -48,11 +48,6 @@ def _refused(feature: str, call: Callable[[], Any], redis_cluster: RedisCluster)
     assert every_key(redis_cluster) == []  # nothing written, on any master
 
 
-def _with_batch() -> None:
-    with cogworker.batch("refused", on_success=plain):
-        plain.perform_async(1)
-
-
 def _aio_unique() -> None:
     async def push() -> None:
         try:
@@ -74,8 +69,6 @@ CASES: dict[str, tuple[str, Callable[[], Any]]] = {
     "unique_bulk": ("unique jobs", lambda: cogworker.push_bulk(unique_job, [(1,), (2,)])),
     "unique_build": ("unique jobs", lambda: unique_job.build((1,), {})),
     "unique_aio": ("unique jobs", _aio_unique),
-    "batch_block": ("batches", _with_batch),
-    "create_batch": ("batches", lambda: cogworker.create_batch([(plain, (1,))], "refused")),
     "chain": ("chains", lambda: cogworker.chain(plain.s(1), plain.s(2))),
     "chain_of_group": ("chains", _chain_of_group),
 }

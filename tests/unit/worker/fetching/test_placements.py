@@ -28,11 +28,13 @@ def test_a_work_without_a_partition_is_not_placed() -> None:
     assert placements.peek("x") is None and len(placements) == 0
 
 
-def test_only_batch_and_chain_payloads_are_refused() -> None:
-    plain = codec.dumps({"class": "m.f", "jid": "j1", "args": ["bid"], "queue": "q"})
+def test_only_chain_payloads_are_refused() -> None:
+    plain = codec.dumps({"class": "m.f", "jid": "j1", "args": ["chain"], "queue": "q"})
     assert unsharded.refusal(plain) is None  # the word in an argument is not the field
-    assert unsharded.refusal('not json with "bid"') is None  # an unreadable payload is the processor's
-    for field, feature in (("bid", "batches"), ("bcb", "batch callbacks"), ("chain", "chains")):
+    assert unsharded.refusal('not json with "chain"') is None  # an unreadable payload is the processor's
+    for field in ("bid", "bcb"):  # batches run in the sharded layout (store/batch_ends.py)
+        assert unsharded.refusal(codec.dumps({"class": "m.f", "jid": "j3", "queue": "q", field: "b"})) is None
+    for field, feature in (("chain", "chains"),):
         filing = unsharded.refusal(
             codec.dumps({"class": "m.f", "jid": "j2", "queue": "q", field: {"id": "x"}})
         )
