@@ -7,6 +7,9 @@ member that ends unrun; a lost reply at each write. Every callback runs exactly 
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,13 +24,14 @@ from cogworker.store import batch_ends, batch_scripts, fanout, keys, outbox, sha
 from cogworker.worker.settling.shard_route import unsettled
 from tests.e2e.sharded import batch_support
 from tests.e2e.sharded.batch_support import CALLBACKS, MEMBERS, all_ran, drained, lines, never_early, start
-from tests.support.daemon_env import QUICK_RECOVERY
+from tests.support.daemon_env import QUICK_RECOVERY, clean_env
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 from tests.support.swarm import SwarmRunner
 from tests.support.workers import WorkerPool
 
 api = batch_support.api
+layout = batch_support.layout
 out = batch_support.out
 BOTH = {"success": 1, "complete": 1}
 
@@ -308,3 +312,33 @@ def test_a_poison_pill_member_buried_by_recovery_counts_dead_once(
     assert any("ProcessDied" in error for error in done.failures.values()), done.failures
     assert all_ran(out, b.bid, {"death": 1, "complete": 1})
     assert swarm.stop() == 0
+
+
+def test_an_app_sigkilled_inside_its_block_has_its_lease_lapse_and_the_batch_complete_once(
+    layout: None, redis_cluster: RedisCluster, cluster: redis.RedisCluster, workers: WorkerPool, out: Path
+) -> None:
+    """The app's block holds the batch by a lease; the app is SIGKILLed inside it. A worker's poller
+    releases the lapsed lease (batch_close_outbox.lua), which decides once the member ended: the
+    callbacks go through the home outbox, once."""
+    env = batch_support.worker_env(redis_cluster, out, COGWORKER_BATCH_HOLD_LEASE_S="2")
+    code = """
+        import os, signal, cogworker, sharded_batch_jobs as sbj
+        with cogworker.batch("app-killed", **sbj.callbacks("app-killed")) as b:
+            sbj.ok.perform_async("m")
+            print(b.bid, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    bid = done.stdout.strip()
+    start(workers, redis_cluster, out, COGWORKER_BATCH_HOLD_LEASE_S="2", COGWORKER_POLL_INTERVAL_S="0.2")
+    wait_until(lambda: all_ran(out, bid, BOTH), timeout=60, message="the callbacks ran")
+    wait_until(lambda: drained(cluster), timeout=30, message="drained")
+    assert [tag for tag, _pid in lines(out, "ran")] == ["m"]
+    assert all_ran(out, bid, BOTH) and never_early(out)
