@@ -28,7 +28,7 @@ from tests.e2e.sharded.batch_support import (
     start,
     worker_env,
 )
-from tests.e2e.sharded.pushing import master_of
+from tests.e2e.sharded.pushing import every_key, master_of
 from tests.support.first_call import first_call
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
@@ -200,3 +200,29 @@ def test_the_layout_keeps_batch_state_in_the_home_slot(api: None, cluster: redis
     # Each callback's partition chosen at creation, by its pre-assigned jid.
     assert {fields[f"cbp:{kind}"] for kind in ("success", "complete", "death")} <= {"0", "1"}
     assert PARTITIONS
+
+
+def test_a_deployment_touches_only_its_own_prefixs_batch_keys_and_outboxes(
+    api: None, redis_cluster: RedisCluster, cluster: redis.RedisCluster, workers: WorkerPool, out: Path
+) -> None:
+    """Another deployment's outboxes on the same cluster (prefix `cw2:`), with entries old enough to be
+    swept, are left alone; every key this deployment's batch wrote is under its prefix, in the home
+    slot or one of its queues' partitions."""
+    stale = outbox.encode(batch_ends.END, member={"bid": "other", "jid": "j"}, outcome="ok", error="")
+    body = codec.loads(stale)
+    body["at"] -= 60
+    foreign = {"cw2:{home}:outbox": "cb:other:complete", "cw2:{bq#0}:outbox": "batch:other:j:ok"}
+    for key, entry_id in foreign.items():
+        cluster.hset(key, entry_id, codec.dumps(body))
+    with cogworker.batch("mine", **sbj.callbacks("mine")) as b:
+        for n in range(6):
+            sbj.ok.perform_async(f"p{n}")
+    start(workers, redis_cluster, out, COGWORKER_POLL_INTERVAL_S="0.2")
+    wait_until(lambda: all_ran(out, b.bid, {"success": 1, "complete": 1}), timeout=60, message="callbacks")
+    wait_until(lambda: drained(cluster), timeout=30, message="drained")
+    for key, entry_id in foreign.items():
+        assert cluster.hget(key, entry_id) == codec.dumps(body)  # untouched by this deployment
+    mine = [k for k in every_key(redis_cluster) if not k.startswith("cw2:")]
+    allowed = ("cw:{home}:", *(p.prefix for p in (*MEMBERS, *batch_support.CALLBACKS)))
+    assert mine and [k for k in mine if not k.startswith(allowed)] == []
+    assert all(p.prefix.startswith("cw:{") for p in MEMBERS)
