@@ -79,10 +79,10 @@ class ShardedMemberAcks:
             if not sent:
                 self._pending.append(item)
 
-    def _send(self, item: PendingAck) -> bool:
-        """The ack and its entry in one script, then the entry moved; False when the ack failed."""
+    def write(self, item: PendingAck) -> tuple[Any, shards.Partition, str]:
+        """The ack and its entry in one script, in the member's partition: (reply, partition, entry id).
+        The entry is not moved here (`_send` moves it)."""
         partition = self._route.partition_of(item.listed, item.raw)
-        client = self._route.client(partition)
         jid = str(item.job.get("jid") or "")
         day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
         processed = shards.stat(partition, "processed")
@@ -94,10 +94,16 @@ class ShardedMemberAcks:
             shards.orphanings(partition, jid),
         ]
         outcome, error = outcome_of(item.outcome)
+        client = self._route.client(partition)
+        reply, entry_id = batch_ends.run_end(
+            client, "member_ack", partition, own, [payload], item.job, outcome, error
+        )
+        return reply, partition, entry_id
+
+    def _send(self, item: PendingAck) -> bool:
+        """The ack and its entry written, then the entry moved; False when the ack failed (kept)."""
         try:
-            reply, entry_id = batch_ends.run_end(
-                client, "member_ack", partition, own, [payload], item.job, outcome, error
-            )
+            reply, partition, entry_id = self.write(item)
             wrong = key_guard.script_wrong_type(reply)
             if wrong is not None:
                 raise key_guard.WrongTypeKey(wrong, None)
@@ -107,8 +113,11 @@ class ShardedMemberAcks:
         self._outages.recovered("Settle")
         if not reply:
             log.info(
-                "settle_skipped_requeued_job", jid=jid, note="acknowledged before, or run by another copy"
+                "settle_skipped_requeued_job",
+                jid=item.job.get("jid"),
+                note="acknowledged before (its reply lost), or run by another copy",
             )
+        # Whatever the reply: an earlier call whose reply was lost may have written the entry.
         move(self._route, self._settings, partition, entry_id)
         return True
 
