@@ -123,6 +123,7 @@ def test_the_worker_sigkilled_between_the_partition_ack_and_the_home_count_leave
         node.resume()
     redis_cluster.wait_ok()
     assert cluster.llen(shards.queue_key(p)) == 0  # acknowledged in its partition, not requeued
+    assert cluster.hlen(outbox.key(p)) == 1  # its mover died before the HDEL: the entry waits
     assert lines(out, "cb") == []
     start(workers, redis_cluster, out, COGWORKER_QUEUES=queues)
     wait_until(lambda: all_ran(out, b.bid, BOTH), timeout=60, message="the callbacks ran")
