@@ -91,6 +91,15 @@ def test_a_retried_member_counts_once_and_a_dead_member_fires_on_death_once(
     wait_until(lambda: all_ran(out, dying.bid, dead), timeout=60, message="dying done")
     wait_until(lambda: drained(cluster), timeout=30, message="every outbox entry moved, queues empty")
     assert callbacks(out, retried.bid) == {"success": 1, "complete": 1}
+    # Each callback's own end (its ack in its partition, `bcb`) recorded in its batch's hash.
+    wait_until(
+        lambda: (
+            {c.kind: c.state for c in status(retried.bid).callbacks}
+            == {"success": "done", "complete": "done", "death": "waiting"}
+        ),
+        timeout=30,
+        message="the callbacks' ends recorded",
+    )
     first = status(retried.bid)
     assert (first.total, first.pending, first.done, first.failed) == (2, 0, 2, 0)
     # Two dead members: on_death once, on_complete once, no on_success.
