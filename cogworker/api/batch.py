@@ -216,7 +216,6 @@ def batch(
         TypeError: `description` is not a str, or a callback is not a job.
         BatchClosed: Opened inside a batch that has completed.
         WrongTypeKey: A batch key holds another type of value.
-        NotShardedYet: COGWORKER_CLUSTER_SHARDING=queues: batches are not built for it yet.
 
     Example:
         ```python
@@ -253,9 +252,7 @@ def create(
     builds batches itself (a chain's group step). Prefer `batch()`."""
     if not isinstance(description, str):
         raise TypeError(f"description must be a str, not {type(description).__name__}")
-    # Before anything is written: a batch's records are home keys its members' acks would have to
-    # change in the same step (the sharded layout, store/shards.py).
-    client.refuse("batches")
+    client.settings()  # the layout (store/shards.py) known before the callbacks pick their partitions
     bid = new_jid()
     up = [parent.bid, *parent.up] if parent is not None else []
     fields: dict[str, str] = {

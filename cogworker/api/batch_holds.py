@@ -34,7 +34,7 @@ import redis
 import structlog
 
 from cogworker import codec
-from cogworker.store import batch_scripts, key_guard, keys
+from cogworker.store import batch_scripts, key_guard, keys, shards
 
 log = structlog.get_logger("cogworker.batch")
 
@@ -138,6 +138,15 @@ def _close(
     ttl_s: float,
 ) -> int:  # fmt: skip
     layout_keys, layout_args = batch_scripts.close_layout(bid, up, queues, ttl_s)
+    if shards.is_sharded():
+        # Its callbacks go through the home outbox (store/batch_ends.py); imported only there.
+        from cogworker.api import client
+        from cogworker.store import batch_ends, fanout
+
+        return batch_ends.close(
+            conn, fanout.clients_of(conn), client.settings(),
+            [keys.BATCH_LEASES, *layout_keys], [name, when, bound, *layout_args],
+        )  # fmt: skip
     reply = batch_scripts.run(
         conn, "batch_close", [keys.BATCH_LEASES, *layout_keys], [name, when, bound, *layout_args]
     )

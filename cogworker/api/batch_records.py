@@ -15,9 +15,9 @@ import redis
 import structlog
 
 from cogworker import codec
-from cogworker.api import batch_holds, client
+from cogworker.api import batch_holds, client, push_shards
 from cogworker.api.decorator import JobFunction, JobSetter
-from cogworker.store import batch_scripts, key_guard, keys
+from cogworker.store import batch_scripts, key_guard, keys, shards
 
 
 class BatchIds(Protocol):
@@ -54,6 +54,10 @@ def add_callbacks(
             f"cbjid:{kind}": jid,
             f"cbstate:{kind}": "waiting",
         }
+        if shards.is_sharded():
+            # The partition its push goes to, chosen now by its pre-assigned jid, so every mover of
+            # its outbox entry sends it to the same one (store/batch_ends.py).
+            fields[f"cbp:{kind}"] = str(push_shards.partition_of({"queue": queue, "jid": jid}).index)
         queues.append(queue)
     return queues
 

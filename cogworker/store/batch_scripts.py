@@ -18,12 +18,14 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from cogworker.store import keys
+from cogworker.store import keys, shards
 from cogworker.store.scripts import body, source, with_prelude
 
 # Where the batch layout starts after each filing script's own keys and arguments (with the dead
 # set's death notice, which a dead filing always has).
 _FILINGS = {"settle": (7, 10), "file_unsettled": (5, 6), "swap_dead": (3, 6)}
+# The same for the sharded layout's ends (batch_end.lua's outbox key and entry after them).
+_ENDS = {**_FILINGS, "member_ack": (5, 2)}
 
 _lock = threading.Lock()
 _scripts: dict[str, Script] = {}
@@ -49,6 +51,15 @@ def text(name: str) -> str:
         kb, ab = _FILINGS[filing]
         wrapped = f"local function filing()\n{body(filing)}\nend\nlocal KB, AB = {kb}, {ab}\n"
         return with_prelude(f"{lib}\n{wrapped}{body('batch_filed')}")
+    if name.startswith("outboxed:"):
+        # The sharded layout: the end in its partition's slot, its count written to that slot's outbox.
+        ending = name.removeprefix("outboxed:")
+        ko, ao = _ENDS[ending]
+        wrapped = f"local function filing()\n{body(ending)}\nend\nlocal KO, AO = {ko}, {ao}\n"
+        return with_prelude(f"{wrapped}{body('batch_end')}")
+    if name == "batch_close:outbox":
+        wrapped = f"local function closing()\n{body('batch_close')}\nend\n"
+        return with_prelude(f"{lib}\n{wrapped}{body('batch_close_outbox')}")
     if name == "batch_open":
         return source(name)
     return with_prelude(f"{lib}\n{body(name)}")
@@ -56,7 +67,9 @@ def text(name: str) -> str:
 
 def script(name: str) -> Script:
     """The batch script `name` ("batch_ack", "batch_close", "batch_open", "filed:settle",
-    "filed:file_unsettled", "filed:swap_dead"), bound to no client: every call names its own."""
+    "filed:file_unsettled", "filed:swap_dead"; in the sharded layout "outboxed:member_ack",
+    "outboxed:settle", "outboxed:file_unsettled", "outboxed:swap_dead", "batch_apply" and
+    "batch_close:outbox"), bound to no client: every call names its own."""
     found = _scripts.get(name)
     if found is None:
         with _lock:
@@ -85,7 +98,8 @@ def layout(job: dict[str, Any], outcome: str, error: str, ttl_s: float) -> tuple
     owner, kind = ("", "")
     if isinstance(callback, list) and len(callback) == 2 and all(isinstance(x, str) for x in callback):
         owner, kind = callback
-    queues = _strings(job.get("bq"))
+    # The sharded layout pushes callbacks through the home outbox (batch_ends.py): no queue keys.
+    queues = [] if shards.is_sharded() else _strings(job.get("bq"))
     script_keys = [keys.QUEUES, keys.WAKE_CHANNEL, keys.SCHEDULE, keys.batch(owner) if kind else keys.QUEUES]
     for bid in bids:
         script_keys += [keys.batch(bid), keys.batch_pending(bid), keys.batch_failures(bid)]

@@ -66,6 +66,8 @@ SCAN_COUNT = 100
 KINDS: dict[str, str] = {
     "chain_step": "cogworker.worker.settling.chain_sharded:apply",  # a chain step's result and progress
     "periodic_push": "cogworker.api.periodic_outbox:apply",
+    "batch_end": "cogworker.store.batch_ends:apply_end",  # a batch member's end, counted in its batch
+    "batch_cb": "cogworker.store.batch_ends:apply_callback",  # a decided batch's callback, pushed
 }
 
 Apply = Callable[["Mover", "Entry"], None]

@@ -136,7 +136,8 @@ def cogworker_script_texts() -> tuple[str, ...]:
     from cogworker.store import batch_scripts, scripts
 
     # Not loaded alone: the prelude and the batch scripts' parts, which the batch texts below hold.
-    parts = {"prelude", "batch_lib", "batch_filed", "batch_ack", "batch_close", "batch_open"}
+    parts = {"prelude", "batch_lib", "batch_filed", "batch_ack", "batch_close", "batch_open", "member_ack",
+             "batch_end", "batch_apply", "batch_close_outbox"}  # fmt: skip
     files = sorted(
         p.stem for p in (ROOT / "cogworker" / "store" / "lua").glob("*.lua") if p.stem not in parts
     )
@@ -147,6 +148,13 @@ def cogworker_script_texts() -> tuple[str, ...]:
         "filed:settle",
         "filed:file_unsettled",
         "filed:swap_dead",
+        # The sharded layout's (store/batch_ends.py).
+        "outboxed:member_ack",
+        "outboxed:settle",
+        "outboxed:file_unsettled",
+        "outboxed:swap_dead",
+        "batch_apply",
+        "batch_close:outbox",
     )
     return (*(scripts.source(name) for name in files), *(batch_scripts.text(name) for name in batch))
 

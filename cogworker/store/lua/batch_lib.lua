@@ -33,6 +33,13 @@
 -- its value the lease's expiry. A member's end (ok, failed, dead) releases its run's hold here, in the
 -- step that records the end; a block's own release is batch_close.lua's.
 
+-- The sharded layout (docs/architecture.md "Batches in the sharded layout"): a home script that
+-- decides sets batch_mode.outbox to the home outbox key before batch_run, and each callback the
+-- decision fires is written there as an entry (`cb:<bid>:<kind>`, its payload and the partition
+-- chosen when the batch was created) instead of pushed; batch_mode.fired lists the entries written,
+-- for the script's reply. Left nil (the one-slot layout), callbacks are pushed as before.
+local batch_mode = {outbox = nil, fired = {}}
+
 local function batch_levels(kb, ab)
   local levels = tonumber(ARGV[ab + 6])
   return levels, tonumber(ARGV[ab + 7 + levels])
@@ -78,7 +85,7 @@ end
 
 -- Push the batch's callback of this kind, if it has one: onto its queue, as a member of the parent
 -- batch (parent_hash, parent_pending) when there is one.
-local function batch_fire(kb, hash, kind, parent_hash, parent_pending, now, queue_keys)
+local function batch_fire(kb, bid, hash, kind, parent_hash, parent_pending, now, queue_keys)
   local text = redis.call("HGET", hash, "cb:" .. kind)  -- not a key: a hash field
   if not text then
     return
@@ -92,7 +99,15 @@ local function batch_fire(kb, hash, kind, parent_hash, parent_pending, now, queu
   -- The stored payload is a JSON object without its closing brace: the push time is added here.
   local body = text .. ',"enqueued_at":' .. now .. "}"  -- not a key: the payload's push time
   local queue_key = queue_keys[queue]
-  if queue_key then
+  if batch_mode.outbox then
+    -- One entry per callback: its id names the batch and kind, so a second write overwrites it.
+    local index = tonumber(redis.call("HGET", hash, "cbp:" .. kind) or "0") or 0  -- not a key: a field
+    local id = "cb:" .. bid .. ":" .. kind  -- not a key: an outbox entry id
+    local entry = cjson.encode({kind = "batch_cb", at = tonumber(now), bid = bid, cb = kind,
+                                push = {{index, body}}})  -- not a key: the entry's JSON
+    redis.call("HSET", batch_mode.outbox, id, entry)
+    batch_mode.fired[#batch_mode.fired + 1] = id
+  elseif queue_key then
     redis.call("LPUSH", queue_key, body)
     redis.call("SADD", KEYS[kb], queue)
     redis.call("PUBLISH", KEYS[kb + 1], queue)
@@ -156,16 +171,16 @@ local function batch_run(kb, ab)
     end
     local dead = count_of(hash, "dead")
     if dead > 0 and redis.call("HSETNX", hash, "fired:death", now) == 1 then
-      batch_fire(kb, hash, "death", parent_hash, parent_pending, now, queue_keys)
+      batch_fire(kb, ARGV[ab + 6 + level], hash, "death", parent_hash, parent_pending, now, queue_keys)
     end
     if redis.call("SCARD", pending) > 0 or redis.call("HSETNX", hash, "completed_at", now) == 0 then
       return
     end
     local failed = count_of(hash, "failed")
     if failed == 0 then
-      batch_fire(kb, hash, "success", parent_hash, parent_pending, now, queue_keys)
+      batch_fire(kb, ARGV[ab + 6 + level], hash, "success", parent_hash, parent_pending, now, queue_keys)
     end
-    batch_fire(kb, hash, "complete", parent_hash, parent_pending, now, queue_keys)
+    batch_fire(kb, ARGV[ab + 6 + level], hash, "complete", parent_hash, parent_pending, now, queue_keys)
     redis.call("EXPIRE", hash, ttl)
     redis.call("EXPIRE", failures, ttl)
     if not parent_hash then

@@ -4,9 +4,9 @@ death notice (api/death.py), its orphan counter deleted and the failure counted.
 (Redis away, a key of the wrong type) is kept and retried at the next poll.
 
 In the sharded layout a pill lies in the dead set of the partition whose list it was on: it is swapped
-there, on that partition's client, with the partition's death notices and counters. A stray batch
-member (batches are refused at push in this layout) is swapped like any job: its batch, in the home
-slot, is not told.
+there, on that partition's client, with the partition's death notices and counters. A batch member's
+swap writes its death to the partition's outbox in the same script, and its batch, in the home slot,
+counts it when the entry is moved (store/batch_ends.py).
 """
 
 from __future__ import annotations
@@ -93,7 +93,14 @@ class Burials:
         if partition is not None and self._partition_scripts is not None:
             client, scripts = self._partition_scripts(partition)
             dead_keys = [shards.dead(partition), shards.deaths(partition)]
-            swapped = scripts.run("swap_dead", dead_keys, args, client=client)
+            if "bid" in job or "bcb" in job:
+                # A batch member: its death written to the partition's outbox by the same swap, then
+                # counted in its batch in the home slot (store/batch_ends.py; loaded only for one).
+                from cogworker.worker.settling.batch_shard_acks import end_dead
+
+                swapped = end_dead(client, self._settings, "swap_dead", partition, dead_keys, args, job)
+            else:
+                swapped = scripts.run("swap_dead", dead_keys, args, client=client)
             counter = (
                 shards.orphanings(partition, jid)
                 if isinstance(jid, str)

@@ -26,6 +26,14 @@ from cogworker.worker.fetching.fetch import on_list
 log = structlog.get_logger("cogworker.batch")
 
 
+def _one_slot_only() -> None:
+    """These scripts count a member in the slot its ack runs in: the one-slot layout's. The sharded
+    layout's ends go through its partition's outbox (batch_shard_acks.py); reaching here there is a
+    bug, stopped loudly rather than a count lost or sent to the wrong slot."""
+    if shards.is_sharded():
+        raise RuntimeError("a batch member's one-slot ack or filing was called in the sharded layout")
+
+
 @dataclass(slots=True)
 class PendingAck:
     raw: str
@@ -39,8 +47,7 @@ class MemberAcks:
     trip, as a filing is), kept and retried when Redis fails."""
 
     def __init__(self, client: redis.Redis, settings: SettingsFields, outages: Outages) -> None:
-        # Never in the sharded layout: the manager files such a job in dead unrun (unsharded.py).
-        shards.refuse("batches")
+        _one_slot_only()
         self._client = client
         self._settings = settings
         self._outages = outages
@@ -156,7 +163,7 @@ def run_filed(
 ) -> Any:
     """Run the filing script `name` (settle or file_unsettled) of a batch member going to dead, with
     its death counted in its batch in the same script."""
-    shards.refuse("batches")  # a member's count and its filing are in different slots there
+    _one_slot_only()
     error = f"{job.get('error_class') or ''}: {job.get('error_message') or ''}"[:1000]
     layout_keys, layout_args = batch_scripts.layout(job, "dead", error, settings.batch_ttl_s)
     return batch_scripts.run(client, f"filed:{name}", script_keys + layout_keys, args + layout_args)

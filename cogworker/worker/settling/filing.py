@@ -15,7 +15,7 @@ import structlog
 from cogworker import codec
 from cogworker.api import death
 from cogworker.settings_fields import SettingsFields
-from cogworker.store import key_guard, keys
+from cogworker.store import key_guard, keys, shards
 from cogworker.store.connection import is_unavailable
 from cogworker.store.locks import Locks
 from cogworker.store.scripts import Scripts
@@ -82,6 +82,7 @@ class Target:
     deaths: str
     orphanings: Callable[[str], str] = keys.orphanings
     quarantine: Callable[[str], str] = keys.quarantine
+    partition: shards.Partition | None = None  # the sharded layout's partition of these keys
 
 
 def file_records(
@@ -110,21 +111,30 @@ def file_records(
             continue
         dead = entry["set"] == target.dead
         notice_keys, notice_args = death_notice(settings, death.cause_of(payload), text, dead, target.deaths)
+        filing_keys = [
+            target.unsettled,
+            entry["set"],
+            target.orphanings(str(payload.get("jid") or "")),
+            *notice_keys,
+        ]
+        filing_args = [record, entry["score"], text, *notice_args]
         try:
-            done = run_filing(
-                (client, scripts, settings),
-                "file_unsettled",
-                [
-                    target.unsettled,
-                    entry["set"],
-                    target.orphanings(str(payload.get("jid") or "")),
-                    *notice_keys,
-                ],
-                [record, entry["score"], text, *notice_args],
-                # A batch member's count goes with it in the one-slot layout only (batches are refused
-                # in the sharded one, and their keys are in the home slot).
-                payload if dead and target.dead == keys.DEAD else {},
-            )
+            if dead and target.partition is not None and ("bid" in payload or "bcb" in payload):
+                # The sharded layout: the member's death goes to its partition's outbox with the filing.
+                from cogworker.worker.settling.batch_shard_acks import end_dead
+
+                done = end_dead(
+                    client, settings, "file_unsettled", target.partition, filing_keys, filing_args, payload
+                )
+            else:
+                # A batch member's count goes with it in the one-slot layout (batch_settle.py).
+                done = run_filing(
+                    (client, scripts, settings),
+                    "file_unsettled",
+                    filing_keys,
+                    filing_args,
+                    payload if dead and target.dead == keys.DEAD else {},
+                )
         except Exception as exc:
             if dead and is_unavailable(exc):
                 unanswered.append((entry["set"], text, payload))

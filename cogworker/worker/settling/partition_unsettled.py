@@ -30,6 +30,7 @@ def target_of(p: shards.Partition) -> Target:
         shards.deaths(p),
         partial(shards.orphanings, p),
         partial(quarantine, p),
+        p,
     )
 
 

@@ -192,7 +192,11 @@ class Settler(PendingSettles):
         """A batch member's (or callback's) ack, with its count in its batch: one script, sent now."""
         if self._drop(raw):
             return
-        if self._members is None:
+        if self._members is None and self._route is not None:
+            from cogworker.worker.settling.batch_shard_acks import ShardedMemberAcks  # batches used
+
+            self._members = ShardedMemberAcks(self._route, self._settings, self._outages)
+        elif self._members is None:
             from cogworker.worker.settling.batch_settle import MemberAcks  # only where batches are used
 
             self._members = MemberAcks(self._client, self._settings, self._outages)

@@ -1,7 +1,7 @@
-"""Jobs the sharded layout can't run: batch members, batch callbacks and chain steps with a group to come.
+"""Jobs the sharded layout can't run: chain steps with a group to come.
 
-Their settle must change state in the home slot (the batch's counts, a chain group's batch) in the same
-step as the job's ack in its partition's slot, and the cross-slot protocol for that is not built
+Their settle must create the group's batch in the home slot in the same step as the job's ack in its
+partition's slot, and the cross-slot protocol for that is not built
 (`shards.refuse`): pushes of such jobs are refused. One pushed anyway (by a client of an older version,
 or written by hand) is not run: it ends in its partition's dead set, counted failed, with a death
 notice and an error naming the feature, rather than run with its batch or chain silently skipped.
@@ -22,7 +22,7 @@ log = structlog.get_logger("cogworker.job")
 
 ERROR_CLASS = "cogworker.NotShardedYet"
 # Payload field -> the feature it belongs to.
-FEATURES = {"bid": "batches", "bcb": "batch callbacks", "chain": "chain groups"}
+FEATURES = {"chain": "chain groups"}
 _MARKS = tuple(f'"{name}"' for name in FEATURES)
 
 

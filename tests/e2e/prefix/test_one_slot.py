@@ -2,8 +2,9 @@
 Redis Cluster needs), and every Lua script touches only the keys it declared in KEYS.
 
 A real swarm runs a full mix (push, bulk push, scheduled, retry, dead and death notices, unique,
-status, result, periodic with its running lock, cancel, a child killed mid-job and recovered, an
-orphan of a dead process, a wrong-type key quarantined, a chain with a group, the CLI's verbs)
+status, result, periodic with its running lock, cancel, a batch with a dead member, a child killed
+mid-job and recovered, an orphan of a dead process, a wrong-type key quarantined, a chain with a
+group, the CLI's verbs)
 while MONITOR records every command Redis runs. Then: every key left in Redis, and every key and
 channel any command named, starts with the prefix and hashes to the prefix's slot; every script was
 given at least one key; and every command a script ran touched only keys the script was given.
@@ -117,9 +118,14 @@ def run_everything(url: str, r: redis.Redis, swarms: SwarmRunner) -> None:
         print("CANCELS", cogworker.cancel(queued).case, cogworker.cancel("nobody").case)
         group = cogworker.group(slot_app.record.s("chain-g1"), slot_app.record.s("chain-g2"))
         print("CHAIN", cogworker.chain(slot_app.record.s("chain-1"), group, slot_app.record.s("chain-2")).id)
+        with cogworker.batch("slot", on_complete=slot_app.record, on_death=slot_app.record) as b:
+            slot_app.record.perform_async("batch-m1")
+            slot_app.dies.perform_async("batch-d1")
+        print("BATCH", b.bid)
     """
     out = first_call(code, url, timeout=60, COGWORKER_KEY_PREFIX=PREFIX).splitlines()
     [chain_id] = [line.split()[1] for line in out if line.startswith("CHAIN")]
+    [bid] = [line.split()[1] for line in out if line.startswith("BATCH")]
     assert [line for line in out if line.startswith(("RESULT", "CANCELS"))] == [
         "RESULT 5",
         "CANCELS queued not_found",
@@ -140,6 +146,8 @@ def run_everything(url: str, r: redis.Redis, swarms: SwarmRunner) -> None:
         "chain-g1",
         "chain-g2",
         "chain-2",
+        "batch-m1",
+        bid,  # the batch's callbacks (batch_ack.lua, the dead filing's batch step, batch_close.lua)
     }
     wait_until(lambda: wanted <= {str(t).split()[0] for t in r.lrange("test:ran", 0, -1)}, timeout=60)
     wait_until(

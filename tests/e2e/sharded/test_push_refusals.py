@@ -1,8 +1,8 @@
 """The features the sharded layout refuses for now (their state is in the home slot and must change in
-the same step as a job's ack in its partition's slot): batches and a chain with a group step (unique
-jobs run: test_unique.py; a chain of plain steps: test_chains.py; periodic entries: test_periodic.py).
-Each is refused at the user's call with shards.NotShardedYet naming the feature, and nothing is written
-on any master; the plain push beside it still works."""
+the same step as a job's ack in its partition's slot): a chain with a group step (unique jobs run:
+test_unique.py; batches: test_batches.py; a chain of plain steps: test_chains.py; periodic entries:
+test_periodic.py). It is refused at the user's call with shards.NotShardedYet naming the feature, and
+nothing is written on any master; the plain push beside it still works."""
 
 from __future__ import annotations
 
@@ -39,18 +39,11 @@ def _refused(feature: str, call: Callable[[], Any], redis_cluster: RedisCluster)
     assert every_key(redis_cluster) == []  # nothing written, on any master
 
 
-def _with_batch() -> None:
-    with cogworker.batch("refused", on_success=plain):
-        plain.perform_async(1)
-
-
 def _chain_of_group() -> None:
     cogworker.chain(plain.s(1), cogworker.group(plain.s(2), plain.s(3)))
 
 
 CASES: dict[str, tuple[str, Callable[[], Any]]] = {
-    "batch_block": ("batches", _with_batch),
-    "create_batch": ("batches", lambda: cogworker.create_batch([(plain, (1,))], "refused")),
     "chain_of_group": ("a chain with a group step (cogworker.group)", _chain_of_group),
 }
 
