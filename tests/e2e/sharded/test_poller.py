@@ -122,9 +122,9 @@ def test_a_graduation_sent_again_after_a_lost_reply_moves_nothing_more(
     cluster.zadd(shards.schedule(part(0)), {raw: time.time() - 1})
     assert poller._partitions is not None
     (schedule, _retry) = poller._partitions.places(part(0))
-    assert poller._graduate(schedule, [raw]) == (1, [])
+    assert poller.due_entries.graduate(schedule, [raw]) == (1, [])
     # The same batch sent again (its reply lost): the entry is gone from the set, nothing is pushed.
-    assert poller._graduate(schedule, [raw]) == (0, [])
+    assert poller.due_entries.graduate(schedule, [raw]) == (0, [])
     assert len(queued(cluster, part(0))) == 1
 
 

@@ -140,7 +140,8 @@ def test_entries_for_a_queue_of_the_wrong_type_stay_and_the_others_move(r: redis
     r.set("cogworker:queue:broken", "not a list")
     r.zadd("cogworker:schedule", {entry("1"): 1, entry("2", "broken"): 2, entry("3"): 3})
     parts = components.build(settings)
-    moved, wrong = parts.poller._graduate("cogworker:schedule", r.zrange("cogworker:schedule", 0, -1))
+    due = r.zrange("cogworker:schedule", 0, -1)
+    moved, wrong = parts.poller.due_entries.graduate("cogworker:schedule", due)
     assert (moved, wrong) == (2, ["cogworker:queue:broken"])
     assert r.zrange("cogworker:schedule", 0, -1) == [entry("2", "broken")]
     assert sorted(json.loads(x)["jid"] for x in r.lrange("cogworker:queue:default", 0, -1)) == ["1", "3"]
