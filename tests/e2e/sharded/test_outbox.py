@@ -17,6 +17,9 @@ from cogworker import codec
 from cogworker import settings as settings_module
 from cogworker.store import fanout, keys, outbox, shards
 from cogworker.store.lazy_client import LazyClient
+from cogworker.store.outage import Outages
+from cogworker.worker.loops.outbox_sweep import OutboxSweep
+from cogworker.worker.recovering.partitions import Known
 from tests.e2e.sharded.pushing import queued
 from tests.e2e.sharded.sets_support import one_slot
 
@@ -139,3 +142,18 @@ def test_an_entry_older_than_its_markers_is_still_moved_and_said_to_be_stale(
         assert rig.mover.sweep(None) == 1
     assert [e["entry"] for e in logs if e["event"] == "outbox_entry_stale"] == ["ancient"]
     assert everything_queued(cluster) == ["j-a", "j-b"]
+
+
+def test_a_poll_sweeps_the_home_outbox_and_every_non_empty_partitions(
+    rig: Rig, cluster: redis.RedisCluster
+) -> None:
+    """The poller's sweep (worker/loops/outbox_sweep.py): lengths read per master, then only the
+    outboxes holding entries scanned; a young entry stays, lapsed ones are moved wherever they are."""
+    parts = [shards.Partition(QUEUE, i) for i in range(3)]
+    write(cluster, parts[0], "p0", age_s=outbox.OUTBOX_LEASE_S + 1)
+    write(cluster, parts[2], "p2-young")
+    write(cluster, None, "home", age_s=outbox.OUTBOX_LEASE_S + 1)
+    sweep = OutboxSweep(rig.mover, Known(rig.home, [QUEUE]), Outages(), None)
+    assert sweep.sweep() == 2
+    assert cluster.smembers(applied_key()) == {"p0", "home"}
+    assert [cluster.hlen(outbox.key(p)) for p in parts] == [0, 0, 1] and not cluster.exists(outbox.key(None))
