@@ -26,6 +26,7 @@ from cogworker.store.scripts import Scripts
 from tests.e2e.sharded import batch_support
 from tests.e2e.sharded.batch_support import MEMBERS, all_ran, drained, lines, never_early, start
 from tests.support.daemon_env import QUICK_RECOVERY
+from tests.support.first_call import first_call
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
@@ -103,6 +104,12 @@ def test_a_member_sigkilled_inside_its_block_has_its_hold_released_by_the_requeu
     held = status(b.bid)
     assert held.held_by == {} and held.pending == 2 and held.completed_at is None
     assert queued(cluster) == 2  # the adder's copy and the member its run added, both waiting
+    # What a user sees, asking from a fresh interpreter configured by the deployment's env vars.
+    env = batch_support.worker_env(redis_cluster, out)
+    code = (
+        f"import cogworker; s = cogworker.batch_status({b.bid!r}); print(s.holds, len(s.held_by), s.pending)"
+    )
+    assert first_call(code, env.pop("COGWORKER_REDIS_URL"), **env) == "0 0 2"
     assert outbox_empty(cluster)
     queues.resume(home, "bq")
     wait_until(lambda: all_ran(out, b.bid, BOTH), timeout=90, message="the callbacks ran")
