@@ -171,11 +171,11 @@ def test_a_cancelled_member_whose_batch_layout_was_not_declared_waits_then_is_co
         member_list, member_args = declared.member_keys_and_args(None, 60)
         fixed = [keys.in_progress(OWNER), keys.process(OWNER), keys.LAST_BEAT, keys.DEAD]
         fixed += [keys.QUEUES, keys.LIVE_QUEUES, keys.CANCELS]
+        fixed_args = ["default", OWNER, "", "1", 60, 5, 120, 60, int(time.time()), 2, ""]
         reply: list[object] = parts.scripts.run(
             "requeue",
             [*fixed, *job_list, *batch_list, *member_list],
-            ["default", OWNER, "", "1", 60, 5, 120, 60, int(time.time()), 2, ""]
-            + [*job_args, *batch_args, *member_args],
+            [*fixed_args, *job_args, *batch_args, *member_args],
             client=parts.client,
         )
         return reply
