@@ -14,6 +14,10 @@ by the outbox (store/outbox.py).
    marker: pushed once however often the entry is moved. Its apply has nothing left to do.
 
 A block's close (`close`, batch_close.lua's sharded variant) decides the same way in an app process.
+A member run's hold on its batch released by the requeue of its dead process's list is the same
+close: requeue.lua writes a `batch_hold` entry in the partition's outbox for each member it took off
+the list, and its apply (`apply_hold`) releases `hold:run:<jid>` only while its value is still that
+list (a later run may have taken it over) and decides the batch if that was its last hold.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from cogworker.store.shard_clients import SlotClients
 
 END = "batch_end"
 CALLBACK = "batch_cb"
+HOLD = "batch_hold"
 CALLBACK_KINDS = ("success", "complete", "death")
 # A member's own fields that name its batches: all an end's count needs of the payload.
 _MEMBER_FIELDS = ("bid", "bup", "bcb", "jid")
@@ -92,6 +97,26 @@ def apply_end(mover: outbox.Mover, entry: outbox.Entry) -> None:
 def apply_callback(mover: outbox.Mover, entry: outbox.Entry) -> None:
     """A `batch_cb` entry's apply: nothing. The decision that wrote it was made with it (HSETNX in
     the same home script); only its push is left."""
+
+
+def apply_hold(mover: outbox.Mover, entry: outbox.Entry) -> None:
+    """A `batch_hold` entry's apply: the requeued member's run hold released in the home slot
+    (batch_close.lua, "owner": only while the hold's value is still the list the requeue emptied),
+    and the batch decided if nothing else holds it and nothing is pending. Run again it releases
+    nothing; the callback entries an earlier run's decision wrote are moved all the same."""
+    member, listed = entry.fields.get("member"), entry.fields.get("list")
+    if not isinstance(member, dict) or not isinstance(member.get("bid"), str) or not isinstance(listed, str):
+        raise ValueError(f"outbox entry {entry.id!r} has no member or list")
+    up = [bid for bid in member.get("bup") or [] if isinstance(bid, str)]  # {} from cjson: none
+    layout_keys, layout_args = batch_scripts.close_layout(member["bid"], up, [], mover.settings.batch_ttl_s)
+    close(
+        mover.home,
+        mover.clients,
+        mover.settings,
+        [keys.BATCH_LEASES, *layout_keys],
+        [f"run:{member.get('jid') or ''}", "owner", listed, *layout_args],
+    )
+    mover.move_ids(None, callback_ids(member))
 
 
 def close(

@@ -41,7 +41,7 @@ from cogworker import codec
 from cogworker.store import keys, shards
 
 # What a script names when it left a job for want of a key (its reply's `needs`, as kind, name pairs).
-QUEUE, COUNTER, LOCK, DIGEST, BATCH = "queue", "counter", "lock", "digest", "batch"
+QUEUE, COUNTER, LOCK, DIGEST, BATCH, MEMBER = "queue", "counter", "lock", "digest", "batch", "member"
 # Passes of read, declare, run: the second declares what the first missed, so a third is needed only
 # when the list keeps changing underneath.
 MAX_PASSES = 3
@@ -84,6 +84,8 @@ class Declared:
     entries: set[str] = field(default_factory=set)
     digests: set[str] = field(default_factory=set)
     bids: set[str] = field(default_factory=set)  # requeue.lua only (`batch_keys_and_args`)
+    # requeue.lua only (`member_keys_and_args`): jid -> payload of each batch member or callback
+    members: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def add_jobs(self, raws: Iterable[str], default_queue: str) -> None:
         """Every orphan counter is declared, counted or not: a job with orphanings goes back to its
@@ -101,6 +103,9 @@ class Declared:
             bid = member_batch(raw)
             if bid is not None:
                 self.bids.add(bid)
+            member = codec.loads_dict(raw) if jid is not None and codec.is_utf8(raw) else None
+            if jid is not None and member is not None and ("bid" in member or "bcb" in member):
+                self.members[jid] = member
 
     def add_needs(self, pairs: Sequence[Any]) -> None:
         """What a script said it missed: (kind, name) pairs flattened."""
@@ -111,6 +116,8 @@ class Declared:
                 LOCK: self.entries,
                 DIGEST: self.digests,
                 BATCH: self.bids,
+                # A member that came after the read: the next pass reads it with the list.
+                MEMBER: set(),
             }
             named[str(kind)].add(str(name))
 
@@ -146,6 +153,33 @@ class Declared:
         if partition is None:
             return [keys.batch(b) for b in bids], [len(bids), *bids]
         return [stand_in(partition, "batch", b) for b in bids], [len(bids), *bids]
+
+    def member_keys_and_args(
+        self, partition: shards.Partition | None, ttl_s: float
+    ) -> tuple[list[str], list[str | int]]:
+        """requeue.lua's tail after `batch_keys_and_args`. One slot: each member's batch layout, to
+        count it failed if the script finds it cancelled. Sharded: the partition's outbox, where the
+        script writes a requeued member's hold release (`hold_ids`)."""
+        if partition is not None:
+            return [shards.outbox(partition)], ["1", 0]
+        from cogworker.store import batch_scripts  # only a list holding members needs the layouts
+
+        script_keys: list[str] = []
+        args: list[str | int] = ["", len(self.members)]
+        for jid, job in sorted(self.members.items()):
+            member_keys, member_args = batch_scripts.layout(job, "failed", CANCELLED_ERROR, ttl_s)
+            script_keys += member_keys
+            args += [jid, len(member_keys), len(member_args), *member_args]
+        return script_keys, args
+
+    def hold_ids(self) -> list[str]:
+        """The ids of the `batch_hold` entries requeue.lua may have written (sharded layout)."""
+        members = sorted(self.members.items())
+        return [f"hold:{job['bid']}:{jid}" for jid, job in members if isinstance(job.get("bid"), str)]
+
+
+# The error a member cancelled while its process died is counted with (batch_settle.py's wording).
+CANCELLED_ERROR = "ended without running (cancelled)"
 
 
 def stand_in(partition: shards.Partition, kind: str, name: str) -> str:

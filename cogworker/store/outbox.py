@@ -68,6 +68,7 @@ KINDS: dict[str, str] = {
     "periodic_push": "cogworker.api.periodic_outbox:apply",
     "batch_end": "cogworker.store.batch_ends:apply_end",  # a batch member's end, counted in its batch
     "batch_cb": "cogworker.store.batch_ends:apply_callback",  # a decided batch's callback, pushed
+    "batch_hold": "cogworker.store.batch_ends:apply_hold",  # a requeued member's run hold released
 }
 
 Apply = Callable[["Mover", "Entry"], None]

@@ -78,10 +78,17 @@ def with_prelude(text: str) -> str:
     return "\n\n".join([*blocks, text]) if blocks else text
 
 
+# Scripts loaded with another file's functions in front of their own: requeue.lua counts a batch
+# member cancelled while its process died in its batch (batch_lib.lua's batch_run) in the step that
+# drops it, so the member can't be left pending by a crash between the two.
+_LIBRARIES = {"requeue": ("batch_lib",)}
+
+
 @cache
 def source(name: str) -> str:
-    """The text script `name` is loaded with: its file's text after the helpers it calls."""
-    return with_prelude(body(name))
+    """The text script `name` is loaded with: its file's text (after the files it uses) after the
+    helpers it calls."""
+    return with_prelude("\n".join([*(body(lib) for lib in _LIBRARIES.get(name, ())), body(name)]))
 
 
 def load_all() -> None:

@@ -34,6 +34,14 @@
 -- then nb, and nb bids: the hashes of batches whose members are on the list, declared in KEYS after
 --          the others (a member's run that ends here releases its hold on its own batch; a member
 --          whose batch was not declared is left like any job, its need named "batch")
+-- then "1" when the next key is the partition's outbox (the sharded layout: the batch hashes above
+--          are stand-ins, and a member taken off the list gets a `batch_hold` entry there, its hold
+--          released in the home slot by store/batch_ends.py `apply_hold`), else ""
+-- then nm, and per batch member (or callback) on the list: its jid, nk, na, and na arguments of
+--          batch_lib.lua's layout (store/batch_scripts.py `layout`, outcome "failed"), its nk keys
+--          declared in KEYS after the others: a member found cancelled is counted in its batch as one
+--          ended unrun in this same step (the one-slot layout); one whose layout was not declared is
+--          left, its need named "member"
 -- Returns {moved, failed, n, m, c, left, u, s, <n queue names no live process reads>..., <m keys of
 -- the wrong type>..., <c raw jobs cancelled>..., <u needs as kind, name pairs>..., <raw jobs filed in
 -- dead>...}, or {-1, 0, 0, 0, 0, 0, 0, 0} when the owner turned out to be alive. `s` of the `moved`
@@ -57,17 +65,29 @@ if ARGV[3] ~= "" then
   end
 end
 
--- name -> its declared key, for each kind (read_declared), and bid -> the batch's hash.
+-- name -> its declared key, for each kind (read_declared), and bid -> the batch's hash; the
+-- partition's outbox (sharded) or nil; jid -> where a member's batch layout starts in KEYS and ARGV.
 local declared
+local hold_outbox, layouts = nil, {}
 do
   local k, a
   declared, k, a = read_declared(8, 12)
   declared.batch = {}
-  for i = 1, tonumber(ARGV[a] or "0") do
+  local nb = tonumber(ARGV[a] or "0")
+  for i = 1, nb do
     declared.batch[ARGV[a + i]] = KEYS[k + i - 1]
   end
+  k, a = k + nb, a + nb + 1
+  if ARGV[a] == "1" then
+    hold_outbox, k = KEYS[k], k + 1
+  end
+  for _ = 1, tonumber(ARGV[a + 1] or "0") do
+    local nk, na = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+    layouts[ARGV[a + 2]] = {kb = k, ab = a + 5}
+    k, a = k + nk, a + 3 + na
+  end
 end
-local needs = {queue = {}, counter = {}, lock = {}, digest = {}, batch = {}}
+local needs = {queue = {}, counter = {}, lock = {}, digest = {}, batch = {}, member = {}}
 local counting = ARGV[4] ~= ""
 local suspect_at = tonumber(ARGV[10])
 -- Alone: the list held one job when the process died. A list an earlier pass already took jobs from
@@ -120,6 +140,50 @@ local function release_run_hold(hash, jid)
   end
 end
 
+-- A member's run ended here in the sharded layout, where the batch's hash is out of reach: a
+-- `batch_hold` entry in the partition's outbox has the home slot release `hold:run:<jid>` (only while
+-- its value is still this list) and decide the batch if that was its last hold. One id per member
+-- run's hold: a second death of the member overwrites it, and the hold then names the later list.
+local function write_hold_release(job, jid)
+  local ok, decoded = pcall(cjson.decode, job)
+  if not ok or type(decoded) ~= "table" or type(decoded["bid"]) ~= "string" then return end
+  local member = {bid = decoded["bid"], jid = jid}
+  if type(decoded["bup"]) == "table" then member.bup = decoded["bup"] end
+  local entry = cjson.encode({kind = "batch_hold", at = now, member = member, list = KEYS[1],
+                              push = {}})  -- not a key: the entry's JSON
+  local id = "hold:" .. decoded["bid"] .. ":" .. jid  -- not a key: an outbox entry id
+  if type(redis.pcall("HSET", hold_outbox, id, entry)) ~= "number" then
+    wrong[hold_outbox] = true  -- the hold then stays until the member's next end releases it
+  end
+end
+
+-- A job cancelled while its process was dying ends here, unrun: a batch member (or callback) is
+-- counted in its batch now, failed, as any member that ends unrun (batch_lib.lua), or it would stay
+-- pending for ever. True when counted or not a member, nil when its layout was not declared (noted
+-- in needs), false when one of its batch's keys has the wrong type (named in `wrong`).
+local function end_cancelled_member(job, jid)
+  if hold_outbox or (not string.find(job, '"bid"', 1, true) and not string.find(job, '"bcb"', 1, true)) then
+    return true  -- the sharded layout never sees a cancel here (sharded_recovery.py)
+  end
+  local ok, decoded = pcall(cjson.decode, job)
+  if not ok or type(decoded) ~= "table"
+      or (type(decoded["bid"]) ~= "string" and type(decoded["bcb"]) ~= "table") then
+    return true
+  end
+  local layout = layouts[jid]
+  if not layout then
+    needs.member[jid] = true
+    return nil
+  end
+  local bad = batch_check(layout.kb, layout.ab)
+  if bad then
+    wrong[bad[2]] = true
+    return false
+  end
+  batch_run(layout.kb, layout.ab)
+  return true
+end
+
 -- Writes the job where it goes; returns "buried", "moved", "suspect", or nil when a key had the
 -- wrong type (nothing written for it then).
 local function place(job, found, orphaned)
@@ -165,7 +229,12 @@ for _ = 1, count do
   else
     if found.lock then retake_running_lock(found.lock, jid, ARGV[8]) end
     if is_cancelled(jid) then
-      outcome = "cancelled"
+      local ended = end_cancelled_member(job, jid)
+      if ended then
+        outcome = "cancelled"
+      elseif ended == nil then
+        outcome = "left"
+      end
     else
       local orphaned = count_orphaning(found.counter, counting, ARGV[5], wrong)
       counted = counting and orphaned ~= nil
@@ -189,7 +258,10 @@ for _ = 1, count do
       unlisted[queue] = true
     end
   end
-  if hold and outcome ~= nil and outcome ~= "left" then release_run_hold(hold, jid) end
+  if hold and outcome ~= nil and outcome ~= "left" then
+    release_run_hold(hold, jid)
+    if hold_outbox then write_hold_release(job, jid) end
+  end
   redis.call("LPOP", KEYS[1])
 end
 
@@ -197,6 +269,6 @@ local reply = {moved, failed, 0, 0, #cancelled, left, 0, suspected}
 append_names(reply, unlisted, 3)
 append_names(reply, wrong, 4)
 for _, job in ipairs(cancelled) do reply[#reply + 1] = job end
-append_needs(reply, needs, {"queue", "counter", "lock", "digest", "batch"}, 7)
+append_needs(reply, needs, {"queue", "counter", "lock", "digest", "batch", "member"}, 7)
 for _, job in ipairs(buried) do reply[#reply + 1] = job end
 return reply

@@ -146,6 +146,7 @@ class Recovery:
         s = self._settings
         job_key_list, job_key_args = declared.keys_and_args(where.partition)
         batch_key_list, batch_key_args = declared.batch_keys_and_args(where.partition)
+        member_key_list, member_key_args = declared.member_keys_and_args(where.partition, s.batch_ttl_s)
         reply: list[Any] = where.scripts.run(
             "requeue",
             [
@@ -158,6 +159,7 @@ class Recovery:
                 where.cancels,
                 *job_key_list,
                 *batch_key_list,
+                *member_key_list,
             ],
             [
                 where.default_queue,
@@ -173,6 +175,7 @@ class Recovery:
                 "1" if shared else "",
                 *job_key_args,
                 *batch_key_args,
+                *member_key_args,
             ],
             client=where.client,
         )
@@ -194,6 +197,8 @@ class Recovery:
         )
         result.seen = moved + failed + left + n_cancelled + len(result.buried)
         self._end_cancelled(identity, result.cancelled)
+        if where.partition is not None and self.sharded is not None:
+            self.sharded.move_holds(where.partition, declared.hold_ids())
         if where.partition is not None:
             # The script's registry and live-queue reads were the partition's stand-ins: whether a
             # live process reads the queue is asked of the home slot (sharded_recovery.py).

@@ -13,7 +13,12 @@ What requeue.lua checked in the same step as the move and can't here, because it
   one-slot layout allows for any process declared dead, in a window of one round trip;
 - whether a live process reads the queue: asked of the home keys.LIVE_QUEUES after the move;
 - `cogworker.cancel`'s record: not seen by the script here, so a job cancelled while its process died
-  is requeued; the worker that fetches it finds the cancel (worker/running/cancelled.py) and doesn't run it.
+  is requeued; the worker that fetches it finds the cancel (worker/running/cancelled.py) and doesn't run
+  it, and a batch member's end unrun is then counted through the partition's outbox like any other;
+- a requeued batch member's `hold:run:<jid>` on its batch: the script writes a `batch_hold` entry in
+  the partition's outbox for each member it took off the list, moved here at once (`move_holds`; a
+  worker's sweep moves one left by a recovery that died) and applied in the home slot
+  (store/batch_ends.py `apply_hold`).
 
 A death convicts only a job that was alone: alone over every partition's list of the owner, counted
 before the first requeue, not alone on one partition's list.
@@ -30,7 +35,7 @@ from typing import Protocol
 import redis
 import structlog
 
-from cogworker.store import job_keys, key_guard, keys, shards
+from cogworker.store import job_keys, key_guard, keys, outbox, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
 from cogworker.worker.recovering.partitions import Known, PartitionScripts, is_alive, scan_lists
@@ -151,6 +156,17 @@ class ShardedRecovery:
                 total,
             )
         return total
+
+    def move_holds(self, partition: shards.Partition, ids: list[str]) -> None:
+        """Move the `batch_hold` entries a requeue of `partition`'s list wrote (an id it didn't write
+        is skipped). Best-effort: an entry left is moved by a worker's sweep."""
+        if not ids:
+            return
+        try:
+            outbox.Mover(self.clients, self._settings).move_ids(partition, ids)
+        except redis.RedisError as exc:
+            log.warning("batch_hold_release_deferred", partition=str(partition), error=str(exc),
+                        note="left in the partition's outbox for a worker's sweep")  # fmt: skip
 
     def _wrong_type(self, partition: shards.Partition, identity: str, exc: redis.ResponseError) -> None:
         if not key_guard.is_wrong_type(exc):

@@ -3,11 +3,11 @@ Redis Cluster needs), and every Lua script touches only the keys it declared in 
 
 A real swarm runs a full mix (push, bulk push, scheduled, retry, dead and death notices, unique,
 status, result, periodic with its running lock, cancel, a batch with a dead member, a child killed
-mid-job and recovered, an orphan of a dead process, a wrong-type key quarantined, a chain with a
-group, the CLI's verbs)
-while MONITOR records every command Redis runs. Then: every key left in Redis, and every key and
-channel any command named, starts with the prefix and hashes to the prefix's slot; every script was
-given at least one key; and every command a script ran touched only keys the script was given.
+mid-job and recovered, an orphan of a dead process, a batch member cancelled as its process died,
+a wrong-type key quarantined, a chain with a group, the CLI's verbs) while MONITOR records every
+command Redis runs. Then: every key left in Redis, and every key and channel any command named,
+starts with the prefix and hashes to the prefix's slot; every script was given at least one key; and
+every command a script ran touched only keys the script was given.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,6 +90,19 @@ def run_everything(url: str, r: redis.Redis, swarms: SwarmRunner) -> None:
     """One of each thing cogworker does, ending with the swarm's clean stop."""
     orphan = {"class": "slot_app.record", "args": ["orphan"], "jid": "orphan1", "queue": "default"}
     r.rpush(f"{PREFIX}inprogress:ghost", json.dumps(orphan))
+    # A batch member cancelled while its process died: requeue.lua drops it and counts it in its
+    # batch (batch_lib.lua, over the keys the caller declared for it).
+    member = {
+        "class": "slot_app.record",
+        "args": ["ghost-m"],
+        "jid": "ghostm1",
+        "queue": "default",
+        "bid": "gb",
+    }
+    r.rpush(f"{PREFIX}inprogress:ghost", json.dumps(member))
+    r.zadd(f"{PREFIX}cancels", {"ghostm1": time.time()})
+    r.hset(f"{PREFIX}batch:gb", mapping={"total": 1, "holds": 0, "created_at": time.time()})
+    r.sadd(f"{PREFIX}batch-pending:gb", "ghostm1")
     r.sadd(f"{PREFIX}inprogress-identities", "ghost")
     r.set(f"{PREFIX}queue:broken", "not a list")
     r.sadd(f"{PREFIX}queues", "broken")
@@ -154,6 +168,8 @@ def run_everything(url: str, r: redis.Redis, swarms: SwarmRunner) -> None:
         lambda: r.zcard(f"{PREFIX}retry") and r.zcard(f"{PREFIX}dead") and r.llen("test:deaths"), timeout=30
     )
     wait_until(lambda: r.llen("test:ticks") >= 2, timeout=30)
+    wait_until(lambda: r.hget(f"{PREFIX}batch:gb", "completed_at"), timeout=30, message="ghost batch")
+    assert r.hget(f"{PREFIX}batch:gb", "failed") == "1"
     wait_until(lambda: r.keys(f"{PREFIX}quarantine:queue:broken:*"), timeout=30)
     # A child killed mid-job: the supervisor has its fork server requeue the job, another child runs it.
     started = wait_until(lambda: r.lrange("test:started", 0, -1), timeout=30)

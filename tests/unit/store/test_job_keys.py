@@ -151,3 +151,44 @@ def test_reconcile_script_leaves_an_undeclared_entry_untouched(r: redis.Redis, s
     declared.add_needs(reply[5:9])
     assert run() == [1, 0, 0, 0, 0]
     assert r.lrange(keys.queue("reports"), 0, -1) == [late] and r.get(keys.orphanings("late")) == "1"
+
+
+def test_a_cancelled_member_whose_batch_layout_was_not_declared_waits_then_is_counted_once(
+    r: redis.Redis, settings: Settings
+) -> None:
+    """requeue.lua counts a member cancelled while its process died in its batch, over the layout the
+    caller declared for it; one that landed after the read is left untouched, its need named."""
+    parts = components.build(settings)
+    member = job("m1", bid="b1")
+    r.hset(keys.batch("b1"), mapping={"total": 1, "holds": 0})
+    r.sadd(keys.batch_pending("b1"), "m1")
+    r.zadd(keys.CANCELS, {"m1": time.time()})
+    r.lpush(keys.in_progress(OWNER), member)
+
+    def run(declared: job_keys.Declared) -> list[object]:
+        job_list, job_args = declared.keys_and_args()
+        batch_list, batch_args = declared.batch_keys_and_args()
+        member_list, member_args = declared.member_keys_and_args(None, 60)
+        fixed = [keys.in_progress(OWNER), keys.process(OWNER), keys.LAST_BEAT, keys.DEAD]
+        fixed += [keys.QUEUES, keys.LIVE_QUEUES, keys.CANCELS]
+        fixed_args = ["default", OWNER, "", "1", 60, 5, 120, 60, int(time.time()), 2, ""]
+        reply: list[object] = parts.scripts.run(
+            "requeue",
+            [*fixed, *job_list, *batch_list, *member_list],
+            [*fixed_args, *job_args, *batch_args, *member_args],
+            client=parts.client,
+        )
+        return reply
+
+    declared = job_keys.Declared()
+    declared.add_jobs([member], "default")
+    declared.members.clear()  # as if it landed after the read: its batch layout not declared
+    reply = run(declared)
+    assert reply[:8] == [0, 0, 0, 0, 0, 1, 1, 0] and reply[8:10] == ["member", "m1"]
+    assert r.lrange(keys.in_progress(OWNER), 0, -1) == [member] and r.scard(keys.batch_pending("b1")) == 1
+    declared.add_jobs([member], "default")
+    reply = run(declared)
+    assert reply[:8] == [0, 0, 0, 0, 1, 0, 0, 0] and reply[8:9] == [member]  # dropped, not requeued
+    assert r.llen(keys.in_progress(OWNER)) == 0 and r.llen(keys.queue("default")) == 0
+    assert r.hget(keys.batch("b1"), "failed") == "1" and r.hget(keys.batch("b1"), "completed_at")
+    assert r.hget(keys.batch_failures("b1"), "m1") == job_keys.CANCELLED_ERROR
