@@ -20,7 +20,8 @@ options that need it at push (`unique`, `unique_for`, `expires_in`) are refused 
 
 `cogworker.group(a.s(1), b.s(2))` as a step runs its members in parallel, as one batch
 (api/chain_group.py): the ack that pushes the group creates the batch and pushes its members in the
-same atomic step, and the batch's `on_success` callback continues the chain.
+same atomic step, and the batch's `on_success` callback continues the chain. In the sharded layout the
+ack writes the group into its outbox entry instead (api/chain_group_outbox.py).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from cogworker.api.chain_group import FIELD
 from cogworker.api.payload import check_arguments, new_jid
 from cogworker.api.push_outcome import may_be_queued
 from cogworker.api.retry_filters import WORKER_SIDE
-from cogworker.store import keys
+from cogworker.store import keys, shards
 from cogworker.store.connection import is_unavailable
 
 # How long a chain's record is kept after its last change (a step done, the chain's end).
@@ -230,8 +231,6 @@ def chain(
             `unique_for` or `expires_in` on a later step, a bad `ttl_s`/`result_ttl`, or a call
             inside a batch's block (a chain can't be a batch member).
         RuntimeError: A testing mode (fake, inline) is on: chains need Redis.
-        NotShardedYet: COGWORKER_CLUSTER_SHARDING=queues and a step is a group: a group in a chain
-            is not built for that layout yet (a chain of plain steps is).
         PushOutcomeUnknown: As for `JobFunction.perform_async`; the chain's record is kept.
 
     Example:
@@ -257,9 +256,6 @@ def chain(
             raise TypeError(f"chain() {name} must be seconds above 0, not {value!r}")
     if not client.redis_in_use():
         raise RuntimeError("chains need Redis: a testing mode (fake, inline) can't run them")
-    if any(isinstance(step, Group) for step in steps):
-        # Its batch's counts are a batch's, not built for the sharded layout: nothing written.
-        client.refuse("a chain with a group step (cogworker.group)")
     batches = sys.modules.get("cogworker.api.batch")  # loaded by whoever opened a batch
     if batches is not None and batches._open.get() is not None:
         # Its first step would join the batch, but a chain step is acknowledged by chain_ack.lua,
@@ -283,13 +279,26 @@ def chain(
             entry["members"] = [
                 {"class": m["class"], "queue": m["queue"], "jid": m["jid"]} for m in spec["group"]
             ]
-    pipe = conn.pipeline(transaction=True)
-    pipe.hset(record, mapping={"steps": codec.dumps(meta), "created_at": repr(time.time()),
-                               "done": 0, "state": "running", "pass_results": int(pass_results)})  # fmt: skip
-    pipe.expire(record, int(ttl_s))
-    pipe.execute()
+    fields: dict[str, str | int] = {
+        "steps": codec.dumps(meta),
+        "created_at": repr(time.time()),
+        "done": 0,
+        "state": "running",
+        "pass_results": int(pass_results),
+    }
     first = specs[0]
     carried = {"id": cid, "step": 0, "next": specs[1:], "pass": pass_results, "ttl": int(ttl_s)}
+    if "group" in first and shards.is_sharded():
+        # The record and the group, as one home outbox entry, in one transaction; then moved
+        # (api/chain_group_outbox.py). A lost reply may have written both: nothing to undo.
+        from cogworker.api import chain_group_outbox
+
+        chain_group_outbox.start(conn, first, carried, fields, int(ttl_s))
+        return Chain(cid, tuple(s["jid"] for s in specs))
+    pipe = conn.pipeline(transaction=True)
+    pipe.hset(record, mapping=fields)  # type: ignore[arg-type]
+    pipe.expire(record, int(ttl_s))
+    pipe.execute()
     if "group" in first:
         try:
             chain_group.start(conn, first, carried)

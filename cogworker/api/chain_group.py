@@ -24,14 +24,15 @@ Both internal jobs (api/group_jobs.py) are importable by any worker whatever its
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from cogworker import codec
-from cogworker.api import client, payload
+from cogworker.api import client, payload, push_shards
 from cogworker.api.payload import new_jid
-from cogworker.store import key_guard, keys, scripts
+from cogworker.store import key_guard, keys, scripts, shards
 
 # The payload field that puts a job on the chain path (worker/settling/chain_step.py); api/chain.py's FIELD.
 FIELD = "chain"
@@ -41,6 +42,16 @@ CLASS = "cogworker.group"
 # the decorator imports, so it doesn't import the jobs.
 NAME_CONTINUE = "cogworker.api.group_jobs.continue_group"
 NAME_DIED = "cogworker.api.group_jobs.group_died"
+
+
+@dataclass(frozen=True, slots=True)
+class Grouped:
+    """A chain's next step that is a group: its spec, the chain field of its own step (`following`),
+    and the previous step's result its members get first (`previous`: empty when none)."""
+
+    spec: dict[str, Any]
+    following: dict[str, Any]
+    previous: tuple[Any] | tuple[()]
 
 
 def spec(members: list[dict[str, Any]], queue: str, pass_results: bool, result_ttl: float) -> dict[str, Any]:
@@ -60,19 +71,14 @@ def _callback(name: str, args: list[Any], queue: str, bid: str, kind: str, extra
     return text[: text.rindex("}")]
 
 
-def layout(
-    group: dict[str, Any], following: dict[str, Any], previous: tuple[Any] | tuple[()]
-) -> tuple[list[str], list[Any]]:
-    """KEYS[8 ..] and ARGV[10 ..] of `chain_ack.lua` pushing `group` as the chain's next step.
-    `following`: the chain field of the group's own step (its index, the steps after it);
-    `previous`: the previous step's result, given to every member first (empty: none)."""
-    bid = str(group["jid"])
-    queue = str(group["queue"])
-    members: list[dict[str, Any]] = group["group"]
-    now = time.time()
-    member_args: list[Any] = []
-    member_keys: list[str] = []
-    for member in members:
+def members_built(
+    group: dict[str, Any], previous: tuple[Any] | tuple[()], now: float
+) -> list[dict[str, Any]]:
+    """Every member's payload, with its pre-assigned jid: a member of the group's batch (`bid`), the
+    previous step's result first among its arguments (`previous`: empty when none)."""
+    bid, queue = str(group["jid"]), str(group["queue"])
+    built_members: list[dict[str, Any]] = []
+    for member in group["group"]:
         options = dict(member.get("options") or {})
         retry = options.pop("retry", True)
         built = payload.build(
@@ -81,11 +87,20 @@ def layout(
         )  # fmt: skip
         built["jid"] = member["jid"]
         built["enqueued_at"] = now
-        member_args += [member["jid"], member["queue"], codec.dumps(built)]
-        member_keys.append(keys.queue(member["queue"]))
-    jids = [str(m["jid"]) for m in members]
+        built_members.append(built)
+    return built_members
+
+
+def batch_fields(group: dict[str, Any], following: dict[str, Any]) -> dict[str, str]:
+    """The group's batch hash fields besides its counts: its description and its two callbacks
+    (`continue_group` carrying `following`, the chain field of the group's own step; `group_died`).
+    In the sharded layout each callback's partition is chosen now (`cbp:<kind>`), as a sharded
+    batch's are (api/batch_records.py), so every mover of its outbox entry pushes it to the same one."""
+    bid = str(group["jid"])
+    queue = str(group["queue"])
+    jids = [str(m["jid"]) for m in group["group"]]
     step = int(following.get("step", 0))
-    # The continuation is the group's step for chain_ack.lua (it carries the chain field), tracked
+    # The continuation is the group's step for the chain's ack (it carries the chain field), tracked
     # like every step so chain_status can describe it.
     cont_options: dict[str, Any] = {FIELD: following, "status": True, "jid": group["cont"]}
     passing = bool(group.get("result_ttl"))
@@ -104,16 +119,35 @@ def layout(
         "chain": str(following["id"]),
         "chain_step": str(step),
     }
-    for kind, text, jid in (("success", cont, group["cont"]), ("death", death, death_jid)):
+    for kind, text, jid in (("success", cont, str(group["cont"])), ("death", death, death_jid)):
         fields |= {
             f"cb:{kind}": text,
             f"cbq:{kind}": queue,
             f"cbjid:{kind}": jid,
             f"cbstate:{kind}": "waiting",
         }
+        if shards.is_sharded():
+            fields[f"cbp:{kind}"] = str(push_shards.partition_of({"queue": queue, "jid": jid}).index)
+    return fields
+
+
+def layout(
+    group: dict[str, Any], following: dict[str, Any], previous: tuple[Any] | tuple[()]
+) -> tuple[list[str], list[Any]]:
+    """KEYS[8 ..] and ARGV[10 ..] of `chain_ack.lua` pushing `group` as the chain's next step.
+    `following`: the chain field of the group's own step (its index, the steps after it);
+    `previous`: the previous step's result, given to every member first (empty: none)."""
+    bid = str(group["jid"])
+    now = time.time()
+    members = members_built(group, previous, now)
+    member_args: list[Any] = []
+    member_keys: list[str] = []
+    for built in members:
+        member_args += [built["jid"], built["queue"], codec.dumps(built)]
+        member_keys.append(keys.queue(str(built["queue"])))
     script_keys = [keys.batch(bid), keys.QUEUES, keys.WAKE_CHANNEL, keys.batch_pending(bid), keys.BATCHES]
     args: list[Any] = ["group", bid, now - client.settings().batch_ttl_s, len(members), *member_args]
-    for name, value in fields.items():
+    for name, value in batch_fields(group, following).items():
         args += [name, value]
     return script_keys + member_keys, args
 

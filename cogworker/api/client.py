@@ -8,9 +8,7 @@ In the sharded layout (COGWORKER_CLUSTER_SHARDING=queues) each job is written to
 queue, on that partition's client (a ShardClients built per process, like the client, after a fork);
 api/push_shards.py says which partition and what a push spanning partitions guarantees. A unique job's
 claim is taken in the home slot by the client chain before that write (api/unique.py), as in the
-one-slot layout. The features that would join state in the home slot to a job's ack and are not built
-for it yet (batches, a chain with a group step) are refused there, at the user's call, before anything
-is written (`refuse`)."""
+one-slot layout."""
 
 from __future__ import annotations
 
@@ -171,14 +169,6 @@ def shard_clients() -> ShardClients:
     if built is not kept:
         built.close()
     return kept
-
-
-def refuse(feature: str) -> None:
-    """Raise shards.NotShardedYet when the job API's deployment uses the sharded layout: `feature` is
-    not built for it yet. Reads the settings first, so a process configured only by COGWORKER_* knows
-    its layout at its first call."""
-    settings()
-    shards.refuse(feature)
 
 
 def install_push_step(step: PushStep | None) -> None:

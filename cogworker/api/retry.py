@@ -169,17 +169,6 @@ def unreadable(raw: str, queue: str | None, reason: str, now: float | None = Non
     )
 
 
-def not_here(job: dict[str, Any], error_class: str, reason: str, now: float | None = None) -> Filing:
-    """A job this worker must not run as it is (a feature the key layout refuses): straight to dead
-    with `reason`, its payload otherwise as pushed, so it can be pushed again once it can run."""
-    now = time.time() if now is None else now
-    return Filing(
-        keys.DEAD,
-        now,
-        {**job, "error_class": error_class, "error_message": reason, "failed_at": now, "died_at": now},
-    )
-
-
 def unreadable_reason(raw: str) -> str:
     """Why a payload that isn't a job can't be read, for its dead entry."""
     if not codec.is_utf8(raw):

@@ -65,6 +65,7 @@ SCAN_COUNT = 100
 # version doesn't know (a newer version's) is left for a process that does (logged once per process).
 KINDS: dict[str, str] = {
     "chain_step": "cogworker.worker.settling.chain_sharded:apply",  # a chain step's result and progress
+    "chain_group": "cogworker.api.chain_group_outbox:apply",  # a chain's first step, a group: its batch
     "periodic_push": "cogworker.api.periodic_outbox:apply",
     "batch_end": "cogworker.store.batch_ends:apply_end",  # a batch member's end, counted in its batch
     "batch_cb": "cogworker.store.batch_ends:apply_callback",  # a decided batch's callback, pushed

@@ -284,18 +284,3 @@ def recorded_partitions(home: redis.Redis) -> dict[str, int]:
 def every_partition(queue_names: list[str] | tuple[str, ...], recorded: dict[str, int]) -> list[Partition]:
     """Every partition of every queue named, for a reader that fans out over all of them."""
     return [p for name in queue_names for p in partitions(name, recorded.get(name, 0))]
-
-
-class NotShardedYet(ValueError):
-    """A feature whose state and a job's ack can't be joined across slots yet, used in the sharded layout."""
-
-
-def refuse(feature: str) -> None:
-    """Raise NotShardedYet when the sharded layout is on: `feature` keeps its state in the home slot and
-    would have to change it in the same step as a job's move in its partition's slot."""
-    if _state.sharded:
-        raise NotShardedYet(
-            f"{feature} can't be used with COGWORKER_CLUSTER_SHARDING=queues yet: it must change state in "
-            "the home slot in the same step as a job's move in its queue partition's slot, and the "
-            "cross-slot protocol for it is not built (docs/sharding.md lists what the layout runs)"
-        )

@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from cogworker.store import key_guard, shards
+from cogworker.store import key_guard
 from cogworker.store.redis_context import RedisContext
 from cogworker.worker.fetching.fetch import Fetcher, UnsupportedError, Work
 from cogworker.worker.fetching.fetch_fallback import FetchFallback
@@ -51,7 +51,6 @@ from cogworker.worker.running.async_pool import AsyncHandoff
 from cogworker.worker.running.processor import Stats, process
 from cogworker.worker.running.stuck_jobs import StuckThreads
 from cogworker.worker.settling.settle import Settler
-from cogworker.worker.settling.unsharded import end_refused
 
 log = structlog.get_logger("cogworker.manager")
 
@@ -278,8 +277,6 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, Manage
         return True
 
     def _enqueue(self, works: list[Work]) -> None:
-        if works and shards.is_sharded():
-            works = end_refused(works, self._settler.file, self._count_failed)
         if not works:
             return
         self.reconciler.hold(works)
@@ -289,9 +286,6 @@ class Manager(FetchFallback, WaitTurnHandoff, AsyncHandoff, StuckThreads, Manage
             self._queued += len(works)
         for work in works:
             self._work.put(work)
-
-    def _count_failed(self) -> None:
-        self.stats.failed += 1
 
     def _give_back(self, work: Work) -> None:
         """A job taken but never started goes back to its queue; if Redis is away it stays on our

@@ -9,10 +9,13 @@ goes to its own partition, so the step is split in three, each exactly once:
 1. `chain_ack_partition.lua`, in the partition's slot: the same gate (LREM), the processed count, and
    only when the LREM removed the job an outbox entry `chain:<cid>:<index>` in that slot carrying the
    result, the record's update and the next step's payload (built here, with its pre-assigned jid and
-   its partition chosen now by api/push_shards.partition_of).
+   its partition chosen now by api/push_shards.partition_of); for a group next, its batch and every
+   member's payload, each to its own partition (api/chain_group_outbox.py).
 2. `apply` (the entry's kind, `chain_step`), in the home slot, `chain_apply.lua`: the result key and
-   its publish, `done` = max(done, index + 1), `done_at:<index>`, the state; idempotent.
-3. the outbox's push of the next step (its `pushed:<jid>` marker makes a repeat a no-op), then HDEL.
+   its publish, `done` = max(done, index + 1), `done_at:<index>`, the state; then a group's batch,
+   created unless it exists (group_create.lua); idempotent.
+3. the outbox's push of the next step or the group's members (their `pushed:<jid>` markers make a
+   repeat a no-op), then HDEL.
 
 The worker moves the entry right after its ack, on the job's thread, retrying Redis failures as the
 ack does; an entry it could not move (it died, or Redis stayed away) is moved by any worker's sweep.
@@ -28,8 +31,8 @@ from typing import Any, TypeVar
 import structlog
 
 from cogworker import codec
-from cogworker.api import push_shards
-from cogworker.api.chain_group import FIELD
+from cogworker.api import chain_group_outbox, push_shards
+from cogworker.api.chain_group import FIELD, Grouped
 from cogworker.store import key_guard, keys, outbox, scripts, shards
 from cogworker.store.outage import Outages
 from cogworker.worker.fetching.fetch import Work
@@ -55,14 +58,23 @@ def entry_id(cid: str, index: int) -> str:
     return f"chain:{cid}:{index}"
 
 
-def entry(job: dict[str, Any], nxt: dict[str, Any] | None, record: str | None, ttl: float | None) -> str:
-    """The entry's JSON: what the home slot records for this step, and the next step's push."""
+def entry(
+    job: dict[str, Any], nxt: dict[str, Any] | Grouped | None, record: str | None, ttl: float | None
+) -> str:
+    """The entry's JSON: what the home slot records for this step, and the next step's push (for a
+    group: its batch, created by the apply, and its members' pushes)."""
     carried = job[FIELD]
-    pushes = [] if nxt is None else [(push_shards.partition_of(nxt), codec.dumps(nxt))]
+    group: dict[str, Any] = {}
+    if isinstance(nxt, Grouped):
+        pushes, body = chain_group_outbox.entry_group(nxt.spec, nxt.following, nxt.previous)
+        group = {"group": body}
+    else:
+        pushes = [] if nxt is None else [(push_shards.partition_of(nxt), codec.dumps(nxt))]
     kept = record if record is not None and ttl is not None else ""
     return outbox.encode(
         KIND,
         pushes,
+        **group,
         cid=str(carried["id"]),
         index=int(carried.get("step", 0)),
         jid=str(job.get("jid") or ""),
@@ -75,8 +87,8 @@ def entry(job: dict[str, Any], nxt: dict[str, Any] | None, record: str | None, t
 
 
 def succeeded(
-    settler: Settler, route: ShardRoute, work: Work, job: dict[str, Any], nxt: dict[str, Any] | None,
-    record: str | None, ttl: float | None,
+    settler: Settler, route: ShardRoute, work: Work, job: dict[str, Any],
+    nxt: dict[str, Any] | Grouped | None, record: str | None, ttl: float | None,
 ) -> bool:  # fmt: skip
     """Acknowledge the step in its partition (writing its entry) and move the entry. True when the
     ack was this run's (False: another run or recovery had taken the step, or Redis failed for
@@ -153,7 +165,8 @@ def _retrying(call: Callable[[], T], failed: str, cid: str, index: int) -> T | N
 
 def apply(mover: outbox.Mover, item: outbox.Entry) -> None:
     """The entry's home step (outbox.KINDS["chain_step"]): the step's result and the chain's progress,
-    idempotent (chain_apply.lua). Raises on a Redis error or a wrong-type record: the entry stays."""
+    idempotent (chain_apply.lua), and a group next: its batch created unless it exists (before the
+    outbox pushes its members). Raises on a Redis error or a wrong-type key: the entry stays."""
     body = item.fields
     jid = str(body.get("jid") or "")
     script_keys = [keys.chain(str(body["cid"])), keys.result(jid), keys.result_channel(jid)]
@@ -170,3 +183,6 @@ def apply(mover: outbox.Mover, item: outbox.Entry) -> None:
     wrong = key_guard.script_wrong_type(reply)
     if wrong is not None:
         raise key_guard.wrong_type_error(home, wrong)
+    group = body.get("group")
+    if isinstance(group, dict):
+        chain_group_outbox.create(home, mover.settings, group)

@@ -15,13 +15,13 @@ job whose ack was lost), and that run's ack pushes the successor.
 
 When the next step is a group (api/chain_group.py) the same ack creates its batch and pushes its
 members; the batch's `on_success` callback is itself a chain step, whose ack pushes the step after.
+In the sharded layout the step's entry carries the group (api/chain_group_outbox.py).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -29,7 +29,7 @@ import structlog
 
 from cogworker import codec
 from cogworker.api import chain_group, payload
-from cogworker.api.chain_group import FIELD
+from cogworker.api.chain_group import FIELD, Grouped
 from cogworker.store import key_guard, keys, scripts
 from cogworker.store.outage import Outages
 from cogworker.worker.fetching.fetch import Work
@@ -47,8 +47,8 @@ _ack = scripts.ClientScript("chain_ack")
 
 def successor(job: dict[str, Any], record: str | None) -> dict[str, Any] | Grouped | None:
     """The next step's payload (None after the last step), with the previous result first among its
-    arguments when the chain passes results; for a group, chain_ack.lua's keys and arguments that
-    create its batch and push its members."""
+    arguments when the chain passes results; for a group, the group with its chain field and the
+    previous result its members get first."""
     carried = job[FIELD]
     if not isinstance(carried, dict) or not isinstance(carried.get("id"), str):
         raise TypeError(
@@ -64,7 +64,7 @@ def successor(job: dict[str, Any], record: str | None) -> dict[str, Any] | Group
         args.insert(0, previous.get("value") if previous else None)
     following = {**carried, "step": int(carried.get("step", 0)) + 1, "next": rest[1:]}
     if "group" in spec:
-        return Grouped(*chain_group.layout(spec, following, tuple(args[:1]) if carried.get("pass") else ()))
+        return Grouped(spec, following, tuple(args[:1]) if carried.get("pass") else ())
     options = dict(spec.get("options") or {})
     retry = options.pop("retry", True)
     built = payload.build(
@@ -74,14 +74,6 @@ def successor(job: dict[str, Any], record: str | None) -> dict[str, Any] | Group
     built["jid"] = spec["jid"]
     built["enqueued_at"] = time.time()
     return built
-
-
-@dataclass(frozen=True, slots=True)
-class Grouped:
-    """The next step is a group: chain_ack.lua's KEYS[8 ..] and ARGV[10 ..] for it."""
-
-    keys: list[str]
-    args: list[Any]
 
 
 def succeeded(
@@ -105,12 +97,6 @@ def succeeded(
     if route is not None:  # the sharded layout: the partition's ack, then the outbox (chain_sharded.py)
         from cogworker.worker.settling import chain_sharded
 
-        if isinstance(nxt, Grouped):
-            # Refused at chain() there, and such a payload is filed in dead unrun (unsharded.py): the
-            # step is acknowledged as a plain job, the chain can't go on.
-            log.error("chain_group_not_sharded", chain=carried["id"], note="acknowledged as a plain job")
-            settler.ack(work.raw, jid)
-            return False
         return chain_sharded.succeeded(settler, route, work, job, nxt, record, ttl)
     day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     record_key = keys.chain(str(carried["id"]))
@@ -126,8 +112,10 @@ def succeeded(
         keys.result_channel(jid),
     ]
     text = queue = ""
+    grouped: tuple[list[str], list[Any]] | None = None
     if isinstance(nxt, Grouped):
-        script_keys += nxt.keys
+        grouped = chain_group.layout(nxt.spec, nxt.following, nxt.previous)
+        script_keys += grouped[0]
     elif nxt is not None:
         text, queue = codec.dumps(nxt), nxt["queue"]
         script_keys += [keys.queue(queue), keys.QUEUES, keys.WAKE_CHANNEL]
@@ -142,8 +130,8 @@ def succeeded(
         repr(time.time()),
         "1" if in_progress else "0",
     ]
-    if isinstance(nxt, Grouped):
-        args += nxt.args
+    if grouped is not None:
+        args += grouped[1]
     conn = settler.client
     deadline = time.monotonic() + ACK_RETRY_S
     wait = _RETRY_FIRST_S

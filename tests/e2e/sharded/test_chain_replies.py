@@ -6,99 +6,31 @@ keys in one slot under the prefix."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 import sharded_chain_jobs as jobs
-from redis.crc import key_slot
 
 import cogworker
-from cogworker.api import client as cw_client
 from cogworker.api import push_write
-from cogworker.settings import load_settings
-from cogworker.store import keys, scripts, shards
-from cogworker.store.redis_context import RedisContext
-from cogworker.store.shard_clients import ShardClients
-from cogworker.worker.fetching.fetch import Work
-from cogworker.worker.fetching.partition_health import PartitionHealth
-from cogworker.worker.fetching.placements import Placements
+from cogworker.store import keys, shards
 from cogworker.worker.settling import chain_sharded
-from cogworker.worker.settling.settle import Settler
-from cogworker.worker.settling.shard_route import ShardRoute
-from tests.e2e.sharded import chain_support
+from tests.e2e.sharded import chain_rig, chain_support
+from tests.e2e.sharded.chain_rig import LosingScript, Rig, check_scripts, fetched, once_lost
 from tests.e2e.sharded.chain_support import ended, masters_of, queues_on, start
-from tests.e2e.sharded.conftest import PREFIX
 from tests.e2e.sharded.pushing import queued
-from tests.support.monitor import Command, Monitor
+from tests.support.monitor import Monitor
 from tests.support.redis_cluster import RedisCluster
 from tests.support.workers import WorkerPool
 
 api = chain_support.api
 out = chain_support.out
 
-SCRIPTS = {"EVAL", "EVALSHA"}
+rig = chain_rig.rig
 CHAIN_SCRIPTS = ("chain_ack_partition", "chain_apply")
-
-# Lost replies, in this process, with the real settler and scripts: each write ran, its reply was lost,
-# and the retry on the job's thread sent it again.
-
-
-@dataclass
-class Rig:
-    settler: Settler
-    route: ShardRoute
-    cluster: redis.RedisCluster
-
-
-@pytest.fixture
-def rig(api: None, cluster: redis.RedisCluster) -> Iterator[Rig]:
-    settings = load_settings()
-    home = cw_client.connection()
-    clients = ShardClients(settings, home=home)
-    route = ShardRoute(clients, "rig", Placements(), PartitionHealth(clients))
-    yield Rig(Settler(RedisContext.build(settings, client=home), "", route=route), route, cluster)
-
-
-def fetched(rig: Rig, queue: str) -> Work:
-    """The step waiting in `queue`'s partition, moved onto this process's list as a fetch does."""
-    p = shards.Partition(queue)
-    raw = rig.cluster.rpop(shards.queue_key(p))
-    assert raw is not None
-    rig.cluster.lpush(shards.in_progress(p, "rig"), raw)
-    work = Work(queue, str(raw), partition=p)
-    rig.route.placements.add([work])
-    return work
-
-
-def once_lost(real: Callable[..., Any]) -> Callable[..., Any]:
-    """`real`, whose first call runs and then loses its reply."""
-    calls = [0]
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        reply = real(*args, **kwargs)
-        calls[0] += 1
-        if calls[0] == 1:
-            raise redis.ConnectionError("reply lost")
-        return reply
-
-    return call
-
-
-class LosingScript:
-    def __init__(self, real: Any) -> None:
-        self.real = real
-        self.wrapped: Any = None
-
-    def on(self, conn: redis.Redis) -> Any:
-        if self.wrapped is None:
-            self.wrapped = once_lost(self.real.on(conn))
-        return self.wrapped
 
 
 @pytest.mark.parametrize("lost", ["ack", "apply", "push"])
@@ -178,32 +110,6 @@ def test_chain_scripts_touch_only_their_declared_keys_each_in_one_slot_under_the
     ran = 0
     for port, seen in zip(masters, commands, strict=True):
         node = redis.Redis(host="127.0.0.1", port=port)
-        ran += check_scripts(node, seen)
+        ran += check_scripts(node, seen, CHAIN_SCRIPTS)
         node.close()
     assert ran >= 4  # two partition acks and two home applies, at least
-
-
-def check_scripts(node: redis.Redis, commands: list[Command]) -> int:
-    """The chain scripts among `commands` (known by their SHA): each named keys of one slot, under the
-    prefix, and touched (or published on) no other. Returns how many ran."""
-    ours = {hashlib.sha1(scripts.source(name).encode()).hexdigest().encode() for name in CHAIN_SCRIPTS}
-    declared: set[bytes] | None = None
-    count = 0
-    for command in commands:
-        if command.name in SCRIPTS:
-            body = command.args[1]
-            sha = body if command.name == "EVALSHA" else hashlib.sha1(body).hexdigest().encode()
-            names = command.args[3 : 3 + int(command.args[2])]
-            declared = set(names) if sha in ours else None
-            if declared is not None:
-                count += 1
-                assert names and all(k.startswith(PREFIX.encode()) for k in names), names
-                assert len({key_slot(k) for k in names}) == 1, names
-        elif command.source == "lua" and declared is not None:
-            if command.name == "PUBLISH":
-                touched = [command.args[1]]
-            else:
-                found = node.command_getkeys(*command.args)
-                touched = [k if isinstance(k, bytes) else str(k).encode() for k in found]
-            assert set(touched) <= declared, command
-    return count

@@ -126,27 +126,6 @@ def test_a_job_out_of_retries_is_filed_in_its_partitions_dead_set_and_its_death_
     assert cluster.zcard(shards.dead(hot[0])) == 0
 
 
-def test_a_chain_payload_is_not_run_but_filed_in_dead_with_its_reason(
-    layout: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: Path
-) -> None:
-    p = shards.Partition("cold")
-    job = build(
-        "sharded_jobs.mark", ["in-a-chain"], {}, queue="cold", retry=True, extra={"chain": {"id": "c1"}}
-    )
-    cluster.lpush(shards.queue_key(p), codec.dumps(job))
-    cluster.sadd(keys.QUEUES, "cold")
-    seed(cluster, p, "mark", "plain")
-    start(workers, redis_cluster, out, "cold")
-    wait_until(lambda: cluster.zcard(shards.dead(p)) == 1, timeout=30, message="filed in dead")
-    wait_until(lambda: events(out, "ran"), timeout=30, message="the plain job ran")
-    assert [tag for tag, _pid in events(out, "ran")] == ["plain"]
-    entry = codec.loads_dict(cluster.zrange(shards.dead(p), 0, 0)[0]) or {}
-    assert entry["jid"] == job["jid"] and entry["error_class"] == "cogworker.NotShardedYet"
-    assert "chains" in entry["error_message"]
-    assert int(cluster.get(shards.stat(p, "failed")) or 0) == 1
-    wait_until(lambda: not any(in_progress_lists(cluster, [p]).values()), timeout=15, message="list empty")
-
-
 def test_an_expired_job_is_counted_in_its_partition_and_not_run(
     layout: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: Path
 ) -> None:
