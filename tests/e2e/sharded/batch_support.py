@@ -28,13 +28,6 @@ CALLBACKS = [shards.Partition("cbq", i) for i in range(2)]
 
 
 @pytest.fixture
-def out(tmp_path: Path) -> Path:
-    path = tmp_path / "events"
-    path.touch()
-    return path
-
-
-@pytest.fixture
 def api(env: dict[str, str], cluster: redis.RedisCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     with configured_api(monkeypatch, COGWORKER_QUEUE_PARTITIONS=PARTITIONS):
         yield

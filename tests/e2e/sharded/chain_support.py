@@ -56,13 +56,6 @@ def queues_on(redis_cluster: RedisCluster, masters: list[int | None]) -> list[st
 
 
 @pytest.fixture
-def out(tmp_path: Path) -> Path:
-    path = tmp_path / "runs"
-    path.touch()
-    return path
-
-
-@pytest.fixture
 def api(env: dict[str, str], cluster: redis.RedisCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     with configured_api(monkeypatch):
         yield

@@ -50,6 +50,14 @@ def env(redis_cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch) -> dict[st
 
 
 @pytest.fixture
+def out(tmp_path: Path) -> Path:
+    """The file a test's jobs record their runs in (SHARDED_TEST_OUT): outside the cluster under test."""
+    path = tmp_path / "events"
+    path.touch()
+    return path
+
+
+@pytest.fixture
 def workers(redis_cluster: RedisCluster, cluster: redis.RedisCluster) -> Iterator[WorkerPool]:
     yield from worker_pool(redis_cluster.url())
 

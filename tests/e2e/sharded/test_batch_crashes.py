@@ -32,7 +32,6 @@ from tests.support.workers import WorkerPool
 
 api = batch_support.api
 layout = batch_support.layout
-out = batch_support.out
 BOTH = {"success": 1, "complete": 1}
 
 

@@ -32,7 +32,6 @@ from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
 
 api = batch_support.api
-out = batch_support.out
 BOTH = {"success": 1, "complete": 1}
 GONE = "gone-process"
 

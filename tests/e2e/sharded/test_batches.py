@@ -36,7 +36,6 @@ from tests.support.workers import WorkerPool
 
 api = batch_support.api
 layout = batch_support.layout
-out = batch_support.out
 
 
 def status(bid: str) -> cogworker.BatchStatus:

@@ -31,7 +31,6 @@ from tests.support.redis_cluster import RedisCluster
 from tests.support.workers import WorkerPool
 
 api = chain_support.api
-out = chain_support.out
 rig = chain_rig.rig
 
 GROUP_SCRIPTS = ("chain_ack_partition", "chain_apply", "group_create")

@@ -30,7 +30,6 @@ from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
 
 api = chain_support.api
-out = chain_support.out
 
 
 def outboxes(cluster: redis.RedisCluster) -> list[str]:

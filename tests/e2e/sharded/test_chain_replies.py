@@ -27,7 +27,6 @@ from tests.support.redis_cluster import RedisCluster
 from tests.support.workers import WorkerPool
 
 api = chain_support.api
-out = chain_support.out
 
 rig = chain_rig.rig
 CHAIN_SCRIPTS = ("chain_ack_partition", "chain_apply")

@@ -30,7 +30,6 @@ from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
 
 api = chain_support.api
-out = chain_support.out
 
 
 def test_a_first_call_runs_three_steps_on_three_masters_in_order_with_results_passed(

@@ -19,7 +19,6 @@ import redis
 from cogworker import codec
 from cogworker import settings as settings_module
 from cogworker.store import keys, shards
-from tests.e2e.sharded import worker_support
 from tests.e2e.sharded.conftest import sharded_env
 from tests.e2e.sharded.periodic_support import (
     NAME,
@@ -36,8 +35,6 @@ from tests.support.first_call import first_call
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
-
-out = worker_support.out
 
 
 @pytest.fixture

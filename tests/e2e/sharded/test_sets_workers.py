@@ -38,13 +38,6 @@ def operator(
     one_slot()
 
 
-@pytest.fixture
-def out(tmp_path: Path) -> Path:
-    path = tmp_path / "events"
-    path.touch()
-    return path
-
-
 def test_a_dead_job_retried_by_an_operator_runs_again_from_its_partition(
     operator: LazyClient,
     cluster: redis.RedisCluster,

@@ -21,7 +21,6 @@ from tests.support.workers import WorkerPool
 
 # The shared fixtures, used here by name.
 layout = worker_support.layout
-out = worker_support.out
 
 
 def acl_user(redis_cluster: RedisCluster, name: str, commands: str) -> str:

@@ -32,7 +32,6 @@ CLUSTER_DOWN = re.compile(r"CLUSTERDOWN|ClusterDown")
 
 # The shared fixtures, used here by name.
 layout = worker_support.layout
-out = worker_support.out
 
 
 def test_a_stopped_master_stalls_only_its_own_queues(

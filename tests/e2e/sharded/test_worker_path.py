@@ -26,7 +26,6 @@ from tests.support.workers import WorkerPool
 
 # The shared fixtures, used here by name.
 layout = worker_support.layout
-out = worker_support.out
 
 
 def test_jobs_of_several_queues_and_partitions_run_once_and_leave_no_list_behind(

@@ -25,13 +25,6 @@ from tests.support.workers import WorkerPool
 
 
 @pytest.fixture
-def out(tmp_path: Path) -> Path:
-    path = tmp_path / "events"
-    path.touch()
-    return path
-
-
-@pytest.fixture
 def layout(env: dict[str, str]) -> Iterator[None]:
     """This (the test's) process names keys as the sharded deployment does; the one-slot layout after."""
     shards.use_settings(settings_module.load_settings())
