@@ -94,3 +94,11 @@ def jids_in(cluster: redis.RedisCluster, family: str) -> list[str]:
 
 def stat_sum(cluster: redis.RedisCluster, name: str) -> int:
     return sum(int(cluster.get(shards.stat(p, name)) or 0) for p in PARTS)
+
+
+def shown_running(jid: str) -> bool:
+    """The job is in a live process's work hash (home slot), which `cancel` reads to say "running"."""
+    from cogworker.api import client as cw_client
+    from cogworker.ops import processes
+
+    return any(job.jid == jid for p in processes.processes(cw_client.connection()) for job in p.running)

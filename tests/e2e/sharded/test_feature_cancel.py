@@ -1,0 +1,143 @@
+"""Cancelling jobs in the sharded layout, on a real 3-master cluster with real sharded workers: a waiting
+job is taken off its partition's queue or schedule in that partition's slot and the cancel finished in the
+home slot (ops/cancel_shards.py); a running one is cancelled by its worker, which reads the home slot's
+cancel record (worker/running/cancelled.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import redis
+import sharded_feature_jobs as fj
+
+import cogworker
+from cogworker import codec
+from cogworker.api import client as cw_client
+from cogworker.ops import cancel as ops_cancel
+from cogworker.ops import cancel_shards
+from cogworker.store import keys, shards
+from tests.e2e.sharded import feature_support
+from tests.e2e.sharded.feature_support import QUICK, lines, partition_of, queued_anywhere, shown_running, stat_sum, start, user_call
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import wait_until
+from tests.support.workers import WorkerPool
+
+api = feature_support.api
+out = feature_support.out
+
+
+@pytest.mark.timeout(120)
+def test_a_users_first_calls_cancel_a_queued_a_scheduled_and_a_running_job(
+    api: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: str
+) -> None:
+    said = user_call(
+        redis_cluster,
+        f"""
+        import cogworker, sharded_feature_jobs as fj
+        queued = fj.tracked.perform_async({out!r}, "queued")
+        later = fj.mark.perform_in(600, {out!r}, "later")
+        print(cogworker.cancel(queued).case, cogworker.cancel(later).case, cogworker.status(queued))
+        """,
+    )
+    assert said == "queued scheduled cancelled"
+    assert queued_anywhere(cluster) == 0 and feature_support.jids_in(cluster, "schedule") == []
+    assert stat_sum(cluster, "cancelled") == 2  # counted in the jobs' partitions
+    start(workers, redis_cluster)
+    sync = fj.cancellable.perform_async(out, "sync")
+    wait_until(lambda: lines(out, "started") == Counter(["sync"]), timeout=45, message="the job started")
+    wait_until(lambda: shown_running(sync), timeout=15, message="the job shown running")
+    said = user_call(redis_cluster, f"import cogworker; print(cogworker.cancel({sync!r}).case)")
+    assert said == "running"
+    wait_until(lambda: cogworker.status(sync) == "cancelled", timeout=20, message="ended as cancelled")
+    wait_until(lambda: stat_sum(cluster, "cancelled") == 3, timeout=15, message="counted in its partition")
+    assert lines(out, "ran") == Counter()  # neither the waiting jobs nor the running one ran on
+    assert feature_support.jids_in(cluster, "retry") == [] and feature_support.jids_in(cluster, "dead") == []
+
+
+@pytest.mark.timeout(90)
+def test_a_running_async_job_is_cancelled_on_the_workers_loop(
+    api: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: str
+) -> None:
+    start(workers, redis_cluster)
+    jid = fj.async_cancellable.perform_async(out, "a")
+    wait_until(lambda: shown_running(jid), timeout=45, message="the job shown running")
+    assert cogworker.cancel(jid).case == "running"
+    wait_until(lambda: stat_sum(cluster, "cancelled") == 1, timeout=20, message="ended as cancelled")
+    wait_until(lambda: queued_anywhere(cluster) == 0, timeout=10, message="nothing queued")
+    assert lines(out, "ran") == Counter()
+
+
+@pytest.mark.timeout(120)
+def test_a_job_cancelled_while_its_worker_is_sigkilled_is_recovered_and_not_run_again(
+    api: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: str
+) -> None:
+    jid = fj.cancellable.perform_async(out, "k")
+    first = start(workers, redis_cluster, **QUICK)
+    wait_until(lambda: shown_running(jid), timeout=45, message="the job shown running")
+    first.signal(19)  # SIGSTOP: it can't act on the cancel
+    assert cogworker.cancel(jid).case == "running"
+    first.kill()
+    start(workers, redis_cluster, **QUICK)
+    wait_until(lambda: stat_sum(cluster, "cancelled") == 1, timeout=60, message="recovered and ended cancelled")
+    wait_until(lambda: cogworker.status(jid) == "cancelled", timeout=10, message="its status says so")
+    assert lines(out, "started") == Counter(["k"])  # never run again
+    assert queued_anywhere(cluster) == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_cancel_whose_partition_step_ran_but_whose_reply_was_lost_answers_the_same_when_asked_again(
+    api: None, cluster: redis.RedisCluster, out: str
+) -> None:
+    """The partition's step ran (the job off its queue, counted, the answer kept there) and the canceller
+    never heard back, so the home step never ran: asking again finishes it and answers the same."""
+    jid = fj.tracked.perform_async(out, "lost")
+    p = partition_of(jid)
+    conn = cw_client.connection()
+    scripts = cogworker.api.cancel._bound_scripts(conn)
+    raw = str(cluster.lindex(shards.queue_key(p), 0))
+    ops_cancel.record(conn, scripts, jid)
+    kept = codec.dumps({"case": "queued", "job": fj.tracked.name, "queue": "fq"})
+    assert cancel_shards.remove(conn, scripts, p, jid, shards.queue_key(p), False, raw, kept, 60)
+    assert cogworker.status(jid) == "queued"  # the home step is still to run
+    again = cogworker.cancel(jid)
+    assert (again.case, again.job) == ("queued", fj.tracked.name)
+    assert cogworker.status(jid) == "cancelled"
+    assert cogworker.cancel(jid).case == "queued"  # and again: the same answer, nothing more counted
+    assert stat_sum(cluster, "cancelled") == 1
+    assert cluster.zscore(keys.CANCELS, jid) is None
+
+
+@pytest.mark.timeout(60)
+def test_a_cancel_whose_partition_step_never_ran_takes_the_job_off_when_asked_again(
+    api: None, cluster: redis.RedisCluster, out: str
+) -> None:
+    jid = fj.tracked.perform_async(out, "never")
+    conn = cw_client.connection()
+    ops_cancel.record(conn, cogworker.api.cancel._bound_scripts(conn), jid)  # step 1 only
+    assert queued_anywhere(cluster) == 1
+    assert cogworker.cancel(jid).case == "queued"
+    assert queued_anywhere(cluster) == 0 and stat_sum(cluster, "cancelled") == 1
+    assert cogworker.status(jid) == "cancelled"
+
+
+@pytest.mark.timeout(90)
+def test_two_prefixes_on_one_cluster_dont_see_each_others_cancels(
+    api: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: str
+) -> None:
+    jid = fj.mark.perform_async(out, "mine")
+    said = user_call(redis_cluster, f"import cogworker; print(cogworker.cancel({jid!r}).case)", COGWORKER_KEY_PREFIX="other:")
+    assert said == "not_found"
+    assert queued_anywhere(cluster) == 1
+    start(workers, redis_cluster)
+    wait_until(lambda: lines(out, "ran") == Counter(["mine"]), timeout=45, message="it ran all the same")
+    assert stat_sum(cluster, "cancelled") == 0
+
+
+@pytest.mark.timeout(30)
+def test_a_cancel_in_a_deployment_that_knows_no_queue_yet_answers_not_found(api: None, cluster: redis.RedisCluster) -> None:
+    """No partition recorded anywhere (nothing pushed yet): there is no place to search, and the cancel
+    is kept for a worker that fetches the jid later."""
+    outcome = cogworker.cancel("nothing-here")
+    assert (outcome.case, outcome.searched_all) == ("not_found", True)
+    assert cluster.zscore(keys.CANCELS, "nothing-here") is not None
