@@ -62,11 +62,12 @@ def tracked_dies(path: str, tag: str) -> None:
     raise ValueError(f"{tag} fails for good")
 
 
-@job(queue="fq", limit=ONE_AT_ONCE, retry=0)
+@job(queue="fq", limit=ONE_AT_ONCE, retry=0, status=True)
 def one_at_once(path: str, tag: str, hold: bool = False) -> None:
-    """Holds ONE_AT_ONCE while it runs; `hold`: for ever (until its process is killed)."""
+    """Holds ONE_AT_ONCE while it runs; `hold`: on its first run, for ever (until its process is
+    killed); its run after recovery ends at once."""
     file_notes.note(path, f"started-{tag}")
-    if hold:
+    if hold and _first_time(path, tag):
         time.sleep(300)
     file_notes.note(path, f"ran-{tag}")
 

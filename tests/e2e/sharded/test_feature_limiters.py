@@ -1,0 +1,143 @@
+"""Rate limiters in the sharded layout, on a real 3-master cluster with real sharded workers: a limiter's
+key is the home slot's (`cw:{home}:limiter:<kind>:<name>`), checked by its script on the home slot's
+client, and a job a full limiter puts back is filed in its own partition's schedule set, counted
+`limited` there (api/limiter.py, api/limit_jobs.py, worker/settling/shard_route.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import redis
+import sharded_feature_jobs as fj
+
+import cogworker
+from cogworker import codec
+from cogworker.api import limit_scripts
+from cogworker.store import keys, shards
+from tests.e2e.sharded import feature_support
+from tests.e2e.sharded.feature_support import PARTS, QUICK, lines, queued_anywhere, stat_sum, start, user_call
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import wait_until
+from tests.support.workers import WorkerPool
+
+api = feature_support.api
+out = feature_support.out
+
+
+def passes_now(limiter: cogworker.limiter.Limiter) -> bool:
+    """The test's process passes `limiter` at once (and gives the slot back)."""
+    try:
+        limiter.acquire()
+    except cogworker.limiter.OverLimit:
+        return False
+    limiter.release()
+    return True
+
+
+def now_limiter(limiter: cogworker.limiter.Limiter) -> cogworker.limiter.Limiter:
+    return cogworker.limiter.concurrent(limiter.name, 1, lease_s=4, wait_timeout=0)
+
+
+@pytest.mark.timeout(120)
+def test_a_users_first_call_passes_limiters_and_a_sharded_worker_puts_back_jobs_over_them(
+    api: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: str
+) -> None:
+    said = user_call(
+        redis_cluster,
+        f"""
+        import cogworker, sharded_feature_jobs as fj
+        with fj.ONE_AT_ONCE:
+            inside = cogworker.limiter.concurrent("fq-one", 1, lease_s=4, wait_timeout=0)
+            try:
+                inside.acquire()
+            except cogworker.OverLimit:
+                print("full")
+        with cogworker.limiter.concurrent("fq-one", 1, lease_s=4, wait_timeout=0):
+            print("given back")
+        for tag in ("a", "b", "c"):
+            fj.paced.perform_async({out!r}, tag)
+        print(fj.hourly.perform_async({out!r}, "h1") is not None, fj.hourly.perform_async({out!r}, "h2") is not None)
+        """,
+    )
+    assert said.splitlines() == ["full", "given back", "True True"]
+    start(workers, redis_cluster)
+    wait_until(lambda: lines(out, "ran")["a"] + lines(out, "ran")["b"] + lines(out, "ran")["c"] == 3, timeout=45, message="paced")
+    # One an hour: the second is put back in its partition's schedule set until the next window.
+    wait_until(lambda: len(feature_support.jids_in(cluster, "schedule")) == 1, timeout=30, message="put back")
+    (put_back,) = [codec.loads(raw) for p in PARTS for raw in cluster.zrange(shards.schedule(p), 0, -1)]
+    assert put_back["limited_by"] == "fq-hourly" and put_back["class"] == fj.hourly.name
+    ran = lines(out, "ran")
+    assert ran["a"] == ran["b"] == ran["c"] == 1 and ran["h1"] + ran["h2"] == 1
+    assert put_back["args"][1] == ("h2" if ran["h1"] else "h1")
+    # The bucket (one a second) put two of the three back at least once, counted in their partitions.
+    assert stat_sum(cluster, "limited") >= 2
+    home = [k for k in cluster.scan_iter(match="cw:*limiter*", target_nodes="all")]
+    assert home and all(shards.HOME_TAG in k for k in home), home
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_sigkilled_while_holding_a_concurrent_slot_gives_it_back_by_its_lease(
+    api: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: str
+) -> None:
+    holder = fj.one_at_once.perform_async(out, "hold", True)
+    first = start(workers, redis_cluster, **QUICK)
+    wait_until(lambda: lines(out, "started") == Counter(["hold"]), timeout=45, message="holding the slot")
+    first.kill()
+    assert not passes_now(now_limiter(fj.ONE_AT_ONCE))  # still held by the dead worker's lease
+    waiting = fj.one_at_once.perform_async(out, "next")
+    start(workers, redis_cluster, **QUICK)
+    # The lease (4 s) ends by itself; the recovered holder and the waiting job then both run, once.
+    wait_until(lambda: lines(out, "ran") == Counter(["hold", "next"]), timeout=60, message="both ran")
+    assert cogworker.status(holder) == cogworker.status(waiting) == "complete"
+    wait_until(lambda: passes_now(now_limiter(fj.ONE_AT_ONCE)), timeout=15, message="the slot free again")
+    assert queued_anywhere(cluster) == 0 and feature_support.jids_in(cluster, "schedule") == []
+
+
+@pytest.mark.timeout(60)
+def test_an_acquire_whose_reply_was_lost_holds_a_slot_only_until_its_lease_and_a_release_sent_again_frees_nothing_more(
+    api: None, cluster: redis.RedisCluster
+) -> None:
+    """The acquire's script ran (a slot taken under a token its caller never learnt) and its reply was
+    lost: the slot comes back when its lease ends. One that never ran holds nothing. A release sent again
+    after a lost reply removes nothing more than its own token."""
+    limiter = cogworker.limiter.concurrent("fq-lost", 2, lease_s=2, wait_timeout=0)
+    key = keys.limiter("concurrent", "fq-lost")
+    run = limit_scripts.LimitScripts().run  # the scripts limiters run, on the job API's client
+    assert run("limit_concurrent", [key], ["acquire", "lost-1", 2, 2000])[0] == 1
+    assert run("limit_concurrent", [key], ["acquire", "kept-2", 2, 2000])[0] == 1
+    assert not passes_now(limiter)  # both slots held: one of them by the lost reply's token
+    assert run("limit_concurrent", [key], ["release", "kept-2"]) == [1, 0, 0]
+    assert run("limit_concurrent", [key], ["release", "kept-2"]) == [1, 0, 0]  # sent again
+    assert cluster.zrange(key, 0, -1) == ["lost-1"]  # the resend freed nobody else's slot
+    wait_until(lambda: cluster.zcard(key) == 0 or _expired(cluster, key), timeout=10, message="lease ended")
+    assert passes_now(limiter) and passes_now(limiter)
+
+
+def _expired(cluster: redis.RedisCluster, key: str) -> bool:
+    seconds, micros = cluster.time()
+    now_ms = seconds * 1000 + micros // 1000
+    return all(score <= now_ms for _token, score in cluster.zrange(key, 0, -1, withscores=True))
+
+
+@pytest.mark.timeout(60)
+def test_two_prefixes_on_one_cluster_dont_share_a_limiter_of_the_same_name(
+    api: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster
+) -> None:
+    mine = cogworker.limiter.concurrent("fq-one", 1, lease_s=30, wait_timeout=0)
+    mine.acquire()
+    try:
+        said = user_call(
+            redis_cluster,
+            """
+            import cogworker
+            with cogworker.limiter.concurrent("fq-one", 1, lease_s=30, wait_timeout=0):
+                print("passed")
+            """,
+            COGWORKER_KEY_PREFIX="other:",
+        )
+        assert said == "passed"
+        assert not passes_now(mine)
+    finally:
+        mine.release()
+    assert passes_now(mine)
