@@ -18,7 +18,16 @@ from cogworker.ops import cancel as ops_cancel
 from cogworker.ops import cancel_shards
 from cogworker.store import keys, shards
 from tests.e2e.sharded import feature_support
-from tests.e2e.sharded.feature_support import QUICK, lines, partition_of, queued_anywhere, shown_running, stat_sum, start, user_call
+from tests.e2e.sharded.feature_support import (
+    QUICK,
+    lines,
+    partition_of,
+    queued_anywhere,
+    shown_running,
+    start,
+    stat_sum,
+    user_call,
+)
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
@@ -79,7 +88,9 @@ def test_a_job_cancelled_while_its_worker_is_sigkilled_is_recovered_and_not_run_
     assert cogworker.cancel(jid).case == "running"
     first.kill()
     start(workers, redis_cluster, **QUICK)
-    wait_until(lambda: stat_sum(cluster, "cancelled") == 1, timeout=60, message="recovered and ended cancelled")
+    wait_until(
+        lambda: stat_sum(cluster, "cancelled") == 1, timeout=60, message="recovered and ended cancelled"
+    )
     wait_until(lambda: cogworker.status(jid) == "cancelled", timeout=10, message="its status says so")
     assert lines(out, "started") == Counter(["k"])  # never run again
     assert queued_anywhere(cluster) == 0
@@ -126,7 +137,11 @@ def test_two_prefixes_on_one_cluster_dont_see_each_others_cancels(
     api: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: str
 ) -> None:
     jid = fj.mark.perform_async(out, "mine")
-    said = user_call(redis_cluster, f"import cogworker; print(cogworker.cancel({jid!r}).case)", COGWORKER_KEY_PREFIX="other:")
+    said = user_call(
+        redis_cluster,
+        f"import cogworker; print(cogworker.cancel({jid!r}).case)",
+        COGWORKER_KEY_PREFIX="other:",
+    )
     assert said == "not_found"
     assert queued_anywhere(cluster) == 1
     start(workers, redis_cluster)
@@ -135,7 +150,9 @@ def test_two_prefixes_on_one_cluster_dont_see_each_others_cancels(
 
 
 @pytest.mark.timeout(30)
-def test_a_cancel_in_a_deployment_that_knows_no_queue_yet_answers_not_found(api: None, cluster: redis.RedisCluster) -> None:
+def test_a_cancel_in_a_deployment_that_knows_no_queue_yet_answers_not_found(
+    api: None, cluster: redis.RedisCluster
+) -> None:
     """No partition recorded anywhere (nothing pushed yet): there is no place to search, and the cancel
     is kept for a worker that fetches the jid later."""
     outcome = cogworker.cancel("nothing-here")

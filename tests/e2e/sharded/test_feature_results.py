@@ -65,7 +65,9 @@ def test_a_job_killed_mid_run_is_recovered_and_its_result_written_and_announced_
     watcher.subscribe(keys.result_channel(jid))
     try:
         first = start(workers, redis_cluster, **QUICK)
-        wait_until(lambda: lines(out, "started") == Counter(["k"]), timeout=45, message="the first run started")
+        wait_until(
+            lambda: lines(out, "started") == Counter(["k"]), timeout=45, message="the first run started"
+        )
         first.kill()  # SIGKILL mid-run: the job is on its in-progress list in its partition
         assert cluster.exists(keys.result(jid)) == 0
         start(workers, redis_cluster, **QUICK)

@@ -46,7 +46,9 @@ def test_a_users_first_call_reads_queued_then_a_sharded_worker_completes_and_fai
     assert lines(out, "ran") == Counter(["good"]) and lines(out, "tried") == Counter(["bad"])
     assert feature_support.jids_in(cluster, "dead") == [bad]
     # Nothing of a status in a partition's slot.
-    assert not [k for k in cluster.scan_iter(match="cw:*status*", target_nodes="all") if shards.HOME_TAG not in k]
+    assert not [
+        k for k in cluster.scan_iter(match="cw:*status*", target_nodes="all") if shards.HOME_TAG not in k
+    ]
 
 
 @pytest.mark.timeout(120)
