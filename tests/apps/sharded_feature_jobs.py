@@ -133,3 +133,14 @@ def noted(job: dict[str, Any], death: Any) -> None:
     args = job.get("args") or []
     if args and isinstance(args[0], str) and args[0].startswith("/"):
         file_notes.note(args[0], f"death-{job.get('jid')}-{death.cause}")
+
+
+@job(queue="fq", result_ttl=60)
+def gated(path: str, tag: str) -> str:
+    """Says it started, then waits (at most a minute) for the test to create `<path>.<tag>.go`."""
+    file_notes.note(path, f"started-{tag}")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(f"{path}.{tag}.go") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    file_notes.note(path, f"ran-{tag}")
+    return f"done {tag}"

@@ -4,19 +4,32 @@ on its channel, and `cogworker.result(jid)` waits for it on the home slot's clie
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import redis
 import sharded_feature_jobs as fj
+from redis.crc import key_slot
 
 import cogworker
 from cogworker import codec
 from cogworker.api import results
 from cogworker.store import keys, shards
 from tests.e2e.sharded import feature_support
-from tests.e2e.sharded.feature_support import QUICK, lines, queued_anywhere, start, user_call
+from tests.e2e.sharded.feature_support import (
+    PARTS,
+    QUICK,
+    lines,
+    partition_of,
+    queued_anywhere,
+    start,
+    user_call,
+)
+from tests.e2e.sharded.worker_support import in_progress_lists
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
@@ -82,6 +95,48 @@ def test_a_job_killed_mid_run_is_recovered_and_its_result_written_and_announced_
         watcher.close()
     assert lines(out, "ran") == Counter(["k"])  # the run after recovery, once
     assert cogworker.status(jid) == "complete"
+
+
+@pytest.mark.timeout(120)
+def test_a_result_the_home_master_never_took_is_kept_and_written_once_it_answers_before_the_ack(
+    api: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: str
+) -> None:
+    """The job ends while the home slot's master is stopped (SIGSTOP): the result's write never runs.
+    The worker keeps it, with the job's ack behind it (the job stays on its partition's in-progress
+    list), and writes it once the home slot answers again (its master back, or its replica promoted)."""
+    jid = fj.gated.perform_async(out, "g")
+    watcher = cluster.pubsub()
+    watcher.subscribe(keys.result_channel(jid))
+    port = redis_cluster.owner(key_slot(shards.HOME_TAG[1:-1].encode()))[0]
+    node = next(n for n in redis_cluster.nodes if n.port == port)
+    assert node.proc is not None
+    worker = start(workers, redis_cluster, COGWORKER_REDIS_TIMEOUT_S="1")
+    wait_until(lambda: lines(out, "started") == Counter(["g"]), timeout=45, message="the job started")
+    os.kill(node.proc.pid, signal.SIGSTOP)
+    try:
+        Path(f"{out}.g.go").touch()
+        wait_until(
+            lambda: any(e.get("component") == "Settle" for e in worker.events_named("redis_outage_started")),
+            timeout=20,
+            message="the result's write failed",
+        )
+        assert lines(out, "ran") == Counter(["g"])
+        p = partition_of(jid)
+        if redis_cluster.owner(key_slot(f"{p.queue}#{p.index}".encode()))[0] != port:
+            assert sum(in_progress_lists(cluster, [p]).values()) == 1  # not acknowledged meanwhile
+    finally:
+        os.kill(node.proc.pid, signal.SIGCONT)
+    assert cogworker.result(jid, timeout=60) == "done g"
+    wait_until(lambda: queued_anywhere(cluster) == 0, timeout=30, message="nothing queued")
+    wait_until(lambda: not any(in_progress_lists(cluster, list(PARTS)).values()), timeout=30, message="acked")
+    announced = []
+    while (message := watcher.get_message(timeout=1.0)) is not None:
+        if message["type"] == "message":
+            announced.append(message["data"])
+    watcher.close()
+    assert announced == [codec.dumps({"ok": True, "value": "done g"})]
+    assert lines(out, "ran") == Counter(["g"])  # run once
+    redis_cluster.wait_ok()
 
 
 @pytest.mark.timeout(60)
