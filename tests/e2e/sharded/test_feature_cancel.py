@@ -158,3 +158,20 @@ def test_a_cancel_in_a_deployment_that_knows_no_queue_yet_answers_not_found(
     outcome = cogworker.cancel("nothing-here")
     assert (outcome.case, outcome.searched_all) == ("not_found", True)
     assert cluster.zscore(keys.CANCELS, "nothing-here") is not None
+
+
+@pytest.mark.timeout(60)
+def test_a_job_in_its_partitions_retry_set_is_taken_off_and_one_in_its_dead_set_is_finished(
+    api: None, cluster: redis.RedisCluster, out: str
+) -> None:
+    retrying, dead = (fj.tracked.build((out, tag), {}) for tag in ("retrying", "dead"))
+    for job, family in ((retrying, shards.retry), (dead, shards.dead)):
+        entry = {**job, "error_class": "ValueError", "error_message": "x", "retry_count": 0}
+        cluster.zadd(family(partition_of(job["jid"])), {codec.dumps(entry): 2_000_000_000})
+        cluster.hset(shards.partitions_key(), "fq", 3)
+    outcome = cogworker.cancel(retrying["jid"])
+    assert (outcome.case, outcome.job) == ("retrying", fj.tracked.name)
+    assert feature_support.jids_in(cluster, "retry") == []
+    assert cogworker.cancel(dead["jid"]).case == "finished"
+    assert feature_support.jids_in(cluster, "dead") == [dead["jid"]]  # left where it is
+    assert stat_sum(cluster, "cancelled") == 1
