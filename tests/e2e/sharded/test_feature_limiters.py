@@ -5,6 +5,7 @@ client, and a job a full limiter puts back is filed in its own partition's sched
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
@@ -17,6 +18,7 @@ from cogworker.api import limit_scripts
 from cogworker.store import keys, shards
 from tests.e2e.sharded import feature_support
 from tests.e2e.sharded.feature_support import PARTS, QUICK, lines, queued_anywhere, start, stat_sum, user_call
+from tests.support.daemon_env import run_cogworker
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
@@ -146,3 +148,22 @@ def test_two_prefixes_on_one_cluster_dont_share_a_limiter_of_the_same_name(
     finally:
         mine.release()
     assert passes_now(mine)
+
+
+@pytest.mark.timeout(60)
+def test_the_cli_lists_and_shows_the_limiters_held_in_the_home_slot(
+    api: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster
+) -> None:
+    held = cogworker.limiter.concurrent("fq-shown", 2, lease_s=30, wait_timeout=0)
+    held.acquire()
+    try:
+        env = feature_support.deployment_env(redis_cluster)
+        listed = run_cogworker(env, "limiter", "list")
+        assert listed.returncode == 0, listed.stderr
+        assert "1/2 held" in next(line for line in listed.stdout.splitlines() if line.startswith("fq-shown"))
+        shown = run_cogworker(env, "limiter", "show", "fq-shown")
+        assert shown.returncode == 0, shown.stderr
+        assert "fq-shown (concurrent): 1/2 held" in shown.stdout
+        assert str(os.getpid()) in shown.stdout  # the holder: this process
+    finally:
+        held.release()
