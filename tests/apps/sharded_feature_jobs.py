@@ -144,3 +144,11 @@ def gated(path: str, tag: str) -> str:
         time.sleep(0.02)
     file_notes.note(path, f"ran-{tag}")
     return f"done {tag}"
+
+
+@job(queue="fq", result_ttl=60, status=True, retry=False)
+async def async_tracked(path: str, tag: str) -> str:
+    """An `async def` job whose status is written from the worker's loop."""
+    file_notes.note(path, f"ran-{tag}")
+    await asyncio.sleep(0.01)
+    return f"async {tag}"

@@ -15,7 +15,7 @@ import sharded_feature_jobs as fj
 
 import cogworker
 from cogworker import codec
-from cogworker.store import shards
+from cogworker.store import keys, shards
 from tests.e2e.sharded import feature_support
 from tests.e2e.sharded.feature_support import (
     QUICK,
@@ -125,3 +125,31 @@ def test_two_prefixes_on_one_cluster_run_only_their_own_jobs(
     wait_until(lambda: cogworker.status(jid) == "complete", timeout=45, message="run by its own deployment")
     assert lines(out, "ran") == Counter(["mine"])
     assert all(e.get("jid") != jid for e in other.events())
+
+
+@pytest.mark.timeout(90)
+def test_an_awaitable_push_from_a_first_call_is_tracked_and_its_async_job_completed_from_the_loop(
+    api: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: str
+) -> None:
+    """The awaitable push writes "queued" through its `redis.asyncio` client, and the worker writes the
+    async job's statuses from its loop's client: both the home slot's."""
+    said = user_call(
+        redis_cluster,
+        f"""
+        import asyncio, cogworker, sharded_feature_jobs as fj
+
+        async def main():
+            jid = await fj.async_tracked.aio.perform_async({out!r}, "a")
+            print(jid, cogworker.status(jid))
+            await cogworker.aio.close()
+
+        asyncio.run(main())
+        """,
+    )
+    jid, state = said.split()
+    assert state == "queued"
+    start(workers, redis_cluster)
+    assert cogworker.result(jid, timeout=45) == "async a"
+    wait_until(lambda: cogworker.status(jid) == "complete", timeout=10, message="complete")
+    assert lines(out, "ran") == Counter(["a"])
+    assert cluster.exists(keys.status(jid)) == 1
