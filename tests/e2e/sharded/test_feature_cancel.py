@@ -10,13 +10,16 @@ from collections import Counter
 import pytest
 import redis
 import sharded_feature_jobs as fj
+from starlette.testclient import TestClient
 
 import cogworker
 from cogworker import codec
+from cogworker import settings as settings_module
 from cogworker.api import client as cw_client
 from cogworker.ops import cancel as ops_cancel
 from cogworker.ops import cancel_shards
 from cogworker.store import keys, shards
+from cogworker.web import create_app
 from tests.e2e.sharded import feature_support
 from tests.e2e.sharded.feature_support import (
     QUICK,
@@ -175,3 +178,15 @@ def test_a_job_in_its_partitions_retry_set_is_taken_off_and_one_in_its_dead_set_
     assert cogworker.cancel(dead["jid"]).case == "finished"
     assert feature_support.jids_in(cluster, "dead") == [dead["jid"]]  # left where it is
     assert stat_sum(cluster, "cancelled") == 1
+
+
+@pytest.mark.timeout(30)
+def test_the_job_page_of_a_deployment_that_knows_no_queue_yet_says_not_found(
+    api: None, cluster: redis.RedisCluster
+) -> None:
+    with TestClient(create_app(settings_module.load_settings()), follow_redirects=True) as web:
+        page = web.get("/jobs/nobody")
+        assert page.status_code == 200 and "Not found in any queue" in page.text
+        # A cursor naming a place (a link from before) restarts on nothing and says the same.
+        again = web.get("/jobs/nobody?place=retry&at=0&first=retry")
+        assert again.status_code == 200 and "Not found in any queue" in again.text
