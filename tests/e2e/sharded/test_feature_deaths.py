@@ -20,6 +20,7 @@ from cogworker.api import death
 from cogworker.store import keys, shards
 from tests.e2e.sharded import feature_support
 from tests.e2e.sharded.feature_support import PARTS, QUICK, lines, partition_of, start, user_call
+from tests.support.daemon_env import run_cogworker
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
@@ -110,3 +111,27 @@ def test_two_prefixes_on_one_cluster_dont_handle_each_others_notices(
     (line,) = [t for t in Path(out).read_text().splitlines() if t.startswith("death-")]
     assert line.split()[1] == str(mine.proc.pid), (line, mine.proc.pid, other.proc.pid)
     assert other.proc.poll() is None
+
+
+@pytest.mark.timeout(90)
+def test_a_notice_in_a_cleared_queues_partition_still_reaches_the_hooks(
+    api: None, cluster: redis.RedisCluster, redis_cluster: RedisCluster, workers: WorkerPool, out: str
+) -> None:
+    """`cogworker queue clear` forgets the queue's name in the home registry, but its partitions (their
+    retry and dead sets, still recorded in the home `partitions` hash) live on: a job of theirs that
+    dies later leaves its notice there, and the hooks must still find it."""
+    retrying = fj.tracked_dies.build((out, "retried"), {})
+    p = partition_of(retrying["jid"])
+    fj.mark.perform_async(out, "queued")  # records the queue
+    cleared = run_cogworker(feature_support.deployment_env(redis_cluster), "queue", "clear", "fq", "--yes")
+    assert cleared.returncode == 0, cleared.stderr
+    assert not cluster.sismember(keys.QUEUES, "fq")
+    # As the queue's retry set leaves it when the entry's last try fails for good: filed in the
+    # partition's dead set, its notice on the partition's deaths list.
+    entry = {**retrying, "error_class": "ValueError", "error_message": "x"}
+    cluster.zadd(shards.dead(p), {codec.dumps(entry): 1})
+    cluster.lpush(shards.deaths(p), death.notice("failed", codec.dumps(entry)))
+    start(workers, redis_cluster, COGWORKER_QUEUES="other")
+    jid = retrying["jid"]
+    wait_until(lambda: lines(out, "death") == Counter([f"{jid}-failed"]), timeout=30, message="hooked")
+    assert notices_left(cluster) == 0
