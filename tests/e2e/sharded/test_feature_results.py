@@ -65,7 +65,8 @@ def test_a_users_first_call_waits_for_the_result_and_the_failure_a_sharded_worke
     # Kept in the home slot; the jobs were acknowledged and filed in their partitions.
     assert codec.loads(cluster.get(keys.result(jid))) == {"ok": True, "value": {"sum": 5}}
     assert cluster.ttl(keys.result(jid)) > 0
-    assert feature_support.jids_in(cluster, "dead") == [failing]
+    # The result is written before the dead filing (api/results.py): the filing follows.
+    wait_until(lambda: feature_support.jids_in(cluster, "dead") == [failing], timeout=15, message="filed")
     assert queued_anywhere(cluster) == 0
 
 

@@ -90,7 +90,8 @@ def test_a_users_first_call_waits_for_an_async_jobs_result_and_for_time_limited_
     assert len(errors) == 2 and all(error.endswith("JobTimeout") for error in errors), errors
     assert lines(out, "started") == Counter([fj.too_slow.name, fj.async_too_slow.name])
     assert lines(out, "ran") == Counter()  # both stopped at their limit
-    assert len(feature_support.jids_in(cluster, "dead")) == 2
+    # Each result is written before its dead filing: the filings follow.
+    wait_until(lambda: len(feature_support.jids_in(cluster, "dead")) == 2, timeout=15, message="filed")
     assert stat_sum(cluster, "processed") >= 1
 
 
