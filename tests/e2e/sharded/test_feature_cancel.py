@@ -5,11 +5,15 @@ cancel record (worker/running/cancelled.py)."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections import Counter
+from typing import Any
 
 import pytest
 import redis
 import sharded_feature_jobs as fj
+from redis.crc import key_slot
 from starlette.testclient import TestClient
 
 import cogworker
@@ -31,6 +35,7 @@ from tests.e2e.sharded.feature_support import (
     stat_sum,
     user_call,
 )
+from tests.e2e.sharded.pushing import configured_api
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
 from tests.support.workers import WorkerPool
@@ -190,3 +195,53 @@ def test_the_job_page_of_a_deployment_that_knows_no_queue_yet_says_not_found(
         # A cursor naming a place (a link from before) restarts on nothing and says the same.
         again = web.get("/jobs/nobody?place=retry&at=0&first=retry")
         assert again.status_code == 200 and "Not found in any queue" in again.text
+
+
+@pytest.mark.timeout(90)
+def test_a_cancel_whose_partition_master_stopped_mid_call_answers_the_same_when_asked_again(
+    cluster: redis.RedisCluster,
+    redis_cluster: RedisCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    out: str,
+) -> None:
+    """A real lost reply: the partition's master is stopped (SIGSTOP) just as the cancel's partition
+    step is sent, so the step and the read of its answer both time out and the cancel raises; the master
+    then resumes and runs the step. Asked again, the cancel finds the partition's answer, runs the home
+    step and answers "queued"; the job was counted once."""
+    with configured_api(monkeypatch, COGWORKER_QUEUE_PARTITIONS="fq=3", COGWORKER_REDIS_TIMEOUT_S="0.5"):
+        home_port = redis_cluster.owner(key_slot(b"home"))[0]
+        pushed = [fj.tracked.perform_async(out, f"t{n}") for n in range(60)]
+        away = [j for j in pushed if j and master_port(redis_cluster, partition_of(j)) != home_port]
+        warm, jid = next((a, b) for a in away for b in away if a != b and partition_of(a) == partition_of(b))
+        p = partition_of(jid)
+        # A first cancel in that partition leaves a connection to its master in the pool: the step
+        # below is then written to a live socket, and runs when the master resumes.
+        assert cogworker.cancel(warm).case == "queued"
+        node = next(n for n in redis_cluster.nodes if n.port == master_port(redis_cluster, p))
+        assert node.proc is not None
+        real_remove = cancel_shards.remove
+
+        def stopped_mid_call(*args: Any, **kwargs: Any) -> bool:
+            os.kill(node.proc.pid, signal.SIGSTOP)
+            try:
+                return real_remove(*args, **kwargs)
+            finally:
+                os.kill(node.proc.pid, signal.SIGCONT)
+
+        monkeypatch.setattr(cancel_shards, "remove", stopped_mid_call)
+        with pytest.raises((redis.TimeoutError, redis.ConnectionError)):
+            cogworker.cancel(jid)
+        monkeypatch.setattr(cancel_shards, "remove", real_remove)
+        answer = cancel_shards.answer_key(p, jid)
+        wait_until(lambda: cluster.get(answer) is not None, timeout=10, message="the step ran on resuming")
+        assert all(jid not in str(raw) for raw in cluster.lrange(shards.queue_key(p), 0, -1))
+        assert cogworker.status(jid) == "queued"  # the home step has not run
+        again = cogworker.cancel(jid)
+        assert again.case == "queued" and cogworker.status(jid) == "cancelled"
+        assert int(cluster.get(shards.stat(p, "cancelled")) or 0) == 2  # the warm-up's and this one's
+    redis_cluster.wait_ok()
+
+
+def master_port(redis_cluster: RedisCluster, p: shards.Partition) -> int:
+    return redis_cluster.owner(key_slot(f"{p.queue}#{p.index}".encode()))[0]
