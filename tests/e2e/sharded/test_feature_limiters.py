@@ -6,11 +6,14 @@ client, and a job a full limiter puts back is filed in its own partition's sched
 from __future__ import annotations
 
 import os
+import signal
 from collections import Counter
+from typing import Any
 
 import pytest
 import redis
 import sharded_feature_jobs as fj
+from redis.crc import key_slot
 
 import cogworker
 from cogworker import codec
@@ -18,6 +21,7 @@ from cogworker.api import limit_scripts
 from cogworker.store import keys, shards
 from tests.e2e.sharded import feature_support
 from tests.e2e.sharded.feature_support import PARTS, QUICK, lines, queued_anywhere, start, stat_sum, user_call
+from tests.e2e.sharded.pushing import configured_api
 from tests.support.daemon_env import run_cogworker
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import wait_until
@@ -167,3 +171,39 @@ def test_the_cli_lists_and_shows_the_limiters_held_in_the_home_slot(
         assert str(os.getpid()) in shown.stdout  # the holder: this process
     finally:
         held.release()
+
+
+@pytest.mark.timeout(90)
+def test_an_acquire_whose_home_master_stopped_mid_call_holds_its_slot_only_until_its_lease(
+    cluster: redis.RedisCluster,
+    redis_cluster: RedisCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+) -> None:
+    """A real lost reply: the home slot's master is stopped (SIGSTOP) as an acquire is sent, so the
+    caller times out and raises; the master then resumes and runs it, a slot held under a token no one
+    will give back. The lease ends it: the limiter passes again within its lease, never before it ends
+    (the slot was really taken)."""
+    with configured_api(monkeypatch, COGWORKER_QUEUE_PARTITIONS="fq=3", COGWORKER_REDIS_TIMEOUT_S="0.5"):
+        limiter = cogworker.limiter.concurrent("fq-stopped", 1, lease_s=3, wait_timeout=0)
+        assert passes_now(limiter)  # a connection to the home master is now idle in the limiter's pool
+        node = next(n for n in redis_cluster.nodes if n.port == redis_cluster.owner(key_slot(b"home"))[0])
+        assert node.proc is not None
+        real_run = limit_scripts.LimitScripts.run
+
+        def stopped_mid_call(self: limit_scripts.LimitScripts, *args: Any) -> list[Any]:
+            os.kill(node.proc.pid, signal.SIGSTOP)
+            try:
+                return real_run(self, *args)
+            finally:
+                os.kill(node.proc.pid, signal.SIGCONT)
+
+        monkeypatch.setattr(limit_scripts.LimitScripts, "run", stopped_mid_call)
+        with pytest.raises((redis.TimeoutError, redis.ConnectionError)):
+            limiter.acquire()
+        monkeypatch.setattr(limit_scripts.LimitScripts, "run", real_run)
+        key = keys.limiter("concurrent", "fq-stopped")
+        wait_until(lambda: cluster.zcard(key) == 1, timeout=10, message="the acquire ran on resuming")
+        assert not passes_now(limiter)  # held by the lost reply's token
+        wait_until(lambda: passes_now(limiter), timeout=10, message="its lease ended")
+    redis_cluster.wait_ok()
