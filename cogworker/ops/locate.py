@@ -248,6 +248,8 @@ def search(
     layout (`parts`: every partition) a call reads one partition's places, on its client."""
     logical = search_order(cursor.first, queues)
     order = full_order(cursor.first, queues, parts)
+    if not order:  # the sharded layout with no partition known: nothing anywhere, every place searched
+        return Search(order, {})
     cursor = Cursor(
         cursor.place, cursor.offset, tuple(p for p in dict.fromkeys(cursor.first) if p in logical)
     )
@@ -312,7 +314,9 @@ def locate(
     queues = queue_ops.known_queues(client, {queue for p in live for queue in p.queues})
     parts = _partitions(client, queues)
     first = first_places(status, queues, set_sizes)
-    start = Cursor(full_order(first, queues, parts)[0], 0, first)
+    # A sharded deployment that knows no partition yet (nothing pushed) has no place to search: the
+    # cursor then names the first logical one, which any later search recognises.
+    start = Cursor((full_order(first, queues, parts) or search_order(first, queues))[0], 0, first)
     skipped: str | None = None
     if not searching:
         skipped = "not asked"

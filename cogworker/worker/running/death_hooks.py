@@ -11,9 +11,11 @@ wait cut short) is not handed to another: at most once, as a Sidekiq death handl
 killed process.
 
 In the sharded layout each queue partition keeps its own deaths list (a job's dead filing pushes its
-notice in the job's slot, in the same script): a pass pops from every partition of every registered
-queue in turn, on each partition's client, so hooks see the notices of every partition. A partition
-whose master is away is skipped for that pass; its notices wait for it.
+notice in the job's slot, in the same script): a pass pops from every partition of every known queue
+(the home registry, the recorded partition counts, the queues this process reads: a cleared queue's
+name leaves the registry while its partitions' jobs can still die) in turn, on each partition's
+client, so hooks see the notices of every partition. A partition whose master is away is skipped for
+that pass; its notices wait for it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from cogworker.api import death
 from cogworker.store import key_guard, keys, shards
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
+from cogworker.worker.recovering import partitions
 
 log = structlog.get_logger("cogworker.death")
 
@@ -38,6 +41,7 @@ class DeathHookRunner:
         self, ctx: RedisContext, interval_s: float = INTERVAL_S, clients: ShardClients | None = None
     ) -> None:
         self._clients = clients if shards.is_sharded() else None
+        self._queues = tuple(ctx.settings.queue_spec.names)
         self._client = ctx.client
         self._outages = ctx.outages
         self._interval_s = interval_s
@@ -81,14 +85,12 @@ class DeathHookRunner:
         """The deaths lists to pop from: the one of the one-slot layout, or every partition's."""
         if self._clients is None:
             return [keys.DEATHS]
-        home = self._clients.home
         try:
-            names = sorted(str(name) for name in home.smembers(keys.QUEUES))
-            recorded = shards.recorded_partitions(home)
+            known = partitions.known(self._clients.home, self._queues)
         except Exception as exc:
             self._outages.report(COMPONENT, exc)
             return []
-        return [shards.deaths(p) for p in shards.every_partition(names, recorded)]
+        return [shards.deaths(p) for p in known]
 
     def _pop_any(self, lists: list[str]) -> str | None:
         """A notice from the first of `lists` that has one; a list found empty (or unreachable) is

@@ -3,8 +3,9 @@
 file_unsettled.lua into that partition's sets, on that partition's client; the same script and the same
 once-only answers as the one-slot layout's (filing.py).
 
-Every partition of every registered queue is read (the home registry, with the recorded partition
-counts), not only this process's queues: the process that stopped may have read others. A partition
+Every partition of every known queue is read (the home registry, the recorded partition counts, this
+process's queues), not only this process's queues: the process that stopped may have read others, and
+a queue cleared since (its name out of the registry) keeps its recorded partitions. A partition
 whose master is down is skipped until it answers (partition_health.py), and the rest are filed.
 """
 
@@ -15,9 +16,10 @@ from functools import partial
 import redis
 
 from cogworker.settings_fields import SettingsFields
-from cogworker.store import keys, shards
+from cogworker.store import shards
 from cogworker.store.locks import Locks
 from cogworker.store.scripts import Scripts
+from cogworker.worker.recovering import partitions
 from cogworker.worker.settling.filing import Target, Unanswered, file_records
 from cogworker.worker.settling.shard_route import ShardRoute, quarantine, unsettled
 
@@ -40,10 +42,9 @@ def file_every_partition(
     scripts, settings, locks = via
     home = route.clients.home
     _settle_unanswered(route, locks, unanswered)
-    names = sorted(str(name) for name in home.smembers(keys.QUEUES))
     filed = 0
     failure: Exception | None = None
-    for p in shards.every_partition(names, shards.recorded_partitions(home)):
+    for p in partitions.known(home, settings.queue_spec.names):
         if route.health.is_down(p):
             continue
         client = route.client(p)

@@ -161,6 +161,28 @@ def test_a_handover_sent_twice_is_filed_once_by_the_poller(
     assert cluster.llen(unsettled(P)) == 0
 
 
+def test_a_handover_in_a_cleared_queues_partition_is_filed_by_the_poller(
+    sharded: tuple[Settings, ShardRoute], cluster: redis.RedisCluster
+) -> None:
+    """`cogworker queue clear` takes the name out of the home registry; the queue's partitions stay
+    recorded, and a record a stopping process handed over there must still be filed."""
+    loaded, route = sharded
+    home = route.clients.home
+    scripts = Scripts(home)
+    locks = Locks(home, scripts, Outages())
+    raw, job = listed_job(cluster)
+    listed = shards.in_progress(P, IDENTITY)
+    assert (
+        handover.hand_over((home, scripts, locks), [(raw, failed(job), listed)], time.monotonic() + 5, route)
+        == 0
+    )
+    cluster.hset(shards.partitions_key(), P.queue, 2)  # recorded, and not in the registry (cleared)
+    assert not cluster.sismember(keys.QUEUES, P.queue)
+    file_every_partition(route, (scripts, loaded, locks), [])
+    assert cluster.zcard(shards.retry(P)) == 1
+    assert cluster.llen(unsettled(P)) == 0
+
+
 class _Unreachable(ShardClients):
     """A partition's master that refuses connections (a real refused connect, not a mock) until
     `reachable` is set: a filing sent to it never ran."""
