@@ -87,6 +87,7 @@ def keys_to_check(home: redis.Redis, queue_names: tuple[str, ...]) -> list[str]:
     for p in fanout.known_partitions(home, queue_names):
         checked += [shards.queue_key(p), shards.suspects(p), *shards.job_sets(p).values()]
         checked += [shards.deaths(p), shards.paused(p), shards.registry(p), p.prefix + "unsettled"]
+        checked.append(shards.outbox(p))
         checked += [shards.stat(p, name) for name in counters]
         checked += [shards.stat_day(p, name, day) for name in counters]
         checked += [shards.in_progress(p, identity) for identity in identities]

@@ -188,6 +188,8 @@ def test_the_key_guard_moves_a_wrong_type_partition_key_aside_in_its_own_slot(
     in_progress = shards.in_progress(shards.Partition("reports", 0), "host:1:aa")
     cluster.sadd(keys.IN_PROGRESS_IDENTITIES, "host:1:aa")
     cluster.hset(in_progress, "a", "b")
+    outbox = shards.outbox(shards.Partition("reports", 0))
+    cluster.rpush(outbox, "not a hash")
     # Not cogworker's: a family it doesn't know, and a tag that isn't a partition's.
     foreign = ["cw:{reports#1}:notes", "cw:{elsewhere}:queue"]
     for key in foreign:
@@ -205,6 +207,7 @@ def test_the_key_guard_moves_a_wrong_type_partition_key_aside_in_its_own_slot(
     assert checks["key types"]["level"] == "FAIL"
     assert sorted(checks["key types"]["details"]) == [
         f"{in_progress} is a hash, should be a list",
+        f"{outbox} is a list, should be a hash",
         f"{wrong} is a string, should be a list",
     ]
     code, checks = doctor(capsys, "--fix")
@@ -214,6 +217,7 @@ def test_the_key_guard_moves_a_wrong_type_partition_key_aside_in_its_own_slot(
     assert len(moved) == 1 and moved[0].startswith("cw:{reports#1}:quarantine:queue:")
     assert cluster.get(moved[0]) == "not a list" and cluster.ttl(moved[0]) > 0
     assert len(everywhere(cluster, "cw:{reports#0}:quarantine:inprogress:host:1:aa:*")) == 1
+    assert len(everywhere(cluster, "cw:{reports#0}:quarantine:outbox:*")) == 1
     assert [cluster.get(key) for key in foreign] == ["keep me", "keep me"]
     # A second pass finds nothing more to move.
     assert key_guard.check(home, settings_module.load_settings(), ("reports",)) == []
