@@ -18,6 +18,7 @@ from cogworker import settings as settings_module
 from cogworker.store import fanout, keys, outbox, shards
 from cogworker.store.lazy_client import LazyClient
 from cogworker.store.outage import Outages
+from cogworker.worker.fetching.partition_health import PartitionHealth
 from cogworker.worker.loops.outbox_sweep import OutboxSweep
 from cogworker.worker.recovering.partitions import Known
 from tests.e2e.sharded.pushing import queued
@@ -157,3 +158,28 @@ def test_a_poll_sweeps_the_home_outbox_and_every_non_empty_partitions(
     assert sweep.sweep() == 2
     assert cluster.smembers(applied_key()) == {"p0", "home"}
     assert [cluster.hlen(outbox.key(p)) for p in parts] == [0, 0, 1] and not cluster.exists(outbox.key(None))
+
+
+def test_a_sweep_goes_past_a_partition_it_cant_read_and_one_whose_master_is_down(
+    rig: Rig, cluster: redis.RedisCluster
+) -> None:
+    """One partition's outbox of the wrong type (its length can't be read, nor can it be scanned): the
+    lengths are asked partition by partition, the bad one reported by its name, the others swept. A
+    partition the fetcher knows to be down is not asked at all."""
+    parts = [shards.Partition(QUEUE, i) for i in range(3)]
+    cluster.rpush(outbox.key(parts[1]), "not a hash")
+    write(cluster, parts[0], "p0", age_s=outbox.OUTBOX_LEASE_S + 1)
+    write(cluster, parts[2], "p2", age_s=outbox.OUTBOX_LEASE_S + 1)
+    # The fetcher's health, told of a failure; its probe (which would find the master answering) waits
+    # a minute, longer than this test.
+    health = PartitionHealth(rig.mover.clients, probe_s=60)  # type: ignore[arg-type]  # only `of` is used
+    health.failed(parts[2], redis.ConnectionError("stopped"))
+    try:
+        sweep = OutboxSweep(rig.mover, Known(rig.home, [QUEUE]), Outages(), health)
+        with structlog.testing.capture_logs() as logs:
+            assert sweep.sweep() == 1
+    finally:
+        health.close()
+    assert cluster.smembers(applied_key()) == {"p0"} and cluster.hexists(outbox.key(parts[2]), "p2")
+    failed = [e["component"] for e in logs if e["event"] == "redis_command_failed"]
+    assert failed == [f"Outbox {parts[1]}"]
