@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 from pydantic import ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from cogworker import cluster_url, exitcodes, redis_sentinel, redis_tls
+from cogworker import cluster_url, exitcodes, redis_sentinel, redis_tls, sidekiq_rule
 from cogworker.config_error import ConfigError as ConfigError
 from cogworker.log_levels import parse_log_levels
 from cogworker.prefix_rule import check_key_prefix
@@ -200,6 +200,7 @@ class Settings(BaseSettings, SettingsFields):
                 "COGWORKER_CLUSTER_SHARDING=queues spreads queues over a Redis Cluster's masters: it needs "
                 "a redis+cluster:// COGWORKER_REDIS_URL (or COGWORKER_REDIS_CLUSTER=true)"
             )
+        sidekiq_rule.check_settings(self)
         if bool(self.web_username) != bool(self.web_password.get_secret_value()):
             raise ValueError("set both COGWORKER_WEB_USERNAME and COGWORKER_WEB_PASSWORD, or neither")
         # The Sentinel forms agree (one line naming the variables), and a WAIT ends before the client

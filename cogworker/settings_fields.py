@@ -279,6 +279,17 @@ class SettingsFields:
     `default=4,reports=2` (the rest have one). Pushes spread over a queue's partitions and fetchers read
     them all. Raising it later is safe; lowering it leaves the old partitions read until they are empty
     (the count recorded in Redis only grows)."""
+    sidekiq_compat: Literal["off", "6", "7"] = "off"
+    """Share one Redis with Ruby's Sidekiq (docs/guides/sidekiq.md): `6` or `7` names the Sidekiq version
+    beside this deployment. The queues, the queue registry, the schedule, retry and dead sets, the
+    processed and failed counters and the process registry then take Sidekiq's names (bare keys, or under
+    `sidekiq_namespace`); every key only cogworker uses stays under `key_prefix`. Each process also writes
+    the presence Sidekiq's Web UI reads, and payloads follow Sidekiq's meanings. Not with a Redis Cluster,
+    which Sidekiq doesn't run on. `off`: no key or payload changes, and no cost."""
+    sidekiq_namespace: str = ""
+    """With `sidekiq_compat=6`, the redis-namespace the Sidekiq app sets (`namespace: "myapp"` in its Redis
+    options): the shared keys are then `myapp:queue:default` and so on. Empty: bare keys, as Sidekiq
+    writes them without a namespace (Sidekiq 7 has no namespaces)."""
     cpu_affinity: Literal["auto", "none", "spread"] = "auto"
     """Whether the swarm pins each worker to one CPU (supervisor/forkserver/cpu_affinity.py). `spread`:
     slot N's worker runs on the Nth CPU the swarm may use; `auto`: the same when there is one worker per

@@ -50,6 +50,9 @@ class SwarmConfig:
     # The key layout (cogworker/store/shards.py): the scrape and the fork server's requeue name keys by it.
     cluster_sharding: str
     queue_partitions: str
+    # Sidekiq's names for the shared keys (cogworker/store/sidekiq_layout.py), for the same reason.
+    sidekiq_compat: str
+    sidekiq_namespace: str
     log_level: str
     log_format: str
 

@@ -22,9 +22,16 @@ ENDED_UNRUN = ("expired", "cancelled")
 # same way (total and per day, in the reschedule's own settle), and shown beside the outcomes above.
 LIMITED = "limited"
 COUNTED_OUTCOMES = (*ENDED_UNRUN, LIMITED)
+# The counters Sidekiq keeps too, under its names when the Sidekiq mode is on.
+SHARED_STATS = ("processed", "failed")
 
 # Set by use_prefix (at the bottom of this module, then by each process's settings).
 PREFIX: str
+# The start of the families shared with Sidekiq (COGWORKER_SIDEKIQ_COMPAT, store/sidekiq_keys.py): PREFIX
+# when the mode is off, else "" (bare keys) or a Sidekiq 6 namespace with its colon.
+SHARED_PREFIX: str
+# The Sidekiq version the mode writes for ("6", "7"), or "" when it is off.
+SIDEKIQ: str
 QUEUE_PREFIX: str
 SUSPECTS_PREFIX: str
 QUEUES: str
@@ -81,10 +88,22 @@ EXPECTED_TYPES: dict[str, str]
 EXPECTED_PREFIX_TYPES: dict[str, str]
 
 
-def use_prefix(prefix: str) -> None:
+def use_prefix(prefix: str, shared: str | None = None, sidekiq: str = "") -> None:
     """Build every key name from `prefix` (validated by settings.py: non-empty, no whitespace, a
-    balanced non-empty hash tag if any)."""
-    global PREFIX, QUEUE_PREFIX, QUEUES, PAUSED, SCHEDULE, RETRY, DEAD, DEATHS, IN_PROGRESS_PREFIX
+    balanced non-empty hash tag if any). With the Sidekiq mode on (`sidekiq` "6" or "7"), the families
+    Sidekiq reads and writes too start with `shared` instead (sidekiq_rule.shared_prefix)."""
+    global \
+        PREFIX, \
+        SHARED_PREFIX, \
+        SIDEKIQ, \
+        QUEUE_PREFIX, \
+        QUEUES, \
+        PAUSED, \
+        SCHEDULE, \
+        RETRY, \
+        DEAD, \
+        DEATHS, \
+        IN_PROGRESS_PREFIX
     global IN_PROGRESS_IDENTITIES, PROCESSES, PROCESS_PREFIX, WORK_PREFIX, SIGNAL_PREFIX, LAST_BEAT
     global LIVE_QUEUES, ORPHANINGS_PREFIX, UNSETTLED, QUARANTINE_PREFIX, GUARD_REQUESTS, STAT_PROCESSED
     global STAT_FAILED, UNIQUE_PREFIX, PERIODIC_SLOT_PREFIX, PERIODIC_RUNNING_PREFIX, PERIODIC_ENTRIES
@@ -97,21 +116,25 @@ def use_prefix(prefix: str) -> None:
     global PUSHED_PREFIX, CANCELLED_PREFIX, PERIODIC_RUNS_PREFIX, PERIODIC_PAUSED, AUDIT
     global METRICS_PREFIX, METRICS_FLUSHED_PREFIX, OUTBOX
     PREFIX = prefix
-    QUEUE_PREFIX = prefix + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
+    SIDEKIQ = sidekiq if shared is not None else ""
+    SHARED_PREFIX = shared = prefix if shared is None else shared
+    # Sidekiq's families: the queues and their registry, the job sets, the two counters and the process
+    # registry. Everything else is cogworker's own and stays under `prefix` in every mode.
+    QUEUE_PREFIX = shared + "queue:"  # list per queue; LPUSH to enqueue, the right end is popped next
     # list per queue: jobs orphaned more than once, each run alone by a process
     # (worker/recovering/recovery.py)
     SUSPECTS_PREFIX = prefix + "suspects:"
-    QUEUES = prefix + "queues"  # set: every queue name ever pushed to
+    QUEUES = shared + "queues"  # set: every queue name ever pushed to
     PAUSED = prefix + "paused"  # set: queue names no process fetches from
-    SCHEDULE = prefix + "schedule"  # zset: jobs due at a time (score = epoch seconds)
-    RETRY = prefix + "retry"  # zset: failed jobs waiting for their next try
-    DEAD = prefix + "dead"  # zset: jobs out of retries (score = time of death)
+    SCHEDULE = shared + "schedule"  # zset: jobs due at a time (score = epoch seconds)
+    RETRY = shared + "retry"  # zset: failed jobs waiting for their next try
+    DEAD = shared + "dead"  # zset: jobs out of retries (score = time of death)
     # list: one notice per job filed in dead, written in the same script as the dead entry and popped by
     # workers with on_death hooks (api/death.py); capped at COGWORKER_DEATH_NOTICES_MAX, newest at the head
     DEATHS = prefix + "deaths"
     IN_PROGRESS_PREFIX = prefix + "inprogress:"  # list per process: fetched, not yet acknowledged
     IN_PROGRESS_IDENTITIES = prefix + "inprogress-identities"  # set: identities that may own such a list
-    PROCESSES = prefix + "processes"  # set: identities that have beaten
+    PROCESSES = shared + "processes"  # set: identities that have beaten
     PROCESS_PREFIX = prefix + "process:"  # hash per process, with the presence TTL
     WORK_PREFIX = prefix + "work:"  # hash per process: thread -> job running on it
     SIGNAL_PREFIX = prefix + "signals:"  # list per process: remote commands (quiet, stop, resume)
@@ -126,8 +149,8 @@ def use_prefix(prefix: str) -> None:
     HANDED_OVER_PREFIX = prefix + "handed-over:"
     QUARANTINE_PREFIX = prefix + "quarantine:"  # anything moved aside for a human, with a TTL
     GUARD_REQUESTS = prefix + "key-guard:requests"  # set: keys some component found of the wrong type
-    STAT_PROCESSED = prefix + "stat:processed"
-    STAT_FAILED = prefix + "stat:failed"
+    STAT_PROCESSED = shared + "stat:processed"
+    STAT_FAILED = shared + "stat:failed"
     UNIQUE_PREFIX = prefix + "unique:"  # string per digest: the jid holding the unique claim
     PERIODIC_SLOT_PREFIX = prefix + "periodic:slot:"  # string per (entry, slot): the one enqueue's claim
     PERIODIC_RUNNING_PREFIX = prefix + "periodic:running:"  # string per entry: the jid of the run in flight
@@ -292,11 +315,13 @@ def stat_failed_day(day: str) -> str:
 
 
 def stat(outcome: str) -> str:
-    return f"{PREFIX}stat:{outcome}"
+    """A counter by name: processed and failed are the shared ones, the others cogworker's own."""
+    start = SHARED_PREFIX if outcome in SHARED_STATS else PREFIX
+    return f"{start}stat:{outcome}"
 
 
 def stat_day(outcome: str, day: str) -> str:
-    return f"{PREFIX}stat:{outcome}:{day}"
+    return f"{stat(outcome)}:{day}"
 
 
 def pushed(jid: str) -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from cogworker import sidekiq_rule
 from cogworker.settings_fields import PartitionSpec, parse_partitions
 from cogworker.store import keys
 
@@ -46,6 +47,10 @@ class LayoutSettings(Protocol):
     def cluster_sharding(self) -> str: ...
     @property
     def queue_partitions(self) -> str: ...
+    @property
+    def sidekiq_compat(self) -> str: ...
+    @property
+    def sidekiq_namespace(self) -> str: ...
 
 
 HOME_TAG = "{home}"
@@ -91,7 +96,11 @@ def use_settings(settings: LayoutSettings) -> None:
     _state.sharded = sharded
     _state.prefix = settings.key_prefix
     _state.spec = parse_partitions(settings.queue_partitions) if sharded else PartitionSpec()
-    keys.use_prefix(home_prefix(settings.key_prefix) if sharded else settings.key_prefix)
+    if sharded:
+        keys.use_prefix(home_prefix(settings.key_prefix))
+    else:
+        compat, namespace = settings.sidekiq_compat, settings.sidekiq_namespace
+        keys.use_prefix(settings.key_prefix, sidekiq_rule.shared_prefix(compat, namespace), compat)
 
 
 def home_prefix(prefix: str) -> str:

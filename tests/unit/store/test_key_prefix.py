@@ -15,53 +15,8 @@ from cogworker.api import client
 from cogworker.settings import ConfigError, load_settings
 from cogworker.store import keys
 from tests.support.first_call import first_call
+from tests.support.key_names import BUILDERS, every_name
 from tests.support.redis_server import RedisServer
-
-# Every function of keys.py that builds a name, with an argument.
-BUILDERS = {
-    "queue": ("q",),
-    "suspects": ("q",),
-    "in_progress": ("host:1:2",),
-    "process": ("host:1:2",),
-    "work": ("host:1:2",),
-    "signals": ("host:1:2",),
-    "orphanings": ("jid1",),
-    "orphanings_raw": ("0" * 40,),
-    "handed_over": ("digest",),
-    "stat_processed_day": ("2026-01-01",),
-    "stat_failed_day": ("2026-01-01",),
-    "stat": ("expired",),
-    "stat_day": ("expired", "2026-01-01"),
-    "unique": ("digest",),
-    "periodic_slot": ("entry", 42),
-    "periodic_running": ("entry",),
-    "periodic_runs": ("entry",),
-    "status": ("jid1",),
-    "result": ("jid1",),
-    "result_channel": ("jid1",),
-    "chain": ("cid1",),
-    "quarantine": ("what",),
-    "batch": ("bid1",),
-    "batch_pending": ("bid1",),
-    "batch_failures": ("bid1",),
-    "limiter": ("concurrent", "name1"),
-    "pushed": ("jid1",),
-    "cancelled": ("jid1",),
-    "metrics_flushed": ("host:1:2",),
-}
-
-
-def every_name() -> list[str]:
-    """Every key, key prefix and channel name keys.py holds right now."""
-    names = [
-        value
-        for name, value in vars(keys).items()
-        # LIMITED is an outcome's name, not a key (keys.stat(LIMITED) is one, and is listed).
-        if name.isupper() and name not in {"DEFAULT_PREFIX", "LIMITED"} and isinstance(value, str)
-    ]
-    names += [*keys.EXPECTED_TYPES, *keys.EXPECTED_PREFIX_TYPES, *keys.job_sets().values()]
-    names += [getattr(keys, builder)(*args) for builder, args in BUILDERS.items()]
-    return names
 
 
 def test_every_builder_is_listed_here() -> None:

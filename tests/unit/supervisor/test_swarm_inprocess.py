@@ -60,6 +60,8 @@ SETTINGS = SwarmConfig(
     key_prefix="cogworker:",
     cluster_sharding="off",
     queue_partitions="",
+    sidekiq_compat="off",
+    sidekiq_namespace="",
     log_level="info",
     log_format="json",
 )
