@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from tests.support.paths import APP_DIR
@@ -25,15 +26,17 @@ def _needs(binary: str) -> str:
     return found
 
 
-def ruby(script: str, redis_url: str, stdin: str = "") -> str:
+def ruby(
+    script: str, redis_url: str, stdin: str = "", app: Path = RUBY_APP, env: Mapping[str, str] | None = None
+) -> str:
     """Run `script` with the app (and Sidekiq's API) loaded; its standard output."""
     done = subprocess.run(
-        [_needs("ruby"), "-r", str(RUBY_APP), "-e", script],
+        [_needs("ruby"), "-r", str(app), "-e", script],
         input=stdin,
         capture_output=True,
         text=True,
         timeout=60,
-        env=dict(os.environ, REDIS_URL=redis_url),
+        env=dict(os.environ, REDIS_URL=redis_url, **(env or {})),
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -41,14 +44,26 @@ def ruby(script: str, redis_url: str, stdin: str = "") -> str:
 
 
 class SidekiqProcess:
-    """One `sidekiq` reading the `default` queue with one thread; its log in `log_path`."""
+    """One `sidekiq` with `app` loaded, reading `queues` (default: `default`) with `threads` threads; its
+    log in `log_path`. `env` is added to its environment (the app reads REDIS_URL from it)."""
 
-    def __init__(self, redis_url: str, log_path: Path) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        log_path: Path,
+        app: Path = RUBY_APP,
+        queues: tuple[str, ...] = ("default",),
+        threads: int = 1,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.log_path = log_path
+        command = [_needs("sidekiq"), "-r", str(app), "-c", str(threads), "-t", "1"]
+        for name in queues:
+            command += ["-q", name]
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [_needs("sidekiq"), "-r", str(RUBY_APP), "-q", "default", "-c", "1", "-t", "1"],
-                env=dict(os.environ, REDIS_URL=redis_url),
+                command,
+                env=dict(os.environ, REDIS_URL=redis_url, **(env or {})),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
