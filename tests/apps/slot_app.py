@@ -32,6 +32,12 @@ def dies(tag: str) -> None:
     raise ValueError(f"{tag} fails for good")
 
 
+@job(retry=0)
+def dies_at_once(tag: str) -> None:
+    """Dead at its first failure in every mode (in the Sidekiq mode `retry=False` discards instead)."""
+    raise ValueError(f"{tag} fails for good")
+
+
 @job(unique="until_executed")
 def unique_one(tag: str) -> None:
     record(tag)
