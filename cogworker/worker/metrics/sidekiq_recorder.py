@@ -37,7 +37,6 @@ class SidekiqRecorder(Recorder):
         super().__init__()
         self._sk_lock = threading.Lock()
         self._sk: dict[tuple[int, str], _Runs] = {}
-        self._sk_carry: dict[str, float] = {}
 
     def ended(self, job_class: str, seconds: float, failed: bool, now: float) -> None:
         super().ended(job_class, seconds, failed, now)
@@ -65,7 +64,8 @@ class SidekiqRecorder(Recorder):
             amounts[sk.field(name, "p")] = amounts.get(sk.field(name, "p"), 0) + runs.runs
             if runs.failed:
                 amounts[sk.field(name, "f")] = amounts.get(sk.field(name, "f"), 0) + runs.failed
-            ms = self._whole_ms(name, runs.ms)
+            # Whole milliseconds, as Sidekiq writes them, the fraction carried to the next flush.
+            ms = self._whole_ms(("sk", name), runs.ms)
             if ms:
                 amounts[sk.field(name, "ms")] = amounts.get(sk.field(name, "ms"), 0) + ms
             if runs.buckets:
@@ -73,15 +73,6 @@ class SidekiqRecorder(Recorder):
                 for index, n in runs.buckets.items():
                     counters[index] = counters.get(index, 0) + n
         return batch
-
-    def _whole_ms(self, name: str, ms: float) -> int:
-        # Whole milliseconds, as Sidekiq writes them; the fraction is carried to the class's next
-        # flush, or sub-millisecond Python jobs would add up to 0 ms.
-        total = ms + self._sk_carry.pop(name, 0.0)
-        whole = int(total)
-        if total - whole > 0.0:
-            self._sk_carry[name] = total - whole
-        return whole
 
 
 class RecorderSettings(Protocol):
