@@ -180,3 +180,10 @@ def test_a_first_call_in_the_sidekiq_mode_writes_bare_keys(redis_server: RedisSe
     assert (job["jid"], job["class"], job["args"]) == (jid, "HardWorker", [1, 2])
     assert "kwargs" not in job
     assert r.sismember("queues", "ruby")
+
+
+def test_a_python_worker_never_imports_anything_for_a_ruby_class() -> None:
+    """A Ruby class that reached a Python queue: the worker files it as failing with JobNotFound
+    (its retry policy, then dead), and resolves nothing by import for it."""
+    with pytest.raises(registry.JobNotFound, match="not a registered job"):
+        registry.resolve("Billing::InvoiceJob", allowed=("Billing", "billing"))
