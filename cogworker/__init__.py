@@ -3,7 +3,8 @@
 Declare a job with `@cogworker.job`, push it with `perform_async` (or `perform_in`, `perform_at`),
 and run `cogworker-swarm` to work the queues. Around that: `chain`/`group` and `batch` to compose
 jobs, `result` and `status` to follow one, `cancel` to stop one, `periodic` for cron schedules,
-`limiter` for rate limits, `on_death` for jobs that fail for good, and the middleware chains
+`limiter` for rate limits, `on_death` for jobs that fail for good, `push_named` and `ruby_job` to
+push jobs that Ruby's Sidekiq runs, and the middleware chains
 (`client_chain`, `server_chain`). `cogworker.testing` runs jobs in memory in your tests.
 
 Example:
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from cogworker.api.features import install_builtin_middleware
     from cogworker.api.job_status import status
     from cogworker.api.limiter import OverLimit
+    from cogworker.api.named_push import RubyJob, push_named, ruby_job
     from cogworker.api.periodic import periodic
     from cogworker.api.push_outcome import PushOutcomeUnknown
     from cogworker.api.registry import JobNotFound
@@ -98,6 +100,9 @@ _LAZY = {
     "CurrentJob": "cogworker.api.current_job",
     "JobCancelled": "cogworker.api.current_job",
     "OverLimit": "cogworker.api.limiter",
+    "push_named": "cogworker.api.named_push",
+    "ruby_job": "cogworker.api.named_push",
+    "RubyJob": "cogworker.api.named_push",
 }
 # Public names that are modules: `cogworker.limiter.concurrent(...)`.
 _LAZY_MODULES = {
@@ -144,6 +149,7 @@ __all__ = [
     "OverLimit",
     "PushOutcomeUnknown",
     "ResultTimeout",
+    "RubyJob",
     "Settings",
     "Signature",
     "WrongTypeKey",
@@ -168,7 +174,9 @@ __all__ = [
     "on_death",
     "periodic",
     "push_bulk",
+    "push_named",
     "result",
+    "ruby_job",
     "server_chain",
     "status",
 ]

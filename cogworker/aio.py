@@ -2,7 +2,8 @@
 
 One job at a time goes through the job itself: `await job.aio.perform_async(...)`, `job.aio.perform_in`,
 `job.aio.perform_at`, and `job.set(...).aio.perform_async(...)`. Many at once go through `push_bulk`
-here. Each running event loop gets its own `redis.asyncio` client, closed when the loop shuts down
+here, and jobs for Ruby classes through `push_named` (`cogworker.push_named`, awaitable). Each running
+event loop gets its own `redis.asyncio` client, closed when the loop shuts down
 or by `cogworker.aio.close()` (the FastAPI lifespan helper calls it).
 
 Example:
@@ -21,9 +22,10 @@ from typing import Any
 from cogworker.api import aio_client
 from cogworker.api.aio_push import AsyncPusher
 from cogworker.api.decorator import BulkPush, JobFunction, JobSetter
+from cogworker.api.named_push import push_named_async as push_named
 from cogworker.store import async_connection
 
-__all__ = ["AsyncPusher", "close", "push_bulk"]
+__all__ = ["AsyncPusher", "close", "push_bulk", "push_named"]
 
 
 async def push_bulk(

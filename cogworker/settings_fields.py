@@ -290,6 +290,10 @@ class SettingsFields:
     """With `sidekiq_compat=6`, the redis-namespace the Sidekiq app sets (`namespace: "myapp"` in its Redis
     options): the shared keys are then `myapp:queue:default` and so on. Empty: bare keys, as Sidekiq
     writes them without a namespace (Sidekiq 7 has no namespaces)."""
+    sidekiq_metrics: bool = False
+    """With `sidekiq_compat=7` (and `metrics` on), each worker process's metrics flush also writes the keys
+    Sidekiq 7's Metrics tab reads for the Python jobs it ran: per-minute run, failure and millisecond
+    counts per class, and the execution-time histograms, in Sidekiq's names and units."""
     cpu_affinity: Literal["auto", "none", "spread"] = "auto"
     """Whether the swarm pins each worker to one CPU (supervisor/forkserver/cpu_affinity.py). `spread`:
     slot N's worker runs on the Nth CPU the swarm may use; `auto`: the same when there is one worker per

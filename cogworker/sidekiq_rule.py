@@ -17,6 +17,10 @@ class CompatSettings(cluster_url.ClusterSettings, Protocol):
     def sidekiq_compat(self) -> str: ...
     @property
     def sidekiq_namespace(self) -> str: ...
+    @property
+    def sidekiq_metrics(self) -> bool: ...
+    @property
+    def metrics(self) -> bool: ...
 
 
 def check_settings(settings: CompatSettings) -> None:
@@ -31,6 +35,16 @@ def check_settings(settings: CompatSettings) -> None:
         raise ValueError(
             f"COGWORKER_SIDEKIQ_NAMESPACE={namespace!r}: give the namespace as the Sidekiq app sets it "
             '(`namespace: "myapp"`, no colon at the end, no whitespace)'
+        )
+    if settings.sidekiq_metrics and settings.sidekiq_compat != "7":
+        raise ValueError(
+            "COGWORKER_SIDEKIQ_METRICS writes the metrics keys of Sidekiq 7's Metrics tab: set "
+            "COGWORKER_SIDEKIQ_COMPAT=7 with it (Sidekiq 6 has no such tab)"
+        )
+    if settings.sidekiq_metrics and not settings.metrics:
+        raise ValueError(
+            "COGWORKER_SIDEKIQ_METRICS is written by the per-class metrics flush: it needs "
+            "COGWORKER_METRICS=on"
         )
     if settings.sidekiq_compat != "off" and cluster_url.is_cluster(settings):
         raise ValueError(

@@ -5,6 +5,11 @@ The job is looked up the way a worker would (COGWORKER_REQUIRE imported first, t
 module can't be imported here (an ops host without the app) it is pushed by name with a warning:
 the workers that can import it will run it. When its module imports but holds no such job, it is a
 typo, and nothing is pushed.
+
+A name that is a Ruby constant path (`HardWorker`, `Billing::InvoiceJob`) and no registered Python job
+here (`@job(name="HardWorker")` would be one, once COGWORKER_REQUIRE is imported) is a Ruby class: it
+is pushed for Sidekiq as `cogworker.push_named` pushes it (api/named_push.py), with positional
+arguments only and an explicit --queue, since no Python job says which queue Sidekiq reads it from.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import orjson
 import redis
 
 from cogworker import codec
-from cogworker.api import client, features, payload
+from cogworker.api import client, features, named_push, payload
 from cogworker.api.decorator import JobFunction
 from cogworker.api.payload import DEFAULT_QUEUE, DEFAULT_RETRIES
 from cogworker.api.registry import JobNotFound, RegisteredJob, is_registered, resolve, under_modules
@@ -40,6 +45,7 @@ class Enqueued:
     at: float | None  # when it is due, if scheduled
     resolved: bool  # False: pushed by name, unchecked against the job's code
     warnings: list[str]
+    ruby: bool = False  # pushed for a Ruby class (Sidekiq runs it)
 
 
 def parse_json_args(text: str | None) -> list[Any]:
@@ -87,13 +93,18 @@ def _push_by_name(*args: Any, **kwargs: Any) -> None:
     raise RuntimeError("a job pushed by name runs only in a worker that can import it")
 
 
-def lookup(name: str, settings: Settings) -> tuple[RegisteredJob, list[str]]:
-    """The job named `name`, or a stand-in that pushes by name, with warnings to show."""
-    warnings = []
+def import_jobs(settings: Settings) -> list[str]:
+    """Import COGWORKER_REQUIRE as a worker would; the warning to show if that failed."""
     try:
         import_app(settings.require_modules)
     except BootError as exc:
-        warnings.append(str(exc))
+        return [str(exc)]
+    return []
+
+
+def lookup(name: str, settings: Settings) -> tuple[RegisteredJob, list[str]]:
+    """The job named `name`, or a stand-in that pushes by name, with warnings to show."""
+    warnings = import_jobs(settings)
     module_name = name.rpartition(".")[0]
     if not is_registered(name) and not under_modules(module_name, settings.require_modules):
         warnings.append(
@@ -132,6 +143,10 @@ def enqueue(
         raise BadArguments(str(exc)) from None
     if in_s is not None and (not math.isfinite(in_s) or in_s < 0):
         raise BadArguments(f"--in must be a number of seconds, 0 or more, not {in_s}")
+    if named_push.is_ruby_name(name):
+        warnings = import_jobs(settings)
+        if not is_registered(name):
+            return _enqueue_ruby(settings, conn, name, args, kwargs, queue, in_s, warnings)
     fn, warnings = lookup(name, settings)
     options = dict(fn.options)
     if queue is not None:
@@ -153,3 +168,34 @@ def enqueue(
         resolved=fn.func is not _push_by_name,
         warnings=warnings,
     )
+
+
+def _enqueue_ruby(
+    settings: Settings,
+    conn: redis.Redis,
+    name: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    queue: str | None,
+    in_s: float | None,
+    warnings: list[str],
+) -> Enqueued:
+    """Push for Ruby class `name`, which no Python job here is named."""
+    if kwargs:
+        raise BadArguments(
+            f"{name} is no Python job here, so it runs in Ruby, which takes positional arguments only: "
+            "give them in JSON_ARGS, not --kwargs"
+        )
+    if queue is None:
+        raise BadArguments(
+            f"{name} is no Python job here, so it is pushed for Ruby's Sidekiq: give --queue, the queue "
+            f"Sidekiq reads it from (a Python job named {name} must be in a COGWORKER_REQUIRE module)"
+        )
+    client.configure(settings, conn)
+    at = time.time() + in_s if in_s else None
+    try:
+        job = named_push.build_named(name, args, queue=queue, at=at)
+    except TypeError as exc:
+        raise BadArguments(str(exc)) from None
+    jid = client.send(job)
+    return Enqueued(jid=jid, job=name, queue=queue, at=at, resolved=False, warnings=warnings, ruby=True)

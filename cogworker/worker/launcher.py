@@ -33,7 +33,7 @@ from cogworker.worker.loops.poller import Poller
 from cogworker.worker.loops.ticker import Ticker
 from cogworker.worker.manager import Manager
 from cogworker.worker.metrics.flusher import Flusher
-from cogworker.worker.metrics.recorder import Recorder
+from cogworker.worker.metrics.sidekiq_recorder import new_recorder
 from cogworker.worker.recovering import partition_lists
 from cogworker.worker.recovering.recovery import Recovery
 from cogworker.worker.running.cancelled import CancelWatch
@@ -74,7 +74,7 @@ class Launcher:
         self.outages = self.ctx.outages
         self.scripts = self.ctx.scripts
         self.blocking_redis = connect(settings, extra_timeout_s=BLOCK_TIMEOUT_S + 1.0)
-        self.stats = Stats(Recorder() if settings.metrics else None)
+        self.stats = Stats(new_recorder(settings))
         self.flusher: Flusher | None = None
         self.commands = commands or CommandPipe()
         self.manager: Manager | None = None

@@ -135,3 +135,12 @@ async def awaitable_pushes_take_the_functions_arguments() -> None:
     await add.aio.perform_async("1", 2)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     await send_welcome.set(queue="q").aio.perform_async(42, lang="fr")  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
     assert_type(await cogworker.aio.push_bulk(add, [(1, 2)]), list[str | None])
+
+
+async def a_ruby_class_takes_positional_arguments_only() -> None:
+    hard_worker = cogworker.ruby_job("HardWorker", queue="ruby")
+    assert_type(hard_worker.perform_async(1, "two"), str | None)
+    assert_type(cogworker.push_named("HardWorker", [1, 2], queue="ruby"), str | None)
+    assert_type(await cogworker.aio.push_named("HardWorker", [1], queue="ruby"), str | None)
+    hard_worker.perform_async(1, b=2)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    cogworker.push_named("HardWorker", [1])  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]

@@ -133,7 +133,11 @@ class Flusher:
                     keys=skipped,
                     note="their counts of this flush are skipped; the key guard is asked to move them",
                 )
-                key_guard.request(self._client, *skipped)
+                # Only cogworker's own: a Sidekiq metrics key (COGWORKER_SIDEKIQ_METRICS) is Sidekiq's,
+                # and the key guard never touches a key outside cogworker's families.
+                own = [key for key in skipped if key.startswith(keys.PREFIX)]
+                if own:
+                    key_guard.request(self._client, *own)
         if self._failing:
             self._failing = False
             log.info("metrics_flush_recovered", dropped=self.dropped)
@@ -156,16 +160,28 @@ class Flusher:
         if latency_key is not None:
             hashes.setdefault(latency_key, (expiry_of(minute), {}))
         names = list(hashes)
+        counters = list(batch.counters)
         head: list[Any] = [seq, RECORD_TTL_S, int(now * 1000), len(names)]
         head += [names.index(latency_key) + 2 if latency_key is not None else 0, expiry_of(minute)]
+        head.append(len(counters))
         fields: list[Any] = []
         for name in names:
             expire_at, amounts = hashes[name]
             fields += [expire_at, len(amounts)]
             for item in amounts.items():
                 fields += item
+        for name in counters:
+            expire_at, by_index = batch.counters[name]
+            fields += [expire_at, len(by_index)]
+            for index, n in by_index.items():
+                fields += [f"#{index}", n]
         sampled = [layout.field(queue, "lat_ms") for queue in self._queues]
-        script_keys = [keys.metrics_flushed(self.identity), *names, *(keys.queue(q) for q in self._queues)]
+        script_keys = [
+            keys.metrics_flushed(self.identity),
+            *names,
+            *counters,
+            *(keys.queue(q) for q in self._queues),
+        ]
         return self._scripts.run(
             "metrics_flush", script_keys, [*head, *fields, *sampled], client=self._client
         )

@@ -24,9 +24,12 @@ class Batch:
     add to its fields. Empty when nothing ended or was picked up."""
 
     hashes: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
+    # Sidekiq 7's histograms (COGWORKER_SIDEKIQ_METRICS): per key, its expiry and the amounts to add
+    # to its u16 counters by index. Empty unless that setting is on.
+    counters: dict[str, tuple[int, dict[int, int]]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.hashes)
+        return bool(self.hashes) or bool(self.counters)
 
 
 class _Runs:
