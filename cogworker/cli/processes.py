@@ -7,6 +7,7 @@ from typing import Any
 
 from cogworker.cli.common import Context
 from cogworker.ops import processes as process_ops
+from cogworker.ops import ruby_processes
 
 COMMAND_HELP = {
     "quiet": "stop fetching new jobs; running jobs finish (undo with resume)",
@@ -47,7 +48,7 @@ def tell(ctx: Context) -> int:
     told = process_ops.tell(ctx.client, command, None if ctx.args.all else ctx.args.identity)
     data = {
         "command": command,
-        "told": [{"identity": p.identity, "hostname": p.hostname, "pid": p.pid, "tag": p.tag} for p in told],
+        "told": [_told(p, command) for p in told],
     }
 
     def lines(_: Any) -> list[str]:
@@ -55,11 +56,19 @@ def tell(ctx: Context) -> int:
             return [f"no live process to tell to {command}"]
         return [
             f"told {p.identity} ({p.hostname} pid {p.pid}{', ' + p.tag if p.tag else ''}) to {command}"
+            + (f" (Sidekiq's {ruby_processes.SIGNAL_OF[command]})" if p.is_ruby else "")
             for p in told
         ]
 
     ctx.emit(data, lines)
     return 0
+
+
+def _told(p: process_ops.ProcessInfo, command: str) -> dict[str, Any]:
+    found: dict[str, Any] = {"identity": p.identity, "hostname": p.hostname, "pid": p.pid, "tag": p.tag}
+    if p.is_ruby:  # the Sidekiq mode: a Sidekiq process, told with Sidekiq's own signal
+        found.update(language=p.language, signal=ruby_processes.SIGNAL_OF[command])
+    return found
 
 
 def recover_orphans(ctx: Context) -> int:
