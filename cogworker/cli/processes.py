@@ -24,7 +24,13 @@ def register(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
             help=f"tell processes to {command}",
             description=f"Tell one live process (--identity, as `status` lists it) or every live process "
             f"(--all) to {command}: {text}. The command is read on the process's next heartbeat."
-            + (" A swarm child told to stop is replaced by its supervisor." if command == "stop" else ""),
+            + (" A swarm child told to stop is replaced by its supervisor." if command == "stop" else "")
+            + (
+                " In the Sidekiq mode a Sidekiq process named with --identity gets Sidekiq's own signal "
+                f"({ruby_processes.SIGNAL_OF[command]}); --all tells cogworker's processes only."
+                if command in ruby_processes.SIGNAL_OF
+                else ""
+            ),
         )
         target = parser.add_mutually_exclusive_group(required=True)
         target.add_argument("--identity", action="append", metavar="ID", help="a process (repeatable)")

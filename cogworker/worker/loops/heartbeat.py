@@ -4,6 +4,10 @@ Each beat also rewrites the work hash (`cogworker:work:<identity>`: thread -> th
 with a bounded summary of each job -- class, jid, queue, run_at and its arguments cut to
 `SUMMARY_ARGS_CHARS` -- never the whole payload: a 50 MB job written every beat would push 10 MB/s
 into Redis and into every `cogworker status`.
+
+In the Sidekiq mode (COGWORKER_SIDEKIQ_COMPAT) the same script call also writes the process's presence
+as Sidekiq reads it and takes one signal Sidekiq's API sent it (sidekiq_presence.py); with the mode off
+the script's keys, arguments and reply are as they were.
 """
 
 from __future__ import annotations
@@ -126,7 +130,11 @@ class Heartbeat:
                 version=version,
                 started_at=started_at,
             )
-            self._sidekiq = sidekiq_presence.SidekiqPresence(identity, codec.dumps(sidekiq_info))
+            self._sidekiq = sidekiq_presence.SidekiqPresence(
+                identity,
+                codec.dumps(sidekiq_info),
+                max(sidekiq_presence.PRESENCE_TTL_S, int(settings.presence_ttl_s)),
+            )
         self._rtt_us = 0
         # thread -> (the payload object, its Sidekiq busy-jobs entry), as `_summaries` for the work hash.
         self._sidekiq_entries: dict[str, tuple[object, str]] = {}
@@ -207,8 +215,8 @@ class Heartbeat:
             cached = self._sidekiq_entries.get(thread)
             if cached is None or cached[0] is not payload:
                 job = codec.loads_dict(payload) if isinstance(payload, str | bytes) and payload else None
-                bounded = _bounded_args(job) if job is not None else None
-                cached = (payload, sidekiq_presence.busy_entry(item, bounded))
+                bounded = _bounded_args(job) if job is not None else []
+                cached = (payload, sidekiq_presence.busy_entry(item, job, bounded))
             cache[thread] = cached
             entries += [thread, cached[1]]
         self._sidekiq_entries = cache

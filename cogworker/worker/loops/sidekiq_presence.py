@@ -12,7 +12,8 @@ What Sidekiq reads, and where (Sidekiq 6.4's launcher.rb/api.rb/processor.rb, 7.
   embedded. The label "cogworker" marks the process as ours for cogworker's own readers (a Sidekiq
   presence without it and without a cogworker presence is a Ruby process).
 - `busy` (int), `beat` (float epoch s, this host's clock), `quiet` ("true"/"false"), `rss` (KB),
-  `rtt_us` (int µs: here the previous beat's round trip, Sidekiq times a PING). TTL 60 s.
+  `rtt_us` (int µs: here the previous beat's round trip, Sidekiq times a PING). TTL 60 s (or the
+  presence TTL, when that is longer).
 - busy jobs: thread -> JSON {queue, payload, run_at (int epoch s)}. Sidekiq 6 readers since 6.2 take
   the payload as an object or a string, 6.0's only as an object, so mode 6 writes the object; Sidekiq
   7 writes and reads a string. A payload longer than PAYLOAD_MAX_CHARS has its arguments cut as the
@@ -34,7 +35,9 @@ from cogworker import codec
 from cogworker.settings_fields import QueueSpec
 from cogworker.store import keys, sidekiq_keys
 
-PRESENCE_TTL_S = 60  # Sidekiq's, for the presence hash and the busy-jobs hash alike
+# Sidekiq's, for the presence hash and the busy-jobs hash alike; longer with a longer
+# COGWORKER_PRESENCE_TTL_S, so that beats further apart than Sidekiq's never let the process vanish.
+PRESENCE_TTL_S = 60
 PAYLOAD_MAX_CHARS = 10_000
 LABEL = "cogworker"
 # Sidekiq's signals -> cogworker's remote commands (the launcher's command pipe): TERM is what
@@ -74,29 +77,26 @@ def info(
     return found
 
 
-def _bounded(job: dict[str, Any], bounded_args: list[Any]) -> dict[str, Any]:
-    text = codec.dumps(job)
-    if len(text) <= PAYLOAD_MAX_CHARS:
-        return job
-    return {**job, "args": bounded_args}
-
-
-def busy_entry(item: dict[str, Any], bounded_args: list[Any] | None) -> str:
-    """One busy-jobs hash value for a running job (`item`: queue, payload, run_at as the launcher gives
-    them). `bounded_args`: the job's arguments as the work hash cuts them, None for an unreadable payload."""
-    payload = item.get("payload")
-    job = codec.loads_dict(payload) if isinstance(payload, str | bytes) and payload else None
-    if job is None or bounded_args is None:
+def busy_entry(item: dict[str, Any], job: dict[str, Any] | None, bounded_args: list[Any]) -> str:
+    """One busy-jobs hash value for a running job. `item`: queue, payload (its text) and run_at as the
+    launcher gives them; `job`: the payload decoded (None when it isn't a JSON object); `bounded_args`:
+    its arguments as the work hash cuts them."""
+    raw = item.get("payload")
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw or "")
+    exact: str | None = text  # the payload as it came, which is what Sidekiq 7 writes
+    if job is None:
         # A Sidekiq 6.4 reader parses a string payload as JSON and fails the whole Busy page on one
         # that isn't: an unreadable payload is shown as a job of no class instead.
-        text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else str(payload or "")
-        job = {"class": "(unreadable payload)", "args": [codec.escape(text[:100])], "jid": None}
-    else:
-        job = _bounded(job, bounded_args)
+        job, exact = {"class": "(unreadable payload)", "args": [codec.escape(text[:100])], "jid": None}, None
+    elif len(text) > PAYLOAD_MAX_CHARS:
+        job, exact = {**job, "args": bounded_args}, None
+    payload: Any = job
+    if keys.SIDEKIQ == "7":
+        payload = exact if exact is not None else codec.dumps(job)
     run_at = item.get("run_at")
     entry = {
         "queue": item.get("queue"),
-        "payload": codec.dumps(job) if keys.SIDEKIQ == "7" else job,
+        "payload": payload,
         "run_at": int(run_at) if isinstance(run_at, int | float) else int(time.time()),
     }
     return codec.dumps(entry)
@@ -105,9 +105,10 @@ def busy_entry(item: dict[str, Any], bounded_args: list[Any] | None) -> str:
 class SidekiqPresence:
     """The Sidekiq section of one process's beat: its keys, and the arguments heartbeat.lua takes."""
 
-    def __init__(self, identity: str, info_json: str) -> None:
+    def __init__(self, identity: str, info_json: str, ttl_s: int = PRESENCE_TTL_S) -> None:
         self.identity = identity
         self.info_json = info_json
+        self.ttl_s = ttl_s
         self.keys = [
             sidekiq_keys.presence(identity),
             sidekiq_keys.busy_jobs(identity),
@@ -125,7 +126,7 @@ class SidekiqPresence:
             "true" if quiet else "false",
             rss_bytes // 1024,
             rtt_us,
-            PRESENCE_TTL_S,
+            self.ttl_s,
             *entries,
         ]
         return [*section, len(section)]

@@ -30,8 +30,8 @@ def _back_to_default() -> Iterator[None]:
     shards.use_settings(load_settings())
 
 
-def in_mode(redis_server: RedisServer, compat: str) -> Settings:
-    settings = load_settings(redis_url=redis_server.url, sidekiq_compat=compat, queues="default,low")
+def in_mode(redis_server: RedisServer, compat: str, **more: Any) -> Settings:
+    settings = load_settings(redis_url=redis_server.url, sidekiq_compat=compat, queues="default,low", **more)
     shards.use_settings(settings)
     return settings
 
@@ -88,6 +88,8 @@ def test_a_beat_writes_sidekiqs_presence_beside_cogworkers_own(
     payload = entry["payload"] if compat == "6" else json.loads(entry["payload"])
     assert isinstance(entry["payload"], dict if compat == "6" else str)
     assert payload == JOB
+    if compat == "7":
+        assert entry["payload"] == codec.dumps(JOB)  # the payload's own text, as Sidekiq 7 writes it
     assert 50 <= r.ttl(busy_key) <= 60
 
     beat.beat()
@@ -165,6 +167,25 @@ def test_the_busy_entry_keeps_sidekiqs_types() -> None:
     item = {"queue": "q", "payload": codec.dumps(JOB), "run_at": 12.9}
     keys.use_prefix("cogworker:", "", "6")
     try:
-        assert json.loads(sidekiq_presence.busy_entry(item, JOB["args"]))["run_at"] == 12
+        assert json.loads(sidekiq_presence.busy_entry(item, JOB, JOB["args"]))["run_at"] == 12
     finally:
         shards.use_settings(load_settings())
+
+
+def test_under_a_sidekiq_6_namespace_every_key_is_namespaced(
+    r: redis.Redis, redis_server: RedisServer
+) -> None:
+    beat = heartbeat(in_mode(redis_server, "6", sidekiq_namespace="rails"), running=running_job())
+    r.lpush(f"rails:{ME}-signals", "TSTP")
+    beat.beat()
+    assert ME in r.smembers("rails:processes") and r.exists(f"rails:{ME}", f"rails:{ME}:workers") == 2
+    assert not r.exists(f"rails:{ME}-signals") and not r.exists(ME)
+
+
+def test_a_longer_presence_ttl_keeps_sidekiqs_presence_as_long(
+    r: redis.Redis, redis_server: RedisServer
+) -> None:
+    heartbeat(
+        in_mode(redis_server, "6", presence_ttl_s=300, heartbeat_interval_s=90, orphan_threshold_s=600)
+    ).beat()
+    assert 290 <= r.ttl(ME) <= 300
