@@ -131,9 +131,15 @@ def check_processes(client: redis.Redis, settings: Settings) -> Check:
     threads = sum(p.concurrency for p in live)
     quiet = sum(p.quiet for p in live)
     extra = f", {quiet} quiet" if quiet else ""
-    ruby = sum(p.is_ruby for p in live)  # the Sidekiq mode: Sidekiq's own, beside cogworker's
-    extra += f" ({ruby} of them Sidekiq's, in Ruby)" if ruby else ""
-    return Check("processes", "OK", f"{len(live)} live, {threads} threads{extra}")
+    # The Sidekiq mode: Sidekiq's own processes, beside cogworker's, each listed with what it reads.
+    ruby = [p for p in live if p.is_ruby]
+    extra += f" ({len(ruby)} of them Sidekiq's, in Ruby)" if ruby else ""
+    details = [
+        f"Ruby {p.hostname} pid {p.pid} ({p.identity}): {p.busy}/{p.concurrency} busy, "
+        f"queues {', '.join(p.queues)}{', quiet' if p.quiet else ''}"
+        for p in ruby
+    ]
+    return Check("processes", "OK", f"{len(live)} live, {threads} threads{extra}", listed(details))
 
 
 def check_unread_queues(client: redis.Redis, settings: Settings) -> Check:

@@ -166,7 +166,9 @@ def test_doctor_counts_ruby_readers_and_warns_on_a_queue_of_both_languages(
     assert "mailers" not in " ".join(unread.details)
     check = doctor_languages.check_queue_languages(r, mode)
     assert check.level == "WARN" and check.details == ["default: Ruby 1, Python 1 process(es)"]
-    assert "1 of them Sidekiq's" in doctor.check_processes(r, mode).message
+    processes = doctor.check_processes(r, mode)
+    assert "1 of them Sidekiq's" in processes.message
+    assert processes.details == [f"Ruby rubyhost pid 77 ({RUBY}): 1/5 busy, queues mailers, default"]
     assert "queue languages" in [c.name for c in doctor.run_checks(r, mode)]
 
 
