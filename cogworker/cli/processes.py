@@ -7,6 +7,7 @@ from typing import Any
 
 from cogworker.cli.common import Context
 from cogworker.ops import processes as process_ops
+from cogworker.ops import ruby_processes
 
 COMMAND_HELP = {
     "quiet": "stop fetching new jobs; running jobs finish (undo with resume)",
@@ -23,7 +24,13 @@ def register(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
             help=f"tell processes to {command}",
             description=f"Tell one live process (--identity, as `status` lists it) or every live process "
             f"(--all) to {command}: {text}. The command is read on the process's next heartbeat."
-            + (" A swarm child told to stop is replaced by its supervisor." if command == "stop" else ""),
+            + (" A swarm child told to stop is replaced by its supervisor." if command == "stop" else "")
+            + (
+                " In the Sidekiq mode a Sidekiq process named with --identity gets Sidekiq's own signal "
+                f"({ruby_processes.SIGNAL_OF[command]}); --all tells cogworker's processes only."
+                if command in ruby_processes.SIGNAL_OF
+                else ""
+            ),
         )
         target = parser.add_mutually_exclusive_group(required=True)
         target.add_argument("--identity", action="append", metavar="ID", help="a process (repeatable)")
@@ -47,7 +54,7 @@ def tell(ctx: Context) -> int:
     told = process_ops.tell(ctx.client, command, None if ctx.args.all else ctx.args.identity)
     data = {
         "command": command,
-        "told": [{"identity": p.identity, "hostname": p.hostname, "pid": p.pid, "tag": p.tag} for p in told],
+        "told": [_told(p, command) for p in told],
     }
 
     def lines(_: Any) -> list[str]:
@@ -55,11 +62,19 @@ def tell(ctx: Context) -> int:
             return [f"no live process to tell to {command}"]
         return [
             f"told {p.identity} ({p.hostname} pid {p.pid}{', ' + p.tag if p.tag else ''}) to {command}"
+            + (f" (Sidekiq's {ruby_processes.SIGNAL_OF[command]})" if p.is_ruby else "")
             for p in told
         ]
 
     ctx.emit(data, lines)
     return 0
+
+
+def _told(p: process_ops.ProcessInfo, command: str) -> dict[str, Any]:
+    found: dict[str, Any] = {"identity": p.identity, "hostname": p.hostname, "pid": p.pid, "tag": p.tag}
+    if p.is_ruby:  # the Sidekiq mode: a Sidekiq process, told with Sidekiq's own signal
+        found.update(language=p.language, signal=ruby_processes.SIGNAL_OF[command])
+    return found
 
 
 def recover_orphans(ctx: Context) -> int:

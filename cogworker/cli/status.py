@@ -15,7 +15,7 @@ from cogworker.ops import processes as process_ops
 from cogworker.ops import queues as queue_ops
 from cogworker.ops import sets as set_ops
 from cogworker.ops import stats
-from cogworker.store import shards
+from cogworker.store import shards, sidekiq_keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +96,11 @@ def status_lines(s: Status) -> list[str]:
             for p in s.processes
         ]
         headers = ["HOST", "PID", "IDENTITY", "TAG", "UPTIME", "BUSY", "RSS", "QUIET", "IN PROGRESS", "BEAT"]
+        if sidekiq_keys.enabled():
+            # The Sidekiq mode: Sidekiq's processes are listed too, marked, with the queues each reads.
+            headers += ["LANGUAGE", "QUEUES"]
+            for row, p in zip(rows, s.processes, strict=True):
+                row += [p.language, ",".join(p.queues)]
         lines += ["", *table(headers, rows)]
     running = [(p, r) for p in s.processes for r in p.running]
     if running:

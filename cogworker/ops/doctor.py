@@ -13,11 +13,11 @@ from typing import Any, cast
 
 import redis
 
-from cogworker.ops import doctor_cluster, doctor_sharded, redis_time
+from cogworker.ops import doctor_cluster, doctor_languages, doctor_sharded, redis_time
 from cogworker.ops import processes as process_ops
 from cogworker.ops.doctor_check import Check, listed
 from cogworker.settings import Settings
-from cogworker.store import fanout, key_guard, keys, shards
+from cogworker.store import fanout, key_guard, keys, shards, sidekiq_keys
 from cogworker.worker.fetching.fetch import MIN_RELIABLE_VERSION, parse_version
 
 CLOCK_SKEW_WARN_S = 1.0
@@ -131,7 +131,15 @@ def check_processes(client: redis.Redis, settings: Settings) -> Check:
     threads = sum(p.concurrency for p in live)
     quiet = sum(p.quiet for p in live)
     extra = f", {quiet} quiet" if quiet else ""
-    return Check("processes", "OK", f"{len(live)} live, {threads} threads{extra}")
+    # The Sidekiq mode: Sidekiq's own processes, beside cogworker's, each listed with what it reads.
+    ruby = [p for p in live if p.is_ruby]
+    extra += f" ({len(ruby)} of them Sidekiq's, in Ruby)" if ruby else ""
+    details = [
+        f"Ruby {p.hostname} pid {p.pid} ({p.identity}): {p.busy}/{p.concurrency} busy, "
+        f"queues {', '.join(p.queues)}{', quiet' if p.quiet else ''}"
+        for p in ruby
+    ]
+    return Check("processes", "OK", f"{len(live)} live, {threads} threads{extra}", listed(details))
 
 
 def check_unread_queues(client: redis.Redis, settings: Settings) -> Check:
@@ -141,10 +149,12 @@ def check_unread_queues(client: redis.Redis, settings: Settings) -> Check:
     now = redis_time(client)
     gather = doctor_sharded.queue_sizes if shards.is_sharded() else _queue_sizes
     ordered, sizes, stamps = gather(client)
+    # The Sidekiq mode: a queue a live Sidekiq process reads is read (Sidekiq stamps no live-queues).
+    by_ruby = doctor_languages.ruby_queues(client) if sidekiq_keys.enabled() else set()
     waiting, idle = [], []
     for name in ordered:
         stamp = stamps[name]
-        if stamp is not None and float(stamp) >= now - window:
+        if (stamp is not None and float(stamp) >= now - window) or name in by_ruby:
             continue
         seen = "never read" if stamp is None else f"last read {now - float(stamp):.0f} s ago"
         if sizes.get(name, 0):
@@ -272,7 +282,7 @@ def run_checks(client: redis.Redis, settings: Settings) -> list[Check]:
     caller reports it once), a refused command makes that one check a WARN."""
     client.ping()
     results = []
-    for check in [*CHECKS, *doctor_cluster.checks(settings)]:
+    for check in [*CHECKS, *doctor_languages.checks(), *doctor_cluster.checks(settings)]:
         try:
             results.append(check(client, settings))
         except redis.ResponseError as exc:

@@ -4,6 +4,9 @@ A process is live while its presence hash (`cogworker:process:<identity>`, refre
 with the presence TTL) exists. Remote commands go onto `cogworker:signals:<identity>`, which the
 process reads on its next beat (heartbeat.lua).
 
+In the Sidekiq mode the shared `processes` set also holds Sidekiq's processes: listed beside
+cogworker's, marked as Ruby, never pruned (ops/ruby_processes.py).
+
 In the sharded layout (store/shards.py) a process keeps one in-progress list per partition of the
 queues it reads, each in its partition's slot: what it holds is their lengths summed, read in one
 fan-out (store/fanout.py) after the home slot's presence hashes.
@@ -13,16 +16,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import redis
 
 from cogworker import codec
-from cogworker.ops import NotFound, OpsError, redis_time
+from cogworker.ops import NotFound, OpsError, redis_time, ruby_processes
 from cogworker.ops import queues as queue_ops
+from cogworker.ops.process_records import ProcessInfo as ProcessInfo
+from cogworker.ops.process_records import RunningJob as RunningJob
+from cogworker.ops.process_records import number
 from cogworker.settings import Settings
-from cogworker.store import fanout, keys, shards
+from cogworker.store import fanout, keys, shards, sidekiq_keys
 from cogworker.store.locks import Locks
 from cogworker.store.outage import Outages
 from cogworker.store.redis_context import RedisContext
@@ -35,61 +41,6 @@ SIGNAL_TTL_S = 60
 
 
 @dataclass(frozen=True, slots=True)
-class RunningJob:
-    thread: str
-    queue: str
-    jid: str | None
-    job: str | None  # the job's registered name; None when its payload is unreadable
-    args: list[Any]
-    run_at: float | None
-    running_for_s: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessInfo:
-    """A live process as its presence hash describes it."""
-
-    identity: str
-    hostname: str
-    pid: int | None
-    tag: str
-    version: str
-    queues: list[str]
-    concurrency: int
-    started_at: float | None
-    uptime_s: float | None
-    busy: int
-    rss_bytes: int
-    quiet: bool
-    beat_age_s: float | None  # seconds since its last beat, both on Redis's clock
-    in_progress: int  # length of its in-progress list: fetched and not yet acknowledged
-    running: list[RunningJob] = field(default_factory=list)
-    # Async jobs it may run at once beside its `concurrency` job threads (0: it has no async job);
-    # `busy` counts both kinds.
-    async_concurrency: int = 0
-    # Told to stop (or signalled) and draining its running jobs; written by heartbeats since the
-    # presence hash has a `stopping` field (False for a process of an older version).
-    stopping: bool = False
-
-    @property
-    def slots(self) -> int:
-        """Jobs it may run at once: its job threads and its async slots."""
-        return self.concurrency + self.async_concurrency
-
-    @property
-    def capacity(self) -> str:
-        """Its job threads, and its async slots where it has any: "10" or "10+100 async"."""
-        extra = f"+{self.async_concurrency} async" if self.async_concurrency else ""
-        return f"{self.concurrency}{extra}"
-
-    @property
-    def slot(self) -> int | None:
-        """The swarm slot of a swarm child (its tag is "slot N"); None for a standalone process."""
-        word, _, number = self.tag.partition(" ")
-        return int(number) if word == "slot" and number.isdigit() else None
-
-
-@dataclass(frozen=True, slots=True)
 class OrphanedList:
     """An in-progress list whose owner is not live: recovery requeues it once the owner has been
     silent for COGWORKER_ORPHAN_THRESHOLD_S."""
@@ -99,21 +50,12 @@ class OrphanedList:
     last_beat_age_s: float | None
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None
-
-
 def _running_job(thread: str, raw: str, now: float) -> RunningJob:
     """One work-hash entry: the bounded summary a beat writes (heartbeat.summarize), or -- from a
     worker of an older version -- the whole payload under "payload"."""
     item = codec.loads_dict(raw) or {}
     job = (codec.loads_dict(str(item.get("payload") or "")) or {}) if "payload" in item else item
-    run_at = _number(item.get("run_at"))
+    run_at = number(item.get("run_at"))
     args = job.get("args")
     return RunningJob(
         thread=thread,
@@ -130,9 +72,9 @@ def _process_info(
     identity: str, presence: dict[str, str], work: dict[str, str], in_progress: int, now: float, clock: float
 ) -> ProcessInfo:
     info = codec.loads_dict(presence.get("info", "")) or {}
-    started_at = _number(info.get("started_at"))
-    beat = _number(presence.get("beat"))
-    pid = _number(info.get("pid"))
+    started_at = number(info.get("started_at"))
+    beat = number(presence.get("beat"))
+    pid = number(info.get("pid"))
     return ProcessInfo(
         identity=identity,
         hostname=str(info.get("hostname") or ""),
@@ -140,12 +82,12 @@ def _process_info(
         tag=str(info.get("tag") or ""),
         version=str(info.get("version") or ""),
         queues=[str(q) for q in info.get("queues") or []],
-        concurrency=int(_number(info.get("concurrency")) or 0),
-        async_concurrency=int(_number(info.get("async_concurrency")) or 0),
+        concurrency=int(number(info.get("concurrency")) or 0),
+        async_concurrency=int(number(info.get("async_concurrency")) or 0),
         started_at=started_at,
         uptime_s=max(0.0, now - started_at) if started_at is not None else None,
-        busy=int(_number(presence.get("busy")) or 0),
-        rss_bytes=int(_number(presence.get("rss")) or 0),
+        busy=int(number(presence.get("busy")) or 0),
+        rss_bytes=int(number(presence.get("rss")) or 0),
         quiet=presence.get("quiet") == "1",
         beat_age_s=max(0.0, clock - beat) if beat is not None else None,
         in_progress=in_progress,
@@ -173,9 +115,27 @@ def processes(client: redis.Redis, now: float | None = None) -> list[ProcessInfo
         presence, work, in_progress = replies[3 * index : 3 * index + 3]
         if presence:  # no presence hash: not live (its TTL ran out, or it stopped)
             found.append(_process_info(identity, presence, work, int(in_progress), now, clock))
+    if sidekiq_keys.enabled():
+        found += _ruby(client, [i for i in identities if i not in {p.identity for p in found}], now, clock)
     if shards.is_sharded():
         found = _partition_holdings(client, found)
     return sorted(found, key=lambda p: (p.hostname, p.pid or 0, p.identity))
+
+
+def _ruby(client: redis.Redis, identities: list[str], now: float, clock: float) -> list[ProcessInfo]:
+    """The Sidekiq mode: which of the members with no cogworker presence are live Ruby processes."""
+    if not identities:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for identity in identities:
+        ruby_processes.read_sidekiq(pipe, identity)
+    replies = pipe.execute()
+    found = []
+    for index, identity in enumerate(identities):
+        presence, busy_jobs = replies[2 * index : 2 * index + 2]
+        if ruby_processes.is_ruby(presence):
+            found.append(ruby_processes.ruby_process(identity, presence, busy_jobs, now, clock))
+    return found
 
 
 def _partition_holdings(client: redis.Redis, live: list[ProcessInfo]) -> list[ProcessInfo]:
@@ -247,7 +207,7 @@ def orphaned_lists(client: redis.Redis, live: set[str] | None = None) -> list[Or
     held = _orphan_holdings(client, candidates) if shards.is_sharded() else {}
     found = []
     for index, identity in enumerate(candidates):
-        size, beat = int(replies[2 * index]) + held.get(identity, 0), _number(replies[2 * index + 1])
+        size, beat = int(replies[2 * index]) + held.get(identity, 0), number(replies[2 * index + 1])
         if size:
             found.append(OrphanedList(identity, size, max(0.0, clock - beat) if beat is not None else None))
     return found
@@ -273,22 +233,30 @@ def _orphan_holdings(client: redis.Redis, identities: list[str]) -> dict[str, in
 def tell(client: redis.Redis, command: str, identities: list[str] | None = None) -> list[ProcessInfo]:
     """Send a remote command (quiet, stop, resume) to the given live processes, or to every live
     one when `identities` is None. Returns the processes told; raises NotFound for an identity
-    that is not live (and tells none then)."""
+    that is not live (and tells none then).
+
+    In the Sidekiq mode a Ruby process named here gets Sidekiq's own signal (quiet TSTP, stop TERM;
+    it can't resume). "Every live one" means cogworker's only: a Ruby process quieted along with them
+    could not be resumed with them."""
     if command not in REMOTE_COMMANDS:
         raise OpsError(f"unknown command {command!r}: use one of {', '.join(REMOTE_COMMANDS)}")
     live = {p.identity: p for p in processes(client)}
     if identities is None:
-        targets = list(live.values())
+        targets = [p for p in live.values() if not p.is_ruby]
     else:
         missing = [i for i in identities if i not in live]
         if missing:
             raise NotFound(f"no live process {', '.join(missing)} (see `cogworker status`)")
         targets = [live[i] for i in dict.fromkeys(identities)]
+    ruby = [p for p in targets if p.is_ruby]
+    if ruby:
+        ruby_processes.signal(client, ruby, command)
     pipe = client.pipeline(transaction=False)
     for process in targets:
-        pipe.lpush(keys.signals(process.identity), command)
-        pipe.expire(keys.signals(process.identity), SIGNAL_TTL_S)
-    if targets:
+        if not process.is_ruby:
+            pipe.lpush(keys.signals(process.identity), command)
+            pipe.expire(keys.signals(process.identity), SIGNAL_TTL_S)
+    if len(targets) > len(ruby):
         pipe.execute()
     return targets
 

@@ -7,6 +7,9 @@ the page: the registries and the set sizes first, then each registered process's
 and each known queue's length. It reads the presence hash's `busy` and `info` fields only, not the
 work hashes `ops.processes.processes` also reads for the Busy page's running jobs.
 
+In the Sidekiq mode the same second round trip reads each member's Sidekiq presence too: a Ruby process
+(ops/ruby_processes.py) counts as a live process with its busy threads and its concurrency.
+
 In the sharded layout (store/shards.py) the queues' lengths and the retry and dead sets' sizes are
 their partitions', summed: one more fan-out (store/fanout.py), one pipeline per partition slot at once.
 """
@@ -19,7 +22,8 @@ from typing import Any
 import redis
 
 from cogworker import codec
-from cogworker.store import fanout, keys, shards
+from cogworker.ops import ruby_processes
+from cogworker.store import fanout, keys, shards, sidekiq_keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +34,7 @@ class Summary:
     enqueued: int  # waiting in every known queue
     retries: int
     dead: int
+    ruby: int = 0  # of `processes`, Sidekiq's own (the Sidekiq mode)
 
     @property
     def utilization(self) -> int | None:
@@ -53,6 +58,15 @@ def _slots(info_text: Any) -> int:
     return _count(info.get("concurrency")) + _count(info.get("async_concurrency"))
 
 
+def _present(fields: Any) -> bool:
+    return isinstance(fields, list) and any(v is not None for v in fields)
+
+
+def _ruby(fields: Any) -> bool:
+    """Sidekiq presence fields (busy, info) of a Ruby process, not of one of cogworker's."""
+    return _present(fields) and ruby_processes.is_ruby({"info": str(fields[1] or "")})
+
+
 def read(client: redis.Redis) -> Summary:
     pipe = client.pipeline(transaction=False)
     pipe.smembers(keys.PROCESSES)
@@ -69,11 +83,20 @@ def read(client: redis.Redis) -> Summary:
     sharded = shards.is_sharded()
     for name in [] if sharded else names:
         pipe.llen(keys.queue(name))
+    ruby_mode = sidekiq_keys.enabled()
+    for identity in identities if ruby_mode else []:
+        pipe.hmget(sidekiq_keys.presence(identity), ["busy", "info"])
     replies = pipe.execute(raise_on_error=False)
     # No presence fields: not live (its TTL ran out, or it stopped), as ops.processes counts them.
     fields = replies[: len(identities)]
-    presence = [r for r in fields if isinstance(r, list) and any(v is not None for v in r)]
-    enqueued = sum(_count(n) for n in replies[len(identities) :] if isinstance(n, int))
+    presence = [r for r in fields if _present(r)]
+    lengths = replies[len(identities) : len(replies) - (len(identities) if ruby_mode else 0)]
+    enqueued = sum(_count(n) for n in lengths if isinstance(n, int))
+    ruby: list[Any] = []
+    if ruby_mode:
+        sidekiq = replies[len(replies) - len(identities) :]
+        ruby = [k for own, k in zip(fields, sidekiq, strict=True) if not _present(own) and _ruby(k)]
+        presence += ruby
     retries, dead = (
         _count(retries) if isinstance(retries, int) else 0,
         _count(dead) if isinstance(dead, int) else 0,
@@ -88,6 +111,7 @@ def read(client: redis.Redis) -> Summary:
         enqueued=enqueued,
         retries=retries,
         dead=dead,
+        ruby=len(ruby),
     )
 
 

@@ -19,7 +19,15 @@
 -- ARGV[8]  number of queue names that follow
 -- ARGV[9..8+n]   queue names
 -- ARGV[9+n..]    the running jobs as pairs: thread key, JSON summary
--- Returns {now, n, <n keys a write to failed>..., <remote commands, oldest first>...}. The commands
+-- In the Sidekiq mode (worker/loops/sidekiq_presence.py) three more keys, and Sidekiq's presence at the end
+-- of ARGV, counted by its last argument (the running jobs' pairs above run up to where it starts):
+-- KEYS[8]  Sidekiq's presence hash (<identity>)
+-- KEYS[9]  Sidekiq's busy-jobs hash (<identity>:workers in Sidekiq 6, <identity>:work in 7)
+-- KEYS[10] Sidekiq's signal list (<identity>-signals)
+-- ARGV[#ARGV]  k, how many arguments before it are Sidekiq's: info, busy, beat, quiet, rss (KB),
+--              rtt_us, the TTL, then the busy jobs as pairs: thread, JSON {queue, payload, run_at}
+-- Returns {now, n, <n keys a write to failed>..., <remote commands, oldest first>...}; in the Sidekiq
+-- mode {now, n, <failed keys>..., <Sidekiq signal or "">, <remote commands>...}. The commands
 -- are read, not taken: the caller trims the ones it handled, so a beat whose reply is lost (Redis
 -- stalled past the client's timeout and ran it anyway) loses no command; it comes again next beat.
 --
@@ -54,11 +62,34 @@ local nq = tonumber(ARGV[8])
 for i = 9, 8 + nq do
   if not try(KEYS[5], "ZADD", KEYS[5], now, ARGV[i]) then break end
 end
+local last = #ARGV
+if #KEYS >= 10 then last = #ARGV - 1 - tonumber(ARGV[#ARGV]) end
 redis.call("DEL", KEYS[6])
 local first = 9 + nq
-if #ARGV >= first then
-  redis.call("HSET", KEYS[6], unpack(ARGV, first))
+if last >= first then
+  redis.call("HSET", KEYS[6], unpack(ARGV, first, last))
   redis.call("EXPIRE", KEYS[6], ARGV[2])
+end
+-- Sidekiq's presence, as its launcher writes it each beat; its signal taken as its launcher takes it
+-- (RPOP: one per beat, and one whose reply is lost is lost, as in Sidekiq).
+local signal = nil
+if #KEYS >= 10 then
+  local s = last + 1
+  if try(KEYS[8], "HSET", KEYS[8], "info", ARGV[s], "busy", ARGV[s + 1], "beat", ARGV[s + 2],
+         "quiet", ARGV[s + 3], "rss", ARGV[s + 4], "rtt_us", ARGV[s + 5]) then
+    redis.call("EXPIRE", KEYS[8], ARGV[s + 6])
+  end
+  if try(KEYS[9], "DEL", KEYS[9]) and #ARGV - 1 >= s + 7 then
+    if try(KEYS[9], "HSET", KEYS[9], unpack(ARGV, s + 7, #ARGV - 1)) then
+      redis.call("EXPIRE", KEYS[9], ARGV[s + 6])
+    end
+  end
+  signal = redis.pcall("RPOP", KEYS[10])
+  if type(signal) == "table" and signal.err then
+    failed[#failed + 1] = KEYS[10]
+    signal = nil
+  end
+  signal = signal or ""
 end
 local commands = redis.pcall("LRANGE", KEYS[7], 0, -1)
 if type(commands) == "table" and commands.err then
@@ -67,6 +98,7 @@ if type(commands) == "table" and commands.err then
 end
 local reply = {now, #failed}
 for _, key in ipairs(failed) do reply[#reply + 1] = key end
+if signal ~= nil then reply[#reply + 1] = signal end
 -- Senders LPUSH: the oldest command is at the tail.
 for i = #commands, 1, -1 do reply[#reply + 1] = commands[i] end
 return reply

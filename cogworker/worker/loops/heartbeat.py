@@ -4,6 +4,10 @@ Each beat also rewrites the work hash (`cogworker:work:<identity>`: thread -> th
 with a bounded summary of each job -- class, jid, queue, run_at and its arguments cut to
 `SUMMARY_ARGS_CHARS` -- never the whole payload: a 50 MB job written every beat would push 10 MB/s
 into Redis and into every `cogworker status`.
+
+In the Sidekiq mode (COGWORKER_SIDEKIQ_COMPAT) the same script call also writes the process's presence
+as Sidekiq reads it and takes one signal Sidekiq's API sent it (sidekiq_presence.py); with the mode off
+the script's keys, arguments and reply are as they were.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import psutil
 import structlog
 
 from cogworker import codec
-from cogworker.store import key_guard, keys
+from cogworker.store import key_guard, keys, sidekiq_keys
 from cogworker.store.redis_context import RedisContext
+from cogworker.worker.loops import sidekiq_presence
 
 log = structlog.get_logger("cogworker.heartbeat")
 
@@ -99,6 +104,7 @@ class Heartbeat:
         self._stopping = stopping
         self._on_command = on_command
         self._process = psutil.Process()
+        started_at = time.time()
         self._info = codec.dumps(
             {
                 "hostname": socket.gethostname(),
@@ -108,11 +114,30 @@ class Heartbeat:
                 "weights": list(settings.queue_spec.weights or ()),
                 "concurrency": settings.concurrency,
                 "async_concurrency": async_slots,
-                "started_at": time.time(),
+                "started_at": started_at,
                 "version": version,
                 "tag": tag,
             }
         )
+        # The Sidekiq mode: Sidekiq's presence on the same round trip (worker/loops/sidekiq_presence.py).
+        self._sidekiq: sidekiq_presence.SidekiqPresence | None = None
+        if sidekiq_keys.enabled():
+            sidekiq_info = sidekiq_presence.info(
+                identity,
+                settings.queue_spec,
+                concurrency=settings.concurrency + async_slots,
+                tag=tag,
+                version=version,
+                started_at=started_at,
+            )
+            self._sidekiq = sidekiq_presence.SidekiqPresence(
+                identity,
+                codec.dumps(sidekiq_info),
+                max(sidekiq_presence.PRESENCE_TTL_S, int(settings.presence_ttl_s)),
+            )
+        self._rtt_us = 0
+        # thread -> (the payload object, its Sidekiq busy-jobs entry), as `_summaries` for the work hash.
+        self._sidekiq_entries: dict[str, tuple[object, str]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_ok: float | None = None
@@ -136,26 +161,66 @@ class Heartbeat:
             len(queues),
             *queues,
         ]
-        args += self._work_entries()
-        reply = self._scripts.run(
-            "heartbeat",
-            [
-                keys.process(self.identity),
-                keys.PROCESSES,
-                keys.LAST_BEAT,
-                keys.IN_PROGRESS_IDENTITIES,
-                keys.LIVE_QUEUES,
-                keys.work(self.identity),
-                keys.signals(self.identity),
-            ],
-            args,
-            client=self._client,
-        )
+        running = self._running()
+        args += self._work_entries(running)
+        script_keys = [
+            keys.process(self.identity),
+            keys.PROCESSES,
+            keys.LAST_BEAT,
+            keys.IN_PROGRESS_IDENTITIES,
+            keys.LIVE_QUEUES,
+            keys.work(self.identity),
+            keys.signals(self.identity),
+        ]
+        sidekiq = self._sidekiq
+        if sidekiq is not None:
+            script_keys += sidekiq.keys
+            args += sidekiq.args(
+                busy=int(args[4]),
+                quiet=args[6] != "0",
+                rss_bytes=int(args[5]),
+                rtt_us=self._rtt_us,
+                entries=self._sidekiq_busy_entries(running),
+            )
+        sent = time.monotonic()
+        reply = self._scripts.run("heartbeat", script_keys, args, client=self._client)
         self.last_ok = time.monotonic()
+        self._rtt_us = int((self.last_ok - sent) * 1_000_000)
         failed = int(reply[1])
         if failed:
             self._report_failed_keys([str(k) for k in reply[2 : 2 + failed]])
-        self._handle_commands([str(c) for c in reply[2 + failed :]])
+        commands = reply[2 + failed :]
+        if sidekiq is not None:
+            self._handle_sidekiq_signal(str(commands[0]))
+            commands = commands[1:]
+        self._handle_commands([str(c) for c in commands])
+
+    def _handle_sidekiq_signal(self, name: str) -> None:
+        """A signal from Sidekiq's API or Web UI (Process#quiet!, #stop!, #dump_threads), as a remote
+        command: TSTP quiet, TERM stop, TTIN the thread dump."""
+        if not name:
+            return
+        command = sidekiq_presence.command_for(name)
+        if command is None:
+            log.warning("unknown_sidekiq_signal", signal=name)
+            return
+        log.info("sidekiq_signal", signal=name, command=command)
+        self._on_command(command)
+
+    def _sidekiq_busy_entries(self, running: list[tuple[str, dict[str, Any]]]) -> list[str]:
+        entries: list[str] = []
+        cache: dict[str, tuple[object, str]] = {}
+        for thread, item in running:
+            payload = item.get("payload")
+            cached = self._sidekiq_entries.get(thread)
+            if cached is None or cached[0] is not payload:
+                job = codec.loads_dict(payload) if isinstance(payload, str | bytes) and payload else None
+                bounded = _bounded_args(job) if job is not None else []
+                cached = (payload, sidekiq_presence.busy_entry(item, job, bounded))
+            cache[thread] = cached
+            entries += [thread, cached[1]]
+        self._sidekiq_entries = cache
+        return entries
 
     def _handle_commands(self, commands: list[str]) -> None:
         """Handle remote commands (oldest first), then trim them off their list. If the trim fails
@@ -171,10 +236,10 @@ class Heartbeat:
         # Newer commands are pushed at the head: the ones handled are the oldest, at the tail.
         self._client.ltrim(keys.signals(self.identity), 0, -(len(commands) + 1))
 
-    def _work_entries(self) -> list[str]:
+    def _work_entries(self, running: list[tuple[str, dict[str, Any]]]) -> list[str]:
         entries: list[str] = []
         summaries: dict[str, tuple[object, str]] = {}
-        for thread, item in self._running():
+        for thread, item in running:
             payload = item.get("payload")
             cached = self._summaries.get(thread)
             if cached is None or cached[0] is not payload:
@@ -223,6 +288,8 @@ class Heartbeat:
         pipe.srem(keys.PROCESSES, self.identity)
         pipe.delete(keys.work(self.identity))
         pipe.delete(keys.signals(self.identity))
+        if self._sidekiq is not None:
+            self._sidekiq.clear(pipe)
         if list_empty:
             pipe.srem(keys.IN_PROGRESS_IDENTITIES, self.identity)
             pipe.hdel(keys.LAST_BEAT, self.identity)

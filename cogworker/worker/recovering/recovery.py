@@ -27,9 +27,10 @@ import redis
 import structlog
 
 from cogworker import codec
-from cogworker.store import job_keys, key_guard, keys, outcomes, shards
+from cogworker.store import job_keys, key_guard, keys, outcomes, shards, sidekiq_keys
 from cogworker.store.redis_context import RedisContext
 from cogworker.store.shard_clients import ShardClients
+from cogworker.worker.loops import sidekiq_presence
 from cogworker.worker.recovering.burials import Burials
 from cogworker.worker.recovering.requeue_result import ListKeys, PartitionsUnreachable, RequeueResult
 
@@ -308,9 +309,22 @@ class Recovery:
             pipe = self._client.pipeline(transaction=False)
             pipe.srem(keys.IN_PROGRESS_IDENTITIES, identity)
             pipe.hdel(keys.LAST_BEAT, identity)
-            pipe.srem(keys.PROCESSES, identity)
+            if self._prunable(identity):
+                pipe.srem(keys.PROCESSES, identity)
             pipe.delete(keys.work(identity))
             pipe.execute()
+
+    def _prunable(self, identity: str) -> bool:
+        """Whether `identity` may leave the `processes` set. In the Sidekiq mode the set is Sidekiq's
+        too, and a member with a Sidekiq presence cogworker didn't write is a live Ruby process: only
+        Sidekiq prunes it. One of ours leaves it, and its Sidekiq presence with it."""
+        if not sidekiq_keys.enabled():
+            return True
+        info = self._client.hget(sidekiq_keys.presence(identity), "info")
+        if info is not None and not sidekiq_presence.written_by_cogworker(str(info)):
+            return False
+        self._client.delete(sidekiq_keys.presence(identity), sidekiq_keys.busy_jobs(identity))
+        return True
 
     # Poison pills: requeue.lua files them raw in dead; burials.py gives them a proper dead entry.
     def complete_burials(self, raws: list[str], partition: shards.Partition | None = None) -> None:
