@@ -14,9 +14,8 @@ QUEUES = {"default": 4, "reports": 2, "mail": 1}
 
 def one_slot() -> None:
     """This process's names back to the one-slot layout (the next test module may expect it)."""
-    shards.use_settings(
-        SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
-    )
+    layout = SimpleNamespace(key_prefix=keys.DEFAULT_PREFIX, cluster_sharding="off", queue_partitions="")
+    shards.use_settings(SimpleNamespace(**vars(layout), sidekiq_compat="off", sidekiq_namespace=""))
 
 
 def payload(jid: str, queue: str, **extra: Any) -> str:
