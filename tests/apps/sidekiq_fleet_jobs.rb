@@ -1,0 +1,18 @@
+# The Ruby side of a mixed fleet (tests/e2e/sidekiq/, loaded by tests/apps/sidekiq_peer.rb through
+# SIDEKIQ_JOBS): FleetRubyJob, which Python pushes through its stub in tests/apps/sidekiq_fleet_jobs.py.
+# It counts its attempts and successes by jid as the Python job does, and fails its first attempt
+# when its second argument says so.
+class FleetRubyJob
+  include Sidekiq::Worker
+  sidekiq_options queue: "fleet_rb"
+  # One second (plus Sidekiq's jitter, rand(10) * (count + 1)) instead of the 15 s the default
+  # backoff starts at.
+  sidekiq_retry_in { |_count, _exception| 1 }
+
+  def perform(n, fail_first)
+    attempt = Sidekiq.redis { |conn| conn.hincrby("fleet:rb:attempts", jid, 1) }
+    raise "the first attempt of #{n} fails" if fail_first && attempt == 1
+
+    Sidekiq.redis { |conn| conn.hincrby("fleet:rb:done", jid, 1) }
+  end
+end

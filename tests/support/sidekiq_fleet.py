@@ -1,0 +1,133 @@
+"""A mixed fleet on one Redis, in the Sidekiq mode with bare keys (COGWORKER_SIDEKIQ_COMPAT=6): Debian's
+Sidekiq 6 reading the Ruby queue and a `cogworker-swarm` reading the Python queue, each pushing the
+other's jobs (tests/apps/sidekiq_fleet_jobs.py and .rb). The tests in tests/e2e/sidekiq/ start one,
+push both ways, and read what every jid did and what is left in Redis."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import sidekiq_fleet_jobs as jobs
+
+import cogworker
+from cogworker import codec
+from cogworker.api import client as cw_client
+from cogworker.settings import load_settings
+from tests.support.paths import APP_DIR
+from tests.support.redis_server import RedisServer, wait_until
+from tests.support.sidekiq import SidekiqProcess, ruby
+from tests.support.swarm import Swarm, SwarmRunner
+
+PEER_APP = APP_DIR / "sidekiq_peer.rb"
+RUBY_JOBS = APP_DIR / "sidekiq_fleet_jobs.rb"
+MODE = {"COGWORKER_SIDEKIQ_COMPAT": "6"}
+
+# Sidekiq::Client.push_bulk with the class named by a string, as a Ruby app pushes a job it can't load:
+# Sidekiq's own defaults apply (retry: true). Prints the jids, in order.
+PUSH_FOR_PYTHON = """
+args = (0...%(n)d).map { |n| [n, n %% %(fail_every)d == 0, %(work_s)r] }
+jids = Sidekiq::Client.push_bulk("class" => "FleetPythonJob", "queue" => "%(queue)s", "args" => args)
+print JSON.generate(jids)
+"""
+
+
+def fails_first(n: int, fail_every: int) -> bool:
+    """Whether job `n` fails its first attempt (the Ruby push above decides it the same way)."""
+    return n % fail_every == 0
+
+
+class Fleet:
+    """Sidekiq (`sidekiq_threads` threads) and a swarm (`count` children of `concurrency` threads) on
+    `server`, both in the mode; `swarm_env` is added to the swarm's settings."""
+
+    def __init__(
+        self,
+        server: RedisServer,
+        swarms: SwarmRunner,
+        tmp_path: Path,
+        count: int = 3,
+        concurrency: int = 10,
+        sidekiq_threads: int = 20,
+        **swarm_env: str,
+    ) -> None:
+        self.url = server.url
+        self.client = server.client()
+        self.sidekiq = SidekiqProcess(
+            self.url,
+            tmp_path / "sidekiq.log",
+            app=PEER_APP,
+            queues=(jobs.RB_QUEUE,),
+            threads=sidekiq_threads,
+            env={"SIDEKIQ_JOBS": str(RUBY_JOBS)},
+        )
+        self.swarm: Swarm = swarms.start(
+            COGWORKER_REQUIRE="sidekiq_fleet_jobs",
+            COGWORKER_QUEUES=jobs.PY_QUEUE,
+            COGWORKER_COUNT=str(count),
+            COGWORKER_CONCURRENCY=str(concurrency),
+            COGWORKER_POLL_INTERVAL_S="0.2",
+            **MODE,
+            **swarm_env,
+        )
+        self.swarm.wait_ready()
+        # The job API in this process writes as the swarm does: the mode's bare keys.
+        cw_client.configure(load_settings(redis_url=self.url, sidekiq_compat="6"))
+
+    def push_from_ruby(self, n: int, fail_every: int, work_s: float = 0.0) -> list[str]:
+        """`n` FleetPythonJob pushed by Ruby's Sidekiq::Client, for cogworker to run."""
+        script = PUSH_FOR_PYTHON % {
+            "n": n,
+            "fail_every": fail_every,
+            "work_s": work_s,
+            "queue": jobs.PY_QUEUE,
+        }
+        jids = codec.loads(ruby(script, self.url, app=PEER_APP))
+        assert len(set(jids)) == n
+        return [str(jid) for jid in jids]
+
+    def push_from_python(self, n: int, fail_every: int) -> list[str]:
+        """`n` FleetRubyJob pushed by cogworker's job API, for Sidekiq to run."""
+        jids = cogworker.push_bulk(jobs.fleet_ruby_job, [(i, fails_first(i, fail_every)) for i in range(n)])
+        assert None not in jids and len(set(jids)) == n
+        return [str(jid) for jid in jids]
+
+    def done(self, key: str) -> dict[str, int]:
+        return {jid: int(count) for jid, count in self.client.hgetall(key).items()}
+
+    def wait_all_done(self, py_jids: list[str], rb_jids: list[str], timeout: float = 60) -> None:
+        def finished() -> bool:
+            return self.client.hlen(jobs.PY_DONE) >= len(py_jids) and self.client.hlen(jobs.RB_DONE) >= len(
+                rb_jids
+            )
+
+        wait_until(
+            finished,
+            timeout=timeout,
+            interval=0.1,
+            message=f"every job of both sides done; left: {self.leftovers()}\n"
+            f"swarm:\n{self.swarm.tail()}\nsidekiq:\n{self.sidekiq.log_text()[-3000:]}",
+        )
+
+    def leftovers(self) -> dict[str, int]:
+        """Every shared or cogworker key still holding a job, with how many: empty when nothing is left
+        in the queues, the schedule/retry/dead sets, an in-progress list or Sidekiq's busy hashes."""
+        r = self.client
+        found = {f"queue:{q}": int(r.llen(f"queue:{q}")) for q in (jobs.PY_QUEUE, jobs.RB_QUEUE)} | {
+            name: int(r.zcard(name)) for name in ("schedule", "retry", "dead")
+        }
+        for key in r.scan_iter(match="cogworker:inprogress:*", count=500):
+            found[str(key)] = int(r.llen(key))
+        for key in r.scan_iter(match="*:workers", count=500):
+            found[str(key)] = int(r.hlen(key))
+        return {key: n for key, n in found.items() if n}
+
+    def stats(self) -> tuple[int, int]:
+        """The shared counters (processed, failed), both sides' counts in one pair of keys."""
+        processed, failed = self.client.mget("stat:processed", "stat:failed")
+        return int(processed or 0), int(failed or 0)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.sidekiq.__exit__(None, None, None)
+        self.client.close()
