@@ -16,3 +16,14 @@ class FleetRubyJob
     Sidekiq.redis { |conn| conn.hincrby("fleet:rb:done", jid, 1) }
   end
 end
+
+# The Ruby class of docs/guides/sidekiq.md's stub (docs/examples/sidekiq/beside_sidekiq.py): it records
+# its arguments, for tests/e2e/sidekiq/test_guide_examples.py.
+class HardWorker
+  include Sidekiq::Worker
+  sidekiq_options queue: "ruby_default"
+
+  def perform(count, label)
+    Sidekiq.redis { |conn| conn.rpush("guide:hard_worker", "#{count} #{label}") }
+  end
+end

@@ -38,8 +38,9 @@ def fails_first(n: int, fail_every: int) -> bool:
 
 
 class Fleet:
-    """Sidekiq (`sidekiq_threads` threads) and a swarm (`count` children of `concurrency` threads) on
-    `server`, both in the mode; `swarm_env` is added to the swarm's settings."""
+    """Sidekiq (`sidekiq_threads` threads reading `ruby_queues`) and a swarm (`count` children of
+    `concurrency` threads) on `server`, both in the mode; `swarm_env` is added to the swarm's settings
+    (or overrides them)."""
 
     def __init__(
         self,
@@ -49,6 +50,7 @@ class Fleet:
         count: int = 3,
         concurrency: int = 10,
         sidekiq_threads: int = 20,
+        ruby_queues: tuple[str, ...] = (jobs.RB_QUEUE,),
         **swarm_env: str,
     ) -> None:
         self.url = server.url
@@ -57,19 +59,19 @@ class Fleet:
             self.url,
             tmp_path / "sidekiq.log",
             app=PEER_APP,
-            queues=(jobs.RB_QUEUE,),
+            queues=ruby_queues,
             threads=sidekiq_threads,
             env={"SIDEKIQ_JOBS": str(RUBY_JOBS)},
         )
-        self.swarm: Swarm = swarms.start(
-            COGWORKER_REQUIRE="sidekiq_fleet_jobs",
-            COGWORKER_QUEUES=jobs.PY_QUEUE,
-            COGWORKER_COUNT=str(count),
-            COGWORKER_CONCURRENCY=str(concurrency),
-            COGWORKER_POLL_INTERVAL_S="0.2",
+        env = {
+            "COGWORKER_REQUIRE": "sidekiq_fleet_jobs",
+            "COGWORKER_QUEUES": jobs.PY_QUEUE,
+            "COGWORKER_COUNT": str(count),
+            "COGWORKER_CONCURRENCY": str(concurrency),
+            "COGWORKER_POLL_INTERVAL_S": "0.2",
             **MODE,
-            **swarm_env,
-        )
+        }
+        self.swarm: Swarm = swarms.start(**(env | swarm_env))
         self.swarm.wait_ready()
         # The job API in this process writes as the swarm does: the mode's bare keys.
         cw_client.configure(load_settings(redis_url=self.url, sidekiq_compat="6"))
