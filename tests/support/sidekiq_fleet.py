@@ -21,7 +21,8 @@ from tests.support.swarm import Swarm, SwarmRunner
 
 PEER_APP = APP_DIR / "sidekiq_peer.rb"
 RUBY_JOBS = APP_DIR / "sidekiq_fleet_jobs.rb"
-MODE = {"COGWORKER_SIDEKIQ_COMPAT": "6"}
+# What the Ruby job writes through Sidekiq's connection: under the namespace, when there is one.
+RUBY_WRITTEN = (jobs.RB_ATTEMPTS, jobs.RB_DONE)
 
 # Sidekiq::Client.push_bulk with the class named by a string, as a Ruby app pushes a job it can't load:
 # Sidekiq's own defaults apply (retry: true). Prints the jids, in order.
@@ -39,8 +40,8 @@ def fails_first(n: int, fail_every: int) -> bool:
 
 class Fleet:
     """Sidekiq (`sidekiq_threads` threads reading `ruby_queues`) and a swarm (`count` children of
-    `concurrency` threads) on `server`, both in the mode; `swarm_env` is added to the swarm's settings
-    (or overrides them)."""
+    `concurrency` threads) on `server`, both in the mode for Sidekiq 6, with bare keys or under the
+    redis-namespace `namespace`; `swarm_env` is added to the swarm's settings (or overrides them)."""
 
     def __init__(
         self,
@@ -51,17 +52,20 @@ class Fleet:
         concurrency: int = 10,
         sidekiq_threads: int = 20,
         ruby_queues: tuple[str, ...] = (jobs.RB_QUEUE,),
+        namespace: str = "",
         **swarm_env: str,
     ) -> None:
         self.url = server.url
         self.client = server.client()
+        self.shared = f"{namespace}:" if namespace else ""
+        self.ruby_env = {"SIDEKIQ_JOBS": str(RUBY_JOBS), "SIDEKIQ_NAMESPACE": namespace}
         self.sidekiq = SidekiqProcess(
             self.url,
             tmp_path / "sidekiq.log",
             app=PEER_APP,
             queues=ruby_queues,
             threads=sidekiq_threads,
-            env={"SIDEKIQ_JOBS": str(RUBY_JOBS)},
+            env=self.ruby_env,
         )
         env = {
             "COGWORKER_REQUIRE": "sidekiq_fleet_jobs",
@@ -69,12 +73,15 @@ class Fleet:
             "COGWORKER_COUNT": str(count),
             "COGWORKER_CONCURRENCY": str(concurrency),
             "COGWORKER_POLL_INTERVAL_S": "0.2",
-            **MODE,
+            "COGWORKER_SIDEKIQ_COMPAT": "6",
+            "COGWORKER_SIDEKIQ_NAMESPACE": namespace,
         }
         self.swarm: Swarm = swarms.start(**(env | swarm_env))
         self.swarm.wait_ready()
         # The job API in this process writes as the swarm does: the mode's bare keys.
-        cw_client.configure(load_settings(redis_url=self.url, sidekiq_compat="6"))
+        cw_client.configure(
+            load_settings(redis_url=self.url, sidekiq_compat="6", sidekiq_namespace=namespace)
+        )
 
     def push_from_ruby(self, n: int, fail_every: int, work_s: float = 0.0) -> list[str]:
         """`n` FleetPythonJob pushed by Ruby's Sidekiq::Client, for cogworker to run."""
@@ -84,7 +91,7 @@ class Fleet:
             "work_s": work_s,
             "queue": jobs.PY_QUEUE,
         }
-        jids = codec.loads(ruby(script, self.url, app=PEER_APP))
+        jids = codec.loads(ruby(script, self.url, app=PEER_APP, env=self.ruby_env))
         assert len(set(jids)) == n
         return [str(jid) for jid in jids]
 
@@ -94,14 +101,18 @@ class Fleet:
         assert None not in jids and len(set(jids)) == n
         return [str(jid) for jid in jids]
 
-    def done(self, key: str) -> dict[str, int]:
-        return {jid: int(count) for jid, count in self.client.hgetall(key).items()}
+    def key(self, name: str) -> str:
+        """The key the jobs' `name` (sidekiq_fleet_jobs.py) is in: the Ruby job's under the namespace."""
+        return self.shared + name if name in RUBY_WRITTEN else name
+
+    def done(self, name: str) -> dict[str, int]:
+        return {jid: int(count) for jid, count in self.client.hgetall(self.key(name)).items()}
 
     def wait_all_done(self, py_jids: list[str], rb_jids: list[str], timeout: float = 60) -> None:
         def finished() -> bool:
-            return self.client.hlen(jobs.PY_DONE) >= len(py_jids) and self.client.hlen(jobs.RB_DONE) >= len(
-                rb_jids
-            )
+            return self.client.hlen(jobs.PY_DONE) >= len(py_jids) and self.client.hlen(
+                self.key(jobs.RB_DONE)
+            ) >= len(rb_jids)
 
         wait_until(
             finished,
@@ -115,9 +126,11 @@ class Fleet:
         """Every shared or cogworker key still holding a job, with how many: empty when nothing is left
         in the queues, the schedule/retry/dead sets, an in-progress list or Sidekiq's busy hashes."""
         r = self.client
-        found = {f"queue:{q}": int(r.llen(f"queue:{q}")) for q in (jobs.PY_QUEUE, jobs.RB_QUEUE)} | {
-            name: int(r.zcard(name)) for name in ("schedule", "retry", "dead")
-        }
+        # Under the namespace, and bare too: a job written to the wrong one shows as left there.
+        starts = {"", self.shared}
+        queues = [f"{start}queue:{q}" for start in starts for q in (jobs.PY_QUEUE, jobs.RB_QUEUE)]
+        sets = [start + name for start in starts for name in ("schedule", "retry", "dead")]
+        found = {key: int(r.llen(key)) for key in queues} | {key: int(r.zcard(key)) for key in sets}
         for key in r.scan_iter(match="cogworker:inprogress:*", count=500):
             found[str(key)] = int(r.llen(key))
         for key in r.scan_iter(match="*:workers", count=500):
@@ -126,7 +139,7 @@ class Fleet:
 
     def stats(self) -> tuple[int, int]:
         """The shared counters (processed, failed), both sides' counts in one pair of keys."""
-        processed, failed = self.client.mget("stat:processed", "stat:failed")
+        processed, failed = self.client.mget(self.shared + "stat:processed", self.shared + "stat:failed")
         return int(processed or 0), int(failed or 0)
 
     def close(self) -> None:

@@ -1,8 +1,9 @@
-"""A mixed fleet on one Redis in the Sidekiq mode (bare keys): real Sidekiq 6 runs the jobs Python
-pushes, a cogworker swarm runs the jobs Ruby pushes, 1,000 each way. A tenth of each side's jobs fail
-their first attempt; both sides' pollers read the one retry set and move each entry back to its own
-queue, whichever looks first. Nothing is lost: every jid succeeds exactly once, after exactly the
-attempts it should take, nothing is left anywhere, and the shared counters hold both sides' counts."""
+"""A mixed fleet on one Redis in the Sidekiq mode, with bare keys and then under a redis-namespace: real
+Sidekiq 6 runs the jobs Python pushes, a cogworker swarm runs the jobs Ruby pushes, 1,000 each way. A
+tenth of each side's jobs fail their first attempt; both sides' pollers read the one retry set and
+move each entry back to its own queue, whichever looks first. Nothing is lost: every jid succeeds
+exactly once, after exactly the attempts it should take, nothing is left anywhere, and the shared
+counters hold both sides' counts."""
 
 from __future__ import annotations
 
@@ -23,9 +24,12 @@ JOBS = 1_000
 FAIL_EVERY = 10
 
 
-@pytest.fixture
-def fleet(private_redis: RedisServer, swarms: SwarmRunner, tmp_path: Path) -> Iterator[Fleet]:
-    built = Fleet(private_redis, swarms, tmp_path)
+# Sidekiq 6's two layouts: bare keys, and its redis-namespace (COGWORKER_SIDEKIQ_NAMESPACE).
+@pytest.fixture(params=["", "myapp"], ids=["bare", "namespace"])
+def fleet(
+    private_redis: RedisServer, swarms: SwarmRunner, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Fleet]:
+    built = Fleet(private_redis, swarms, tmp_path, namespace=request.param)
     try:
         yield built
     finally:
