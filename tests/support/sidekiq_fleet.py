@@ -77,8 +77,14 @@ class Fleet:
             "COGWORKER_SIDEKIQ_NAMESPACE": namespace,
         }
         self.swarm: Swarm = swarms.start(**(env | swarm_env))
-        self.swarm.wait_ready()
-        # The job API in this process writes as the swarm does: the mode's bare keys.
+        try:
+            self.swarm.wait_ready()
+        except BaseException:
+            # No fixture holds the fleet yet to end it: a swarm that never came up must not leave
+            # Sidekiq running (the swarm itself is the runner's to end).
+            self.close()
+            raise
+        # The job API in this process writes as the swarm does: the mode's keys.
         cw_client.configure(
             load_settings(redis_url=self.url, sidekiq_compat="6", sidekiq_namespace=namespace)
         )
@@ -143,6 +149,7 @@ class Fleet:
         return int(processed or 0), int(failed or 0)
 
     def close(self) -> None:
+        """Stop Sidekiq (killing its session if it doesn't stop) and close the client."""
         with contextlib.suppress(Exception):
             self.sidekiq.__exit__(None, None, None)
         self.client.close()
