@@ -20,6 +20,8 @@ RB_QUEUE = "fleet_rb"
 # jid -> attempts started / successes, for each class (the Ruby class writes the `rb` ones).
 PY_ATTEMPTS, PY_DONE = "fleet:py:attempts", "fleet:py:done"
 RB_ATTEMPTS, RB_DONE = "fleet:rb:attempts", "fleet:rb:done"
+# The jids of the retries Sidekiq's poller moved to their queue (the others, cogworker's poller did).
+GRADUATED_BY_RUBY = "fleet:graduated_by_ruby"
 
 
 @functools.cache
@@ -31,6 +33,16 @@ def _redis() -> redis.Redis:
 # process's or Sidekiq's, move it back to its queue at their next look.
 @cogworker.job(name="FleetPythonJob", queue=PY_QUEUE, retry_in=lambda count, exc: 0)
 def fleet_python_job(n: int, fail_first: bool, work_s: float = 0.0) -> None:
+    _attempt(n, fail_first, work_s)
+
+
+# The same, retried ten minutes later: an entry that stays in the retry set until a test moves it.
+@cogworker.job(name="FleetLateRetryJob", queue=PY_QUEUE, retry_in=lambda count, exc: 600)
+def fleet_late_retry_job(n: int, fail_first: bool, work_s: float = 0.0) -> None:
+    _attempt(n, fail_first, work_s)
+
+
+def _attempt(n: int, fail_first: bool, work_s: float) -> None:
     jid = cogworker.current_job().jid
     attempt = _redis().hincrby(PY_ATTEMPTS, jid, 1)
     if work_s:

@@ -2,6 +2,19 @@
 # SIDEKIQ_JOBS): FleetRubyJob, which Python pushes through its stub in tests/apps/sidekiq_fleet_jobs.py.
 # It counts its attempts and successes by jid as the Python job does, and fails its first attempt
 # when its second argument says so.
+# Notes each retry that Sidekiq's poller moves back to a queue (its push runs the client middleware;
+# cogworker's poller runs none), so the test tells which side graduated each retry.
+class FleetGraduationProbe
+  def call(_worker_class, job, _queue, _redis_pool)
+    Sidekiq.redis { |conn| conn.sadd("fleet:graduated_by_ruby", job["jid"]) } if job.key?("retry_count")
+    yield
+  end
+end
+
+Sidekiq.configure_server do |config|
+  config.client_middleware { |chain| chain.add FleetGraduationProbe }
+end
+
 class FleetRubyJob
   include Sidekiq::Worker
   sidekiq_options queue: "fleet_rb"

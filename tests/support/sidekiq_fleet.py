@@ -22,13 +22,13 @@ from tests.support.swarm import Swarm, SwarmRunner
 PEER_APP = APP_DIR / "sidekiq_peer.rb"
 RUBY_JOBS = APP_DIR / "sidekiq_fleet_jobs.rb"
 # What the Ruby job writes through Sidekiq's connection: under the namespace, when there is one.
-RUBY_WRITTEN = (jobs.RB_ATTEMPTS, jobs.RB_DONE)
+RUBY_WRITTEN = (jobs.RB_ATTEMPTS, jobs.RB_DONE, jobs.GRADUATED_BY_RUBY)
 
 # Sidekiq::Client.push_bulk with the class named by a string, as a Ruby app pushes a job it can't load:
 # Sidekiq's own defaults apply (retry: true). Prints the jids, in order.
 PUSH_FOR_PYTHON = """
 args = (0...%(n)d).map { |n| [n, n %% %(fail_every)d == 0, %(work_s)r] }
-jids = Sidekiq::Client.push_bulk("class" => "FleetPythonJob", "queue" => "%(queue)s", "args" => args)
+jids = Sidekiq::Client.push_bulk("class" => "%(name)s", "queue" => "%(queue)s", "args" => args)
 print JSON.generate(jids)
 """
 
@@ -76,7 +76,8 @@ class Fleet:
             "COGWORKER_SIDEKIQ_COMPAT": "6",
             "COGWORKER_SIDEKIQ_NAMESPACE": namespace,
         }
-        self.swarm: Swarm = swarms.start(**(env | swarm_env))
+        self.swarm_env = env | swarm_env
+        self.swarm: Swarm = swarms.start(**self.swarm_env)
         try:
             self.swarm.wait_ready()
         except BaseException:
@@ -89,9 +90,17 @@ class Fleet:
             load_settings(redis_url=self.url, sidekiq_compat="6", sidekiq_namespace=namespace)
         )
 
-    def push_from_ruby(self, n: int, fail_every: int, work_s: float = 0.0) -> list[str]:
-        """`n` FleetPythonJob pushed by Ruby's Sidekiq::Client, for cogworker to run."""
+    def restart_swarm(self, swarms: SwarmRunner) -> None:
+        """A new swarm with the same settings, once the last one has stopped."""
+        self.swarm = swarms.start(**self.swarm_env)
+        self.swarm.wait_ready()
+
+    def push_from_ruby(
+        self, n: int, fail_every: int, work_s: float = 0.0, name: str = "FleetPythonJob"
+    ) -> list[str]:
+        """`n` Python jobs (`name`) pushed by Ruby's Sidekiq::Client, for cogworker to run."""
         script = PUSH_FOR_PYTHON % {
+            "name": name,
             "n": n,
             "fail_every": fail_every,
             "work_s": work_s,
@@ -113,6 +122,9 @@ class Fleet:
 
     def done(self, name: str) -> dict[str, int]:
         return {jid: int(count) for jid, count in self.client.hgetall(self.key(name)).items()}
+
+    def graduated_by_ruby(self) -> set[str]:
+        return {str(jid) for jid in self.client.smembers(self.key(jobs.GRADUATED_BY_RUBY))}
 
     def wait_all_done(self, py_jids: list[str], rb_jids: list[str], timeout: float = 60) -> None:
         def finished() -> bool:
