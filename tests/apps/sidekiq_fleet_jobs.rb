@@ -30,7 +30,7 @@ class FleetRubyJob
   end
 end
 
-# The Ruby class of docs/guides/sidekiq.md's stub (docs/examples/sidekiq/beside_sidekiq.py): it records
+# The Ruby class of docs/migrating/beside-sidekiq.md's stub (docs/examples/sidekiq/beside_sidekiq.py): it records
 # its arguments, for tests/e2e/sidekiq/test_guide_examples.py.
 class HardWorker
   include Sidekiq::Worker

@@ -1,7 +1,7 @@
-"""The Sidekiq guide's examples (docs/guides/sidekiq.md quotes docs/examples/sidekiq/beside_sidekiq.py)
-run as the guide says, beside a real Sidekiq 6 in the mode: Ruby pushes ReportJob by its class name
-and the swarm runs the Python job of that name; Python pushes the HardWorker stub and Sidekiq runs the
-Ruby class, with the arguments as given."""
+"""The Sidekiq guide's examples (docs/migrating/beside-sidekiq.md quotes
+docs/examples/sidekiq/beside_sidekiq.py) run as the guide says, beside a real Sidekiq 6 in the mode: Ruby pushes ReportJob by its class name
+and the swarm runs the Python job of that name; Python pushes HardWorker (a ruby_job handle, and
+push_named) and Sidekiq runs the Ruby class, with the arguments as given."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def fleet(
 
 
 def test_ruby_pushes_a_python_job_by_class_name_and_python_pushes_a_ruby_class(fleet: Fleet) -> None:
-    assert (ROOT / "docs" / "guides" / "sidekiq.md").read_text().count(RUBY_PUSH) == 1
+    assert (ROOT / "docs" / "migrating" / "beside-sidekiq.md").read_text().count(RUBY_PUSH) == 1
     ruby(RUBY_PUSH, fleet.url, app=PEER_APP)
     wait_until(
         lambda: "report 2026-11 for account 42" in fleet.swarm.log_path.read_text(),
@@ -56,10 +56,10 @@ def test_ruby_pushes_a_python_job_by_class_name_and_python_pushes_a_ruby_class(f
         message=f"ReportJob to run in Python:\n{fleet.swarm.tail()}",
     )
 
-    jid = importlib.import_module(MODULE).push_for_ruby()
-    assert jid
+    examples = importlib.import_module(MODULE)
+    assert examples.push_for_ruby() and examples.push_by_name()
     wait_until(
-        lambda: fleet.client.lrange("guide:hard_worker", 0, -1) == ["1 two"],
+        lambda: sorted(fleet.client.lrange("guide:hard_worker", 0, -1)) == ["1 two", "3 four"],
         timeout=15,
         message=f"HardWorker to run in Ruby:\n{fleet.sidekiq.log_text()[-3000:]}",
     )
