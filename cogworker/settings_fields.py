@@ -280,8 +280,8 @@ class SettingsFields:
     them all. Raising it later is safe; lowering it leaves the old partitions read until they are empty
     (the count recorded in Redis only grows)."""
     sidekiq_compat: Literal["off", "6", "7"] = "off"
-    """Share one Redis with Ruby's Sidekiq (docs/migrating/beside-sidekiq.md): `6` or `7` names the Sidekiq version
-    beside this deployment. The queues, the queue registry, the schedule, retry and dead sets, the
+    """Share one Redis with Ruby's Sidekiq (docs/migrating/beside-sidekiq.md): `6` or `7` names the Sidekiq
+    version beside this deployment. The queues, the queue registry, the schedule, retry and dead sets, the
     processed and failed counters and the process registry then take Sidekiq's names (bare keys, or under
     `sidekiq_namespace`); every key only cogworker uses stays under `key_prefix`. Each process also writes
     the presence Sidekiq's Web UI reads, and payloads follow Sidekiq's meanings. Not with a Redis Cluster,
