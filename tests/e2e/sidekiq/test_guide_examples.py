@@ -1,7 +1,8 @@
 """The Sidekiq guide's examples (docs/migrating/beside-sidekiq.md quotes
 docs/examples/sidekiq/beside_sidekiq.py) run as the guide says, beside a real Sidekiq 6 in the mode:
-Ruby pushes ReportJob by its class name and the swarm runs the Python job of that name; Python pushes HardWorker (a ruby_job handle, and
-push_named) and Sidekiq runs the Ruby class, with the arguments as given."""
+Ruby pushes ReportJob by its class name and the swarm runs the Python job of that name; Python pushes
+HardWorker (a ruby_job handle, and push_named) and Sidekiq runs the Ruby class, with the arguments as
+given."""
 
 from __future__ import annotations
 
