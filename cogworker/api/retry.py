@@ -91,7 +91,7 @@ class Filing:
     def dead(self) -> bool:
         """The job's end: filed in dead, or discarded (the Sidekiq mode, api/sidekiq_payload.py),
         which every reader of a filing treats alike (death notice, locks, batch, status)."""
-        return self.set_key == keys.DEAD or self.discarded
+        return self.set_key == keys.DEAD or (keys.SIDEKIQ != "" and self.discarded)
 
     @property
     def discarded(self) -> bool:
