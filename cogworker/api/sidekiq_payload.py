@@ -2,8 +2,8 @@
 `bid` mean when Ruby and Python workers share one Redis, and what a filed entry leaves out.
 
 Every function here is called only with the mode on (the callers check `keys.SIDEKIQ`, a module
-global), except `own_batch`, which answers True with the mode off: with it off every `bid` is
-cogworker's, as it always was.
+global), except `own_batch` and `batch_member`, which answer as before with the mode off: every `bid`
+is then cogworker's, as it always was.
 
 - `retry: false` discards a failed job, as Sidekiq 6.4's `JobRetry#global` does: its death hooks run,
   it is counted failed, and it goes to no set a human reads. `dead: false` discards a job that is out

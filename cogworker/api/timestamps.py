@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-FIELDS = ("created_at", "enqueued_at", "failed_at", "retried_at")
 MS_ABOVE = 1e11
 
 
