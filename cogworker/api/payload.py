@@ -163,6 +163,8 @@ def terminal_failure(job: dict[str, Any], default_retries: int) -> bool:
         options = sidekiq_payload.registered_options(job)
         if sidekiq_payload.effective_retry(job, options) is False:
             return True
+        if sidekiq_payload.retry_for_passed(job, time.time()):
+            return True
         default_retries = sidekiq_limit(job, options)
         job = {**job, "retry": True}
     count = retry_count(job)

@@ -139,6 +139,8 @@ def on_failure(
         failed["failed_at"] = now
     sidekiq = bool(keys.SIDEKIQ)
     limit = sidekiq_limit(job, options) if sidekiq else retry_limit(job, DEFAULT_RETRIES)
+    if sidekiq and sidekiq_payload.retry_for_passed(job, now):
+        limit = min(limit, count)  # out of retries, as by count
     discarded = sidekiq and sidekiq_payload.discards(job, options, count >= limit or refused is not None)
     if count < limit and refused is None and not discarded:
         failed["retry_count"] = count
@@ -159,6 +161,8 @@ def will_retry(job: dict[str, Any], exc: BaseException, options: Mapping[str, An
     if keys.SIDEKIQ:
         limit = sidekiq_limit(job, options)
         if sidekiq_payload.effective_retry(job, options) is False:
+            return False
+        if sidekiq_payload.retry_for_passed(job, time.time()):
             return False
     else:
         limit = retry_limit(job, DEFAULT_RETRIES)

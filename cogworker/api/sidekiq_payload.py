@@ -19,6 +19,7 @@ is then cogworker's, as it always was.
   meet. A foreign bid is opaque: the job runs as an ordinary one and the field goes with it to retry
   or dead unchanged. Sidekiq Enterprise's `unique_for`/`unique_until`/`unique_token` need nothing
   here: cogworker's unique code acts only on its own `unique: "until_executed"`.
+- Sidekiq 7.1's `retry_for` (seconds since the first failure) ends retries as Sidekiq 7 does.
 - A filed entry has no `at` (Sidekiq's client drops it: the score is the time) and no empty `kwargs`
   (Sidekiq's payloads have none).
 """
@@ -30,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from cogworker.api import timestamps
 from cogworker.store import keys
 
 SIDEKIQ_RETRIES = 25
@@ -75,6 +77,16 @@ def registered_options(job: dict[str, Any]) -> Mapping[str, Any] | None:
 
     found = registered(str(job.get("class")))
     return found.options if found is not None else None
+
+
+def retry_for_passed(job: dict[str, Any], now: float) -> bool:
+    """Sidekiq 7.1's `retry_for` (seconds): retries end once that long has passed since the job's
+    first failure (`failed_at`, in seconds or Sidekiq 8's milliseconds), whatever its count."""
+    limit_s = job.get("retry_for")
+    first = timestamps.field_s(job, "failed_at")
+    if isinstance(limit_s, bool) or not isinstance(limit_s, int | float) or first is None:
+        return False
+    return first + limit_s < now
 
 
 def discards(job: dict[str, Any], options: Mapping[str, Any] | None, out_of_retries: bool) -> bool:

@@ -109,6 +109,23 @@ def test_will_retry_and_terminal_failure_agree_with_the_filing(mode: None) -> No
     assert not payload.terminal_failure(job(retry=True, retry_count=3), 25)
 
 
+def test_sidekiq_7s_retry_for_ends_retries_in_the_mode(mode: None) -> None:
+    young = job(retry=True, retry_for=3600, retry_count=0, failed_at=NOW - 60)
+    assert fail(young).set_key == "retry"
+    old = {**young, "failed_at": NOW - 7200}
+    assert fail(old).set_key == "dead" and fail(old).payload["retry_count"] == 1
+    assert fail({**old, "failed_at": int((NOW - 7200) * 1000)}).set_key == "dead"  # Sidekiq 8's ms
+    assert fail({**old, "dead": False}).discarded
+    assert fail(job(retry=True, retry_for=1)).set_key == "retry"  # a first failure: none before it
+    long_ago = {**old, "failed_at": 1_000_000.0}
+    assert payload.terminal_failure(long_ago, 25) and not retry.will_retry(long_ago, ValueError())
+
+
+def test_retry_for_is_ignored_with_the_mode_off() -> None:
+    old = job(retry=True, retry_for=3600, retry_count=0, failed_at=NOW - 7200)
+    assert fail(old).set_key == keys.RETRY
+
+
 # bid ---------------------------------------------------------------------------------------------
 
 
