@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from cogworker.api import timestamps
 from cogworker.api.middleware import ClientNext
 
 EXPIRES_IN = "expires_in"
@@ -54,7 +55,7 @@ def stamp(job: dict[str, Any], call_next: ClientNext) -> Any:
     if value is not None:
         ttl = seconds(value)
         at = job.get("at")
-        anchor = float(job.get("created_at") or 0.0)
+        anchor = timestamps.field_s(job, "created_at") or 0.0  # seconds, or Sidekiq 8's milliseconds
         if isinstance(at, int | float) and not isinstance(at, bool):
             anchor = max(anchor, float(at))
         job[EXPIRES_IN] = ttl

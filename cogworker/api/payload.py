@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from cogworker import codec
+from cogworker.api import sidekiq_payload
+from cogworker.store import keys
 
 # The queue a job goes to, and the retries it gets, when its options don't say.
 DEFAULT_QUEUE = "default"
@@ -123,6 +126,14 @@ def retry_limit(job: dict[str, Any], default: int) -> int:
     return min(max(retry, 0), MAX_COUNT)
 
 
+def sidekiq_limit(job: dict[str, Any], options: Mapping[str, Any] | None) -> int:
+    """How many retries the job has in the Sidekiq mode: its `retry`, where true (or missing) is the
+    job's own option when it declares one, else Sidekiq's 25 (api/sidekiq_payload.py)."""
+    return retry_limit(
+        {"retry": sidekiq_payload.effective_retry(job, options)}, sidekiq_payload.SIDEKIQ_RETRIES
+    )
+
+
 def odd_retry(job: dict[str, Any]) -> bool:
     """`retry` is there but is neither true/false nor a whole number."""
     retry = job.get("retry", True)
@@ -146,7 +157,16 @@ def retry_count(job: dict[str, Any]) -> int | None:
 
 
 def terminal_failure(job: dict[str, Any], default_retries: int) -> bool:
-    """Would failing now send this job to dead (rather than to retry)?"""
+    """Would failing now send this job to dead (rather than to retry)? In the Sidekiq mode, dead or
+    discarded, with `retry: true` read as the job's own option (api/sidekiq_payload.py)."""
+    if keys.SIDEKIQ:
+        options = sidekiq_payload.registered_options(job)
+        if sidekiq_payload.effective_retry(job, options) is False:
+            return True
+        if sidekiq_payload.retry_for_passed(job, time.time()):
+            return True
+        default_retries = sidekiq_limit(job, options)
+        job = {**job, "retry": True}
     count = retry_count(job)
     return (count + 1 if count is not None else 0) >= retry_limit(job, default_retries)
 

@@ -15,13 +15,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cogworker import codec
-from cogworker.api import backtrace, retry_filters
+from cogworker.api import backtrace, retry_filters, sidekiq_payload
 from cogworker.api.payload import (
     DEFAULT_RETRIES,
     error_fields,
     odd_retry,
     retry_count,
     retry_limit,
+    sidekiq_limit,
 )
 from cogworker.store import keys
 
@@ -88,7 +89,13 @@ class Filing:
 
     @property
     def dead(self) -> bool:
-        return self.set_key == keys.DEAD
+        """The job's end: filed in dead, or discarded (the Sidekiq mode, api/sidekiq_payload.py),
+        which every reader of a filing treats alike (death notice, locks, batch, status)."""
+        return self.set_key == keys.DEAD or (keys.SIDEKIQ != "" and self.discarded)
+
+    @property
+    def discarded(self) -> bool:
+        return bool(keys.SIDEKIQ) and self.set_key == sidekiq_payload.discarded_key()
 
 
 def odd_fields(job: dict[str, Any]) -> list[str]:
@@ -130,13 +137,19 @@ def on_failure(
         failed["retried_at"] = now
     else:
         failed["failed_at"] = now
-    limit = retry_limit(job, DEFAULT_RETRIES)
-    if count < limit and refused is None:
+    sidekiq = bool(keys.SIDEKIQ)
+    limit = sidekiq_limit(job, options) if sidekiq else retry_limit(job, DEFAULT_RETRIES)
+    if sidekiq and sidekiq_payload.retry_for_passed(job, now):
+        limit = min(limit, count)  # out of retries, as by count
+    discarded = sidekiq and sidekiq_payload.discards(job, options, count >= limit or refused is not None)
+    if count < limit and refused is None and not discarded:
         failed["retry_count"] = count
         return Filing(keys.RETRY, now + retry_filters.delay_s(options, count, exc, backoff_s), failed)
     if "retry_count" in job or limit > 0:
         failed["retry_count"] = count
     failed["died_at"] = now
+    if discarded:
+        return Filing(sidekiq_payload.discarded_key(), now, failed)
     return Filing(keys.DEAD, now, failed)
 
 
@@ -145,7 +158,15 @@ def will_retry(job: dict[str, Any], exc: BaseException, options: Mapping[str, An
     report a failure before it is filed (cogworker.contrib). The same count, limit and filters."""
     previous = retry_count(job)
     count = previous + 1 if previous is not None else 0
-    return count < retry_limit(job, DEFAULT_RETRIES) and retry_filters.not_retried(options, exc) is None
+    if keys.SIDEKIQ:
+        limit = sidekiq_limit(job, options)
+        if sidekiq_payload.effective_retry(job, options) is False:
+            return False
+        if sidekiq_payload.retry_for_passed(job, time.time()):
+            return False
+    else:
+        limit = retry_limit(job, DEFAULT_RETRIES)
+    return count < limit and retry_filters.not_retried(options, exc) is None
 
 
 def unreadable(raw: str, queue: str | None, reason: str, now: float | None = None) -> Filing:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cogworker import codec
+from cogworker.api import timestamps
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,10 +26,11 @@ def latency_of(raw: str | None, now: float) -> float | None:
     job = codec.loads_dict(raw)
     if job is None:
         return None
-    stamp: Any = job.get("enqueued_at", job.get("created_at"))
-    if isinstance(stamp, bool) or not isinstance(stamp, int | float):
+    # Seconds or (Sidekiq 8) milliseconds: api/timestamps.py.
+    stamp = timestamps.epoch_s(job.get("enqueued_at", job.get("created_at")))
+    if stamp is None:
         return None
-    return max(0.0, now - float(stamp))
+    return max(0.0, now - stamp)
 
 
 # How far from the index a job was shown at `delete_job` looks for it: the queue moves while the
@@ -59,6 +61,6 @@ def queued_job(index: int, raw: str, partition: int = 0) -> QueuedJob:
         jid=jid if isinstance(jid, str) and jid else None,
         job=name if isinstance(name, str) else None,
         args=args if isinstance(args, list) else [],
-        enqueued_at=float(stamp) if isinstance(stamp, int | float) and not isinstance(stamp, bool) else None,
+        enqueued_at=timestamps.epoch_s(stamp),
         partition=partition,
     )

@@ -12,7 +12,7 @@ from typing import Any, cast
 import redis
 
 from cogworker import codec
-from cogworker.api import backtrace
+from cogworker.api import backtrace, timestamps
 from cogworker.ops import OpsError
 from cogworker.store import keys, shards
 from cogworker.store.shards import Partition
@@ -193,7 +193,7 @@ def parse_entry(set_name: str, raw: str, score: float, partition: Partition | No
         retry_count=count if isinstance(count, int) and not isinstance(count, bool) else None,
         error_class=_str_or_none(payload.get("error_class")),
         error_message=_str_or_none(payload.get("error_message")),
-        failed_at=_float_or_none(payload.get("failed_at")),
+        failed_at=timestamps.field_s(payload, "failed_at"),  # seconds, or Sidekiq 8's milliseconds
         readable=job is not None and name is not None and name != UNREADABLE and queue is not None,
         payload=job,
         raw=raw,

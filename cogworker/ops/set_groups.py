@@ -18,6 +18,7 @@ from typing import Any, cast
 import redis
 
 from cogworker import codec
+from cogworker.api import timestamps
 from cogworker.ops import set_fanout, set_merge
 from cogworker.ops.sets import BATCH, set_key, sharded
 from cogworker.store.shards import Partition
@@ -55,8 +56,7 @@ class Grouping:
 
 
 def _time(payload: dict[str, Any], name: str) -> float | None:
-    value = payload.get(name)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return timestamps.field_s(payload, name)  # seconds, or Sidekiq 8's milliseconds
 
 
 def _text(payload: dict[str, Any], name: str) -> str | None:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cogworker import codec
+from cogworker.api import sidekiq_payload
 from cogworker.store import keys, shards
 
 # What a script names when it left a job for want of a key (its reply's `needs`, as kind, name pairs).
@@ -70,6 +71,8 @@ def member_batch(raw: str) -> str | None:
     """The bid of the batch a job (with a jid) is a member of, as requeue.lua's `member_batch` reads it."""
     job = codec.loads_dict(raw) if '"bid"' in raw and codec.is_utf8(raw) else None
     if job is None or not isinstance(job.get("jid"), str) or not isinstance(job.get("bid"), str):
+        return None
+    if keys.SIDEKIQ and not sidekiq_payload.own_batch(job):  # a foreign (Sidekiq Pro) bid is opaque
         return None
     return str(job["bid"])
 
@@ -104,7 +107,7 @@ class Declared:
             if bid is not None:
                 self.bids.add(bid)
             member = codec.loads_dict(raw) if jid is not None and codec.is_utf8(raw) else None
-            if jid is not None and member is not None and ("bid" in member or "bcb" in member):
+            if jid is not None and member is not None and sidekiq_payload.batch_member(member):
                 self.members[jid] = member
 
     def add_needs(self, pairs: Sequence[Any]) -> None:

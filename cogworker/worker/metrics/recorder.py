@@ -12,6 +12,7 @@ import bisect
 import threading
 from dataclasses import dataclass, field
 
+from cogworker.api import timestamps
 from cogworker.store import metrics_layout as layout
 
 _BOUNDS = layout.BUCKET_BOUNDS_MS
@@ -80,8 +81,8 @@ class Recorder:
             wait_ms = (now - enqueued_at) * 1000.0  # type: ignore[operator]
         except TypeError:
             wait_ms = 0.0
-        if not wait_ms > 0.0:  # a clock behind the pusher's, or nan
-            wait_ms = 0.0
+        if not wait_ms > 0.0:  # a clock behind the pusher's, nan, or Sidekiq 8's milliseconds
+            wait_ms = _wait_ms(enqueued_at, now)
         key = (int(now // _MINUTE), queue)
         with self._lock:
             entry = self._queues.get(key)
@@ -129,3 +130,12 @@ def _amounts(batch: Batch, key: str, minute: int) -> dict[str, int]:
 def _add(amounts: dict[str, int], name: str, n: int) -> None:
     if n:
         amounts[name] = amounts.get(name, 0) + n
+
+
+def _wait_ms(enqueued_at: object, now: float) -> float:
+    """A wait `picked` could not read as seconds: Sidekiq 8's integer milliseconds
+    (api/timestamps.py), else none. Off the common path, so its checks cost seconds' payloads nothing."""
+    stamp = timestamps.epoch_s(enqueued_at)
+    if stamp is None or not isinstance(enqueued_at, int | float) or enqueued_at <= timestamps.MS_ABOVE:
+        return 0.0
+    return max(0.0, (now - stamp) * 1000.0)

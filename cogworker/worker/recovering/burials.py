@@ -20,7 +20,7 @@ import redis
 import structlog
 
 from cogworker import codec
-from cogworker.api import death, retry
+from cogworker.api import death, retry, sidekiq_payload
 from cogworker.api.job_status import record_failed
 from cogworker.store import job_keys, key_guard, keys, shards
 from cogworker.store.redis_context import RedisContext
@@ -109,8 +109,9 @@ class Burials:
             failed = shards.stat(partition, "failed")
         else:
             client = self._client
-            if "bid" in job or "bcb" in job:
+            if sidekiq_payload.batch_member(job):
                 # A batch member: counted dead in its batch by the same swap (loaded only for one).
+                # A foreign `bid` (Sidekiq Pro's, in the Sidekiq mode) is not one.
                 from cogworker.worker.settling.batch_settle import run_filed
 
                 swapped = run_filed(client, self._settings, "swap_dead", [keys.DEAD, keys.DEATHS], args, job)

@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from cogworker import logs
-from cogworker.api import aio_server, current_job, expiry, features, results
+from cogworker.api import aio_server, current_job, expiry, features, results, sidekiq_payload
 from cogworker.api.current_job import CurrentJob
 from cogworker.api.registry import RegisteredJob, resolve
 from cogworker.api.time_limits import with_limit
@@ -142,7 +142,8 @@ async def _perform(
     found = resolve(job["class"], allowed=allowed)
     if found.typed is not None:
         args, kwargs = found.typed.load(args, kwargs)
-    member = _as_member(job, owner) if "bid" in job else contextlib.nullcontext()
+    own = "bid" in job and sidekiq_payload.own_batch(job)  # a foreign (Sidekiq Pro) bid is opaque
+    member = _as_member(job, owner) if own else contextlib.nullcontext()
     with member:  # cogworker.current_batch() is the member's batch (a contextvar: the body's too)
         coro = found.func(*args, **kwargs)
         limit = limits.limit_for(job) if limits is not None else None

@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 
 from cogworker import codec, logs
-from cogworker.api import current_job, expiry, features, job_status, results, retry
+from cogworker.api import current_job, expiry, features, job_status, results, retry, sidekiq_payload
 from cogworker.api.async_jobs import check_result, run_to_completion
 from cogworker.api.current_job import CurrentJob
 from cogworker.api.middleware import run_server_chain
@@ -127,7 +127,14 @@ def process(
 def acked_alone(job: dict[str, Any], kept: list[str] | None) -> bool:
     """A succeeded job whose settle is only its acknowledgement (queued for the next fetch, no
     Redis round trip of its own): no chain step, no result to write, no batch to count it in."""
-    return "chain" not in job and not kept and "bid" not in job and "bcb" not in job
+    # Inline, not a call (every job asks): a foreign `bid` (Sidekiq Pro's, in the Sidekiq mode) is
+    # opaque, only looked at when there is a `bid` at all (api/sidekiq_payload.py).
+    return (
+        "chain" not in job
+        and not kept
+        and "bcb" not in job
+        and not ("bid" in job and sidekiq_payload.own_batch(job))
+    )
 
 
 def settle_success(
@@ -138,7 +145,7 @@ def settle_success(
         _chain_step_done(settler, work, job, kept[0] if kept else None, ttl)
     elif ttl is not None and kept:
         settler.after_result(work.raw, jid, kept[0], ttl, lambda: _ack(settler, work.raw, job))
-    elif "bid" in job or "bcb" in job:
+    elif "bcb" in job or ("bid" in job and sidekiq_payload.own_batch(job)):
         settler.ack_member(work.raw, job)  # acked with its count in its batch (api/batch.py)
     else:
         settler.ack(work.raw, jid)
@@ -153,7 +160,7 @@ def _chain_step_done(
 
 
 def _ack(settler: Settler, raw: str, job: dict[str, Any]) -> None:
-    if "bid" in job or "bcb" in job:
+    if sidekiq_payload.batch_member(job):
         settler.ack_member(raw, job)
     else:
         settler.ack(raw, str(job.get("jid") or ""))
@@ -249,15 +256,21 @@ def _file_failure(
     stats.failed += 1
     stats.jobs.add(work.queue, job["class"], elapsed, failed=True, dead=filing.dead)
     log.warning(
-        "job_fail",
+        "job_discarded" if filing.discarded else "job_fail",
         elapsed_ms=round(elapsed * 1000, 2),
         error=f"{filing.payload['error_class']}: {filing.payload['error_message'][:200]}",
-        to="dead" if filing.dead else "retry",
+        to=_where(filing),
         retry_count=filing.payload.get("retry_count"),
         notes=filing.payload.get(retry.NOTES),
         # Its traceback: printed under the line by the console renderer, `exception` in JSON.
         exc_info=exc,
     )
+
+
+def _where(filing: retry.Filing) -> str:
+    if filing.discarded:  # retry: false or dead: false in the Sidekiq mode (api/sidekiq_payload.py)
+        return "discarded"
+    return "dead" if filing.dead else "retry"
 
 
 def _perform(
@@ -285,7 +298,8 @@ def _perform(
         args, kwargs = found.typed.load(args, kwargs)
     # Only a batch member loads batches, only a limited job the limiters (api/batch.py,
     # api/limit_jobs.py: passed before the body, held around it).
-    member = _as_member(job, owner) if "bid" in job else contextlib.nullcontext()
+    own = "bid" in job and sidekiq_payload.own_batch(job)  # a foreign (Sidekiq Pro) bid is opaque
+    member = _as_member(job, owner) if own else contextlib.nullcontext()
     limit = found.options.get("limit")
     held = _limiter_for(limit, args, kwargs) if limit is not None else contextlib.nullcontext()
     with member, held:  # cogworker.current_batch() is the member's batch

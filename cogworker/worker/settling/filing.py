@@ -13,7 +13,7 @@ import redis
 import structlog
 
 from cogworker import codec
-from cogworker.api import death
+from cogworker.api import death, sidekiq_payload
 from cogworker.settings_fields import SettingsFields
 from cogworker.store import key_guard, keys, shards
 from cogworker.store.connection import is_unavailable
@@ -65,9 +65,12 @@ def file_unsettled(
     if unanswered is None:
         unanswered = []
     _settle_unanswered(client, locks, unanswered)
+    sets: tuple[str, ...] = (keys.RETRY, keys.DEAD, keys.SCHEDULE)
+    if keys.SIDEKIQ:  # a discarded job's filing (api/sidekiq_payload.py)
+        sets = (*sets, sidekiq_payload.discarded_key())
     return file_records(
         (client, scripts, settings, locks),
-        Target(keys.UNSETTLED, (keys.RETRY, keys.DEAD, keys.SCHEDULE), keys.DEAD, keys.DEATHS),
+        Target(keys.UNSETTLED, sets, keys.DEAD, keys.DEATHS),
         unanswered,
     )
 
@@ -109,7 +112,9 @@ def file_records(
             # Not one we handed over (those are encoded safely): set aside like any unusable record.
             quarantine_head(client, settings, target.unsettled, str(record), "unsettled", target.quarantine)
             continue
-        dead = entry["set"] == target.dead
+        dead = entry["set"] == target.dead or (
+            bool(keys.SIDEKIQ) and entry["set"] == sidekiq_payload.discarded_key()
+        )
         notice_keys, notice_args = death_notice(settings, death.cause_of(payload), text, dead, target.deaths)
         filing_keys = [
             target.unsettled,
@@ -177,7 +182,7 @@ def run_filing(
     death is counted in its batch by the same script (worker/settling/batch_settle.py, loaded only
     for one)."""
     client, scripts, settings = via
-    if "bid" in dead or "bcb" in dead:
+    if dead and sidekiq_payload.batch_member(dead):
         from cogworker.worker.settling.batch_settle import run_filed
 
         return run_filed(client, settings, name, keys_, args, dead)

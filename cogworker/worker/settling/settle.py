@@ -31,7 +31,7 @@ import redis
 import structlog
 
 from cogworker import codec
-from cogworker.api import death
+from cogworker.api import death, sidekiq_payload
 from cogworker.api.retry import Filing, encoded, storable
 from cogworker.settings_fields import SettingsFields
 from cogworker.store import key_guard, keys, outcomes
@@ -215,7 +215,7 @@ class Settler(PendingSettles):
             partition = self._route.partition_of(self.list_of(raw), raw)
             outcomes.record(self._route.client(partition), outcome, jid, partition)
         self._locks.release_terminal(job)
-        if "bid" in job or "bcb" in job:
+        if sidekiq_payload.batch_member(job):
             self.ack_member(raw, job, outcome)
         else:
             self.ack(raw, jid)
@@ -241,6 +241,8 @@ class Settler(PendingSettles):
         and retried as if Redis had failed. `run_id`: the Redis the job was fetched from (Work)."""
         if self._drop(raw):
             return True
+        if keys.SIDEKIQ:  # no `at`, no empty `kwargs` in a set Sidekiq reads too
+            filing = sidekiq_payload.for_set(filing)
         filing = storable(filing, raw)
         listed = self.list_for(raw)
         if self._route is not None and self._route.health.is_down(self._route.partition_of(listed, raw)):
@@ -295,8 +297,7 @@ class Settler(PendingSettles):
                 filing.score,
                 text,
                 "1",
-                self._settings.dead_max_jobs if dead else 0,
-                time.time() - self._settings.dead_timeout_s,
+                *_cap(self._settings, filing),
                 run_id,
                 *notice_args,
             ],
@@ -332,3 +333,13 @@ class Settler(PendingSettles):
             pending += self._members.holding()
         # list() copies the deque in one step under the GIL, safe against a job thread's append.
         return [raw for raw, _jid in list(self._acks)] + pending
+
+
+def _cap(settings: SettingsFields, filing: Filing) -> tuple[int, float]:
+    """settle.lua's trim of the set filed in: the dead set's cap, the discarded set's (the Sidekiq
+    mode), or none."""
+    if filing.discarded:
+        return sidekiq_payload.DISCARD_KEEP, time.time() - sidekiq_payload.DISCARD_KEEP_S
+    if filing.dead:
+        return settings.dead_max_jobs, time.time() - settings.dead_timeout_s
+    return 0, time.time() - settings.dead_timeout_s
