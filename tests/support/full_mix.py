@@ -21,7 +21,6 @@ from tests.support.monitor import Command
 from tests.support.redis_server import wait_until
 from tests.support.swarm import SwarmRunner
 
-
 # A batch id of cogworker's shape (24 hex digits): in the Sidekiq mode any other is a Sidekiq Pro
 # batch's, which cogworker leaves alone (api/sidekiq_payload.py).
 GHOST_BID = "0badc0ffee0badc0ffee0b0b"
