@@ -232,7 +232,7 @@ def _wait_redis(conn: redis.Redis, jid: str, deadline: float | None, look_only: 
     found: str | None = conn.get(key)  # type: ignore[assignment]
     if found is not None or look_only:
         return found
-    pubsub = conn.pubsub()  # type: ignore[no-untyped-call]
+    pubsub = conn.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
     try:
         pubsub.subscribe(keys.result_channel(jid))
         # Read the key only once the subscription is live: a result written after that read is

@@ -196,7 +196,7 @@ def _sentinel_client(
     settings: SettingsFields, target: redis_sentinel.SentinelTarget, opts: dict[str, Any]
 ) -> LoopClient:
     sentinel_kwargs = sentinel_options(target, settings.redis_sentinel_password.get_secret_value(), opts)
-    sentinel = MajoritySentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+    sentinel = MajoritySentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call, unused-ignore]
     pool = SentinelConnectionPool(  # type: ignore[no-untyped-call]
         target.master,
         sentinel,

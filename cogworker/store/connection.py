@@ -39,7 +39,7 @@ class LosslessPacker:
     """
 
     def __init__(self) -> None:
-        self._fast = HiredisRespSerializer()
+        self._fast = HiredisRespSerializer()  # type: ignore[no-untyped-call, unused-ignore]
         encoder = Encoder(ENCODING, ENCODING_ERRORS, False)  # type: ignore[no-untyped-call]
         self._lossless = PythonRespSerializer(_BUFFER_CUTOFF, encoder.encode)
 

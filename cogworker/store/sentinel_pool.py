@@ -71,7 +71,7 @@ def majority(
 def client(target: SentinelTarget, sentinel_password: str, **options: Any) -> redis.Redis:
     """A client of `target`'s master, with redis-py's client `options` (timeouts, decoding, TLS)."""
     kwargs = sentinel_options(target, sentinel_password, options)
-    sentinel = MajoritySentinel(list(target.sentinels), sentinel_kwargs=kwargs)  # type: ignore[no-untyped-call]
+    sentinel = MajoritySentinel(list(target.sentinels), sentinel_kwargs=kwargs)  # type: ignore[no-untyped-call, unused-ignore]
     pool = SentinelConnectionPool(  # type: ignore[no-untyped-call]
         target.master,
         sentinel,

@@ -165,7 +165,7 @@ class WakeListener:
 
     def wait(self, timeout_s: float) -> None:
         if self._pubsub is None:
-            self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]
             self._subscribe(self._pubsub)
         deadline = time.monotonic() + timeout_s
         try:

@@ -1,15 +1,18 @@
 """Processes both ways in the Sidekiq mode (6, bare keys), against Debian's real Sidekiq 6.4: Sidekiq's
 API and its Web UI (served by `rackup`) show a cogworker swarm child and the job it runs, and keep it in
-`processes`; Sidekiq::Process#quiet! and #stop! reach a swarm child; `cogworker status`, cogworker's Web
-UI and doctor show a running Sidekiq process marked as Ruby, and `cogworker quiet` reaches it."""
+`processes`; Sidekiq Web's Quiet and Stop buttons reach a swarm child; `cogworker status`, cogworker's
+Web UI and doctor show a running Sidekiq process marked as Ruby, and `cogworker quiet` reaches it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from http.cookiejar import CookieJar
 from pathlib import Path
 
 import pytest
@@ -26,7 +29,7 @@ from tests.support.paths import APP_DIR
 from tests.support.redis_server import RedisServer, free_port, wait_until
 from tests.support.sidekiq import SidekiqProcess, ruby
 from tests.support.swarm import SwarmRunner, swarm_runner
-from tests.support.web_server import serving
+from tests.support.web_server import WebServer, serving
 
 PEER = APP_DIR / "sidekiq_peer.rb"
 RUBY_JOBS = {"SIDEKIQ_JOBS": str(APP_DIR / "sidekiq_procs_jobs.rb")}
@@ -58,6 +61,12 @@ def _needs_sidekiq() -> Iterator[None]:
 
 
 @pytest.fixture
+def stack() -> Iterator[contextlib.ExitStack]:
+    with contextlib.ExitStack() as opened:
+        yield opened
+
+
+@pytest.fixture
 def swarms(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[SwarmRunner]:
     yield from swarm_runner(redis_server.url, tmp_path)
 
@@ -72,6 +81,35 @@ def push_python_job(r: redis.Redis, tag: str, jid: str) -> None:
     job = {"class": "ProcsPyBlock", "args": [tag], "jid": jid, "queue": "py", "retry": False}
     r.sadd("queues", "py")
     r.lpush("queue:py", json.dumps({**job, "created_at": now, "enqueued_at": now}))
+
+
+@contextlib.contextmanager
+def sidekiq_web(redis_url: str) -> Iterator[WebServer]:
+    """Sidekiq's Web UI (tests/apps/sidekiq_web.ru) under `rackup` on a free port."""
+    port = free_port()
+    rackup = [
+        str(shutil.which("rackup")),
+        "-p",
+        str(port),
+        "-o",
+        "127.0.0.1",
+        str(APP_DIR / "sidekiq_web.ru"),
+    ]
+    with serving(rackup, port, {"REDIS_URL": redis_url, "PATH": "/usr/bin:/bin"}, ready_path="/busy") as web:
+        yield web
+
+
+def press(web: WebServer, identity: str, button: str) -> None:
+    """Press a process row's Quiet or Stop button on Sidekiq's Busy page, as a browser does: the page
+    with its session cookie and CSRF token, then the row's form posted."""
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
+    with browser.open(f"{web.url}/busy", timeout=10) as response:
+        page = response.read().decode()
+    row = page.split(f'name="identity" value="{identity}"')[0].rsplit("<form", 1)[1]
+    token = row.split("name='authenticity_token' value='")[1].split("'")[0]
+    form = urllib.parse.urlencode({"authenticity_token": token, "identity": identity, button: "1"})
+    with browser.open(f"{web.url}/busy", data=form.encode(), timeout=10) as response:
+        assert response.status == 200  # the redirect back to the Busy page, followed
 
 
 def release(r: redis.Redis, tag: str) -> None:
@@ -106,22 +144,8 @@ def test_sidekiqs_api_and_web_ui_see_a_python_process_and_its_job(
     # ProcessSet.new pruned what it prunes (members with no <identity> hash): ours stayed.
     assert identity in seen["members"]
 
-    port = free_port()
-    rackup = [
-        str(shutil.which("rackup")),
-        "-p",
-        str(port),
-        "-o",
-        "127.0.0.1",
-        str(APP_DIR / "sidekiq_web.ru"),
-    ]
-    with (
-        serving(
-            rackup, port, {"REDIS_URL": redis_server.url, "PATH": "/usr/bin:/bin"}, ready_path="/busy"
-        ) as web,
-        urllib.request.urlopen(f"{web.url}/busy", timeout=10) as response,
-    ):
-        page = response.read().decode()
+    with sidekiq_web(redis_server.url) as web, urllib.request.urlopen(f"{web.url}/busy", timeout=10) as got:
+        page = got.read().decode()
     host = identity.split(":")[0]
     assert f"{host}:{pid}" in page and ">cogworker<" in page
     assert jid in page and "ProcsPyBlock" in page
@@ -134,17 +158,17 @@ def test_sidekiqs_api_and_web_ui_see_a_python_process_and_its_job(
     assert not r.exists(identity, f"{identity}:workers") and identity not in r.smembers("processes")
 
 
-def test_sidekiqs_quiet_and_stop_reach_a_swarm_child(
-    swarms: SwarmRunner, r: redis.Redis, redis_server: RedisServer
+def test_sidekiq_webs_quiet_and_stop_buttons_reach_a_swarm_child(
+    swarms: SwarmRunner, r: redis.Redis, redis_server: RedisServer, stack: contextlib.ExitStack
 ) -> None:
     swarm = swarms.start(COGWORKER_QUEUES="py", **MODE)
     swarm.wait_ready()
     children = swarm.current_children()
     target_pid, other_pid = children[0], children[1]
     target = swarm.identities()[target_pid]
-    signal_it = 'Sidekiq::ProcessSet.new.find { |p| p.identity == ENV["TARGET"] }.{}!'
+    web = stack.enter_context(sidekiq_web(redis_server.url))
 
-    ruby(signal_it.replace("{}", "quiet"), redis_server.url, app=PEER, env={"TARGET": target})
+    press(web, target, "quiet")
     wait_until(
         lambda: r.hget(target, "quiet") == "true" and r.hget(f"cogworker:process:{target}", "quiet") == "1",
         message="the child quiet, in Sidekiq's presence and in its own",
@@ -158,7 +182,7 @@ def test_sidekiqs_quiet_and_stop_reach_a_swarm_child(
         release(r, tag)
 
     # Stop is cogworker's own remote stop: the child drains and exits 0, and its swarm fills the slot.
-    ruby(signal_it.replace("{}", "stop"), redis_server.url, app=PEER, env={"TARGET": target})
+    press(web, target, "stop")
     [exited] = swarm.wait_event("child_exited", child_pid=target_pid)
     assert exited["exit_code"] == 0
     wait_until(
