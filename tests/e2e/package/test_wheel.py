@@ -241,6 +241,22 @@ def test_the_installed_wheel_runs_jobs_and_serves_the_web_ui(
     finally:
         stop(web, log)
 
+    # The Sidekiq mode from the installed package: pushes for a Ruby class, by the API and the CLI, land
+    # in Sidekiq's bare queue with what Sidekiq reads (and no empty kwargs).
+    venv.env["COGWORKER_SIDEKIQ_COMPAT"] = "7"
+    named = "import cogworker; print(cogworker.push_named('HardWorker', [1, 'a'], queue='ruby'))"
+    by_api = venv.run("python", "-c", named)
+    by_cli = venv.run("cogworker", "enqueue", "HardWorker", '[2, "b"]', "--queue", "ruby")
+    assert by_api.returncode == 0 and by_cli.returncode == 0, by_api.stderr + by_cli.stderr
+    pushed_jobs = [json.loads(raw) for raw in r.lrange("queue:ruby", 0, -1)]
+    assert sorted((job["class"], job["args"][0]) for job in pushed_jobs) == [
+        ("HardWorker", 1),
+        ("HardWorker", 2),
+    ]
+    assert by_api.stdout.strip() in {job["jid"] for job in pushed_jobs}
+    assert not any("kwargs" in job or "at" in job for job in pushed_jobs)
+    assert r.sismember("queues", "ruby")
+
 
 def job_line(log: Path, event: str, queue: str) -> dict[str, Any]:
     """The job's own stdlib line `event`: a JSON line (stderr is a file) with the job's fields, the

@@ -26,6 +26,8 @@ class _OneSlot:
     key_prefix: str = keys.DEFAULT_PREFIX
     cluster_sharding: str = "off"
     queue_partitions: str = ""
+    sidekiq_compat: str = "off"
+    sidekiq_namespace: str = ""
 
 
 @contextlib.contextmanager

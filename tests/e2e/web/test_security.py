@@ -173,6 +173,8 @@ def test_a_cross_origin_post_is_refused_and_changes_nothing(
     # The same form from the UI's own page works: the refusals were about the origin alone.
     p.goto("/queues")
     p.locator('#queues tr[data-queue="victim"]').get_by_role("button", name="Pause", exact=True).click()
+    # The click returns before the redirected page has loaded: wait for its flash, then count.
+    p.locator(".flash-ok").first.wait_for(timeout=10_000)
     assert p.locator(".flash-ok").count() == 1
     assert rc.sismember(keys.PAUSED, "victim")
     rc.srem(keys.PAUSED, "victim")
