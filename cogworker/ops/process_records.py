@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cogworker import codec
+
 
 @dataclass(frozen=True, slots=True)
 class RunningJob:
@@ -75,3 +77,26 @@ def number(value: Any) -> float | None:
         return float(value)
     except ValueError:
         return None
+
+
+def presence_fields(identity: str, presence: dict[str, str], now: float, clock: float) -> dict[str, Any]:
+    """The fields cogworker's presence hash and Sidekiq's share (the `info` JSON, `busy`, `beat`), as
+    ProcessInfo's keyword arguments; each reader adds those it writes differently (rss, quiet...)."""
+    info = codec.loads_dict(presence.get("info", "")) or {}
+    started_at = number(info.get("started_at"))
+    beat = number(presence.get("beat"))
+    pid = number(info.get("pid"))
+    return {
+        "identity": identity,
+        "hostname": str(info.get("hostname") or ""),
+        "pid": int(pid) if pid is not None else None,
+        "tag": str(info.get("tag") or ""),
+        "version": str(info.get("version") or ""),
+        "queues": [str(q) for q in info.get("queues") or []],
+        "concurrency": int(number(info.get("concurrency")) or 0),
+        "async_concurrency": int(number(info.get("async_concurrency")) or 0),
+        "started_at": started_at,
+        "uptime_s": max(0.0, now - started_at) if started_at is not None else None,
+        "busy": int(number(presence.get("busy")) or 0),
+        "beat_age_s": max(0.0, clock - beat) if beat is not None else None,
+    }

@@ -26,7 +26,7 @@ from cogworker.ops import NotFound, OpsError, redis_time, ruby_processes
 from cogworker.ops import queues as queue_ops
 from cogworker.ops.process_records import ProcessInfo as ProcessInfo
 from cogworker.ops.process_records import RunningJob as RunningJob
-from cogworker.ops.process_records import number
+from cogworker.ops.process_records import number, presence_fields
 from cogworker.settings import Settings
 from cogworker.store import fanout, keys, shards, sidekiq_keys
 from cogworker.store.locks import Locks
@@ -71,25 +71,10 @@ def _running_job(thread: str, raw: str, now: float) -> RunningJob:
 def _process_info(
     identity: str, presence: dict[str, str], work: dict[str, str], in_progress: int, now: float, clock: float
 ) -> ProcessInfo:
-    info = codec.loads_dict(presence.get("info", "")) or {}
-    started_at = number(info.get("started_at"))
-    beat = number(presence.get("beat"))
-    pid = number(info.get("pid"))
     return ProcessInfo(
-        identity=identity,
-        hostname=str(info.get("hostname") or ""),
-        pid=int(pid) if pid is not None else None,
-        tag=str(info.get("tag") or ""),
-        version=str(info.get("version") or ""),
-        queues=[str(q) for q in info.get("queues") or []],
-        concurrency=int(number(info.get("concurrency")) or 0),
-        async_concurrency=int(number(info.get("async_concurrency")) or 0),
-        started_at=started_at,
-        uptime_s=max(0.0, now - started_at) if started_at is not None else None,
-        busy=int(number(presence.get("busy")) or 0),
+        **presence_fields(identity, presence, now, clock),
         rss_bytes=int(number(presence.get("rss")) or 0),
         quiet=presence.get("quiet") == "1",
-        beat_age_s=max(0.0, clock - beat) if beat is not None else None,
         in_progress=in_progress,
         running=sorted(
             (_running_job(thread, raw, now) for thread, raw in work.items()),

@@ -16,7 +16,7 @@ import redis
 
 from cogworker import codec
 from cogworker.ops import OpsError
-from cogworker.ops.process_records import ProcessInfo, RunningJob, number
+from cogworker.ops.process_records import ProcessInfo, RunningJob, number, presence_fields
 from cogworker.store import sidekiq_keys
 from cogworker.worker.loops import sidekiq_presence
 
@@ -54,24 +54,10 @@ def _running_job(thread: str, raw: str, now: float) -> RunningJob:
 def ruby_process(
     identity: str, presence: dict[str, str], busy_jobs: dict[str, str], now: float, clock: float
 ) -> ProcessInfo:
-    info = codec.loads_dict(presence.get("info", "")) or {}
-    started_at = number(info.get("started_at"))
-    beat = number(presence.get("beat"))
-    pid = number(info.get("pid"))
     return ProcessInfo(
-        identity=identity,
-        hostname=str(info.get("hostname") or ""),
-        pid=int(pid) if pid is not None else None,
-        tag=str(info.get("tag") or ""),
-        version=str(info.get("version") or ""),
-        queues=[str(q) for q in info.get("queues") or []],
-        concurrency=int(number(info.get("concurrency")) or 0),
-        started_at=started_at,
-        uptime_s=max(0.0, now - started_at) if started_at is not None else None,
-        busy=int(number(presence.get("busy")) or 0),
+        **presence_fields(identity, presence, now, clock),
         rss_bytes=int(number(presence.get("rss")) or 0) * 1024,  # Sidekiq writes KB
         quiet=presence.get("quiet") == "true",
-        beat_age_s=max(0.0, clock - beat) if beat is not None else None,
         in_progress=0,  # Sidekiq's basic fetch keeps no in-progress list
         running=sorted(
             (_running_job(thread, raw, now) for thread, raw in busy_jobs.items()),

@@ -33,8 +33,8 @@ class Batch:
         return bool(self.hashes) or bool(self.counters)
 
 
-class _Runs:
-    """One class's runs in one minute."""
+class MinuteRuns:
+    """One class's runs in one minute (cogworker's metrics and, in the Sidekiq mode, Sidekiq 7's)."""
 
     __slots__ = ("buckets", "failed", "ms", "runs")
 
@@ -50,7 +50,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._jobs: dict[tuple[int, str], _Runs] = {}
+        self._jobs: dict[tuple[int, str], MinuteRuns] = {}
         # (minute, queue) -> [picked up, total wait ms]
         self._queues: dict[tuple[int, str], list[float]] = {}
         # Milliseconds are written as integers: the fraction a flush leaves is carried into the next
@@ -66,7 +66,7 @@ class Recorder:
         with self._lock:
             entry = self._jobs.get(key)
             if entry is None:
-                entry = self._jobs[key] = _Runs()
+                entry = self._jobs[key] = MinuteRuns()
             entry.runs += 1
             if failed:
                 entry.failed += 1

@@ -15,28 +15,16 @@ import threading
 from typing import Protocol
 
 from cogworker.store import sidekiq_metrics_layout as sk
-from cogworker.worker.metrics.recorder import Batch, Recorder
+from cogworker.worker.metrics.recorder import Batch, MinuteRuns, Recorder
 
 _MINUTE = 60
-
-
-class _Runs:
-    """One class's runs in one minute, as Sidekiq counts them."""
-
-    __slots__ = ("buckets", "failed", "ms", "runs")
-
-    def __init__(self) -> None:
-        self.runs = 0
-        self.failed = 0
-        self.ms = 0.0
-        self.buckets: dict[int, int] = {}
 
 
 class SidekiqRecorder(Recorder):
     def __init__(self) -> None:
         super().__init__()
         self._sk_lock = threading.Lock()
-        self._sk: dict[tuple[int, str], _Runs] = {}
+        self._sk: dict[tuple[int, str], MinuteRuns] = {}
 
     def ended(self, job_class: str, seconds: float, failed: bool, now: float) -> None:
         super().ended(job_class, seconds, failed, now)
@@ -44,7 +32,7 @@ class SidekiqRecorder(Recorder):
         with self._sk_lock:
             entry = self._sk.get(key)
             if entry is None:
-                entry = self._sk[key] = _Runs()
+                entry = self._sk[key] = MinuteRuns()
             entry.runs += 1
             if failed:
                 entry.failed += 1
